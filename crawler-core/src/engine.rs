@@ -1,0 +1,482 @@
+//! The engine: the loop that asks the scheduler what is ready, downloads it, runs the spider
+//! and the pipelines, writes the feeds, and accounts for every request.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::feed::{FeedSpec, FeedWriter};
+use crate::fetch::{
+    Admission, Download, Downloader, Failure, FailureKind, Feedback, Fetched, Lease, Next,
+    Scheduler,
+};
+use crate::output::Output;
+use crate::pipeline::{DynPipeline, Pipeline, Processed};
+use crate::request::Request;
+use crate::settings::Settings;
+use crate::spider::Spider;
+use crate::stats::Stats;
+
+/// How often the progress snapshot is refreshed.
+const PROGRESS_TICK: Duration = Duration::from_millis(250);
+/// Items buffered between the workers and the feed writer; a slow disk slows the crawl
+/// instead of growing memory.
+const FEED_BUFFER: usize = 1024;
+
+/// Asks a running crawl to stop. The first request stops scheduling and lets requests in
+/// flight finish; the second abandons them (they stay counted as pending).
+#[derive(Debug, Clone)]
+pub struct Shutdown(Arc<watch::Sender<u32>>);
+
+impl Default for Shutdown {
+    fn default() -> Self {
+        Self(Arc::new(watch::channel(0).0))
+    }
+}
+
+impl Shutdown {
+    /// A new, untriggered handle.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Ask the crawl to stop (again).
+    pub fn request(&self) {
+        self.0.send_modify(|n| *n += 1);
+    }
+
+    /// How many times a stop has been asked for.
+    pub fn requested(&self) -> u32 {
+        *self.0.borrow()
+    }
+
+    fn subscribe(&self) -> watch::Receiver<u32> {
+        self.0.subscribe()
+    }
+}
+
+/// A snapshot of a running crawl, for progress displays.
+#[derive(Debug, Clone, Default)]
+pub struct Progress {
+    /// Counters so far.
+    pub stats: Stats,
+    /// Requests waiting in the frontier.
+    pub queued: usize,
+    /// Requests being downloaded or parsed.
+    pub in_flight: usize,
+    /// Whether scheduling has stopped because a shutdown was asked for.
+    pub stopping: bool,
+    /// Whether the crawl is over.
+    pub finished: bool,
+}
+
+/// Runs one spider to completion.
+pub struct Engine<S: Spider, D: Downloader, Q: Scheduler> {
+    spider: Arc<S>,
+    downloader: Arc<D>,
+    scheduler: Q,
+    settings: Settings,
+    pipelines: Vec<Box<dyn DynPipeline<S::Item>>>,
+    feeds: Vec<FeedSpec>,
+    shutdown: Shutdown,
+    progress: watch::Sender<Progress>,
+    handle_ctrl_c: bool,
+}
+
+impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
+    /// An engine for `spider`, fetching with `downloader` in the order `scheduler` decides.
+    pub fn new(spider: S, downloader: D, scheduler: Q, settings: Settings) -> Self {
+        Self {
+            spider: Arc::new(spider),
+            downloader: Arc::new(downloader),
+            scheduler,
+            settings,
+            pipelines: Vec::new(),
+            feeds: Vec::new(),
+            shutdown: Shutdown::new(),
+            progress: watch::channel(Progress::default()).0,
+            handle_ctrl_c: false,
+        }
+    }
+
+    /// Add a pipeline stage after the ones already added.
+    pub fn pipeline(mut self, stage: impl Pipeline<S::Item>) -> Self {
+        self.pipelines.push(Box::new(stage));
+        self
+    }
+
+    /// Write items to a feed as well.
+    pub fn feed(mut self, spec: FeedSpec) -> Self {
+        self.feeds.push(spec);
+        self
+    }
+
+    /// Stop gracefully on Ctrl-C (once: finish in-flight requests; twice: stop at once).
+    pub fn handle_ctrl_c(mut self, yes: bool) -> Self {
+        self.handle_ctrl_c = yes;
+        self
+    }
+
+    /// A handle that stops the crawl, like Ctrl-C.
+    pub fn shutdown_handle(&self) -> Shutdown {
+        self.shutdown.clone()
+    }
+
+    /// Progress snapshots, refreshed a few times a second while the crawl runs.
+    pub fn progress(&self) -> watch::Receiver<Progress> {
+        self.progress.subscribe()
+    }
+
+    /// Run the crawl until the frontier is empty or a shutdown is asked for, then flush the
+    /// feeds and return the final stats.
+    pub async fn run(self) -> Result<Stats> {
+        let Engine {
+            spider,
+            downloader,
+            mut scheduler,
+            settings,
+            pipelines,
+            feeds,
+            shutdown,
+            progress,
+            handle_ctrl_c,
+        } = self;
+        settings.validate()?;
+        let started = Instant::now();
+
+        // Open everything fallible before the first request, so a bad path costs nothing.
+        let writers = feeds.iter().map(FeedWriter::open).collect::<Result<Vec<_>>>()?;
+        for p in &pipelines {
+            p.open().await.map_err(|e| {
+                Error::new(ErrorKind::Other, format!("pipeline {} failed to open: {e}", p.name()))
+            })?;
+        }
+        let (items_tx, items_rx) = mpsc::channel::<S::Item>(FEED_BUFFER);
+        let feed_task = tokio::task::spawn_blocking(move || write_feeds(writers, items_rx));
+
+        let signals = handle_ctrl_c.then(|| {
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                while tokio::signal::ctrl_c().await.is_ok() {
+                    shutdown.request();
+                    if shutdown.requested() == 1 {
+                        tracing::warn!("stopping: finishing requests in flight (Ctrl-C again to stop now)");
+                    }
+                }
+            })
+        });
+
+        let mut stats = Stats::default();
+        let now = Instant::now();
+        for req in spider.start_requests()? {
+            offer(&mut scheduler, &mut stats, req, now);
+        }
+        tracing::info!(spider = spider.name(), queued = scheduler.queued(), "crawl started");
+
+        let ctx = Arc::new(Ctx { spider, downloader, pipelines, items_tx });
+        let mut tasks: JoinSet<Completion> = JoinSet::new();
+        let mut leases: HashMap<tokio::task::Id, Lease> = HashMap::new();
+        let mut stop_rx = shutdown.subscribe();
+        let mut stopping = shutdown.requested() > 0;
+        let mut abandoned = 0u64;
+        let mut ticker = tokio::time::interval(PROGRESS_TICK);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+
+        loop {
+            let mut wake = None;
+            if !stopping {
+                while tasks.len() < settings.concurrency {
+                    match scheduler.next(Instant::now()) {
+                        Next::Ready(lease, req) => {
+                            let handle = tasks.spawn(work(Arc::clone(&ctx), req));
+                            leases.insert(handle.id(), lease);
+                        }
+                        Next::NotBefore(at) => {
+                            wake = Some(at);
+                            break;
+                        }
+                        Next::Empty => break,
+                    }
+                }
+            }
+            if tasks.is_empty() && (stopping || wake.is_none()) {
+                break;
+            }
+            tokio::select! {
+                joined = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                    let (id, done) = match joined {
+                        Some(Ok((id, done))) => (id, done),
+                        Some(Err(e)) if e.is_cancelled() => {
+                            leases.remove(&e.id());
+                            abandoned += 1;
+                            continue;
+                        }
+                        Some(Err(e)) => (e.id(), Completion::panicked(&e)),
+                        None => continue,
+                    };
+                    if let Some(lease) = leases.remove(&id) {
+                        scheduler.complete(lease, &done.feedback, Instant::now());
+                    }
+                    if done.feed_closed {
+                        tracing::error!("the feed writer stopped; stopping the crawl");
+                        stopping = true;
+                    }
+                    account(&mut scheduler, &mut stats, done);
+                }
+                _ = sleep_until(wake), if wake.is_some() => {}
+                changed = stop_rx.changed() => {
+                    let asked = if changed.is_ok() { *stop_rx.borrow_and_update() } else { 1 };
+                    stopping = asked >= 1;
+                    if asked >= 2 {
+                        tracing::warn!(in_flight = tasks.len(), "stopping now; requests in flight stay pending");
+                        tasks.abort_all();
+                    }
+                }
+                _ = ticker.tick() => {
+                    stats.elapsed = started.elapsed();
+                    progress.send_replace(Progress {
+                        stats: stats.clone(),
+                        queued: scheduler.queued(),
+                        in_flight: tasks.len(),
+                        stopping,
+                        finished: false,
+                    });
+                }
+            }
+        }
+
+        if let Some(s) = signals {
+            s.abort();
+        }
+        let Ok(ctx) = Arc::try_unwrap(ctx) else {
+            return Err(Error::msg("internal error: a worker outlived the crawl"));
+        };
+        let Ctx { pipelines, items_tx, .. } = ctx;
+        // Closing the channel lets the feed writer drain, close the JSON array and sync.
+        drop(items_tx);
+        let written = feed_task
+            .await
+            .map_err(|e| Error::msg(format!("the feed writer crashed: {e}")))??;
+        for p in &pipelines {
+            if let Err(e) = p.close().await {
+                tracing::error!(pipeline = p.name(), "pipeline failed to close: {e}");
+            }
+        }
+        stats.pending = scheduler.queued() as u64 + abandoned;
+        stats.elapsed = started.elapsed();
+        debug_assert!(written <= stats.items_scraped);
+        progress.send_replace(Progress {
+            stats: stats.clone(),
+            queued: scheduler.queued(),
+            in_flight: 0,
+            stopping,
+            finished: true,
+        });
+        if !stats.reconciles() {
+            tracing::error!(?stats, "terminal states do not add up to the requests enqueued");
+        }
+        Ok(stats)
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    if let Some(at) = at {
+        tokio::time::sleep_until(at).await;
+    }
+}
+
+fn offer<Q: Scheduler>(scheduler: &mut Q, stats: &mut Stats, req: Request, now: Instant) {
+    stats.requests_enqueued += 1;
+    if let Admission::Filtered(reason) = scheduler.enqueue(req, now) {
+        Stats::bump(&mut stats.filtered, reason.as_str());
+    }
+}
+
+fn account<Q: Scheduler>(scheduler: &mut Q, stats: &mut Stats, done: Completion) {
+    match done.terminal {
+        Terminal::Fetched => stats.fetched += 1,
+        Terminal::NotModified => stats.not_modified += 1,
+        Terminal::Disallowed => stats.disallowed += 1,
+        Terminal::Failed(kind) => Stats::bump(&mut stats.failed, kind.as_str()),
+    }
+    if let Some(status) = done.status {
+        *stats.status.entry(status).or_default() += 1;
+    }
+    stats.response_bytes += done.bytes;
+    stats.items_scraped += done.items;
+    stats.items_dropped += done.dropped;
+    stats.invalid_links += done.invalid_links;
+    stats.spider_errors += u64::from(done.spider_error);
+    let now = Instant::now();
+    for req in done.requests {
+        offer(scheduler, stats, req, now);
+    }
+}
+
+/// What workers share.
+struct Ctx<S: Spider, D> {
+    spider: Arc<S>,
+    downloader: Arc<D>,
+    pipelines: Vec<Box<dyn DynPipeline<S::Item>>>,
+    items_tx: mpsc::Sender<S::Item>,
+}
+
+enum Terminal {
+    Fetched,
+    NotModified,
+    Disallowed,
+    Failed(FailureKind),
+}
+
+/// One request's result, reported to the engine loop.
+struct Completion {
+    feedback: Feedback,
+    terminal: Terminal,
+    status: Option<u16>,
+    bytes: u64,
+    requests: Vec<Request>,
+    items: u64,
+    dropped: u64,
+    invalid_links: u64,
+    spider_error: bool,
+    feed_closed: bool,
+}
+
+impl Completion {
+    fn new(feedback: Feedback, terminal: Terminal) -> Self {
+        Self {
+            feedback,
+            terminal,
+            status: None,
+            bytes: 0,
+            requests: Vec::new(),
+            items: 0,
+            dropped: 0,
+            invalid_links: 0,
+            spider_error: false,
+            feed_closed: false,
+        }
+    }
+
+    fn panicked(e: &tokio::task::JoinError) -> Self {
+        tracing::error!("a spider callback panicked: {e}");
+        let feedback = Feedback { sent: true, ..Feedback::default() };
+        let mut c = Self::new(feedback, Terminal::Failed(FailureKind::Spider));
+        c.spider_error = true;
+        c
+    }
+}
+
+/// Download one request, parse it, run the items through the pipelines into the feed.
+async fn work<S: Spider, D: Downloader>(ctx: Arc<Ctx<S, D>>, req: Request) -> Completion {
+    let Download { outcome, feedback } = ctx.downloader.fetch(&req).await;
+    let response = match outcome {
+        Fetched::Disallowed => return Completion::new(feedback, Terminal::Disallowed),
+        Fetched::Failed(Failure { kind, message, status }) => {
+            tracing::debug!(url = %req.url, %kind, "request failed: {message}");
+            let mut c = Completion::new(feedback, Terminal::Failed(kind));
+            c.status = status;
+            return c;
+        }
+        Fetched::Response(r) => r,
+    };
+    let status = response.status();
+    let bytes = response.body().len() as u64;
+    let terminal = match status {
+        200..=299 => Terminal::Fetched,
+        304 => Terminal::NotModified,
+        _ => Terminal::Failed(FailureKind::Status),
+    };
+    let mut done = Completion::new(feedback, terminal);
+    done.status = Some(status);
+    done.bytes = bytes;
+    if !matches!(done.terminal, Terminal::Fetched) {
+        if status >= 400 {
+            tracing::debug!(url = %req.url, status, "response not handled by the spider");
+        }
+        return done;
+    }
+
+    let url = response.url().clone();
+    let problems = response.problems();
+    let mut out = Output::new(response.base_url().clone(), req.depth);
+    let result = ctx.spider.parse(response, &mut out).await;
+    let problems = std::mem::take(&mut *problems.lock().unwrap_or_else(|p| p.into_inner()));
+    for p in &problems {
+        tracing::error!(%url, "{p}");
+    }
+    if let Err(e) = &result {
+        tracing::warn!(%url, "spider error: {e}");
+    }
+    done.spider_error = result.is_err() || !problems.is_empty();
+    done.invalid_links = out.invalid_links();
+    let (items, mut requests) = out.into_parts();
+    // Follow-ups inherit nothing implicitly except depth; keep the referrer for debugging.
+    for r in &mut requests {
+        if r.header_value("referer").is_none() {
+            r.headers.push(("Referer".to_owned(), url.to_string()));
+        }
+    }
+    done.requests = requests;
+
+    'items: for mut item in items {
+        for p in &ctx.pipelines {
+            match p.process(item).await {
+                Ok(Processed::Keep(kept)) => item = kept,
+                Ok(Processed::Drop(reason)) => {
+                    tracing::debug!(%url, pipeline = p.name(), "item dropped: {reason}");
+                    done.dropped += 1;
+                    continue 'items;
+                }
+                Err(e) => {
+                    tracing::warn!(%url, pipeline = p.name(), "pipeline error, item dropped: {e}");
+                    done.dropped += 1;
+                    continue 'items;
+                }
+            }
+        }
+        if ctx.items_tx.send(item).await.is_err() {
+            done.feed_closed = true;
+            break;
+        }
+        done.items += 1;
+    }
+    done
+}
+
+/// The feed writer thread: write items as they come, flush whenever the queue runs dry so the
+/// files on disk trail the crawl by as little as possible.
+fn write_feeds<I: serde::Serialize>(
+    mut writers: Vec<FeedWriter>,
+    mut rx: mpsc::Receiver<I>,
+) -> Result<u64> {
+    let mut written = 0u64;
+    loop {
+        let item = match rx.try_recv() {
+            Ok(item) => item,
+            Err(mpsc::error::TryRecvError::Empty) => {
+                for w in &mut writers {
+                    w.flush()?;
+                }
+                match rx.blocking_recv() {
+                    Some(item) => item,
+                    None => break,
+                }
+            }
+            Err(mpsc::error::TryRecvError::Disconnected) => break,
+        };
+        for w in &mut writers {
+            w.write(&item)?;
+        }
+        written += 1;
+    }
+    for w in writers {
+        w.finish()?;
+    }
+    Ok(written)
+}

@@ -1,0 +1,193 @@
+//! The contracts between the engine and the crates that download and schedule.
+//!
+//! The engine owns the loop; a [`Downloader`] turns a request into an outcome plus
+//! [`Feedback`] for the host's politeness slot, and a [`Scheduler`] decides what may be sent
+//! next and when. Both are traits here so crawler-core stays free of HTTP and storage crates.
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::request::Request;
+use crate::response::Response;
+
+/// Why a request ended without a usable response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// The request took longer than `download_timeout` (body included).
+    Timeout,
+    /// The connection could not be made or broke.
+    Connection,
+    /// The host name did not resolve.
+    Dns,
+    /// The TLS handshake failed.
+    Tls,
+    /// The body was larger than `max_body_size`.
+    TooLarge,
+    /// More redirects than `max_redirects`, or a loop.
+    TooManyRedirects,
+    /// A redirect to a URL that cannot be crawled (non-http scheme, malformed).
+    BadRedirect,
+    /// The body could not be decoded (bad compression).
+    Decode,
+    /// The server answered with a status the spider does not handle.
+    Status,
+    /// The spider's callback failed or panicked.
+    Spider,
+    /// Anything else.
+    Other,
+}
+
+impl FailureKind {
+    /// The short, stable name used in stats and failure files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Timeout => "timeout",
+            Self::Connection => "connection",
+            Self::Dns => "dns",
+            Self::Tls => "tls",
+            Self::TooLarge => "too_large",
+            Self::TooManyRedirects => "too_many_redirects",
+            Self::BadRedirect => "bad_redirect",
+            Self::Decode => "decode",
+            Self::Status => "http_status",
+            Self::Spider => "spider_error",
+            Self::Other => "other",
+        }
+    }
+}
+
+impl fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A request that produced no usable response.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// The class of failure.
+    pub kind: FailureKind,
+    /// A human-readable explanation.
+    pub message: String,
+    /// The last HTTP status seen, if any.
+    pub status: Option<u16>,
+}
+
+impl Failure {
+    /// A failure of `kind` with a message.
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
+        Self { kind, message: message.into(), status: None }
+    }
+}
+
+/// What a downloader made of a request.
+#[derive(Debug)]
+pub enum Fetched {
+    /// A response arrived (any status).
+    Response(Response),
+    /// robots.txt forbids the URL; nothing was sent.
+    Disallowed,
+    /// No usable response.
+    Failed(Failure),
+}
+
+/// What the host's slot learns from one request. Adaptive politeness reads this.
+#[derive(Debug, Clone, Default)]
+pub struct Feedback {
+    /// Whether anything was sent to the host (false for robots refusals made from cache).
+    pub sent: bool,
+    /// The HTTP status, if a response arrived.
+    pub status: Option<u16>,
+    /// Time from sending to the end of the body.
+    pub latency: Duration,
+    /// The failure class, if the request failed.
+    pub failure: Option<FailureKind>,
+    /// A Retry-After the server asked for, already converted to a wait from now.
+    pub retry_after: Option<Duration>,
+    /// robots.txt Crawl-delay for this host, once known.
+    pub crawl_delay: Option<Duration>,
+}
+
+/// A downloader's full answer: the outcome and the slot's feedback.
+#[derive(Debug)]
+pub struct Download {
+    /// The outcome.
+    pub outcome: Fetched,
+    /// What the host's slot should learn.
+    pub feedback: Feedback,
+}
+
+/// Turns requests into responses. Implemented by crawler-http.
+pub trait Downloader: Send + Sync + 'static {
+    /// Fetch one request: robots gate, HTTP, limits, classification.
+    fn fetch(&self, request: &Request) -> impl Future<Output = Download> + Send;
+}
+
+/// Identifies one request handed out by a scheduler until the engine completes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Lease(pub u64);
+
+/// Why the frontier refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum FilterReason {
+    /// Seen before (same fingerprint).
+    Duplicate,
+    /// Outside the spider's allowed domains.
+    Offsite,
+    /// Deeper than `depth_limit`.
+    Depth,
+    /// Longer than `max_url_length`.
+    UrlTooLong,
+}
+
+impl FilterReason {
+    /// The short, stable name used in stats.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Duplicate => "duplicate",
+            Self::Offsite => "offsite",
+            Self::Depth => "depth",
+            Self::UrlTooLong => "url_too_long",
+        }
+    }
+}
+
+/// The frontier's answer to a new request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Queued for fetching.
+    Queued,
+    /// Refused, with the reason.
+    Filtered(FilterReason),
+}
+
+/// The scheduler's answer to "what next?".
+#[derive(Debug)]
+pub enum Next {
+    /// Send this request now.
+    Ready(Lease, Request),
+    /// Nothing may be sent before this instant (every queued host is waiting).
+    NotBefore(Instant),
+    /// Nothing is queued.
+    Empty,
+}
+
+/// Decides what is fetched next and when: dedup, filters, per-host queues and politeness.
+///
+/// All waiting lives here as "not before T", so the engine never parks a worker on a host
+/// that must wait while other hosts have work.
+pub trait Scheduler: Send + 'static {
+    /// Offer a request to the frontier.
+    fn enqueue(&mut self, request: Request, now: Instant) -> Admission;
+    /// The next request whose host allows a send at `now`.
+    fn next(&mut self, now: Instant) -> Next;
+    /// Report the end of a leased request, with what its host's slot should learn.
+    fn complete(&mut self, lease: Lease, feedback: &Feedback, now: Instant);
+    /// Requests queued and not yet handed out.
+    fn queued(&self) -> usize;
+}

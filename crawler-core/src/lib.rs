@@ -1,0 +1,58 @@
+//! The core of the crawler framework: the vocabulary every crate shares, and the engine.
+//!
+//! A [`Spider`] turns [`Response`]s into items and more [`Request`]s through an [`Output`].
+//! The [`Engine`] drives a crawl: it asks a [`Scheduler`] (crawler-sched) which request may
+//! go out now, hands it to a [`Downloader`] (crawler-http), passes successful pages to the
+//! spider, runs items through [`Pipeline`]s into feeds, and accounts for every request in
+//! [`Stats`]. This crate knows no HTTP client or database; those plug in through the traits.
+//!
+//! ```
+//! use crawler_core::{Output, Request, Response, Result, Spider};
+//!
+//! struct Titles;
+//!
+//! impl Spider for Titles {
+//!     type Item = String;
+//!     fn name(&self) -> &str { "titles" }
+//!     fn start_urls(&self) -> Vec<String> { vec!["http://127.0.0.1:8080/".into()] }
+//!     async fn parse(&self, page: Response, out: &mut Output<String>) -> Result<()> {
+//!         out.item(page.text_of("title")?);
+//!         out.follow_all(page.select("a").attrs("href"));
+//!         Ok(())
+//!     }
+//! }
+//!
+//! let reqs = Titles.start_requests().unwrap();
+//! assert_eq!(reqs[0].url.as_str(), "http://127.0.0.1:8080/");
+//! ```
+
+mod charset;
+mod engine;
+mod error;
+mod feed;
+mod fetch;
+mod output;
+mod pipeline;
+mod request;
+mod response;
+mod settings;
+mod spider;
+mod stats;
+
+pub use engine::{Engine, Progress, Shutdown};
+pub use error::{Error, ErrorKind, Result};
+pub use feed::{FeedFormat, FeedSpec};
+pub use fetch::{
+    Admission, Download, Downloader, Failure, FailureKind, Feedback, Fetched, FilterReason, Lease,
+    Next, Scheduler,
+};
+pub use output::Output;
+pub use pipeline::{Pipeline, Processed};
+pub use request::{Request, parse_http_url};
+pub use response::{Element, Response, Selection};
+pub use settings::Settings;
+pub use spider::Spider;
+pub use stats::Stats;
+
+/// Re-exported so users and crates agree on one version.
+pub use url::Url;

@@ -1,0 +1,59 @@
+//! Item pipelines: ordered, async stages every item passes through before the feeds.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::error::Result;
+
+/// What a pipeline stage decided about an item.
+#[derive(Debug)]
+pub enum Processed<I> {
+    /// Pass the (possibly changed) item on to the next stage.
+    Keep(I),
+    /// Drop the item; the reason is logged and counted.
+    Drop(String),
+}
+
+/// One stage of item processing (validation, cleaning, de-duplication, storage).
+///
+/// Stages run in the order they were added. Items from different pages may be processed
+/// concurrently, so a stage with state keeps it behind a lock.
+pub trait Pipeline<I>: Send + Sync + 'static {
+    /// Called once before the crawl starts.
+    fn open(&self) -> impl Future<Output = Result<()>> + Send {
+        async { Ok(()) }
+    }
+
+    /// Process one item.
+    fn process(&self, item: I) -> impl Future<Output = Result<Processed<I>>> + Send;
+
+    /// Called once after the last item.
+    fn close(&self) -> impl Future<Output = Result<()>> + Send {
+        async { Ok(()) }
+    }
+}
+
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Object-safe form of [`Pipeline`], so stages of different types share one list.
+pub(crate) trait DynPipeline<I>: Send + Sync {
+    fn open(&self) -> BoxFuture<'_, Result<()>>;
+    fn process(&self, item: I) -> BoxFuture<'_, Result<Processed<I>>>;
+    fn close(&self) -> BoxFuture<'_, Result<()>>;
+    fn name(&self) -> &'static str;
+}
+
+impl<I: Send + 'static, P: Pipeline<I>> DynPipeline<I> for P {
+    fn open(&self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(Pipeline::open(self))
+    }
+    fn process(&self, item: I) -> BoxFuture<'_, Result<Processed<I>>> {
+        Box::pin(Pipeline::process(self, item))
+    }
+    fn close(&self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(Pipeline::close(self))
+    }
+    fn name(&self) -> &'static str {
+        std::any::type_name::<P>()
+    }
+}

@@ -1,0 +1,173 @@
+//! Requests: what to fetch, and what to remember about why.
+
+use serde::{Deserialize, Serialize};
+use url::Url;
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// One HTTP request the crawler will make.
+///
+/// Requests are plain data and serialisable, because the frontier may persist them (sled) or
+/// share them between workers (Redis): the callback is a name, and meta is JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// The absolute http(s) URL.
+    pub url: Url,
+    /// The HTTP method, upper case (`GET` by default).
+    #[serde(default = "default_method", skip_serializing_if = "is_get")]
+    pub method: String,
+    /// Extra request headers, in order. Names are case-insensitive.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<(String, String)>,
+    /// The request body, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<Vec<u8>>,
+    /// Higher runs sooner within a host's queue.
+    #[serde(default, skip_serializing_if = "is_zero_i32")]
+    pub priority: i32,
+    /// Links followed from the start requests to reach this one (start requests are depth 0).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub depth: u32,
+    /// The name of the spider callback that parses the response; `None` means the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback: Option<String>,
+    /// Free-form data carried from the page that made this request to the one that parses it.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub meta: serde_json::Map<String, serde_json::Value>,
+    /// Skip the duplicate filter for this request.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dont_filter: bool,
+    /// How many times this request has already been retried.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub retries: u32,
+}
+
+fn default_method() -> String {
+    "GET".to_owned()
+}
+fn is_get(m: &str) -> bool {
+    m == "GET"
+}
+fn is_zero_i32(v: &i32) -> bool {
+    *v == 0
+}
+fn is_zero_u32(v: &u32) -> bool {
+    *v == 0
+}
+
+/// Parse an absolute URL and insist on http or https.
+pub fn parse_http_url(s: &str) -> Result<Url> {
+    let url = Url::parse(s.trim())
+        .map_err(|e| Error::new(ErrorKind::Url, format!("invalid URL '{s}'")).with_source(e))?;
+    check_scheme(url)
+}
+
+pub(crate) fn check_scheme(url: Url) -> Result<Url> {
+    match url.scheme() {
+        "http" | "https" if url.host().is_some() => Ok(url),
+        "http" | "https" => Err(Error::new(ErrorKind::Url, format!("URL '{url}' has no host"))),
+        other => Err(Error::new(
+            ErrorKind::Url,
+            format!("URL '{url}' has scheme '{other}'; only http and https can be crawled"),
+        )),
+    }
+}
+
+impl Request {
+    /// A GET request for an absolute http(s) URL.
+    pub fn get(url: &str) -> Result<Self> {
+        Ok(Self::new(parse_http_url(url)?))
+    }
+
+    /// A GET request for an already parsed URL.
+    pub fn new(url: Url) -> Self {
+        Self {
+            url,
+            method: default_method(),
+            headers: Vec::new(),
+            body: None,
+            priority: 0,
+            depth: 0,
+            callback: None,
+            meta: serde_json::Map::new(),
+            dont_filter: false,
+            retries: 0,
+        }
+    }
+
+    /// Set the callback that will parse the response.
+    pub fn callback(mut self, name: impl Into<String>) -> Self {
+        self.callback = Some(name.into());
+        self
+    }
+
+    /// Set the priority (higher first).
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Set the method, e.g. `"POST"`.
+    pub fn method(mut self, method: &str) -> Self {
+        self.method = method.to_ascii_uppercase();
+        self
+    }
+
+    /// Add a request header.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Set the body.
+    pub fn body(mut self, body: impl Into<Vec<u8>>) -> Self {
+        self.body = Some(body.into());
+        self
+    }
+
+    /// Bypass the duplicate filter.
+    pub fn dont_filter(mut self) -> Self {
+        self.dont_filter = true;
+        self
+    }
+
+    /// Attach a value (any `Serialize`) under `key`, readable with [`crate::Response::meta`].
+    pub fn meta(mut self, key: impl Into<String>, value: impl Serialize) -> Result<Self> {
+        let key = key.into();
+        let v = serde_json::to_value(value).map_err(|e| {
+            Error::new(ErrorKind::Other, format!("meta value for '{key}' is not serialisable"))
+                .with_source(e)
+        })?;
+        self.meta.insert(key, v);
+        Ok(self)
+    }
+
+    /// The value of a request header, matched case-insensitively.
+    pub fn header_value(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_http_urls_are_requests() {
+        assert!(Request::get("http://example.com/a").is_ok());
+        let e = Request::get("mailto:x@example.com").unwrap_err();
+        assert!(e.to_string().contains("only http and https"), "{e}");
+        let e = Request::get("not a url").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Url);
+    }
+
+    #[test]
+    fn requests_round_trip_through_json() {
+        let r = Request::get("http://example.com/b?x=1").unwrap().callback("book").priority(3);
+        let r = r.meta("page", 7).unwrap();
+        let json = serde_json::to_string(&r).unwrap();
+        let back: Request = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, r);
+        assert!(!json.contains("method"), "GET is implied: {json}");
+    }
+}

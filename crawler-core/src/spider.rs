@@ -1,0 +1,84 @@
+//! The Spider trait: what a user writes.
+
+use std::future::Future;
+
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::output::Output;
+use crate::request::Request;
+use crate::response::Response;
+
+/// A spider: where to start, and how to turn pages into items and more requests.
+///
+/// A spider is a plain struct. `parse` is written as an ordinary `async fn` in the impl; the
+/// trait only promises the future is `Send`, so the engine can run many pages at once.
+///
+/// Several page kinds are handled by naming a callback on the request
+/// (`out.follow_with(href, "book")`) and matching on [`Response::callback`] in `parse`.
+///
+/// ```
+/// use crawler_core::{Output, Response, Result, Spider};
+///
+/// #[derive(serde::Serialize)]
+/// struct Book { title: String, price: String }
+///
+/// struct Books;
+///
+/// impl Spider for Books {
+///     type Item = Book;
+///     fn name(&self) -> &str { "books" }
+///     fn start_urls(&self) -> Vec<String> { vec!["http://127.0.0.1:8080/".into()] }
+///     async fn parse(&self, page: Response, out: &mut Output<Book>) -> Result<()> {
+///         match page.callback() {
+///             Some("book") => out.item(Book {
+///                 title: page.text_of("div.product h1")?,
+///                 price: page.text_of("p.price")?,
+///             }),
+///             _ => {
+///                 for href in page.select("article.book h3 a").attrs("href") {
+///                     out.follow_with(href, "book");
+///                 }
+///                 out.follow_all(page.select("li.next a").attrs("href"));
+///             }
+///         }
+///         Ok(())
+///     }
+/// }
+/// ```
+pub trait Spider: Send + Sync + 'static {
+    /// The items this spider produces.
+    type Item: Serialize + Send + 'static;
+
+    /// A short unique name, used by `crawl NAME`, in logs and in job directories.
+    fn name(&self) -> &str;
+
+    /// URLs to start from (parsed with the default callback).
+    fn start_urls(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The first requests. By default, one GET per start URL; an invalid start URL is an error.
+    fn start_requests(&self) -> Result<Vec<Request>> {
+        self.start_urls().iter().map(|u| Request::get(u)).collect()
+    }
+
+    /// Domains this spider may visit; links elsewhere are filtered as offsite. Empty = any.
+    /// A domain also allows its subdomains.
+    fn allowed_domains(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The spider's own settings as `key = value` pairs, applied over the project's settings
+    /// file and under the environment and command line.
+    fn custom_settings(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+
+    /// Parse a successful (2xx) response.
+    fn parse(
+        &self,
+        page: Response,
+        out: &mut Output<Self::Item>,
+    ) -> impl Future<Output = Result<()>> + Send;
+}

@@ -1,0 +1,115 @@
+//! Crawl statistics: every request's terminal state, statuses, bytes, items.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// Counters for one crawl. Every request offered to the frontier ends in exactly one terminal
+/// state, so `requests_enqueued` equals the sum of the terminal counters plus `pending`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Stats {
+    /// Requests offered to the frontier (start requests and followed links).
+    pub requests_enqueued: u64,
+    /// Refused by the frontier, by reason (duplicate, offsite, depth, url_too_long).
+    pub filtered: BTreeMap<String, u64>,
+    /// Responses handed to the spider.
+    pub fetched: u64,
+    /// Answered 304 Not Modified.
+    pub not_modified: u64,
+    /// Forbidden by robots.txt, never sent.
+    pub disallowed: u64,
+    /// Ended without a usable response, by reason.
+    pub failed: BTreeMap<String, u64>,
+    /// Still queued or in flight when the crawl stopped (an interrupted crawl).
+    pub pending: u64,
+    /// HTTP responses by status code.
+    pub status: BTreeMap<u16, u64>,
+    /// Body bytes received (after decompression).
+    pub response_bytes: u64,
+    /// Items written to the feeds.
+    pub items_scraped: u64,
+    /// Items dropped by a pipeline.
+    pub items_dropped: u64,
+    /// Callback errors (the page's items and links up to the error are kept).
+    pub spider_errors: u64,
+    /// Links skipped because they were not valid http(s) URLs.
+    pub invalid_links: u64,
+    /// Wall time of the crawl.
+    #[serde(with = "secs")]
+    pub elapsed: Duration,
+}
+
+mod secs {
+    pub fn serialize<S: serde::Serializer>(d: &std::time::Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+}
+
+impl Stats {
+    /// Requests that reached a terminal state.
+    pub fn terminal(&self) -> u64 {
+        self.filtered.values().sum::<u64>()
+            + self.fetched
+            + self.not_modified
+            + self.disallowed
+            + self.failed.values().sum::<u64>()
+    }
+
+    /// Whether the terminal states and pending requests add up to the requests enqueued.
+    pub fn reconciles(&self) -> bool {
+        self.terminal() + self.pending == self.requests_enqueued
+    }
+
+    /// Responses per second over the crawl.
+    pub fn pages_per_sec(&self) -> f64 {
+        let secs = self.elapsed.as_secs_f64();
+        if secs > 0.0 { self.status.values().sum::<u64>() as f64 / secs } else { 0.0 }
+    }
+
+    pub(crate) fn bump(map: &mut BTreeMap<String, u64>, key: &str) {
+        *map.entry(key.to_owned()).or_default() += 1;
+    }
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let join = |m: &BTreeMap<String, u64>| {
+            m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+        };
+        writeln!(f, "crawl finished in {:.2}s", self.elapsed.as_secs_f64())?;
+        writeln!(f, "  requests enqueued  {}", self.requests_enqueued)?;
+        writeln!(f, "  fetched            {}", self.fetched)?;
+        writeln!(f, "  not modified       {}", self.not_modified)?;
+        writeln!(f, "  robots disallowed  {}", self.disallowed)?;
+        writeln!(f, "  filtered           {} {}", self.filtered.values().sum::<u64>(), join(&self.filtered))?;
+        writeln!(f, "  failed             {} {}", self.failed.values().sum::<u64>(), join(&self.failed))?;
+        if self.pending > 0 {
+            writeln!(f, "  pending (stopped)  {}", self.pending)?;
+        }
+        let statuses: Vec<String> = self.status.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        writeln!(f, "  statuses           {}", statuses.join(" "))?;
+        writeln!(f, "  items              {} scraped, {} dropped", self.items_scraped, self.items_dropped)?;
+        writeln!(f, "  spider errors      {}", self.spider_errors)?;
+        writeln!(f, "  invalid links      {}", self.invalid_links)?;
+        writeln!(f, "  bytes received     {}", self.response_bytes)?;
+        write!(f, "  pages/s            {:.1}", self.pages_per_sec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconciliation_counts_every_terminal_state() {
+        let mut s = Stats { requests_enqueued: 10, fetched: 4, not_modified: 1, disallowed: 1, pending: 1, ..Default::default() };
+        Stats::bump(&mut s.filtered, "duplicate");
+        Stats::bump(&mut s.failed, "timeout");
+        assert!(!s.reconciles());
+        Stats::bump(&mut s.failed, "timeout");
+        assert!(s.reconciles());
+        assert!(s.to_string().contains("timeout=2"));
+    }
+}

@@ -1,0 +1,28 @@
+//! Everything that touches the wire: the reqwest downloader, robots.txt, and the parsing of
+//! what servers say in headers.
+//!
+//! [`HttpDownloader`] implements crawler-core's `Downloader`. For each request it consults
+//! robots.txt (fetched once per origin and cached), sends the request with the configured
+//! User-Agent, redirect limit and timeouts, streams the body under `max_body_size`, and
+//! classifies the outcome (response, robots refusal, or a named failure) together with the
+//! feedback the host's politeness slot needs (status, latency, Retry-After, Crawl-delay).
+//!
+//! ```
+//! use crawler_core::Settings;
+//! use crawler_http::HttpDownloader;
+//!
+//! let mut settings = Settings::default();
+//! settings.user_agent = "examplebot/1.0 (+https://example.com/bot)".into();
+//! let downloader = HttpDownloader::new(&settings).expect("client builds");
+//! # drop(downloader);
+//! ```
+
+mod downloader;
+mod error;
+mod headers;
+mod robots;
+
+pub use downloader::HttpDownloader;
+pub use error::Error;
+pub use headers::{RETRY_AFTER_CEILING, parse_retry_after};
+pub use robots::{ROBOTS_MAX_BYTES, RobotsRules, product_token};

@@ -1,0 +1,27 @@
+//! What is fetched next, and when: the frontier and the per-host politeness slots.
+//!
+//! [`Frontier`] implements crawler-core's `Scheduler`: it fingerprints requests to drop
+//! duplicates, filters offsite, too-deep and too-long URLs, keeps one priority queue per host
+//! key, and hands out a request only when that host's [`Throttle`] allows a send. Waiting is
+//! expressed as "not before T", so a host that must wait never blocks the others.
+//!
+//! ```
+//! use crawler_core::{Next, Request, Scheduler, Settings};
+//! use crawler_sched::{Frontier, FrontierConfig};
+//!
+//! let settings = Settings::default();
+//! let mut frontier = Frontier::new(FrontierConfig::from_settings(&settings, vec![]));
+//! let now = tokio::time::Instant::now();
+//! frontier.enqueue(Request::get("http://example.com/").unwrap(), now);
+//! assert!(matches!(frontier.next(now), Next::Ready(..)));
+//! ```
+
+mod fingerprint;
+mod frontier;
+mod throttle;
+
+pub use fingerprint::{Fingerprint, canonical_url, fingerprint};
+pub use frontier::{
+    Frontier, FrontierConfig, ThrottleFactory, host_key, is_allowed_domain,
+};
+pub use throttle::{FixedDelay, Throttle};

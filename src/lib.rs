@@ -1,0 +1,181 @@
+//! A polite, Scrapy-style crawling framework.
+//!
+//! Write a spider as a plain struct, point it at a site, and get items out, while every host
+//! is treated the way its operator would want: per-host budgets, robots.txt, delays, and
+//! holds when a server asks for them.
+//!
+//! ```no_run
+//! use crawler::prelude::*;
+//!
+//! #[derive(Serialize)]
+//! struct Book { title: String, price: String }
+//!
+//! struct Books;
+//!
+//! impl Spider for Books {
+//!     type Item = Book;
+//!     fn name(&self) -> &str { "books" }
+//!     fn start_urls(&self) -> Vec<String> { vec!["http://127.0.0.1:8080/".into()] }
+//!     async fn parse(&self, page: Response, out: &mut Output<Book>) -> Result<()> {
+//!         for href in page.select("article.book h3 a").attrs("href") {
+//!             out.follow(href);
+//!         }
+//!         out.follow_all(page.select("li.next a").attrs("href"));
+//!         if let Some(h1) = page.select_first("div.product h1") {
+//!             out.item(Book { title: h1.text(), price: page.text_of("p.price")? });
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # async fn run() -> std::result::Result<(), crawler::Error> {
+//! let stats = Crawl::new(Books).feed("books.jsonl")?.run().await?;
+//! println!("{stats}");
+//! # Ok(()) }
+//! ```
+//!
+//! The pieces live in their own crates and are re-exported here: [`core`] (spider API,
+//! engine), [`http`] (downloader, robots), [`sched`] (frontier, politeness slots), [`lab`]
+//! (a local site that behaves like real servers, for tests and benchmarks).
+
+mod error;
+pub mod progress;
+
+use std::path::PathBuf;
+
+pub use crawler_core as core;
+pub use crawler_http as http;
+pub use crawler_lab as lab;
+pub use crawler_sched as sched;
+pub use error::Error;
+
+use crawler_core::{Engine, FeedSpec, Pipeline, Settings, Spider, Stats};
+use crawler_http::HttpDownloader;
+use crawler_sched::{Frontier, FrontierConfig};
+
+/// Everything a spider file needs.
+pub mod prelude {
+    pub use crate::Crawl;
+    pub use crawler_core::{
+        Element, Output, Pipeline, Processed, Request, Response, Result, Selection, Settings,
+        Spider, Stats,
+    };
+    pub use serde::Serialize;
+}
+
+/// The engine type a [`Crawl`] builds: HTTP downloads, in-memory frontier.
+pub type HttpEngine<S> = Engine<S, HttpDownloader, Frontier>;
+
+type Stage<S> = Box<dyn FnOnce(HttpEngine<S>) -> HttpEngine<S>>;
+
+/// Sets up a crawl of one spider: settings, feeds, pipelines.
+pub struct Crawl<S: Spider> {
+    spider: S,
+    settings: Settings,
+    overrides: Vec<(String, String)>,
+    feeds: Vec<PathBuf>,
+    stages: Vec<Stage<S>>,
+    progress: bool,
+}
+
+impl<S: Spider> Crawl<S> {
+    /// A crawl of `spider` with default settings.
+    pub fn new(spider: S) -> Self {
+        Self {
+            spider,
+            settings: Settings::default(),
+            overrides: Vec::new(),
+            feeds: Vec::new(),
+            stages: Vec::new(),
+            progress: true,
+        }
+    }
+
+    /// Replace the base settings (the spider's `custom_settings` and [`Crawl::set`] apply on
+    /// top).
+    pub fn settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Override one setting by key, as `-s key=value` does.
+    pub fn set(mut self, key: &str, value: impl Into<String>) -> Self {
+        self.overrides.push((key.to_owned(), value.into()));
+        self
+    }
+
+    /// Write items to this file (format by extension: .jsonl, .json, .csv).
+    pub fn feed(mut self, path: impl Into<PathBuf>) -> Result<Self, Error> {
+        let path = path.into();
+        FeedSpec::new(&path)?;
+        self.feeds.push(path);
+        Ok(self)
+    }
+
+    /// Add an item pipeline stage.
+    pub fn pipeline(mut self, stage: impl Pipeline<S::Item>) -> Self {
+        self.stages.push(Box::new(move |e: HttpEngine<S>| e.pipeline(stage)));
+        self
+    }
+
+    /// Show progress while running (default on).
+    pub fn progress(mut self, on: bool) -> Self {
+        self.progress = on;
+        self
+    }
+
+    /// The effective settings: base, then the spider's own, then explicit overrides.
+    pub fn effective_settings(&self) -> Result<Settings, Error> {
+        let mut s = self.settings.clone();
+        for (k, v) in self.spider.custom_settings() {
+            s.set(k, &v).map_err(|e| Error::from(e).context(&format!("spider '{}'", self.spider.name())))?;
+        }
+        for (k, v) in &self.overrides {
+            s.set(k, v)?;
+        }
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// Build the engine without running it (to get a shutdown handle or progress).
+    pub fn build(self) -> Result<HttpEngine<S>, Error> {
+        let settings = self.effective_settings()?;
+        let downloader = HttpDownloader::new(&settings)?;
+        let frontier =
+            Frontier::new(FrontierConfig::from_settings(&settings, self.spider.allowed_domains()));
+        let mut engine = Engine::new(self.spider, downloader, frontier, settings);
+        for path in self.feeds {
+            engine = engine.feed(FeedSpec::new(path)?);
+        }
+        for stage in self.stages {
+            engine = stage(engine);
+        }
+        Ok(engine)
+    }
+
+    /// Run to completion with Ctrl-C handling and progress, returning the final stats.
+    pub async fn run(self) -> Result<Stats, Error> {
+        let show = self.progress;
+        let settings = self.effective_settings()?;
+        let engine = self.build()?.handle_ctrl_c(true);
+        let progress = show.then(|| progress::spawn(engine.progress(), settings.progress_interval));
+        let stats = engine.run().await?;
+        if let Some(p) = progress {
+            let _ = p.await;
+        }
+        Ok(stats)
+    }
+}
+
+impl Error {
+    fn context(self, what: &str) -> Self {
+        Self::from_message(format!("{what}: {self}"))
+    }
+}
+
+/// Send a `tracing` subscriber to stderr with `RUST_LOG`-style filtering (default `info`).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
