@@ -24,7 +24,12 @@ fn cpu_seconds() -> f64 {
     // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
     let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     (ticks(11) + ticks(12)) / 100.0
 }
 
@@ -39,20 +44,30 @@ fn peak_rss_mib() -> f64 {
 }
 
 fn serve(books: usize) -> std::result::Result<(), Box<dyn std::error::Error>> {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
     rt.block_on(async {
         let lab = crawler::lab::Lab::builder().books(books).start().await?;
         println!("{}", lab.url());
         // Serve until the parent closes our stdin (or dies).
         let mut line = String::new();
-        let _ = tokio::io::AsyncBufReadExt::read_line(&mut tokio::io::BufReader::new(tokio::io::stdin()), &mut line).await;
+        let _ = tokio::io::AsyncBufReadExt::read_line(
+            &mut tokio::io::BufReader::new(tokio::io::stdin()),
+            &mut line,
+        )
+        .await;
         lab.shutdown().await;
         Ok::<_, Box<dyn std::error::Error>>(())
     })
 }
 
 fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     if args.first().map(String::as_str) == Some("--serve") {
         let books = args.get(1).and_then(|b| b.parse().ok()).unwrap_or(10_000);
         return serve(books);
@@ -69,7 +84,9 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     BufReader::new(child.stdout.take().ok_or("no child stdout")?).read_line(&mut url)?;
     let url = url.trim().to_owned();
 
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     let cpu0 = cpu_seconds();
     let t0 = Instant::now();
     let stats = rt.block_on(
@@ -87,9 +104,15 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
 
     let pages: u64 = stats.status.values().sum();
     println!("books={books} concurrency={concurrency}");
-    println!("pages={pages} items={} wall={wall:.2}s", stats.items_scraped);
+    println!(
+        "pages={pages} items={} wall={wall:.2}s",
+        stats.items_scraped
+    );
     println!("pages/s={:.0}", pages as f64 / wall);
-    println!("cpu_s_per_1000_pages={:.3}", cpu / pages.max(1) as f64 * 1000.0);
+    println!(
+        "cpu_s_per_1000_pages={:.3}",
+        cpu / pages.max(1) as f64 * 1000.0
+    );
     println!("peak_rss_mib={:.1}", peak_rss_mib());
     if stats.items_scraped as usize != books {
         return Err(format!("expected {books} items, got {}", stats.items_scraped).into());

@@ -86,7 +86,9 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     if lab.is_some() {
         // The lab is our own server on loopback, so this run raises the per-host budget,
         // as you would for a host you own. Other sites get the polite defaults.
-        crawl = crawl.set("concurrency_per_host", "16").set("download_delay", "0s");
+        crawl = crawl
+            .set("concurrency_per_host", "16")
+            .set("download_delay", "0s");
     }
     let stats = crawl.run().await?;
     println!("{stats}");

@@ -114,7 +114,8 @@ impl<S: Spider> Crawl<S> {
 
     /// Add an item pipeline stage.
     pub fn pipeline(mut self, stage: impl Pipeline<S::Item>) -> Self {
-        self.stages.push(Box::new(move |e: HttpEngine<S>| e.pipeline(stage)));
+        self.stages
+            .push(Box::new(move |e: HttpEngine<S>| e.pipeline(stage)));
         self
     }
 
@@ -128,7 +129,8 @@ impl<S: Spider> Crawl<S> {
     pub fn effective_settings(&self) -> Result<Settings, Error> {
         let mut s = self.settings.clone();
         for (k, v) in self.spider.custom_settings() {
-            s.set(k, &v).map_err(|e| Error::from(e).context(&format!("spider '{}'", self.spider.name())))?;
+            s.set(k, &v)
+                .map_err(|e| Error::from(e).context(&format!("spider '{}'", self.spider.name())))?;
         }
         for (k, v) in &self.overrides {
             s.set(k, v)?;
@@ -141,8 +143,10 @@ impl<S: Spider> Crawl<S> {
     pub fn build(self) -> Result<HttpEngine<S>, Error> {
         let settings = self.effective_settings()?;
         let downloader = HttpDownloader::new(&settings)?;
-        let frontier =
-            Frontier::new(FrontierConfig::from_settings(&settings, self.spider.allowed_domains()));
+        let frontier = Frontier::new(FrontierConfig::from_settings(
+            &settings,
+            self.spider.allowed_domains(),
+        ));
         let mut engine = Engine::new(self.spider, downloader, frontier, settings);
         for path in self.feeds {
             engine = engine.feed(FeedSpec::new(path)?);
@@ -177,5 +181,8 @@ impl Error {
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }

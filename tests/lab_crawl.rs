@@ -13,12 +13,19 @@ use crawler::prelude::*;
 
 fn fast(crawl: Crawl<Books>) -> Crawl<Books> {
     // Our own loopback server: lift the per-host budget so tests run in seconds.
-    crawl.set("concurrency_per_host", "16").set("download_delay", "0s").progress(false)
+    crawl
+        .set("concurrency_per_host", "16")
+        .set("download_delay", "0s")
+        .progress(false)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crawls_every_book_exactly_once_and_never_private() {
-    let lab = Lab::builder().books(1000).start().await.expect("lab starts");
+    let lab = Lab::builder()
+        .books(1000)
+        .start()
+        .await
+        .expect("lab starts");
     let dir = tempfile::tempdir().expect("tempdir");
     let jsonl = dir.path().join("books.jsonl");
     let csv_path = dir.path().join("books.csv");
@@ -33,8 +40,10 @@ async fn crawls_every_book_exactly_once_and_never_private() {
         .expect("crawl runs");
 
     let lines = std::fs::read_to_string(&jsonl).expect("jsonl written");
-    let items: Vec<Book> =
-        lines.lines().map(|l| serde_json::from_str(l).expect("valid JSON line")).collect();
+    let items: Vec<Book> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("valid JSON line"))
+        .collect();
     assert_eq!(items.len(), 1000, "{stats}");
     let urls: HashSet<&str> = items.iter().map(|b| b.url.as_str()).collect();
     let titles: HashSet<&str> = items.iter().map(|b| b.title.as_str()).collect();
@@ -43,23 +52,52 @@ async fn crawls_every_book_exactly_once_and_never_private() {
     for id in [1, 500, 1000] {
         assert!(urls.contains(format!("{}catalogue/book-{id}.html", lab.url()).as_str()));
     }
-    assert!(items.iter().all(|b| b.price.starts_with('£') && !b.stock.is_empty()));
+    assert!(
+        items
+            .iter()
+            .all(|b| b.price.starts_with('£') && !b.stock.is_empty())
+    );
 
     let mut reader = csv::Reader::from_path(&csv_path).expect("csv written");
-    assert_eq!(reader.headers().expect("header").iter().collect::<Vec<_>>(), ["url", "title", "price", "stock"]);
-    assert_eq!(reader.records().map(|r| r.expect("valid csv row")).count(), 1000);
+    assert_eq!(
+        reader.headers().expect("header").iter().collect::<Vec<_>>(),
+        ["url", "title", "price", "stock"]
+    );
+    assert_eq!(
+        reader.records().map(|r| r.expect("valid csv row")).count(),
+        1000
+    );
     let array: Vec<serde_json::Value> =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("json written")).expect("valid JSON");
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json written"))
+            .expect("valid JSON");
     assert_eq!(array.len(), 1000);
 
     let recorded = lab.recorder().requests();
-    assert_eq!(lab.recorder().count_prefix("/private/"), 0, "robots.txt must keep us out");
-    assert_eq!(lab.recorder().count_path("/robots.txt"), 1, "robots.txt is fetched once");
-    let book_fetches = recorded.iter().filter(|r| r.path.contains("/book-")).count();
+    assert_eq!(
+        lab.recorder().count_prefix("/private/"),
+        0,
+        "robots.txt must keep us out"
+    );
+    assert_eq!(
+        lab.recorder().count_path("/robots.txt"),
+        1,
+        "robots.txt is fetched once"
+    );
+    let book_fetches = recorded
+        .iter()
+        .filter(|r| r.path.contains("/book-"))
+        .count();
     assert_eq!(book_fetches, 1000, "no book page fetched twice");
-    assert!(recorded.iter().all(|r| r.user_agent.as_deref().is_some_and(|ua| ua.starts_with("crawler/"))));
+    assert!(recorded.iter().all(|r| {
+        r.user_agent
+            .as_deref()
+            .is_some_and(|ua| ua.starts_with("crawler/"))
+    }));
 
-    assert!(stats.disallowed >= 1, "the /private/ link is refused by robots: {stats}");
+    assert!(
+        stats.disallowed >= 1,
+        "the /private/ link is refused by robots: {stats}"
+    );
     assert!(stats.filtered.get("duplicate").copied().unwrap_or(0) > 0);
     assert_eq!(stats.items_scraped, 1000);
     assert!(stats.reconciles(), "{stats:?}");
@@ -105,8 +143,12 @@ async fn bodies_over_the_cap_are_refused_while_streaming() {
     }
     // A body under the cap is handed to the spider whole.
     let url = format!("{}blob/1000", lab.url());
-    let stats =
-        Crawl::new(Blob { url }).set("max_body_size", "1048576").progress(false).run().await.expect("crawl runs");
+    let stats = Crawl::new(Blob { url })
+        .set("max_body_size", "1048576")
+        .progress(false)
+        .run()
+        .await
+        .expect("crawl runs");
     assert_eq!(stats.fetched, 1);
     assert_eq!(stats.items_scraped, 1);
     lab.shutdown().await;
@@ -114,7 +156,11 @@ async fn bodies_over_the_cap_are_refused_while_streaming() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_mid_crawl_leaves_complete_feeds_and_accounts_for_the_rest() {
-    let lab = Lab::builder().books(5000).start().await.expect("lab starts");
+    let lab = Lab::builder()
+        .books(5000)
+        .start()
+        .await
+        .expect("lab starts");
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("books.json");
     let jsonl = dir.path().join("books.jsonl");
@@ -152,8 +198,14 @@ async fn shutdown_mid_crawl_leaves_complete_feeds_and_accounts_for_the_rest() {
     let lines = std::fs::read_to_string(&jsonl).expect("jsonl");
     assert_eq!(array.len() as u64, stats.items_scraped);
     assert_eq!(lines.lines().count() as u64, stats.items_scraped);
-    assert!(stats.items_scraped >= 50 && stats.items_scraped < 5000, "{stats}");
-    assert!(stats.pending > 0, "queued requests are reported as pending: {stats}");
+    assert!(
+        stats.items_scraped >= 50 && stats.items_scraped < 5000,
+        "{stats}"
+    );
+    assert!(
+        stats.pending > 0,
+        "queued requests are reported as pending: {stats}"
+    );
     assert!(stats.reconciles(), "{stats:?}");
     lab.shutdown().await;
 }

@@ -35,11 +35,17 @@ fn meta_charset(head: &[u8]) -> Option<&'static Encoding> {
     let mut from = 0;
     while let Some(pos) = find(&lower[from..], b"<meta") {
         let start = from + pos;
-        let end = lower[start..].iter().position(|&b| b == b'>').map_or(lower.len(), |e| start + e);
+        let end = lower[start..]
+            .iter()
+            .position(|&b| b == b'>')
+            .map_or(lower.len(), |e| start + e);
         let tag = &lower[start..end];
         if let Some(c) = find(tag, b"charset=") {
             let rest = &tag[c + 8..];
-            let rest = rest.strip_prefix(b"\"").or_else(|| rest.strip_prefix(b"'")).unwrap_or(rest);
+            let rest = rest
+                .strip_prefix(b"\"")
+                .or_else(|| rest.strip_prefix(b"'"))
+                .unwrap_or(rest);
             let name_len = rest
                 .iter()
                 .position(|b| matches!(b, b'"' | b'\'' | b' ' | b';' | b'/' | b'>'))
@@ -64,13 +70,19 @@ mod tests {
     #[test]
     fn header_wins_then_bom_then_meta() {
         let body = b"<html><head><meta charset=\"windows-1252\"></head></html>";
-        assert_eq!(sniff(Some("text/html; charset=Shift_JIS"), body), encoding_rs::SHIFT_JIS);
+        assert_eq!(
+            sniff(Some("text/html; charset=Shift_JIS"), body),
+            encoding_rs::SHIFT_JIS
+        );
         assert_eq!(sniff(Some("text/html"), body), encoding_rs::WINDOWS_1252);
         assert_eq!(sniff(None, b"\xEF\xBB\xBFhello"), encoding_rs::UTF_8);
         assert_eq!(sniff(None, b"\xFF\xFEh\0"), encoding_rs::UTF_16LE);
         let equiv = b"<meta http-equiv='Content-Type' content='text/html; charset=iso-8859-2'>";
         assert_eq!(sniff(None, equiv), encoding_rs::ISO_8859_2);
         assert_eq!(sniff(None, b"<p>plain</p>"), encoding_rs::UTF_8);
-        assert_eq!(sniff(Some("text/html; charset=bogus"), b""), encoding_rs::UTF_8);
+        assert_eq!(
+            sniff(Some("text/html; charset=bogus"), b""),
+            encoding_rs::UTF_8
+        );
     }
 }

@@ -150,10 +150,16 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
         let started = Instant::now();
 
         // Open everything fallible before the first request, so a bad path costs nothing.
-        let writers = feeds.iter().map(FeedWriter::open).collect::<Result<Vec<_>>>()?;
+        let writers = feeds
+            .iter()
+            .map(FeedWriter::open)
+            .collect::<Result<Vec<_>>>()?;
         for p in &pipelines {
             p.open().await.map_err(|e| {
-                Error::new(ErrorKind::Other, format!("pipeline {} failed to open: {e}", p.name()))
+                Error::new(
+                    ErrorKind::Other,
+                    format!("pipeline {} failed to open: {e}", p.name()),
+                )
             })?;
         }
         let (items_tx, items_rx) = mpsc::channel::<S::Item>(FEED_BUFFER);
@@ -165,7 +171,9 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                 while tokio::signal::ctrl_c().await.is_ok() {
                     shutdown.request();
                     if shutdown.requested() == 1 {
-                        tracing::warn!("stopping: finishing requests in flight (Ctrl-C again to stop now)");
+                        tracing::warn!(
+                            "stopping: finishing requests in flight (Ctrl-C again to stop now)"
+                        );
                     }
                 }
             })
@@ -176,14 +184,24 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
         for req in spider.start_requests()? {
             offer(&mut scheduler, &mut stats, req, now);
         }
-        tracing::info!(spider = spider.name(), queued = scheduler.queued(), "crawl started");
+        tracing::info!(
+            spider = spider.name(),
+            queued = scheduler.queued(),
+            "crawl started"
+        );
 
-        let ctx = Arc::new(Ctx { spider, downloader, pipelines, items_tx });
+        let ctx = Arc::new(Ctx {
+            spider,
+            downloader,
+            pipelines,
+            items_tx,
+        });
         let mut tasks: JoinSet<Completion> = JoinSet::new();
         let mut leases: HashMap<tokio::task::Id, Lease> = HashMap::new();
         let mut stop_rx = shutdown.subscribe();
         let mut stopping = shutdown.requested() > 0;
         let mut abandoned = 0u64;
+        let mut fatal: Option<Error> = None;
         let mut ticker = tokio::time::interval(PROGRESS_TICK);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
@@ -203,6 +221,11 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                         Next::Empty => break,
                     }
                 }
+            }
+            if let Some(e) = scheduler.take_error() {
+                tracing::error!("stopping: {e}");
+                fatal.get_or_insert(e);
+                stopping = true;
             }
             if tasks.is_empty() && (stopping || wake.is_none()) {
                 break;
@@ -256,7 +279,11 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
         let Ok(ctx) = Arc::try_unwrap(ctx) else {
             return Err(Error::msg("internal error: a worker outlived the crawl"));
         };
-        let Ctx { pipelines, items_tx, .. } = ctx;
+        let Ctx {
+            pipelines,
+            items_tx,
+            ..
+        } = ctx;
         // Closing the channel lets the feed writer drain, close the JSON array and sync.
         drop(items_tx);
         let written = feed_task
@@ -278,7 +305,10 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
             finished: true,
         });
         if !stats.reconciles() {
-            tracing::error!(?stats, "terminal states do not add up to the requests enqueued");
+            tracing::error!(
+                ?stats,
+                "terminal states do not add up to the requests enqueued"
+            );
         }
         Ok(stats)
     }
@@ -365,7 +395,10 @@ impl Completion {
 
     fn panicked(e: &tokio::task::JoinError) -> Self {
         tracing::error!("a spider callback panicked: {e}");
-        let feedback = Feedback { sent: true, ..Feedback::default() };
+        let feedback = Feedback {
+            sent: true,
+            ..Feedback::default()
+        };
         let mut c = Self::new(feedback, Terminal::Failed(FailureKind::Spider));
         c.spider_error = true;
         c
@@ -377,7 +410,11 @@ async fn work<S: Spider, D: Downloader>(ctx: Arc<Ctx<S, D>>, req: Request) -> Co
     let Download { outcome, feedback } = ctx.downloader.fetch(&req).await;
     let response = match outcome {
         Fetched::Disallowed => return Completion::new(feedback, Terminal::Disallowed),
-        Fetched::Failed(Failure { kind, message, status }) => {
+        Fetched::Failed(Failure {
+            kind,
+            message,
+            status,
+        }) => {
             tracing::debug!(url = %req.url, %kind, "request failed: {message}");
             let mut c = Completion::new(feedback, Terminal::Failed(kind));
             c.status = status;

@@ -32,6 +32,8 @@ pub enum ErrorKind {
     Missing,
     /// Reading or writing a feed or another file failed.
     Io,
+    /// The frontier's storage (sled, Redis) failed.
+    Storage,
     /// An error raised by user code (spider, pipeline) or a dependency.
     Other,
 }
@@ -39,7 +41,11 @@ pub enum ErrorKind {
 impl Error {
     /// A new error of the given kind with a message.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Self { kind, message: message.into(), source: None }
+        Self {
+            kind,
+            message: message.into(),
+            source: None,
+        }
     }
 
     /// A new error of kind [`ErrorKind::Other`] with a message, for user code.
@@ -90,9 +96,16 @@ impl<E: std::error::Error + Send + Sync + 'static> From<E> for Error {
             ErrorKind::Other
         };
         let message = e.to_string();
-        let source: Option<Box<dyn std::error::Error + Send + Sync>> =
-            if e.source().is_some() { Some(Box::new(e)) } else { None };
-        Self { kind, message, source }
+        let source: Option<Box<dyn std::error::Error + Send + Sync>> = if e.source().is_some() {
+            Some(Box::new(e))
+        } else {
+            None
+        };
+        Self {
+            kind,
+            message,
+            source,
+        }
     }
 }
 

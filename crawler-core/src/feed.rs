@@ -35,7 +35,11 @@ impl FeedSpec {
     /// A feed whose format follows the file extension.
     pub fn new(path: impl Into<PathBuf>) -> Result<Self> {
         let path = path.into();
-        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or("")
+            .to_ascii_lowercase();
         let format = match ext.as_str() {
             "jsonl" | "jl" | "ndjson" => FeedFormat::JsonLines,
             "json" => FeedFormat::Json,
@@ -50,7 +54,11 @@ impl FeedSpec {
                 ));
             }
         };
-        Ok(Self { path, format, append: false })
+        Ok(Self {
+            path,
+            format,
+            append: false,
+        })
     }
 
     /// Append instead of replacing (JSON Lines and CSV only).
@@ -60,6 +68,8 @@ impl FeedSpec {
     }
 }
 
+// One per feed file; size does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Sink {
     Lines(BufWriter<File>),
     Array { out: BufWriter<File>, first: bool },
@@ -73,7 +83,11 @@ pub(crate) struct FeedWriter {
 }
 
 fn io_error(path: &Path, what: &str, e: impl std::error::Error + Send + Sync + 'static) -> Error {
-    Error::new(ErrorKind::Io, format!("cannot {what} feed '{}'", path.display())).with_source(e)
+    Error::new(
+        ErrorKind::Io,
+        format!("cannot {what} feed '{}'", path.display()),
+    )
+    .with_source(e)
 }
 
 impl FeedWriter {
@@ -83,10 +97,16 @@ impl FeedWriter {
         if spec.append && spec.format == FeedFormat::Json {
             return Err(Error::new(
                 ErrorKind::Io,
-                format!("cannot append to JSON feed '{}': use .jsonl for resumable crawls", path.display()),
+                format!(
+                    "cannot append to JSON feed '{}': use .jsonl for resumable crawls",
+                    path.display()
+                ),
             ));
         }
-        let existing = spec.append && std::fs::metadata(&path).map(|m| m.len() > 0).unwrap_or(false);
+        let existing = spec.append
+            && std::fs::metadata(&path)
+                .map(|m| m.len() > 0)
+                .unwrap_or(false);
         let file = OpenOptions::new()
             .create(true)
             .write(true)
@@ -98,12 +118,15 @@ impl FeedWriter {
             FeedFormat::JsonLines => Sink::Lines(BufWriter::with_capacity(64 * 1024, file)),
             FeedFormat::Json => {
                 let mut out = BufWriter::with_capacity(64 * 1024, file);
-                out.write_all(b"[").map_err(|e| io_error(&path, "write", e))?;
+                out.write_all(b"[")
+                    .map_err(|e| io_error(&path, "write", e))?;
                 Sink::Array { out, first: true }
             }
-            FeedFormat::Csv => {
-                Sink::Csv(csv::WriterBuilder::new().has_headers(!existing).from_writer(file))
-            }
+            FeedFormat::Csv => Sink::Csv(
+                csv::WriterBuilder::new()
+                    .has_headers(!existing)
+                    .from_writer(file),
+            ),
         };
         Ok(Self { path, sink })
     }
@@ -136,18 +159,20 @@ impl FeedWriter {
     /// Close the JSON array (if any) and flush everything to the file.
     pub(crate) fn finish(mut self) -> Result<()> {
         if let Sink::Array { out, .. } = &mut self.sink {
-            out.write_all(b"\n]\n").map_err(|e| io_error(&self.path, "write", e))?;
+            out.write_all(b"\n]\n")
+                .map_err(|e| io_error(&self.path, "write", e))?;
         }
         self.flush()?;
         let file = match self.sink {
-            Sink::Lines(out) | Sink::Array { out, .. } => {
-                out.into_inner().map_err(|e| io_error(&self.path, "flush", e.into_error()))?
-            }
-            Sink::Csv(out) => {
-                out.into_inner().map_err(|e| io_error(&self.path, "flush", e.into_error()))?
-            }
+            Sink::Lines(out) | Sink::Array { out, .. } => out
+                .into_inner()
+                .map_err(|e| io_error(&self.path, "flush", e.into_error()))?,
+            Sink::Csv(out) => out
+                .into_inner()
+                .map_err(|e| io_error(&self.path, "flush", e.into_error()))?,
         };
-        file.sync_data().map_err(|e| io_error(&self.path, "sync", e))
+        file.sync_data()
+            .map_err(|e| io_error(&self.path, "sync", e))
     }
 }
 
@@ -164,7 +189,11 @@ mod tests {
     fn write_rows(spec: &FeedSpec, n: usize) {
         let mut w = FeedWriter::open(spec).unwrap();
         for i in 0..n {
-            w.write(&Row { title: format!("t{i}, \"quoted\""), price: i as f64 }).unwrap();
+            w.write(&Row {
+                title: format!("t{i}, \"quoted\""),
+                price: i as f64,
+            })
+            .unwrap();
         }
         w.finish().unwrap();
     }
@@ -178,8 +207,10 @@ mod tests {
             let text = std::fs::read_to_string(&spec.path).unwrap();
             match spec.format {
                 FeedFormat::JsonLines => {
-                    let rows: Vec<serde_json::Value> =
-                        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+                    let rows: Vec<serde_json::Value> = text
+                        .lines()
+                        .map(|l| serde_json::from_str(l).unwrap())
+                        .collect();
                     assert_eq!(rows.len(), 3);
                 }
                 FeedFormat::Json => {
@@ -219,6 +250,10 @@ mod tests {
         assert!(e.to_string().contains("use a .jsonl, .json or .csv"), "{e}");
         let spec = FeedSpec::new("/nonexistent-dir/x/items.jsonl").unwrap();
         let e = FeedWriter::open(&spec).err().unwrap();
-        assert!(e.to_string().starts_with("cannot create feed '/nonexistent-dir/x/items.jsonl'"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("cannot create feed '/nonexistent-dir/x/items.jsonl'"),
+            "{e}"
+        );
     }
 }

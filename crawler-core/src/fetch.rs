@@ -80,11 +80,17 @@ pub struct Failure {
 impl Failure {
     /// A failure of `kind` with a message.
     pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
-        Self { kind, message: message.into(), status: None }
+        Self {
+            kind,
+            message: message.into(),
+            status: None,
+        }
     }
 }
 
 /// What a downloader made of a request.
+// Moved once per request; boxing the response would cost an allocation on the hot path.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Fetched {
     /// A response arrived (any status).
@@ -167,6 +173,8 @@ pub enum Admission {
 }
 
 /// The scheduler's answer to "what next?".
+// Moved once per request; boxing the request would cost an allocation on the hot path.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Next {
     /// Send this request now.
@@ -190,4 +198,9 @@ pub trait Scheduler: Send + 'static {
     fn complete(&mut self, lease: Lease, feedback: &Feedback, now: Instant);
     /// Requests queued and not yet handed out.
     fn queued(&self) -> usize;
+    /// A failure of the scheduler's storage since the last call. The engine stops the crawl
+    /// (finishing what is in flight) and reports it.
+    fn take_error(&mut self) -> Option<crate::Error> {
+        None
+    }
 }

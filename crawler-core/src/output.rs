@@ -21,7 +21,13 @@ pub struct Output<I> {
 impl<I> Output<I> {
     /// An empty output for a page at `base` with request depth `depth`.
     pub fn new(base: Url, depth: u32) -> Self {
-        Self { base, depth, items: Vec::new(), requests: Vec::new(), invalid_links: 0 }
+        Self {
+            base,
+            depth,
+            items: Vec::new(),
+            requests: Vec::new(),
+            invalid_links: 0,
+        }
     }
 
     /// Emit an item.
@@ -57,7 +63,12 @@ impl<I> Output<I> {
     }
 
     fn link(&mut self, href: &str) -> Option<Request> {
-        match self.base.join(href.trim()).ok().and_then(|u| check_scheme(u).ok()) {
+        match self
+            .base
+            .join(href.trim())
+            .ok()
+            .and_then(|u| check_scheme(u).ok())
+        {
             Some(url) => {
                 let mut req = Request::new(url);
                 req.depth = self.depth + 1;

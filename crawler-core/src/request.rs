@@ -65,7 +65,10 @@ pub fn parse_http_url(s: &str) -> Result<Url> {
 pub(crate) fn check_scheme(url: Url) -> Result<Url> {
     match url.scheme() {
         "http" | "https" if url.host().is_some() => Ok(url),
-        "http" | "https" => Err(Error::new(ErrorKind::Url, format!("URL '{url}' has no host"))),
+        "http" | "https" => Err(Error::new(
+            ErrorKind::Url,
+            format!("URL '{url}' has no host"),
+        )),
         other => Err(Error::new(
             ErrorKind::Url,
             format!("URL '{url}' has scheme '{other}'; only http and https can be crawled"),
@@ -135,8 +138,11 @@ impl Request {
     pub fn meta(mut self, key: impl Into<String>, value: impl Serialize) -> Result<Self> {
         let key = key.into();
         let v = serde_json::to_value(value).map_err(|e| {
-            Error::new(ErrorKind::Other, format!("meta value for '{key}' is not serialisable"))
-                .with_source(e)
+            Error::new(
+                ErrorKind::Other,
+                format!("meta value for '{key}' is not serialisable"),
+            )
+            .with_source(e)
         })?;
         self.meta.insert(key, v);
         Ok(self)
@@ -144,7 +150,10 @@ impl Request {
 
     /// The value of a request header, matched case-insensitively.
     pub fn header_value(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -163,7 +172,10 @@ mod tests {
 
     #[test]
     fn requests_round_trip_through_json() {
-        let r = Request::get("http://example.com/b?x=1").unwrap().callback("book").priority(3);
+        let r = Request::get("http://example.com/b?x=1")
+            .unwrap()
+            .callback("book")
+            .priority(3);
         let r = r.meta("page", 7).unwrap();
         let json = serde_json::to_string(&r).unwrap();
         let back: Request = serde_json::from_str(&json).unwrap();

@@ -103,7 +103,10 @@ impl Response {
 
     /// A value the request carried in its meta, deserialised as `T`.
     pub fn meta<T: DeserializeOwned>(&self, key: &str) -> Option<T> {
-        self.request.meta.get(key).and_then(|v| T::deserialize(v).ok())
+        self.request
+            .meta
+            .get(key)
+            .and_then(|v| T::deserialize(v).ok())
     }
 
     /// Whether the body is HTML (by Content-Type, or by its first bytes when none is given).
@@ -129,13 +132,17 @@ impl Response {
     /// Parse the body as JSON.
     pub fn json<T: DeserializeOwned>(&self) -> Result<T> {
         serde_json::from_slice(&self.body).map_err(|e| {
-            Error::new(ErrorKind::Other, format!("body of {} is not the expected JSON", self.url))
-                .with_source(e)
+            Error::new(
+                ErrorKind::Other,
+                format!("body of {} is not the expected JSON", self.url),
+            )
+            .with_source(e)
         })
     }
 
     fn doc(&self) -> &Mutex<Html> {
-        self.doc.get_or_init(|| Mutex::new(Html::parse_document(self.text())))
+        self.doc
+            .get_or_init(|| Mutex::new(Html::parse_document(self.text())))
     }
 
     /// The base for relative links: `<base href>` when the page has one, else the page URL.
@@ -156,8 +163,11 @@ impl Response {
     /// Resolve a link found on this page to an absolute http(s) URL.
     pub fn urljoin(&self, href: &str) -> Result<Url> {
         let url = self.base_url().join(href.trim()).map_err(|e| {
-            Error::new(ErrorKind::Url, format!("invalid link '{href}' on {}", self.url))
-                .with_source(e)
+            Error::new(
+                ErrorKind::Url,
+                format!("invalid link '{href}' on {}", self.url),
+            )
+            .with_source(e)
         })?;
         check_scheme(url)
     }
@@ -176,7 +186,10 @@ impl Response {
     /// panicking mid-crawl.
     pub fn select(&self, css: &str) -> Selection<'_> {
         let Some(selector) = self.selector(css) else {
-            return Selection { doc: self.doc(), ids: Vec::new() };
+            return Selection {
+                doc: self.doc(),
+                ids: Vec::new(),
+            };
         };
         let doc = self.doc();
         let ids = lock(doc).select(&selector).map(|e| e.id()).collect();
@@ -191,7 +204,10 @@ impl Response {
     /// The text of the first element matching `css`, or an error naming the selector and page.
     pub fn text_of(&self, css: &str) -> Result<String> {
         self.select_first(css).map(|e| e.text()).ok_or_else(|| {
-            Error::new(ErrorKind::Missing, format!("no element matches '{css}' on {}", self.url))
+            Error::new(
+                ErrorKind::Missing,
+                format!("no element matches '{css}' on {}", self.url),
+            )
         })
     }
 
@@ -230,7 +246,10 @@ fn compile(css: &str) -> Result<Selector> {
             return Ok(s.clone());
         }
         let s = Selector::parse(css).map_err(|e| {
-            Error::new(ErrorKind::Selector, format!("invalid CSS selector '{css}': {e}"))
+            Error::new(
+                ErrorKind::Selector,
+                format!("invalid CSS selector '{css}': {e}"),
+            )
         })?;
         let mut cache = cache.borrow_mut();
         if cache.len() > 4096 {
@@ -270,7 +289,11 @@ impl<'a> Selection<'a> {
         let values: Vec<String> = self
             .ids
             .iter()
-            .filter_map(|&id| element(&doc, id).and_then(|e| e.attr(name)).map(str::to_owned))
+            .filter_map(|&id| {
+                element(&doc, id)
+                    .and_then(|e| e.attr(name))
+                    .map(str::to_owned)
+            })
             .collect();
         values.into_iter()
     }
@@ -278,17 +301,23 @@ impl<'a> Selection<'a> {
     /// The text of every match.
     pub fn texts(&self) -> Vec<String> {
         let doc = lock(self.doc);
-        self.ids.iter().filter_map(|&id| element(&doc, id).map(|e| collapse(e.text()))).collect()
+        self.ids
+            .iter()
+            .filter_map(|&id| element(&doc, id).map(|e| collapse(e.text())))
+            .collect()
     }
 }
 
 impl<'a> IntoIterator for Selection<'a> {
     type Item = Element<'a>;
-    type IntoIter = std::iter::Map<std::vec::IntoIter<NodeId>, Box<dyn Fn(NodeId) -> Element<'a> + 'a>>;
+    type IntoIter =
+        std::iter::Map<std::vec::IntoIter<NodeId>, Box<dyn Fn(NodeId) -> Element<'a> + 'a>>;
 
     fn into_iter(self) -> Self::IntoIter {
         let doc = self.doc;
-        self.ids.into_iter().map(Box::new(move |id| Element { doc, id }))
+        self.ids
+            .into_iter()
+            .map(Box::new(move |id| Element { doc, id }))
     }
 }
 
@@ -324,7 +353,8 @@ impl<'a> Element<'a> {
 
     /// The tag name, lower case.
     pub fn name(&self) -> String {
-        self.with(|e| e.value().name().to_owned()).unwrap_or_default()
+        self.with(|e| e.value().name().to_owned())
+            .unwrap_or_default()
     }
 
     /// The value of an attribute, if present.
@@ -350,7 +380,9 @@ impl<'a> Element<'a> {
     /// Descendants of this element matching a CSS selector; an invalid selector matches nothing.
     pub fn select(&self, css: &str) -> Selection<'a> {
         let ids = match compile(css) {
-            Ok(sel) => self.with(|e| e.select(&sel).map(|d| d.id()).collect()).unwrap_or_default(),
+            Ok(sel) => self
+                .with(|e| e.select(&sel).map(|d| d.id()).collect())
+                .unwrap_or_default(),
             Err(e) => {
                 tracing::error!("{e}");
                 Vec::new()
@@ -386,10 +418,16 @@ mod tests {
         );
         assert_eq!(p.text_of("div.product h1").unwrap(), "A Light in the Attic");
         assert_eq!(p.select_first("p.price").unwrap().text(), "£51.77");
-        assert_eq!(p.select("a").attrs("href").collect::<Vec<_>>(), ["next.html"]);
+        assert_eq!(
+            p.select("a").attrs("href").collect::<Vec<_>>(),
+            ["next.html"]
+        );
         assert_eq!(p.select("a").len(), 2);
         let e = p.text_of("p.missing").unwrap_err();
-        assert!(e.to_string().contains("no element matches 'p.missing'"), "{e}");
+        assert!(
+            e.to_string().contains("no element matches 'p.missing'"),
+            "{e}"
+        );
         let div = p.select_first("div").unwrap();
         assert_eq!(div.select("h1").texts(), ["A Light in the Attic"]);
     }
@@ -401,15 +439,25 @@ mod tests {
         let problems = p.problems();
         let problems = problems.lock().unwrap();
         assert_eq!(problems.len(), 1);
-        assert!(problems[0].to_string().contains("invalid CSS selector 'p['"));
+        assert!(
+            problems[0]
+                .to_string()
+                .contains("invalid CSS selector 'p['")
+        );
     }
 
     #[test]
     fn links_resolve_against_base_href() {
         let p = page(r#"<head><base href="http://cdn.example.com/b/"></head><a href="x">x</a>"#);
-        assert_eq!(p.urljoin("x").unwrap().as_str(), "http://cdn.example.com/b/x");
+        assert_eq!(
+            p.urljoin("x").unwrap().as_str(),
+            "http://cdn.example.com/b/x"
+        );
         let q = page("<a href='x'>x</a>");
-        assert_eq!(q.urljoin("../y?q=1#f").unwrap().as_str(), "http://example.com/y?q=1#f");
+        assert_eq!(
+            q.urljoin("../y?q=1#f").unwrap().as_str(),
+            "http://example.com/y?q=1#f"
+        );
         assert!(q.urljoin("javascript:void(0)").is_err());
         let child = q.follow("x").unwrap();
         assert_eq!(child.depth, 1);
@@ -423,7 +471,13 @@ mod tests {
             "content-type",
             http::HeaderValue::from_static("text/html; charset=windows-1252"),
         );
-        let r = Response::new(req.clone(), req.url, 200, headers, Bytes::from_static(b"caf\xe9"));
+        let r = Response::new(
+            req.clone(),
+            req.url,
+            200,
+            headers,
+            Bytes::from_static(b"caf\xe9"),
+        );
         assert_eq!(r.text(), "café");
     }
 }

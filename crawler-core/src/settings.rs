@@ -95,9 +95,12 @@ impl Settings {
             _ => serde_json::from_str(value.trim())
                 .unwrap_or_else(|_| serde_json::Value::String(value.to_owned())),
         };
-        let updated: Settings = serde_json::from_value(serde_json::Value::Object(map))
-            .map_err(|e| {
-                Error::new(ErrorKind::Settings, format!("invalid value '{value}' for {key}: {e}"))
+        let updated: Settings =
+            serde_json::from_value(serde_json::Value::Object(map)).map_err(|e| {
+                Error::new(
+                    ErrorKind::Settings,
+                    format!("invalid value '{value}' for {key}: {e}"),
+                )
             })?;
         updated.validate()?;
         *self = updated;
@@ -107,7 +110,10 @@ impl Settings {
     /// Check ranges that types alone cannot express.
     pub fn validate(&self) -> Result<()> {
         let bad = |key: &str, why: &str| {
-            Err(Error::new(ErrorKind::Settings, format!("setting {key} {why}")))
+            Err(Error::new(
+                ErrorKind::Settings,
+                format!("setting {key} {why}"),
+            ))
         };
         if self.concurrency == 0 {
             return bad("concurrency", "must be at least 1");
@@ -139,7 +145,10 @@ fn unknown_key(key: &str) -> Error {
         Some((_, k)) => format!("; did you mean '{k}'?"),
         None => format!("; valid keys: {}", keys.join(", ")),
     };
-    Error::new(ErrorKind::Settings, format!("unknown setting '{key}'{hint}"))
+    Error::new(
+        ErrorKind::Settings,
+        format!("unknown setting '{key}'{hint}"),
+    )
 }
 
 #[cfg(test)]
@@ -165,7 +174,11 @@ mod tests {
         let e = s.set("concurency", "4").unwrap_err();
         assert!(e.to_string().contains("did you mean 'concurrency'"), "{e}");
         let e = s.set("concurrency", "many").unwrap_err();
-        assert!(e.to_string().contains("invalid value 'many' for concurrency"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("invalid value 'many' for concurrency"),
+            "{e}"
+        );
         let e = s.set("download_delay", "soon").unwrap_err();
         assert!(e.to_string().contains("download_delay"), "{e}");
         let e = s.set("concurrency", "0").unwrap_err();

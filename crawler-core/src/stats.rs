@@ -42,7 +42,10 @@ pub struct Stats {
 }
 
 mod secs {
-    pub fn serialize<S: serde::Serializer>(d: &std::time::Duration, s: S) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: serde::Serializer>(
+        d: &std::time::Duration,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         s.serialize_f64(d.as_secs_f64())
     }
 }
@@ -65,7 +68,11 @@ impl Stats {
     /// Responses per second over the crawl.
     pub fn pages_per_sec(&self) -> f64 {
         let secs = self.elapsed.as_secs_f64();
-        if secs > 0.0 { self.status.values().sum::<u64>() as f64 / secs } else { 0.0 }
+        if secs > 0.0 {
+            self.status.values().sum::<u64>() as f64 / secs
+        } else {
+            0.0
+        }
     }
 
     pub(crate) fn bump(map: &mut BTreeMap<String, u64>, key: &str) {
@@ -76,21 +83,42 @@ impl Stats {
 impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let join = |m: &BTreeMap<String, u64>| {
-            m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+            m.iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
         };
         writeln!(f, "crawl finished in {:.2}s", self.elapsed.as_secs_f64())?;
         writeln!(f, "  requests enqueued  {}", self.requests_enqueued)?;
         writeln!(f, "  fetched            {}", self.fetched)?;
         writeln!(f, "  not modified       {}", self.not_modified)?;
         writeln!(f, "  robots disallowed  {}", self.disallowed)?;
-        writeln!(f, "  filtered           {} {}", self.filtered.values().sum::<u64>(), join(&self.filtered))?;
-        writeln!(f, "  failed             {} {}", self.failed.values().sum::<u64>(), join(&self.failed))?;
+        writeln!(
+            f,
+            "  filtered           {} {}",
+            self.filtered.values().sum::<u64>(),
+            join(&self.filtered)
+        )?;
+        writeln!(
+            f,
+            "  failed             {} {}",
+            self.failed.values().sum::<u64>(),
+            join(&self.failed)
+        )?;
         if self.pending > 0 {
             writeln!(f, "  pending (stopped)  {}", self.pending)?;
         }
-        let statuses: Vec<String> = self.status.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let statuses: Vec<String> = self
+            .status
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         writeln!(f, "  statuses           {}", statuses.join(" "))?;
-        writeln!(f, "  items              {} scraped, {} dropped", self.items_scraped, self.items_dropped)?;
+        writeln!(
+            f,
+            "  items              {} scraped, {} dropped",
+            self.items_scraped, self.items_dropped
+        )?;
         writeln!(f, "  spider errors      {}", self.spider_errors)?;
         writeln!(f, "  invalid links      {}", self.invalid_links)?;
         writeln!(f, "  bytes received     {}", self.response_bytes)?;
@@ -104,7 +132,14 @@ mod tests {
 
     #[test]
     fn reconciliation_counts_every_terminal_state() {
-        let mut s = Stats { requests_enqueued: 10, fetched: 4, not_modified: 1, disallowed: 1, pending: 1, ..Default::default() };
+        let mut s = Stats {
+            requests_enqueued: 10,
+            fetched: 4,
+            not_modified: 1,
+            disallowed: 1,
+            pending: 1,
+            ..Default::default()
+        };
         Stats::bump(&mut s.filtered, "duplicate");
         Stats::bump(&mut s.failed, "timeout");
         assert!(!s.reconciles());

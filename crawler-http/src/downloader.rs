@@ -5,8 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::BytesMut;
 use crawler_core::{
-    Download, Downloader, Failure, FailureKind, Feedback, Fetched, Request, Response, Settings,
-    Url,
+    Download, Downloader, Failure, FailureKind, Feedback, Fetched, Request, Response, Settings, Url,
 };
 use tokio::time::Instant;
 
@@ -32,16 +31,31 @@ impl HttpDownloader {
         let client = build_client(settings, settings.max_redirects)?;
         let robots = if settings.obey_robots {
             // RFC 9309 asks crawlers to follow at least five redirects for robots.txt.
-            Some(RobotsCache::new(build_client(settings, 5)?, &settings.user_agent))
+            Some(RobotsCache::new(
+                build_client(settings, 5)?,
+                &settings.user_agent,
+            ))
         } else {
             None
         };
-        Ok(Self { client, robots, max_body: settings.max_body_size, timeout: settings.download_timeout })
+        Ok(Self {
+            client,
+            robots,
+            max_body: settings.max_body_size,
+            timeout: settings.download_timeout,
+        })
     }
 
-    async fn send(&self, req: &Request) -> Result<(Url, u16, http::HeaderMap, bytes::Bytes), Failure> {
-        let method = http::Method::from_bytes(req.method.as_bytes())
-            .map_err(|_| Failure::new(FailureKind::Other, format!("invalid method '{}'", req.method)))?;
+    async fn send(
+        &self,
+        req: &Request,
+    ) -> Result<(Url, u16, http::HeaderMap, bytes::Bytes), Failure> {
+        let method = http::Method::from_bytes(req.method.as_bytes()).map_err(|_| {
+            Failure::new(
+                FailureKind::Other,
+                format!("invalid method '{}'", req.method),
+            )
+        })?;
         let mut builder = self.client.request(method, req.url.clone());
         for (k, v) in &req.headers {
             builder = builder.header(k.as_str(), v.as_str());
@@ -73,13 +87,19 @@ impl HttpDownloader {
 }
 
 fn too_large(cap: u64, status: u16) -> Failure {
-    Failure { kind: FailureKind::TooLarge, message: format!("body larger than max_body_size ({cap} bytes)"), status: Some(status) }
+    Failure {
+        kind: FailureKind::TooLarge,
+        message: format!("body larger than max_body_size ({cap} bytes)"),
+        status: Some(status),
+    }
 }
 
 fn build_client(settings: &Settings, max_redirects: usize) -> Result<reqwest::Client, Error> {
     let policy = reqwest::redirect::Policy::custom(move |attempt| {
         if attempt.previous().len() > max_redirects {
-            attempt.error(RedirectError(format!("more than {max_redirects} redirects")))
+            attempt.error(RedirectError(format!(
+                "more than {max_redirects} redirects"
+            )))
         } else if !matches!(attempt.url().scheme(), "http" | "https") {
             let msg = format!("redirect to non-http URL '{}'", attempt.url());
             attempt.error(RedirectError(msg))
@@ -140,7 +160,8 @@ fn classify(e: reqwest::Error) -> Failure {
         FailureKind::Timeout
     } else if lower.contains("dns error") || lower.contains("failed to lookup address") {
         FailureKind::Dns
-    } else if lower.contains("certificate") || lower.contains("tls") || lower.contains("handshake") {
+    } else if lower.contains("certificate") || lower.contains("tls") || lower.contains("handshake")
+    {
         FailureKind::Tls
     } else if e.is_decode() {
         FailureKind::Decode
@@ -149,7 +170,11 @@ fn classify(e: reqwest::Error) -> Failure {
     } else {
         FailureKind::Other
     };
-    Failure { kind, message: chain, status: e.status().map(|s| s.as_u16()) }
+    Failure {
+        kind,
+        message: chain,
+        status: e.status().map(|s| s.as_u16()),
+    }
 }
 
 impl Downloader for HttpDownloader {
@@ -160,7 +185,10 @@ impl Downloader for HttpDownloader {
             feedback.crawl_delay = check.crawl_delay;
             if !check.allowed {
                 feedback.sent = check.fetched;
-                return Download { outcome: Fetched::Disallowed, feedback };
+                return Download {
+                    outcome: Fetched::Disallowed,
+                    feedback,
+                };
             }
         }
         feedback.sent = true;

@@ -14,6 +14,9 @@ impl Error {
         message: impl Into<String>,
         source: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
-        Self { message: message.into(), source: Some(Box::new(source)) }
+        Self {
+            message: message.into(),
+            source: Some(Box::new(source)),
+        }
     }
 }

@@ -21,7 +21,11 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
         return Some(Duration::from_secs(secs).min(RETRY_AFTER_CEILING));
     }
     let at = httpdate::parse_http_date(value).ok()?;
-    Some(at.duration_since(now).unwrap_or(Duration::ZERO).min(RETRY_AFTER_CEILING))
+    Some(
+        at.duration_since(now)
+            .unwrap_or(Duration::ZERO)
+            .min(RETRY_AFTER_CEILING),
+    )
 }
 
 #[cfg(test)]
@@ -40,7 +44,10 @@ mod tests {
         for bad in ["", "-5", "1.5", "soon", "Mon, 99 Foo 2024", "30s"] {
             assert_eq!(parse_retry_after(bad, now), None, "{bad}");
         }
-        assert_eq!(parse_retry_after("99999999999999999999999", now), Some(RETRY_AFTER_CEILING));
+        assert_eq!(
+            parse_retry_after("99999999999999999999999", now),
+            Some(RETRY_AFTER_CEILING)
+        );
         let far = "Fri, 31 Dec 9999 23:59:59 GMT";
         assert_eq!(parse_retry_after(far, now), Some(RETRY_AFTER_CEILING));
     }

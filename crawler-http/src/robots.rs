@@ -88,7 +88,11 @@ pub(crate) struct Check {
 
 impl RobotsCache {
     pub(crate) fn new(client: reqwest::Client, user_agent: &str) -> Self {
-        Self { client, agent: product_token(user_agent).to_owned(), origins: Mutex::default() }
+        Self {
+            client,
+            agent: product_token(user_agent).to_owned(),
+            origins: Mutex::default(),
+        }
     }
 
     /// Check `url`, fetching its origin's robots.txt first if it is not cached. Concurrent
@@ -110,7 +114,11 @@ impl RobotsCache {
                 self.fetch(origin)
             })
             .await;
-        Check { allowed: rules.allowed(url), crawl_delay: rules.crawl_delay(), fetched }
+        Check {
+            allowed: rules.allowed(url),
+            crawl_delay: rules.crawl_delay(),
+            fetched,
+        }
     }
 
     async fn fetch(&self, origin: String) -> Arc<RobotsRules> {
@@ -121,7 +129,10 @@ impl RobotsCache {
                 match Robot::new(&self.agent, &body) {
                     Ok(robot) => (Rules::Parsed(Box::new(robot)), TTL),
                     Err(e) => {
-                        tracing::warn!(url = robots_url, "unreadable robots.txt, allowing all: {e}");
+                        tracing::warn!(
+                            url = robots_url,
+                            "unreadable robots.txt, allowing all: {e}"
+                        );
                         (Rules::AllowAll, TTL)
                     }
                 }
@@ -131,11 +142,17 @@ impl RobotsCache {
             // Any other 4xx (and odd statuses): no robots.txt, so everything is allowed.
             Ok((_, _)) => (Rules::AllowAll, TTL),
             Err(e) => {
-                tracing::warn!(url = robots_url, "robots.txt unreachable, disallowing for now: {e}");
+                tracing::warn!(
+                    url = robots_url,
+                    "robots.txt unreachable, disallowing for now: {e}"
+                );
                 (Rules::DisallowAll, RETRY_UNREACHABLE)
             }
         };
-        Arc::new(RobotsRules { rules, expires: now + ttl })
+        Arc::new(RobotsRules {
+            rules,
+            expires: now + ttl,
+        })
     }
 
     async fn download(&self, url: &str) -> Result<(u16, Vec<u8>), reqwest::Error> {
@@ -146,7 +163,10 @@ impl RobotsCache {
             let room = ROBOTS_MAX_BYTES - body.len();
             body.extend_from_slice(&chunk[..chunk.len().min(room)]);
             if body.len() >= ROBOTS_MAX_BYTES {
-                tracing::warn!(url, "robots.txt larger than {ROBOTS_MAX_BYTES} bytes; reading the first part only");
+                tracing::warn!(
+                    url,
+                    "robots.txt larger than {ROBOTS_MAX_BYTES} bytes; reading the first part only"
+                );
                 break;
             }
         }
@@ -167,8 +187,15 @@ mod tests {
 
     #[test]
     fn parsed_rules_allow_disallow_and_delay() {
-        let robot = Robot::new("crawler", b"User-agent: *\nDisallow: /private/\nCrawl-delay: 2\nSitemap: http://h/s.xml\n").unwrap();
-        let rules = RobotsRules { rules: Rules::Parsed(Box::new(robot)), expires: Instant::now() };
+        let robot = Robot::new(
+            "crawler",
+            b"User-agent: *\nDisallow: /private/\nCrawl-delay: 2\nSitemap: http://h/s.xml\n",
+        )
+        .unwrap();
+        let rules = RobotsRules {
+            rules: Rules::Parsed(Box::new(robot)),
+            expires: Instant::now(),
+        };
         assert!(rules.allowed(&Url::parse("http://h/public").unwrap()));
         assert!(!rules.allowed(&Url::parse("http://h/private/x").unwrap()));
         assert_eq!(rules.crawl_delay(), Some(Duration::from_secs(2)));

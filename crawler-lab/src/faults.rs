@@ -180,8 +180,7 @@ pub(crate) fn transcode_pound(body: &mut Vec<u8>, with: &[u8]) {
 }
 
 /// Bytes appended to the description by the charset faults.
-pub(crate) const WINDOWS_1252_EXTRA: &[u8] =
-    b" Caf\xe9 \x93cr\xe8me br\xfbl\xe9e\x94 \xa34.50";
+pub(crate) const WINDOWS_1252_EXTRA: &[u8] = b" Caf\xe9 \x93cr\xe8me br\xfbl\xe9e\x94 \xa34.50";
 pub(crate) const SHIFT_JIS_EXTRA: &[u8] = b" \x93\xfa\x96\x7b\x8c\xea\x82\xcc\x96\x7b";
 pub(crate) const INVALID_UTF8_EXTRA: &[u8] = b" \xff\xfe\xc3\x28 mojibake";
 
@@ -297,7 +296,10 @@ mod tests {
 
     #[test]
     fn every_fault_name_round_trips() {
-        for k in FaultKind::PAGE_FAULTS.into_iter().chain(FaultKind::SITEMAP_FAULTS) {
+        for k in FaultKind::PAGE_FAULTS
+            .into_iter()
+            .chain(FaultKind::SITEMAP_FAULTS)
+        {
             assert_eq!(FaultKind::from_name(k.name()), Some(k));
         }
     }

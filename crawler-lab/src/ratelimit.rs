@@ -88,6 +88,15 @@ impl ClientState {
 
     /// Admits or refuses one request; refusals consume nothing.
     pub(crate) fn admit(&mut self, limit: Limit, now: Duration) -> Verdict {
+        self.evaluate(limit, now, true)
+    }
+
+    /// The verdict a request would get now, consuming nothing.
+    pub(crate) fn peek(&mut self, limit: Limit, now: Duration) -> Verdict {
+        self.evaluate(limit, now, false)
+    }
+
+    fn evaluate(&mut self, limit: Limit, now: Duration, consume: bool) -> Verdict {
         match limit {
             Limit::TokenBucket { rate, burst } => {
                 let burst_f = f64::from(burst);
@@ -95,7 +104,7 @@ impl ClientState {
                 self.tokens = (self.tokens + rate * elapsed).min(burst_f);
                 self.refilled_at = now;
                 let allowed = self.tokens >= 1.0;
-                if allowed {
+                if allowed && consume {
                     self.tokens -= 1.0;
                 }
                 Verdict {
@@ -120,7 +129,7 @@ impl ClientState {
                     self.window_used = 0;
                 }
                 let allowed = self.window_used < limit;
-                if allowed {
+                if allowed && consume {
                     self.window_used += 1;
                 }
                 let reset = ((index + 1) as f64 * w - t).max(0.0);

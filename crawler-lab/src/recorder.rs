@@ -144,10 +144,7 @@ impl Recorder {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic elsewhere while holding the lock leaves a consistent Vec; keep recording.
-        self.inner
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn record(&self, o: &Observation<'_>) {

@@ -213,18 +213,21 @@ const NAMED: &[(&str, &str)] = &[
         "hard-block",
         "more than 10 requests in any second: 403 for 60 s",
     ),
-    (
-        "robots-crawl-delay",
-        "robots.txt adds `Crawl-delay: 2`",
-    ),
+    ("robots-crawl-delay", "robots.txt adds `Crawl-delay: 2`"),
     (
         "robots-agents",
         "robots.txt with per-agent groups (`*`, `crawler`, `BadBot`)",
     ),
     ("robots-404", "robots.txt answers 404 (no rules)"),
     ("robots-403", "robots.txt answers 403 (no rules, RFC 9309)"),
-    ("robots-500", "robots.txt answers 500 (assume full disallow)"),
-    ("robots-503", "robots.txt answers 503 (assume full disallow)"),
+    (
+        "robots-500",
+        "robots.txt answers 500 (assume full disallow)",
+    ),
+    (
+        "robots-503",
+        "robots.txt answers 503 (assume full disallow)",
+    ),
     (
         "robots-timeout",
         "robots.txt sends nothing for 30 s, then the standard rules",
@@ -289,9 +292,7 @@ impl Scenario {
     /// A named scenario (see the crate docs); the error lists the valid names.
     pub fn by_name(name: &str) -> Result<Self, Error> {
         let five = || Self::rate_limited(5.0, 20).retry_after(RetryAfter::Seconds(30));
-        let headers = |d: Dialect| {
-            Self::quota(50, Duration::from_secs(10)).ratelimit_headers(d)
-        };
+        let headers = |d: Dialect| Self::quota(50, Duration::from_secs(10)).ratelimit_headers(d);
         let block = || Block::new(10, Duration::from_secs(60));
         let scenario = match name {
             "open" => Self::open(),
@@ -432,7 +433,9 @@ impl Scenario {
 
     pub(crate) fn validate(&self) -> Result<(), Error> {
         match self.limit {
-            Some(Limit::TokenBucket { rate, burst }) if !(rate > 0.0 && rate.is_finite()) || burst == 0 => {
+            Some(Limit::TokenBucket { rate, burst })
+                if !(rate > 0.0 && rate.is_finite()) || burst == 0 =>
+            {
                 return Err(Error::invalid(format!(
                     "scenario `{}`: a token bucket needs rate > 0 and burst >= 1 (got rate {rate}, burst {burst})",
                     self.name

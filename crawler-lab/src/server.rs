@@ -249,7 +249,10 @@ fn parse_head(buf: &[u8]) -> Parsed {
         } else if name.eq_ignore_ascii_case("x-lab-client") {
             head.lab_client = Some(span(buf, value));
         } else if name.eq_ignore_ascii_case("content-length") {
-            match std::str::from_utf8(value).ok().and_then(|v| v.trim().parse().ok()) {
+            match std::str::from_utf8(value)
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+            {
                 Some(n) => head.content_length = n,
                 None => return Parsed::Bad(400),
             }
@@ -267,7 +270,7 @@ fn parse_head(buf: &[u8]) -> Parsed {
     Parsed::Done(head)
 }
 
-fn text(buf: &[u8], r: &Option<Range<usize>>) -> Option<&str> {
+fn text<'a>(buf: &'a [u8], r: &Option<Range<usize>>) -> Option<&'a str> {
     r.as_ref()
         .and_then(|r| std::str::from_utf8(&buf[r.clone()]).ok())
         .map(str::trim)
@@ -319,7 +322,10 @@ async fn connection(
                     return;
                 }
                 Parsed::Partial => {
-                    if *shutdown.borrow() || !fill(&mut stream, &mut rbuf, rbuf.len() + 1, &mut shutdown).await {
+                    let want = rbuf.len() + 1;
+                    if *shutdown.borrow()
+                        || !fill(&mut stream, &mut rbuf, want, &mut shutdown).await
+                    {
                         return;
                     }
                 }
@@ -419,7 +425,12 @@ async fn send(
     shutdown: &mut watch::Receiver<bool>,
 ) -> bool {
     w.clear();
-    put!(w, "HTTP/1.1 {} {}\r\nServer: crawler-lab\r\nDate: ", reply.status, reason(reply.status));
+    put!(
+        w,
+        "HTTP/1.1 {} {}\r\nServer: crawler-lab\r\nDate: ",
+        reply.status,
+        reason(reply.status)
+    );
     with_date(|d| w.extend_from_slice(d));
     w.extend_from_slice(b"\r\n");
     let no_body = reply.status == 304 || (100..200).contains(&reply.status) || reply.status == 204;

@@ -25,25 +25,124 @@ pub(crate) const CATEGORIES: [(&str, &str); 10] = [
 ];
 
 const ADJECTIVES: [&str; 32] = [
-    "Silent", "Crimson", "Hidden", "Golden", "Broken", "Distant", "Forgotten", "Restless",
-    "Burning", "Frozen", "Quiet", "Wandering", "Scarlet", "Hollow", "Bright", "Secret", "Ancient",
-    "Gentle", "Savage", "Midnight", "Velvet", "Iron", "Paper", "Glass", "Wild", "Last", "Lost",
-    "Little", "Endless", "Northern", "Southern", "Painted",
+    "Silent",
+    "Crimson",
+    "Hidden",
+    "Golden",
+    "Broken",
+    "Distant",
+    "Forgotten",
+    "Restless",
+    "Burning",
+    "Frozen",
+    "Quiet",
+    "Wandering",
+    "Scarlet",
+    "Hollow",
+    "Bright",
+    "Secret",
+    "Ancient",
+    "Gentle",
+    "Savage",
+    "Midnight",
+    "Velvet",
+    "Iron",
+    "Paper",
+    "Glass",
+    "Wild",
+    "Last",
+    "Lost",
+    "Little",
+    "Endless",
+    "Northern",
+    "Southern",
+    "Painted",
 ];
 
 const NOUNS: [&str; 32] = [
-    "River", "Garden", "Kingdom", "Lighthouse", "Orchard", "Harbour", "Mountain", "Library",
-    "Forest", "Station", "Cathedral", "Island", "Compass", "Lantern", "Mirror", "Meadow",
-    "Archive", "Bridge", "Voyage", "Summer", "Winter", "Letter", "Clock", "Sparrow", "Empire",
-    "Theory", "Tide", "Engine", "Atlas", "Ember", "Canyon", "Citadel",
+    "River",
+    "Garden",
+    "Kingdom",
+    "Lighthouse",
+    "Orchard",
+    "Harbour",
+    "Mountain",
+    "Library",
+    "Forest",
+    "Station",
+    "Cathedral",
+    "Island",
+    "Compass",
+    "Lantern",
+    "Mirror",
+    "Meadow",
+    "Archive",
+    "Bridge",
+    "Voyage",
+    "Summer",
+    "Winter",
+    "Letter",
+    "Clock",
+    "Sparrow",
+    "Empire",
+    "Theory",
+    "Tide",
+    "Engine",
+    "Atlas",
+    "Ember",
+    "Canyon",
+    "Citadel",
 ];
 
 const WORDS: [&str; 48] = [
-    "the", "a", "of", "and", "in", "journey", "city", "night", "light", "story", "family",
-    "secret", "war", "love", "river", "house", "memory", "stranger", "letters", "winter", "sea",
-    "promise", "years", "village", "music", "garden", "voice", "truth", "shadow", "road", "found",
-    "lost", "between", "beyond", "under", "returns", "discovers", "remembers", "quietly",
-    "forever", "together", "alone", "old", "young", "brave", "curious", "small", "vast",
+    "the",
+    "a",
+    "of",
+    "and",
+    "in",
+    "journey",
+    "city",
+    "night",
+    "light",
+    "story",
+    "family",
+    "secret",
+    "war",
+    "love",
+    "river",
+    "house",
+    "memory",
+    "stranger",
+    "letters",
+    "winter",
+    "sea",
+    "promise",
+    "years",
+    "village",
+    "music",
+    "garden",
+    "voice",
+    "truth",
+    "shadow",
+    "road",
+    "found",
+    "lost",
+    "between",
+    "beyond",
+    "under",
+    "returns",
+    "discovers",
+    "remembers",
+    "quietly",
+    "forever",
+    "together",
+    "alone",
+    "old",
+    "young",
+    "brave",
+    "curious",
+    "small",
+    "vast",
 ];
 
 /// 2024-01-01T00:00:00Z: base of every book's first Last-Modified.
@@ -116,7 +215,11 @@ impl Catalogue {
     }
 
     fn changed_in(seed: u64, id: u32, version: usize, fraction: f64) -> bool {
-        unit(hash3(seed, u64::from(id), 0x6d75_7461_7465 + version as u64)) < fraction
+        unit(hash3(
+            seed,
+            u64::from(id),
+            0x6d75_7461_7465 + version as u64,
+        )) < fraction
     }
 
     /// The last mutation (1-based) that changed the book, or 0.
@@ -296,7 +399,11 @@ impl Catalogue {
     }
 
     pub(crate) fn render_index(&self, out: &mut Vec<u8>) {
-        self.open_page(out, b"Home", "A small generated book shop for testing crawlers.");
+        self.open_page(
+            out,
+            b"Home",
+            "A small generated book shop for testing crawlers.",
+        );
         put!(
             out,
             "<h1>Welcome to Books to Crawl</h1>\n<p>We stock {} books in {} categories. Start with <a href=\"/catalogue/page-1.html\">the full catalogue</a> or pick a category:</p>\n<ul class=\"categories\">\n",
@@ -434,10 +541,10 @@ impl Catalogue {
     fn write_description(&self, id: u32, rev: u32, out: &mut Vec<u8>) {
         let mut h = hash3(self.seed, u64::from(id), 0x6465_7363 ^ u64::from(rev));
         for i in 0..110u32 {
-            if i % 16 == 0 {
+            if i % 8 == 0 {
                 h = crate::util::mix(h.wrapping_add(u64::from(i)));
             }
-            let word = WORDS[(h >> ((i % 8) * 6)) as usize % WORDS.len()];
+            let word = WORDS[(h >> ((i % 8) * 8)) as usize % WORDS.len()];
             if i % 14 == 0 {
                 if i > 0 {
                     out.extend_from_slice(b". ");

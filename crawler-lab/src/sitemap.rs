@@ -107,7 +107,11 @@ fn render_index(cat: &Catalogue, base: &str, bad: bool) -> Arc<[u8]> {
     }
     if bad {
         for f in FaultKind::SITEMAP_FAULTS {
-            put!(&mut out, "<sitemap><loc>{base}fault/{}</loc></sitemap>\n", f.name());
+            put!(
+                &mut out,
+                "<sitemap><loc>{base}fault/{}</loc></sitemap>\n",
+                f.name()
+            );
         }
     }
     out.extend_from_slice(b"</sitemapindex>\n");
@@ -117,7 +121,10 @@ fn render_index(cat: &Catalogue, base: &str, bad: bool) -> Arc<[u8]> {
 fn render_urlset(cat: &Catalogue, base: &str, k: u32, out: &mut Vec<u8>) {
     out.extend_from_slice(b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<urlset xmlns=\"http://www.sitemaps.org/schemas/sitemap/0.9\">\n");
     for id in range(cat, k) {
-        put!(out, "<url><loc>{base}catalogue/book-{id}.html</loc><lastmod>");
+        put!(
+            out,
+            "<url><loc>{base}catalogue/book-{id}.html</loc><lastmod>"
+        );
         w3c_datetime(out, cat.book_modified(id, cat.revision(id)), u64::from(id));
         out.extend_from_slice(b"</lastmod></url>\n");
     }

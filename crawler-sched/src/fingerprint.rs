@@ -74,7 +74,10 @@ mod tests {
 
     #[test]
     fn canonicalisation_merges_equivalent_urls() {
-        assert_eq!(fp("HTTP://Example.COM/a?x=1"), fp("http://example.com/a?x=1"));
+        assert_eq!(
+            fp("HTTP://Example.COM/a?x=1"),
+            fp("http://example.com/a?x=1")
+        );
         assert_eq!(fp("http://example.com:80/a"), fp("http://example.com/a"));
         assert_eq!(fp("https://example.com:443/a"), fp("https://example.com/a"));
         assert_eq!(fp("http://example.com/a#top"), fp("http://example.com/a"));
@@ -87,8 +90,14 @@ mod tests {
 
     #[test]
     fn distinct_requests_stay_distinct() {
-        assert_ne!(fp("http://example.com/a?x=1"), fp("http://example.com/a?x=2"));
-        assert_ne!(fp("http://example.com/a?b=1&a=2"), fp("http://example.com/a?a=2&b=1"));
+        assert_ne!(
+            fp("http://example.com/a?x=1"),
+            fp("http://example.com/a?x=2")
+        );
+        assert_ne!(
+            fp("http://example.com/a?b=1&a=2"),
+            fp("http://example.com/a?a=2&b=1")
+        );
         assert_ne!(fp("http://example.com/A"), fp("http://example.com/a"));
         assert_ne!(fp("http://example.com:8080/a"), fp("http://example.com/a"));
         assert_ne!(fp("https://example.com/a"), fp("http://example.com/a"));

@@ -1,8 +1,8 @@
 //! The in-memory frontier: de-duplication, filters, per-host queues and slots, and the ready
 //! heap that says which host may send next.
 
-use std::cmp::{Ordering, Reverse};
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::time::Duration;
 
 use crawler_core::{
@@ -10,7 +10,9 @@ use crawler_core::{
 };
 use tokio::time::Instant;
 
-use crate::fingerprint::{FpBuild, fingerprint};
+use crate::error::Error;
+use crate::fingerprint::fingerprint;
+use crate::store::{Entry, MemoryStore, QueueStore};
 use crate::throttle::{FixedDelay, Throttle};
 
 /// The slot key of a URL: the host, plus the port when it is not the scheme's default, since
@@ -77,7 +79,9 @@ pub fn is_allowed_domain(url: &Url, domains: &[String]) -> bool {
     if domains.is_empty() {
         return true;
     }
-    let Some(host) = url.host_str() else { return false };
+    let Some(host) = url.host_str() else {
+        return false;
+    };
     let host = host.trim_start_matches('[').trim_end_matches(']');
     domains.iter().any(|d| {
         host == d
@@ -87,76 +91,73 @@ pub fn is_allowed_domain(url: &Url, domains: &[String]) -> bool {
     })
 }
 
-struct Queued {
-    priority: i32,
-    seq: u64,
-    request: Request,
-}
-
-impl PartialEq for Queued {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-impl Eq for Queued {}
-impl PartialOrd for Queued {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Queued {
-    // Max-heap: higher priority first, then first in, first out.
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.priority.cmp(&other.priority).then(other.seq.cmp(&self.seq))
-    }
-}
-
 struct Host {
     key: String,
-    queue: BinaryHeap<Queued>,
     in_flight: usize,
     throttle: Box<dyn Throttle>,
     /// Whether an entry for this host sits in the ready heap (at most one at a time).
     scheduled: bool,
 }
 
-/// The in-memory [`Scheduler`].
-pub struct Frontier {
+/// The [`Scheduler`]: filters and de-duplication, per-host slots, and the ready heap, over a
+/// [`QueueStore`] that holds the queues (in memory by default).
+pub struct Frontier<S: QueueStore = MemoryStore> {
     config: FrontierConfig,
-    seen: HashSet<u128, FpBuild>,
+    store: S,
     hosts: Vec<Host>,
     host_ids: HashMap<String, usize>,
+    /// (ready at, tie-breaker, host index): the next host allowed to send is on top.
     ready: BinaryHeap<Reverse<(Instant, u64, usize)>>,
+    /// Store lease id to host index.
     leases: HashMap<u64, usize>,
-    next_lease: u64,
     seq: u64,
-    queued: usize,
+    error: Option<Error>,
 }
 
-impl Frontier {
-    /// An empty frontier.
+impl Frontier<MemoryStore> {
+    /// An empty in-memory frontier.
     pub fn new(config: FrontierConfig) -> Self {
-        Self {
+        Self::with_store(config, MemoryStore::new())
+    }
+}
+
+impl<S: QueueStore> Frontier<S> {
+    /// A frontier over `store`, picking up any requests it already holds (a resumed crawl).
+    pub fn with_store(config: FrontierConfig, store: S) -> Self {
+        let seq = store.next_seq();
+        let mut f = Self {
             config,
-            seen: HashSet::default(),
+            store,
             hosts: Vec::new(),
             host_ids: HashMap::new(),
             ready: BinaryHeap::new(),
             leases: HashMap::new(),
-            next_lease: 0,
-            seq: 0,
-            queued: 0,
+            seq,
+            error: None,
+        };
+        let now = Instant::now();
+        for host in f.store.hosts() {
+            let id = f.host_id(host, now);
+            f.reschedule(id, now);
         }
+        f
     }
 
-    /// Number of distinct fingerprints seen.
-    pub fn seen(&self) -> usize {
-        self.seen.len()
+    /// The queue store.
+    pub fn store(&self) -> &S {
+        &self.store
     }
 
     /// Hosts with their queued and in-flight counts.
     pub fn hosts(&self) -> impl Iterator<Item = (&str, usize, usize)> {
-        self.hosts.iter().map(|h| (h.key.as_str(), h.queue.len(), h.in_flight))
+        self.hosts
+            .iter()
+            .map(|h| (h.key.as_str(), self.store.host_len(&h.key), h.in_flight))
+    }
+
+    fn failed(&mut self, e: Error) {
+        tracing::error!("frontier store failed: {e}");
+        self.error.get_or_insert(e);
     }
 
     fn filter(&self, req: &Request) -> Option<FilterReason> {
@@ -180,7 +181,6 @@ impl Frontier {
         let throttle = (self.config.throttle)(&key, now);
         self.hosts.push(Host {
             key: key.clone(),
-            queue: BinaryHeap::new(),
             in_flight: 0,
             throttle,
             scheduled: false,
@@ -191,32 +191,45 @@ impl Frontier {
 
     /// Put a host in the ready heap if it has work and room for another request.
     fn reschedule(&mut self, id: usize, now: Instant) {
-        let Some(host) = self.hosts.get_mut(id) else { return };
-        if host.scheduled || host.queue.is_empty() || host.in_flight >= host.throttle.concurrency()
+        let Some(host) = self.hosts.get_mut(id) else {
+            return;
+        };
+        if host.scheduled
+            || host.in_flight >= host.throttle.concurrency()
+            || self.store.host_len(&host.key) == 0
         {
             return;
         }
         host.scheduled = true;
         self.seq += 1;
-        self.ready.push(Reverse((host.throttle.ready_at().max(now), self.seq, id)));
+        self.ready
+            .push(Reverse((host.throttle.ready_at().max(now), self.seq, id)));
     }
 }
 
-impl Scheduler for Frontier {
+impl<S: QueueStore> Scheduler for Frontier<S> {
     fn enqueue(&mut self, request: Request, now: Instant) -> Admission {
         if let Some(reason) = self.filter(&request) {
             return Admission::Filtered(reason);
         }
-        if !request.dont_filter && !self.seen.insert(fingerprint(&request).0) {
-            return Admission::Filtered(FilterReason::Duplicate);
+        if !request.dont_filter {
+            match self.store.insert_seen(fingerprint(&request)) {
+                Ok(true) => {}
+                Ok(false) => return Admission::Filtered(FilterReason::Duplicate),
+                Err(e) => self.failed(e),
+            }
         }
-        let id = self.host_id(host_key(&request.url), now);
+        let key = host_key(&request.url);
         self.seq += 1;
-        let seq = self.seq;
-        if let Some(host) = self.hosts.get_mut(id) {
-            host.queue.push(Queued { priority: request.priority, seq, request });
+        let entry = Entry {
+            priority: request.priority,
+            seq: self.seq,
+            request,
+        };
+        if let Err(e) = self.store.push(&key, entry) {
+            self.failed(e);
         }
-        self.queued += 1;
+        let id = self.host_id(key, now);
         self.reschedule(id, now);
         Admission::Queued
     }
@@ -227,9 +240,11 @@ impl Scheduler for Frontier {
                 return Next::NotBefore(at);
             }
             self.ready.pop();
-            let Some(host) = self.hosts.get_mut(id) else { continue };
+            let Some(host) = self.hosts.get_mut(id) else {
+                continue;
+            };
             host.scheduled = false;
-            if host.queue.is_empty() || host.in_flight >= host.throttle.concurrency() {
+            if host.in_flight >= host.throttle.concurrency() {
                 continue;
             }
             // A hold may have arrived since this entry was pushed.
@@ -237,12 +252,16 @@ impl Scheduler for Frontier {
                 self.reschedule(id, now);
                 continue;
             }
-            let Some(Queued { request, .. }) = host.queue.pop() else { continue };
+            let (lease, request) = match self.store.lease(&host.key) {
+                Ok(Some(leased)) => leased,
+                Ok(None) => continue,
+                Err(e) => {
+                    self.failed(e);
+                    continue;
+                }
+            };
             host.in_flight += 1;
             host.throttle.on_send(now);
-            self.queued -= 1;
-            self.next_lease += 1;
-            let lease = self.next_lease;
             self.leases.insert(lease, id);
             self.reschedule(id, now);
             return Next::Ready(Lease(lease), request);
@@ -251,17 +270,33 @@ impl Scheduler for Frontier {
     }
 
     fn complete(&mut self, lease: Lease, feedback: &Feedback, now: Instant) {
-        let Some(id) = self.leases.remove(&lease.0) else { return };
+        let Some(id) = self.leases.remove(&lease.0) else {
+            return;
+        };
+        if let Err(e) = self.store.ack(lease.0) {
+            self.failed(e);
+        }
         if let Some(host) = self.hosts.get_mut(id) {
             host.in_flight = host.in_flight.saturating_sub(1);
             host.throttle.on_feedback(feedback, now);
-            // A feedback may move ready_at; the heap entry (if any) is re-checked in next().
         }
+        // The feedback may have moved the host's ready time; a heap entry already pushed is
+        // re-checked against the throttle when it comes up in next().
         self.reschedule(id, now);
     }
 
     fn queued(&self) -> usize {
-        self.queued
+        self.store.queued()
+    }
+
+    fn take_error(&mut self) -> Option<crawler_core::Error> {
+        self.error.take().map(|e| {
+            crawler_core::Error::new(
+                crawler_core::ErrorKind::Storage,
+                "the frontier store failed",
+            )
+            .with_source(e)
+        })
     }
 }
 
@@ -289,28 +324,52 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn duplicates_offsite_depth_and_long_urls_are_filtered() {
-        let mut s = Settings::default();
-        s.depth_limit = 2;
-        s.max_url_length = 60;
+        let s = Settings {
+            depth_limit: 2,
+            max_url_length: 60,
+            ..Default::default()
+        };
         let mut f = frontier(&s, &["Example.com", "books.test:8080"]);
         let now = Instant::now();
-        assert_eq!(f.enqueue(req("http://example.com/a"), now), Admission::Queued);
+        assert_eq!(
+            f.enqueue(req("http://example.com/a"), now),
+            Admission::Queued
+        );
         assert_eq!(
             f.enqueue(req("http://EXAMPLE.com:80/a#x"), now),
             Admission::Filtered(FilterReason::Duplicate)
         );
-        assert_eq!(f.enqueue(req("http://www.example.com/a"), now), Admission::Queued);
-        assert_eq!(f.enqueue(req("http://books.test:8080/"), now), Admission::Queued);
-        for off in ["http://badexample.com/", "http://example.org/", "http://com/"] {
-            assert_eq!(f.enqueue(req(off), now), Admission::Filtered(FilterReason::Offsite));
+        assert_eq!(
+            f.enqueue(req("http://www.example.com/a"), now),
+            Admission::Queued
+        );
+        assert_eq!(
+            f.enqueue(req("http://books.test:8080/"), now),
+            Admission::Queued
+        );
+        for off in [
+            "http://badexample.com/",
+            "http://example.org/",
+            "http://com/",
+        ] {
+            assert_eq!(
+                f.enqueue(req(off), now),
+                Admission::Filtered(FilterReason::Offsite)
+            );
         }
         let mut deep = req("http://example.com/deep");
         deep.depth = 3;
-        assert_eq!(f.enqueue(deep.clone(), now), Admission::Filtered(FilterReason::Depth));
+        assert_eq!(
+            f.enqueue(deep.clone(), now),
+            Admission::Filtered(FilterReason::Depth)
+        );
         deep.depth = 2;
         assert_eq!(f.enqueue(deep, now), Admission::Queued);
         let long = format!("http://example.com/{}", "x".repeat(60));
-        assert_eq!(f.enqueue(req(&long), now), Admission::Filtered(FilterReason::UrlTooLong));
+        assert_eq!(
+            f.enqueue(req(&long), now),
+            Admission::Filtered(FilterReason::UrlTooLong)
+        );
         assert_eq!(f.queued(), 4);
         let mut again = req("http://example.com/a");
         again.dont_filter = true;
@@ -319,9 +378,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn one_host_waits_its_delay_while_others_proceed() {
-        let mut s = Settings::default();
-        s.download_delay = Duration::from_secs(2);
-        s.randomize_delay = false;
+        let s = Settings {
+            download_delay: Duration::from_secs(2),
+            randomize_delay: false,
+            ..Default::default()
+        };
         let mut f = frontier(&s, &[]);
         let t0 = Instant::now();
         for u in ["http://a.test/1", "http://a.test/2", "http://b.test/1"] {
@@ -329,11 +390,21 @@ mod tests {
         }
         let (l1, r1) = ready(&mut f, t0);
         let (l2, r2) = ready(&mut f, t0);
-        let hosts: Vec<_> = [r1.url.host_str(), r2.url.host_str()].into_iter().flatten().collect();
-        assert!(hosts.contains(&"a.test") && hosts.contains(&"b.test"), "{hosts:?}");
+        let hosts: Vec<_> = [r1.url.host_str(), r2.url.host_str()]
+            .into_iter()
+            .flatten()
+            .collect();
+        assert!(
+            hosts.contains(&"a.test") && hosts.contains(&"b.test"),
+            "{hosts:?}"
+        );
         // a.test has one in flight (concurrency 1): nothing is ready until it completes.
         assert!(matches!(f.next(t0), Next::Empty));
-        let fb = Feedback { sent: true, status: Some(200), ..Default::default() };
+        let fb = Feedback {
+            sent: true,
+            status: Some(200),
+            ..Default::default()
+        };
         f.complete(l1, &fb, t0);
         f.complete(l2, &fb, t0);
         match f.next(t0) {
@@ -348,8 +419,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn priority_first_then_first_in_first_out() {
-        let mut s = Settings::default();
-        s.download_delay = Duration::ZERO;
+        let s = Settings {
+            download_delay: Duration::ZERO,
+            ..Default::default()
+        };
         let mut f = frontier(&s, &[]);
         let now = Instant::now();
         f.enqueue(req("http://a.test/low1"), now);
@@ -359,16 +432,25 @@ mod tests {
         for _ in 0..3 {
             let (l, r) = ready(&mut f, now);
             order.push(r.url.path().to_owned());
-            f.complete(l, &Feedback { sent: true, ..Default::default() }, now);
+            f.complete(
+                l,
+                &Feedback {
+                    sent: true,
+                    ..Default::default()
+                },
+                now,
+            );
         }
         assert_eq!(order, ["/high", "/low1", "/low2"]);
     }
 
     #[tokio::test(start_paused = true)]
     async fn per_host_concurrency_is_respected() {
-        let mut s = Settings::default();
-        s.download_delay = Duration::ZERO;
-        s.concurrency_per_host = 3;
+        let s = Settings {
+            download_delay: Duration::ZERO,
+            concurrency_per_host: 3,
+            ..Default::default()
+        };
         let mut f = frontier(&s, &[]);
         let now = Instant::now();
         for i in 0..10 {
@@ -379,16 +461,25 @@ mod tests {
             leases.push(l);
         }
         assert_eq!(leases.len(), 3);
-        f.complete(leases[0], &Feedback { sent: true, ..Default::default() }, now);
+        f.complete(
+            leases[0],
+            &Feedback {
+                sent: true,
+                ..Default::default()
+            },
+            now,
+        );
         assert!(matches!(f.next(now), Next::Ready(..)));
         assert!(matches!(f.next(now), Next::Empty));
     }
 
     #[tokio::test(start_paused = true)]
     async fn retry_after_holds_the_whole_host() {
-        let mut s = Settings::default();
-        s.download_delay = Duration::ZERO;
-        s.concurrency_per_host = 2;
+        let s = Settings {
+            download_delay: Duration::ZERO,
+            concurrency_per_host: 2,
+            ..Default::default()
+        };
         let mut f = frontier(&s, &[]);
         let now = Instant::now();
         for i in 0..4 {
@@ -407,6 +498,9 @@ mod tests {
             Next::NotBefore(at) => assert_eq!(at, now + Duration::from_secs(30)),
             other => panic!("expected a hold, got {other:?}"),
         }
-        assert!(matches!(f.next(now + Duration::from_secs(30)), Next::Ready(..)));
+        assert!(matches!(
+            f.next(now + Duration::from_secs(30)),
+            Next::Ready(..)
+        ));
     }
 }

@@ -16,12 +16,14 @@
 //! assert!(matches!(frontier.next(now), Next::Ready(..)));
 //! ```
 
+mod error;
 mod fingerprint;
 mod frontier;
+mod store;
 mod throttle;
 
+pub use error::Error;
 pub use fingerprint::{Fingerprint, canonical_url, fingerprint};
-pub use frontier::{
-    Frontier, FrontierConfig, ThrottleFactory, host_key, is_allowed_domain,
-};
+pub use frontier::{Frontier, FrontierConfig, ThrottleFactory, host_key, is_allowed_domain};
+pub use store::{Entry, MemoryStore, QueueStore};
 pub use throttle::{FixedDelay, Throttle};

@@ -34,7 +34,13 @@ pub struct FixedDelay {
 impl FixedDelay {
     /// A throttle that waits `delay` between sends with at most `concurrency` in flight.
     pub fn new(delay: Duration, randomize: bool, concurrency: usize, now: Instant) -> Self {
-        Self { delay, randomize, concurrency: concurrency.max(1), next: now, before_send: now }
+        Self {
+            delay,
+            randomize,
+            concurrency: concurrency.max(1),
+            next: now,
+            before_send: now,
+        }
     }
 
     fn jittered(&self) -> Duration {
@@ -94,7 +100,10 @@ mod tests {
         for _ in 0..200 {
             t.on_send(prev);
             let gap = t.ready_at() - prev;
-            assert!(gap >= Duration::from_secs(1) && gap <= Duration::from_secs(3), "{gap:?}");
+            assert!(
+                gap >= Duration::from_secs(1) && gap <= Duration::from_secs(3),
+                "{gap:?}"
+            );
             prev = t.ready_at();
         }
     }
@@ -108,7 +117,11 @@ mod tests {
         t.on_feedback(&Feedback::default(), now);
         assert_eq!(t.ready_at(), now, "a robots refusal is free");
 
-        let fb = Feedback { sent: true, crawl_delay: Some(Duration::from_secs(5)), ..Default::default() };
+        let fb = Feedback {
+            sent: true,
+            crawl_delay: Some(Duration::from_secs(5)),
+            ..Default::default()
+        };
         t.on_send(now);
         t.on_feedback(&fb, now);
         assert_eq!(t.delay(), Duration::from_secs(5));
