@@ -93,6 +93,7 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         Crawl::new(books::Books { start: url })
             .set("concurrency", concurrency.to_string())
             .set("concurrency_per_host", concurrency.to_string())
+            .set("throttle", "fixed")
             .set("download_delay", "0s")
             .progress(false)
             .run(),

@@ -3,7 +3,8 @@
 //! Crawls a book catalogue: listing pages (following "next" and category links) and book
 //! detail pages (one item each: title, price, stock). With no argument it starts the bundled
 //! lab site in-process, so it runs offline; given a URL it crawls that site instead, with the
-//! default polite settings (robots.txt obeyed, one request at a time per host, ~1 s apart).
+//! default polite settings (robots.txt obeyed, each host starting at one request a second
+//! and adapting to how it answers).
 //!
 //! ```text
 //! cargo run --release --example books                 # the lab, 1,000 books

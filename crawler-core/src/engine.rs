@@ -202,6 +202,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
         let mut stopping = shutdown.requested() > 0;
         let mut abandoned = 0u64;
         let mut fatal: Option<Error> = None;
+        let retry = RetryPolicy::from(&settings);
         let mut ticker = tokio::time::interval(PROGRESS_TICK);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
@@ -242,8 +243,20 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                         Some(Err(e)) => (e.id(), Completion::panicked(&e)),
                         None => continue,
                     };
+                    let mut done = done;
+                    let now = Instant::now();
+                    if let Some(retry) = retry.plan(&mut done, now) {
+                        // Re-queued before the lease is completed, so a persistent frontier
+                        // never holds neither copy.
+                        scheduler.retry(retry.0, retry.1);
+                        stats.retries += 1;
+                    }
                     if let Some(lease) = leases.remove(&id) {
-                        scheduler.complete(lease, &done.feedback, Instant::now());
+                        scheduler.complete(lease, &done.feedback, now);
+                    }
+                    for (req, why) in scheduler.take_skipped() {
+                        tracing::warn!(url = %req.url, "not fetched: {why}");
+                        stats.skipped_host += 1;
                     }
                     if done.feed_closed {
                         tracing::error!("the feed writer stopped; stopping the crawl");
@@ -295,6 +308,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
             }
         }
         stats.pending = scheduler.queued() as u64 + abandoned;
+        stats.hosts = scheduler.host_stats();
         stats.elapsed = started.elapsed();
         debug_assert!(written <= stats.items_scraped);
         progress.send_replace(Progress {
@@ -333,6 +347,7 @@ fn account<Q: Scheduler>(scheduler: &mut Q, stats: &mut Stats, done: Completion)
         Terminal::NotModified => stats.not_modified += 1,
         Terminal::Disallowed => stats.disallowed += 1,
         Terminal::Failed(kind) => Stats::bump(&mut stats.failed, kind.as_str()),
+        Terminal::Retrying => {}
     }
     if let Some(status) = done.status {
         *stats.status.entry(status).or_default() += 1;
@@ -361,10 +376,87 @@ enum Terminal {
     NotModified,
     Disallowed,
     Failed(FailureKind),
+    /// Not terminal: queued again for another attempt.
+    Retrying,
+}
+
+/// Which failures are worth another attempt, and how long to wait before it.
+struct RetryPolicy {
+    times: u32,
+    codes: Vec<u16>,
+    base: Duration,
+    cap: Duration,
+}
+
+impl From<&Settings> for RetryPolicy {
+    fn from(s: &Settings) -> Self {
+        Self {
+            times: s.retry_times,
+            codes: s.retry_http_codes.clone(),
+            base: s.retry_backoff_base,
+            cap: s.retry_backoff_cap,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Whether a failure of this kind (and status) can succeed on another attempt.
+    fn retryable(&self, kind: FailureKind, status: Option<u16>) -> bool {
+        match kind {
+            FailureKind::Timeout | FailureKind::Connection | FailureKind::SoftBlock => true,
+            FailureKind::Status => status.is_some_and(|s| self.codes.contains(&s)),
+            _ => false,
+        }
+    }
+
+    /// Full-jitter exponential backoff: uniform in [0, min(cap, base x 2^attempt)].
+    fn backoff(&self, attempt: u32) -> Duration {
+        let ceiling = self
+            .base
+            .saturating_mul(1u32 << attempt.min(20))
+            .min(self.cap);
+        ceiling.mul_f64(rand_unit())
+    }
+
+    /// If `done` should be retried, take its request out and say when to send it again.
+    fn plan(&self, done: &mut Completion, now: Instant) -> Option<(Request, Instant)> {
+        let Terminal::Failed(kind) = done.terminal else {
+            return None;
+        };
+        if !self.retryable(kind, done.status) {
+            return None;
+        }
+        let req = done.request.as_ref()?;
+        if req.retries >= self.times {
+            return None;
+        }
+        let mut req = done.request.take()?;
+        req.retries += 1;
+        req.dont_filter = true;
+        // A server's Retry-After wins over our own guess; the host's slot holds it too.
+        let wait = done
+            .feedback
+            .retry_after
+            .unwrap_or_else(|| self.backoff(req.retries));
+        tracing::debug!(url = %req.url, attempt = req.retries, ?wait, reason = %kind, "retrying");
+        done.terminal = Terminal::Retrying;
+        Some((req, now + wait))
+    }
+}
+
+/// A uniform random number in [0, 1), from the standard library's randomly keyed hasher, so
+/// core needs no RNG dependency for one jitter draw per retry.
+fn rand_unit() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0);
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// One request's result, reported to the engine loop.
 struct Completion {
+    /// The request, kept for a retry.
+    request: Option<Request>,
     feedback: Feedback,
     terminal: Terminal,
     status: Option<u16>,
@@ -380,6 +472,7 @@ struct Completion {
 impl Completion {
     fn new(feedback: Feedback, terminal: Terminal) -> Self {
         Self {
+            request: None,
             feedback,
             terminal,
             status: None,
@@ -436,6 +529,7 @@ async fn work<S: Spider, D: Downloader>(ctx: Arc<Ctx<S, D>>, req: Request) -> Co
         if status >= 400 {
             tracing::debug!(url = %req.url, status, "response not handled by the spider");
         }
+        done.request = Some(req);
         return done;
     }
 

@@ -37,6 +37,10 @@ pub enum FailureKind {
     Status,
     /// The spider's callback failed or panicked.
     Spider,
+    /// A 200 response that was really a challenge or block page.
+    SoftBlock,
+    /// The host asked for a wait longer than `max_retry_after`; skipped for this run.
+    HostSkipped,
     /// Anything else.
     Other,
 }
@@ -55,6 +59,8 @@ impl FailureKind {
             Self::Decode => "decode",
             Self::Status => "http_status",
             Self::Spider => "spider_error",
+            Self::SoftBlock => "soft_block",
+            Self::HostSkipped => "host_skipped",
             Self::Other => "other",
         }
     }
@@ -116,6 +122,46 @@ pub struct Feedback {
     pub retry_after: Option<Duration>,
     /// robots.txt Crawl-delay for this host, once known.
     pub crawl_delay: Option<Duration>,
+    /// What the response's RateLimit headers said, in whichever dialect they came.
+    pub rate_limit: Option<RateLimitReading>,
+    /// The response was a challenge page (soft block) rather than content.
+    pub soft_block: bool,
+}
+
+/// A server's statement of its remaining quota, normalised from any RateLimit dialect.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimitReading {
+    /// Requests left in the current window.
+    pub remaining: u64,
+    /// Time until the window resets (the quota refills).
+    pub reset: Duration,
+    /// The window's quota, when the server said.
+    pub limit: Option<u64>,
+}
+
+/// Per-host figures for the final summary and progress displays.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct HostStats {
+    /// The host key.
+    pub host: String,
+    /// Requests sent.
+    pub requests: u64,
+    /// Responses by status.
+    pub status: std::collections::BTreeMap<u16, u64>,
+    /// Mean latency in seconds.
+    pub latency_mean: f64,
+    /// 95th percentile latency in seconds.
+    pub latency_p95: f64,
+    /// The current rate the host is paced at (requests/s), if the throttle sets one.
+    pub rate: Option<f64>,
+    /// Holds placed on the host (Retry-After, RateLimit exhausted, soft block).
+    pub holds: u64,
+    /// Total time under holds, in seconds.
+    pub hold_secs: f64,
+    /// Requests queued for the host right now.
+    pub queued: usize,
+    /// Why the host was skipped for this run, if it was.
+    pub skipped: Option<String>,
 }
 
 /// A downloader's full answer: the outcome and the slot's feedback.
@@ -198,6 +244,18 @@ pub trait Scheduler: Send + 'static {
     fn complete(&mut self, lease: Lease, feedback: &Feedback, now: Instant);
     /// Requests queued and not yet handed out.
     fn queued(&self) -> usize;
+    /// Queue a request again for another attempt, not to be sent before `not_before`. It was
+    /// admitted once, so it skips the filters.
+    fn retry(&mut self, request: Request, not_before: Instant);
+    /// Requests dropped because their host was skipped for this run (a wait longer than
+    /// allowed), each with the reason. The engine counts them as terminal.
+    fn take_skipped(&mut self) -> Vec<(Request, String)> {
+        Vec::new()
+    }
+    /// Per-host figures.
+    fn host_stats(&self) -> Vec<HostStats> {
+        Vec::new()
+    }
     /// A failure of the scheduler's storage since the last call. The engine stops the crawl
     /// (finishing what is in flight) and reports it.
     fn take_error(&mut self) -> Option<crate::Error> {

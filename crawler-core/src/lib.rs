@@ -43,14 +43,14 @@ pub use engine::{Engine, Progress, Shutdown};
 pub use error::{Error, ErrorKind, Result};
 pub use feed::{FeedFormat, FeedSpec};
 pub use fetch::{
-    Admission, Download, Downloader, Failure, FailureKind, Feedback, Fetched, FilterReason, Lease,
-    Next, Scheduler,
+    Admission, Download, Downloader, Failure, FailureKind, Feedback, Fetched, FilterReason,
+    HostStats, Lease, Next, RateLimitReading, Scheduler,
 };
 pub use output::Output;
 pub use pipeline::{Pipeline, Processed};
 pub use request::{Request, parse_http_url};
 pub use response::{Element, Response, Selection};
-pub use settings::Settings;
+pub use settings::{Settings, ThrottleMode};
 pub use spider::Spider;
 pub use stats::Stats;
 

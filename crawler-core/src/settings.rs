@@ -21,12 +21,62 @@ pub struct Settings {
     pub concurrency: usize,
     /// Requests in flight to one host. Default 1.
     pub concurrency_per_host: usize,
-    /// Delay between requests to one host. Default 1s.
+    /// How each host is paced: `adaptive` (start at `start_rate`, adapt to what the server
+    /// says and how it responds), `autothrottle` (Scrapy-compatible latency-based delay), or
+    /// `fixed` (`download_delay` between requests, `concurrency_per_host` in flight).
+    /// Default `adaptive`.
+    pub throttle: ThrottleMode,
+    /// Fixed mode: the delay between requests to one host. Adaptive modes: a floor on the gap
+    /// between requests. Default 0s.
     #[serde(with = "humantime_serde")]
     pub download_delay: Duration,
-    /// Randomise each delay between 0.5x and 1.5x, so requests do not beat in lockstep.
-    /// Default true.
+    /// Fixed mode: randomise each delay between 0.5x and 1.5x, so requests do not beat in
+    /// lockstep. Default true.
     pub randomize_delay: bool,
+    /// Adaptive mode: the rate a new host starts at, requests/s. Default 1.
+    pub start_rate: f64,
+    /// Adaptive mode: the lowest rate a host is slowed to, requests/s. Default 0.05.
+    pub min_rate: f64,
+    /// The highest rate any host is sent, requests/s, whatever the server allows.
+    /// Default 10.
+    pub max_rate: f64,
+    /// Requests that may go back to back under `max_rate` before pacing applies. Default 1.
+    pub burst: u32,
+    /// Adaptive mode: a latency rise smaller than this is noise, not load. Default 50ms.
+    #[serde(with = "humantime_serde")]
+    pub latency_tolerance: Duration,
+    /// A Retry-After (or RateLimit reset) longer than this skips the host for the run.
+    /// Default 10m.
+    #[serde(with = "humantime_serde")]
+    pub max_retry_after: Duration,
+    /// Added to every wait a server asks for, to absorb clock and network skew. Default 250ms.
+    #[serde(with = "humantime_serde")]
+    pub hold_margin: Duration,
+    /// Text that marks a 200 response as a challenge or block page (case-insensitive,
+    /// searched in the first 64 KiB of HTML bodies).
+    pub soft_block_markers: Vec<String>,
+    /// How long a host is paused after a challenge page. Default 5m.
+    #[serde(with = "humantime_serde")]
+    pub soft_block_pause: Duration,
+    /// After a soft-block pause, resume at this fraction of the previous rate. Default 0.25.
+    pub soft_block_resume: f64,
+    /// AutoThrottle mode: the average number of requests to have in flight to each host.
+    /// Default 1.
+    pub autothrottle_target_concurrency: f64,
+    /// AutoThrottle mode: the longest delay. Default 60s.
+    #[serde(with = "humantime_serde")]
+    pub autothrottle_max_delay: Duration,
+    /// Attempts after the first for a retryable failure. Default 2.
+    pub retry_times: u32,
+    /// HTTP statuses retried (connection errors and timeouts always are).
+    /// Default 408, 429, 500, 502, 503, 504, 522, 524.
+    pub retry_http_codes: Vec<u16>,
+    /// Retry backoff: attempt n waits a random time up to min(cap, base x 2^n). Default 1s.
+    #[serde(with = "humantime_serde")]
+    pub retry_backoff_base: Duration,
+    /// Retry backoff cap. Default 60s.
+    #[serde(with = "humantime_serde")]
+    pub retry_backoff_cap: Duration,
     /// Total time allowed for one request, body included. Default 30s.
     #[serde(with = "humantime_serde")]
     pub download_timeout: Duration,
@@ -55,8 +105,35 @@ impl Default for Settings {
             user_agent: "crawler/0.1 (+https://example.invalid/crawler)".to_owned(),
             concurrency: 16,
             concurrency_per_host: 1,
-            download_delay: Duration::from_secs(1),
+            throttle: ThrottleMode::Adaptive,
+            download_delay: Duration::ZERO,
             randomize_delay: true,
+            start_rate: 1.0,
+            min_rate: 0.05,
+            max_rate: 10.0,
+            burst: 1,
+            latency_tolerance: Duration::from_millis(50),
+            max_retry_after: Duration::from_secs(600),
+            hold_margin: Duration::from_millis(250),
+            soft_block_markers: [
+                // Specific to challenge pages; words like "captcha" alone also appear on
+                // ordinary pages and would pause healthy hosts.
+                "unusual traffic",
+                "just a moment...",
+                "cf-challenge",
+                "/cdn-cgi/challenge-platform/",
+                "are you a robot",
+            ]
+            .map(String::from)
+            .to_vec(),
+            soft_block_pause: Duration::from_secs(300),
+            soft_block_resume: 0.25,
+            autothrottle_target_concurrency: 1.0,
+            autothrottle_max_delay: Duration::from_secs(60),
+            retry_times: 2,
+            retry_http_codes: vec![408, 429, 500, 502, 503, 504, 522, 524],
+            retry_backoff_base: Duration::from_secs(1),
+            retry_backoff_cap: Duration::from_secs(60),
             download_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
             max_body_size: 10 * 1024 * 1024,
@@ -90,10 +167,23 @@ impl Settings {
             return Err(unknown_key(key));
         };
         // Values keep the JSON type of the current value, so "10" for a string stays text.
+        let scalar = |v: &str| {
+            serde_json::from_str(v.trim())
+                .unwrap_or_else(|_| serde_json::Value::String(v.trim().to_owned()))
+        };
         *slot = match slot {
             serde_json::Value::String(_) => serde_json::Value::String(value.to_owned()),
-            _ => serde_json::from_str(value.trim())
-                .unwrap_or_else(|_| serde_json::Value::String(value.to_owned())),
+            // Lists are written "a,b,c" on a command line (or as a JSON array).
+            serde_json::Value::Array(_) if !value.trim_start().starts_with('[') => {
+                serde_json::Value::Array(
+                    value
+                        .split(',')
+                        .filter(|v| !v.trim().is_empty())
+                        .map(scalar)
+                        .collect(),
+                )
+            }
+            _ => scalar(value),
         };
         let updated: Settings =
             serde_json::from_value(serde_json::Value::Object(map)).map_err(|e| {
@@ -127,11 +217,42 @@ impl Settings {
         if self.max_body_size == 0 {
             return bad("max_body_size", "must be at least 1 byte");
         }
+        let rate_ok = |r: f64| r.is_finite() && r > 0.0;
+        if !rate_ok(self.min_rate) || !rate_ok(self.start_rate) || !rate_ok(self.max_rate) {
+            return bad(
+                "min_rate, start_rate and max_rate",
+                "must be positive numbers",
+            );
+        }
+        if self.min_rate > self.max_rate {
+            return bad("min_rate", "must not exceed max_rate");
+        }
+        if self.burst == 0 {
+            return bad("burst", "must be at least 1");
+        }
+        if !(self.soft_block_resume > 0.0 && self.soft_block_resume <= 1.0) {
+            return bad("soft_block_resume", "must be in (0, 1]");
+        }
+        if !(self.autothrottle_target_concurrency > 0.0) {
+            return bad("autothrottle_target_concurrency", "must be positive");
+        }
         if self.user_agent.trim().is_empty() {
             return bad("user_agent", "must not be empty");
         }
         Ok(())
     }
+}
+
+/// How hosts are paced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ThrottleMode {
+    /// Adapt each host's rate to its responses and headers (the default).
+    Adaptive,
+    /// Scrapy's AutoThrottle: delay from latency and a target concurrency.
+    Autothrottle,
+    /// A fixed delay and concurrency per host.
+    Fixed,
 }
 
 fn unknown_key(key: &str) -> Error {
@@ -162,6 +283,11 @@ mod tests {
         s.set("download_delay", "250ms").unwrap();
         s.set("obey_robots", "false").unwrap();
         s.set("user_agent", "mybot/1.0").unwrap();
+        s.set("retry_http_codes", "500, 503").unwrap();
+        s.set("throttle", "fixed").unwrap();
+        assert_eq!(s.retry_http_codes, [500, 503]);
+        assert_eq!(s.throttle, ThrottleMode::Fixed);
+        assert!(s.set("throttle", "fast").is_err());
         assert_eq!(s.concurrency, 64);
         assert_eq!(s.download_delay, Duration::from_millis(250));
         assert!(!s.obey_robots);

@@ -22,6 +22,10 @@ pub struct Stats {
     pub disallowed: u64,
     /// Ended without a usable response, by reason.
     pub failed: BTreeMap<String, u64>,
+    /// Not fetched because their host asked for a wait longer than `max_retry_after`.
+    pub skipped_host: u64,
+    /// Attempts beyond the first (each retried request counts once per retry).
+    pub retries: u64,
     /// Still queued or in flight when the crawl stopped (an interrupted crawl).
     pub pending: u64,
     /// HTTP responses by status code.
@@ -36,6 +40,8 @@ pub struct Stats {
     pub spider_errors: u64,
     /// Links skipped because they were not valid http(s) URLs.
     pub invalid_links: u64,
+    /// Per-host figures (filled in at the end of the crawl).
+    pub hosts: Vec<crate::fetch::HostStats>,
     /// Wall time of the crawl.
     #[serde(with = "secs")]
     pub elapsed: Duration,
@@ -58,6 +64,7 @@ impl Stats {
             + self.not_modified
             + self.disallowed
             + self.failed.values().sum::<u64>()
+            + self.skipped_host
     }
 
     /// Whether the terminal states and pending requests add up to the requests enqueued.
@@ -105,6 +112,10 @@ impl fmt::Display for Stats {
             self.failed.values().sum::<u64>(),
             join(&self.failed)
         )?;
+        if self.skipped_host > 0 {
+            writeln!(f, "  skipped (host)     {}", self.skipped_host)?;
+        }
+        writeln!(f, "  retries            {}", self.retries)?;
         if self.pending > 0 {
             writeln!(f, "  pending (stopped)  {}", self.pending)?;
         }
@@ -122,7 +133,29 @@ impl fmt::Display for Stats {
         writeln!(f, "  spider errors      {}", self.spider_errors)?;
         writeln!(f, "  invalid links      {}", self.invalid_links)?;
         writeln!(f, "  bytes received     {}", self.response_bytes)?;
-        write!(f, "  pages/s            {:.1}", self.pages_per_sec())
+        write!(f, "  pages/s            {:.1}", self.pages_per_sec())?;
+        for h in self.hosts.iter().take(10) {
+            let rate = h
+                .rate
+                .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}/s"));
+            write!(
+                f,
+                "\n  host {}: {} requests, rate {rate}, latency mean {:.0}ms p95 {:.0}ms, {} holds ({:.1}s)",
+                h.host,
+                h.requests,
+                h.latency_mean * 1000.0,
+                h.latency_p95 * 1000.0,
+                h.holds,
+                h.hold_secs
+            )?;
+            if let Some(why) = &h.skipped {
+                write!(f, ", skipped: {why}")?;
+            }
+        }
+        if self.hosts.len() > 10 {
+            write!(f, "\n  ... and {} more hosts", self.hosts.len() - 10)?;
+        }
+        Ok(())
     }
 }
 

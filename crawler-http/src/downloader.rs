@@ -10,7 +10,7 @@ use crawler_core::{
 use tokio::time::Instant;
 
 use crate::error::Error;
-use crate::headers::parse_retry_after;
+use crate::headers::{parse_rate_limit, parse_retry_after};
 use crate::robots::RobotsCache;
 
 /// Downloads requests with reqwest, politely and within limits.
@@ -19,7 +19,12 @@ pub struct HttpDownloader {
     robots: Option<RobotsCache>,
     max_body: u64,
     timeout: Duration,
+    /// Lower-cased challenge-page markers.
+    soft_block_markers: Vec<String>,
 }
+
+/// How much of a body is searched for challenge-page markers: they sit near the top.
+const SOFT_BLOCK_SCAN: usize = 64 * 1024;
 
 impl HttpDownloader {
     /// A downloader configured from the crawl settings (User-Agent, timeouts, redirect limit,
@@ -43,7 +48,31 @@ impl HttpDownloader {
             robots,
             max_body: settings.max_body_size,
             timeout: settings.download_timeout,
+            soft_block_markers: settings
+                .soft_block_markers
+                .iter()
+                .map(|m| m.to_lowercase())
+                .filter(|m| !m.is_empty())
+                .collect(),
         })
+    }
+
+    /// Whether a successful HTML response is really a challenge page.
+    fn is_challenge(&self, headers: &http::HeaderMap, body: &[u8]) -> bool {
+        if self.soft_block_markers.is_empty() {
+            return false;
+        }
+        let html = headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_none_or(|ct| ct.to_ascii_lowercase().contains("html"));
+        if !html {
+            return false;
+        }
+        let head = String::from_utf8_lossy(&body[..body.len().min(SOFT_BLOCK_SCAN)]).to_lowercase();
+        self.soft_block_markers
+            .iter()
+            .any(|m| head.contains(m.as_str()))
     }
 
     async fn send(
@@ -206,13 +235,24 @@ impl Downloader for HttpDownloader {
         let outcome = match result {
             Ok((url, status, headers, body)) => {
                 feedback.status = Some(status);
+                let now = SystemTime::now();
                 if status == 429 || status == 503 {
                     feedback.retry_after = headers
                         .get("retry-after")
                         .and_then(|v| v.to_str().ok())
-                        .and_then(|v| parse_retry_after(v, SystemTime::now()));
+                        .and_then(|v| parse_retry_after(v, now));
                 }
-                Fetched::Response(Response::new(req.clone(), url, status, headers, body))
+                feedback.rate_limit = parse_rate_limit(&headers, now);
+                if (200..300).contains(&status) && self.is_challenge(&headers, &body) {
+                    feedback.soft_block = true;
+                    Fetched::Failed(Failure {
+                        kind: FailureKind::SoftBlock,
+                        message: "challenge page instead of content".to_owned(),
+                        status: Some(status),
+                    })
+                } else {
+                    Fetched::Response(Response::new(req.clone(), url, status, headers, body))
+                }
             }
             Err(f) => {
                 feedback.status = f.status;

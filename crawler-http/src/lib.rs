@@ -20,9 +20,20 @@
 mod downloader;
 mod error;
 mod headers;
+mod lastmod;
 mod robots;
+mod sitemap;
 
 pub use downloader::HttpDownloader;
 pub use error::Error;
-pub use headers::{RETRY_AFTER_CEILING, parse_retry_after};
-pub use robots::{ROBOTS_MAX_BYTES, RobotsRules, product_token};
+pub use headers::{RETRY_AFTER_CEILING, parse_rate_limit, parse_retry_after};
+pub use lastmod::parse_lastmod;
+pub use robots::{
+    Check, ROBOTS_MAX_BYTES, ROBOTS_MAX_REDIRECTS, RobotsCache, RobotsOptions, RobotsReport,
+    RobotsRules, RobotsStatus, fetch_robots, product_token, robots_client,
+};
+pub use sitemap::{
+    Alternate, SITEMAP_MAX_BYTES, SITEMAP_MAX_URLS, SitemapEntry, SitemapError, SitemapErrorKind,
+    SitemapFile, SitemapKind, SitemapLimits, SitemapParse, SitemapWalk, WalkSummary, fetch_sitemap,
+    parse_sitemap,
+};

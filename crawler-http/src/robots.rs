@@ -1,6 +1,19 @@
-//! robots.txt: fetched once per origin, cached, and consulted before every request.
+//! robots.txt (RFC 9309): fetched once per origin, cached, and consulted before every request.
+//!
+//! How a fetch of `/robots.txt` is read:
+//!
+//! | answer | verdict | trusted for |
+//! |---|---|---|
+//! | 2xx | the rules of the group matching our product token (else `*`) | the TTL (24 h) |
+//! | 3xx | followed, up to 5 hops, across hosts; the rules apply to the first origin | — |
+//! | more than 5 redirects, a loop, or a redirect to a non-http URL | unavailable: allow all (RFC 9309 §2.3.1.2) | the TTL |
+//! | 4xx other than 429 | unavailable: allow all | the TTL |
+//! | 429, 5xx, network error, timeout | unreachable: disallow all **for now** | the retry interval (60 s), then fetched again |
+//!
+//! Bodies over [`ROBOTS_MAX_BYTES`] are cut at the last line break before the limit, so a rule
+//! is never read half-way (`Disallow: /private` cut to `Disallow: /p` would forbid too much).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -9,19 +22,68 @@ use texting_robots::Robot;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
+use crate::error::Error;
+use crate::sitemap::error_chain;
+
 /// robots.txt files larger than this are cut here (Google's limit is 500 KiB; RFC 9309 asks
 /// for at least 500 KiB to be parsed).
 pub const ROBOTS_MAX_BYTES: usize = 500 * 1024;
-/// How long a fetched robots.txt is trusted.
-const TTL: Duration = Duration::from_secs(24 * 3600);
-/// How soon an unreachable robots.txt (5xx, network error) is tried again; until then the
-/// origin is treated as fully disallowed, as RFC 9309 asks.
-const RETRY_UNREACHABLE: Duration = Duration::from_secs(60);
+/// Redirects followed when fetching robots.txt (RFC 9309 asks for at least five).
+pub const ROBOTS_MAX_REDIRECTS: usize = 5;
+
+/// How a [`RobotsCache`] fetches and how long it trusts what it fetched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RobotsOptions {
+    /// How long a fetched (or unavailable) robots.txt is trusted. Default 24 h.
+    pub ttl: Duration,
+    /// How soon an unreachable robots.txt (429, 5xx, network error, timeout) is fetched again;
+    /// until then the origin is treated as fully disallowed, as RFC 9309 asks. Default 60 s.
+    pub retry_unreachable: Duration,
+    /// Total time for one robots.txt fetch, redirects and body included. Default 30 s.
+    pub fetch_timeout: Duration,
+}
+
+impl Default for RobotsOptions {
+    fn default() -> Self {
+        Self {
+            ttl: Duration::from_secs(24 * 3600),
+            retry_unreachable: Duration::from_secs(60),
+            fetch_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What fetching an origin's robots.txt produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RobotsStatus {
+    /// A 2xx body was read and its rules apply.
+    Fetched {
+        /// The final HTTP status.
+        status: u16,
+    },
+    /// No usable robots.txt (4xx, too many redirects, or an unparsable body): everything is
+    /// allowed.
+    Unavailable {
+        /// The final HTTP status, if a response arrived.
+        status: Option<u16>,
+        /// Why.
+        reason: String,
+    },
+    /// The server could not be asked (429, 5xx, network error, timeout): everything is
+    /// disallowed until the retry interval passes.
+    Unreachable {
+        /// The HTTP status, if a response arrived.
+        status: Option<u16>,
+        /// Why.
+        reason: String,
+    },
+}
 
 /// The verdict for one origin.
 #[derive(Debug)]
 pub struct RobotsRules {
     rules: Rules,
+    status: RobotsStatus,
     expires: Instant,
 }
 
@@ -53,12 +115,32 @@ impl RobotsRules {
         }
     }
 
-    /// Sitemap URLs listed in the file.
+    /// Sitemap URLs listed in the file, as written.
     pub fn sitemaps(&self) -> &[String] {
         match &self.rules {
             Rules::Parsed(r) => &r.sitemaps,
             _ => &[],
         }
+    }
+
+    /// The listed sitemaps that are absolute http(s) URLs: starting points for a
+    /// [`SitemapWalk`](crate::SitemapWalk).
+    pub fn sitemap_urls(&self) -> Vec<Url> {
+        self.sitemaps()
+            .iter()
+            .filter_map(|s| Url::parse(s.trim()).ok())
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+            .collect()
+    }
+
+    /// How the fetch went.
+    pub fn status(&self) -> &RobotsStatus {
+        &self.status
+    }
+
+    /// When this verdict stops being trusted and robots.txt is fetched again.
+    pub fn expires(&self) -> Instant {
+        self.expires
     }
 }
 
@@ -66,43 +148,105 @@ impl RobotsRules {
 /// `/`, space or `(` (`mybot/1.0 (+https://…)` matches `User-agent: mybot`).
 pub fn product_token(user_agent: &str) -> &str {
     let end = user_agent.find(['/', ' ', '(']).unwrap_or(user_agent.len());
-    user_agent[..end].trim()
+    user_agent.get(..end).unwrap_or(user_agent).trim()
 }
 
 type Cell = Arc<OnceCell<Arc<RobotsRules>>>;
 
-/// A per-origin cache of robots.txt verdicts.
-pub(crate) struct RobotsCache {
+/// A per-origin cache of robots.txt verdicts. Each origin's robots.txt is fetched once per
+/// TTL, and concurrent checks for one origin share a single fetch.
+pub struct RobotsCache {
     client: reqwest::Client,
     agent: String,
+    options: RobotsOptions,
+    /// One cell per origin; the lock is held only to find or replace a cell, never across a
+    /// fetch, so checks for other origins are not blocked by a slow server.
     origins: Mutex<HashMap<String, Cell>>,
 }
 
+impl std::fmt::Debug for RobotsCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RobotsCache")
+            .field("agent", &self.agent)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The result of a robots check.
-pub(crate) struct Check {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    /// Whether the URL may be fetched.
     pub allowed: bool,
+    /// The origin's Crawl-delay for our group, if any.
     pub crawl_delay: Option<Duration>,
     /// Whether this check sent a request for robots.txt.
     pub fetched: bool,
 }
 
 impl RobotsCache {
-    pub(crate) fn new(client: reqwest::Client, user_agent: &str) -> Self {
+    /// A cache that fetches with `client` (which should follow at most
+    /// [`ROBOTS_MAX_REDIRECTS`] redirects, or none: 3xx answers are then followed here) and
+    /// matches groups by the product token of `user_agent`, with default [`RobotsOptions`].
+    pub fn new(client: reqwest::Client, user_agent: &str) -> Self {
+        Self::with_options(client, user_agent, RobotsOptions::default())
+    }
+
+    /// Like [`RobotsCache::new`], trusting fetched files for `ttl` (the `robots_ttl` setting).
+    pub fn with_ttl(client: reqwest::Client, user_agent: &str, ttl: Duration) -> Self {
+        Self::with_options(
+            client,
+            user_agent,
+            RobotsOptions {
+                ttl,
+                ..RobotsOptions::default()
+            },
+        )
+    }
+
+    /// Like [`RobotsCache::new`], with every option given.
+    pub fn with_options(client: reqwest::Client, user_agent: &str, options: RobotsOptions) -> Self {
         Self {
             client,
             agent: product_token(user_agent).to_owned(),
+            options,
             origins: Mutex::default(),
         }
     }
 
     /// Check `url`, fetching its origin's robots.txt first if it is not cached. Concurrent
     /// checks for one origin share a single fetch.
-    pub(crate) async fn check(&self, url: &Url) -> Check {
+    pub async fn check(&self, url: &Url) -> Check {
+        let (rules, fetched) = self.rules_and_fetched(url).await;
+        Check {
+            allowed: rules.allowed(url),
+            crawl_delay: rules.crawl_delay(),
+            fetched,
+        }
+    }
+
+    /// The verdict for `url`'s origin, fetching robots.txt if it is not cached.
+    pub async fn rules(&self, url: &Url) -> Arc<RobotsRules> {
+        self.rules_and_fetched(url).await.0
+    }
+
+    /// The `Sitemap:` URLs of `url`'s origin if its robots.txt is cached and still trusted,
+    /// without fetching anything.
+    pub fn cached_sitemaps(&self, url: &Url) -> Option<Vec<Url>> {
+        let origin = url.origin().ascii_serialization();
+        let map = self.origins.lock().unwrap_or_else(|p| p.into_inner());
+        let rules = map.get(&origin)?.get()?;
+        (rules.expires > Instant::now()).then(|| rules.sitemap_urls())
+    }
+
+    async fn rules_and_fetched(&self, url: &Url) -> (Arc<RobotsRules>, bool) {
         let origin = url.origin().ascii_serialization();
         let cell = {
             let mut map = self.origins.lock().unwrap_or_else(|p| p.into_inner());
             let cell = map.entry(origin.clone()).or_default();
             if cell.get().is_some_and(|r| r.expires <= Instant::now()) {
+                // Callers still holding the old cell keep its verdict; new callers share one
+                // new fetch.
                 *cell = Cell::default();
             }
             Arc::clone(cell)
@@ -111,66 +255,382 @@ impl RobotsCache {
         let rules = cell
             .get_or_init(|| {
                 fetched = true;
-                self.fetch(origin)
+                async {
+                    let robots_url = format!("{origin}/robots.txt");
+                    let got = retrieve(&self.client, &robots_url, self.options.fetch_timeout).await;
+                    Arc::new(verdict(&robots_url, got, &self.agent, &self.options).0)
+                }
             })
             .await;
-        Check {
-            allowed: rules.allowed(url),
-            crawl_delay: rules.crawl_delay(),
-            fetched,
-        }
+        (Arc::clone(rules), fetched)
     }
+}
 
-    async fn fetch(&self, origin: String) -> Arc<RobotsRules> {
-        let robots_url = format!("{origin}/robots.txt");
-        let now = Instant::now();
-        let (rules, ttl) = match self.download(&robots_url).await {
-            Ok((status, body)) if (200..300).contains(&status) => {
-                match Robot::new(&self.agent, &body) {
-                    Ok(robot) => (Rules::Parsed(Box::new(robot)), TTL),
-                    Err(e) => {
-                        tracing::warn!(
-                            url = robots_url,
-                            "unreadable robots.txt, allowing all: {e}"
-                        );
-                        (Rules::AllowAll, TTL)
-                    }
+/// What one robots.txt retrieval produced, before interpretation.
+enum Retrieved {
+    /// A final, non-redirect response.
+    Body {
+        status: u16,
+        body: Vec<u8>,
+        truncated: bool,
+    },
+    /// Redirects that cannot be followed (too many, a loop, a bad target).
+    BadRedirect { status: Option<u16>, reason: String },
+    /// No response.
+    Failed(String),
+}
+
+/// Fetch `robots_url`, following up to [`ROBOTS_MAX_REDIRECTS`] redirects that the client
+/// hands back, within `timeout` in total.
+async fn retrieve(client: &reqwest::Client, robots_url: &str, timeout: Duration) -> Retrieved {
+    match tokio::time::timeout(timeout, retrieve_inner(client, robots_url)).await {
+        Ok(r) => r,
+        Err(_) => Retrieved::Failed(format!("no complete response within {timeout:?}")),
+    }
+}
+
+async fn retrieve_inner(client: &reqwest::Client, robots_url: &str) -> Retrieved {
+    let mut url = match Url::parse(robots_url) {
+        Ok(u) => u,
+        Err(e) => return Retrieved::Failed(format!("invalid robots.txt URL: {e}")),
+    };
+    let mut visited = HashSet::new();
+    // Bounded: one request per allowed hop plus the first.
+    for _ in 0..=ROBOTS_MAX_REDIRECTS {
+        visited.insert(url.to_string());
+        let mut resp = match client.get(url.clone()).send().await {
+            Ok(r) => r,
+            // The client's own redirect policy gave up: as unavailable as too many hops here.
+            Err(e) if e.is_redirect() => {
+                return Retrieved::BadRedirect {
+                    status: None,
+                    reason: error_chain(&e),
+                };
+            }
+            Err(e) => return Retrieved::Failed(error_chain(&e)),
+        };
+        let status = resp.status().as_u16();
+        if (300..400).contains(&status) && status != 304 {
+            let next = resp
+                .headers()
+                .get(http::header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|loc| url.join(loc).ok());
+            match next {
+                Some(n)
+                    if matches!(n.scheme(), "http" | "https") && !visited.contains(n.as_str()) =>
+                {
+                    url = n;
+                    continue;
+                }
+                Some(n) => {
+                    return Retrieved::BadRedirect {
+                        status: Some(status),
+                        reason: format!("redirect loop or non-http redirect to '{n}'"),
+                    };
+                }
+                None => {
+                    return Retrieved::BadRedirect {
+                        status: Some(status),
+                        reason: "redirect without a usable Location".to_owned(),
+                    };
                 }
             }
-            // 429 says "come back later", like a 5xx: nothing may be fetched until it is read.
-            Ok((429, _)) | Ok((500..=599, _)) => (Rules::DisallowAll, RETRY_UNREACHABLE),
-            // Any other 4xx (and odd statuses): no robots.txt, so everything is allowed.
-            Ok((_, _)) => (Rules::AllowAll, TTL),
-            Err(e) => {
-                tracing::warn!(
-                    url = robots_url,
-                    "robots.txt unreachable, disallowing for now: {e}"
-                );
-                (Rules::DisallowAll, RETRY_UNREACHABLE)
-            }
-        };
-        Arc::new(RobotsRules {
-            rules,
-            expires: now + ttl,
-        })
-    }
-
-    async fn download(&self, url: &str) -> Result<(u16, Vec<u8>), reqwest::Error> {
-        let mut resp = self.client.get(url).send().await?;
-        let status = resp.status().as_u16();
+        }
         let mut body = Vec::new();
-        while let Some(chunk) = resp.chunk().await? {
-            let room = ROBOTS_MAX_BYTES - body.len();
-            body.extend_from_slice(&chunk[..chunk.len().min(room)]);
-            if body.len() >= ROBOTS_MAX_BYTES {
-                tracing::warn!(
-                    url,
-                    "robots.txt larger than {ROBOTS_MAX_BYTES} bytes; reading the first part only"
-                );
-                break;
+        let mut truncated = false;
+        loop {
+            match resp.chunk().await {
+                Ok(Some(chunk)) => {
+                    let room = ROBOTS_MAX_BYTES.saturating_sub(body.len());
+                    if chunk.len() > room {
+                        body.extend_from_slice(chunk.get(..room).unwrap_or_default());
+                        truncated = true;
+                        break;
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+                Ok(None) => break,
+                // A 2xx cut short cannot be trusted as complete rules; anything else's body
+                // does not matter.
+                Err(e) if (200..300).contains(&status) => {
+                    return Retrieved::Failed(error_chain(&e));
+                }
+                Err(_) => break,
             }
         }
-        Ok((status, body))
+        if truncated {
+            tracing::warn!(
+                url = robots_url,
+                "robots.txt larger than {ROBOTS_MAX_BYTES} bytes; reading the first part only"
+            );
+            // Cut at the last line break so no rule is read half-way.
+            if let Some(nl) = body.iter().rposition(|b| *b == b'\n') {
+                body.truncate(nl + 1);
+            }
+        }
+        return Retrieved::Body {
+            status,
+            body,
+            truncated,
+        };
+    }
+    Retrieved::BadRedirect {
+        status: None,
+        reason: format!("more than {ROBOTS_MAX_REDIRECTS} redirects"),
+    }
+}
+
+/// Interpret a retrieval (RFC 9309 §2.3.1). Also returns the body when rules were parsed.
+fn verdict(
+    robots_url: &str,
+    got: Retrieved,
+    agent: &str,
+    options: &RobotsOptions,
+) -> (RobotsRules, Option<Vec<u8>>, bool) {
+    let now = Instant::now();
+    let unavailable = |status, reason: String| {
+        (
+            Rules::AllowAll,
+            RobotsStatus::Unavailable { status, reason },
+            options.ttl,
+        )
+    };
+    let unreachable = |status, reason: String| {
+        tracing::warn!(
+            url = robots_url,
+            "robots.txt unreachable, disallowing for now: {reason}"
+        );
+        (
+            Rules::DisallowAll,
+            RobotsStatus::Unreachable { status, reason },
+            options.retry_unreachable,
+        )
+    };
+    let mut kept_body = None;
+    let mut was_truncated = false;
+    let (rules, status, ttl) = match got {
+        Retrieved::Body {
+            status,
+            body,
+            truncated,
+        } if (200..300).contains(&status) => {
+            was_truncated = truncated;
+            match Robot::new(agent, &body) {
+                Ok(robot) => {
+                    kept_body = Some(body);
+                    (
+                        Rules::Parsed(Box::new(robot)),
+                        RobotsStatus::Fetched { status },
+                        options.ttl,
+                    )
+                }
+                Err(e) => {
+                    tracing::warn!(url = robots_url, "unreadable robots.txt, allowing all: {e}");
+                    unavailable(Some(status), format!("unreadable robots.txt: {e}"))
+                }
+            }
+        }
+        // 429 says "come back later", like a 5xx: nothing may be fetched until it is read.
+        Retrieved::Body { status, .. } if status == 429 || status >= 500 => {
+            unreachable(Some(status), format!("HTTP {status}"))
+        }
+        // Any other 4xx (and odd statuses): no robots.txt, so everything is allowed.
+        Retrieved::Body { status, .. } => unavailable(Some(status), format!("HTTP {status}")),
+        Retrieved::BadRedirect { status, reason } => unavailable(status, reason),
+        Retrieved::Failed(reason) => unreachable(None, reason),
+    };
+    (
+        RobotsRules {
+            rules,
+            status,
+            expires: now + ttl,
+        },
+        kept_body,
+        was_truncated,
+    )
+}
+
+/// Everything robots.txt says about one URL for one agent (what `crawler robots URL --agent A`
+/// prints).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RobotsReport {
+    /// The robots.txt URL of the page's origin.
+    pub robots_url: String,
+    /// The product token groups were matched against.
+    pub agent: String,
+    /// How the fetch went (and so which default applies).
+    pub status: RobotsStatus,
+    /// Whether the URL may be fetched.
+    pub allowed: bool,
+    /// The user-agent group whose rules apply (`"*"` or the agent), if the file has one.
+    pub group: Option<String>,
+    /// The deciding rule as written (`Disallow: /private/`), if one matched.
+    pub matched_rule: Option<String>,
+    /// The group's Crawl-delay.
+    pub crawl_delay: Option<Duration>,
+    /// The `Sitemap:` lines.
+    pub sitemaps: Vec<String>,
+    /// Whether the file was larger than [`ROBOTS_MAX_BYTES`] and cut.
+    pub truncated: bool,
+}
+
+/// Fetch `url`'s robots.txt with `client` and evaluate it for `agent` (a full User-Agent or
+/// just its product token), with default [`RobotsOptions`]. Redirects the client hands back
+/// are followed up to [`ROBOTS_MAX_REDIRECTS`]; [`robots_client`] builds a suitable client.
+pub async fn fetch_robots(client: &reqwest::Client, url: &Url, agent: &str) -> RobotsReport {
+    let options = RobotsOptions::default();
+    let token = product_token(agent).to_owned();
+    let robots_url = format!("{}/robots.txt", url.origin().ascii_serialization());
+    let got = retrieve(client, &robots_url, options.fetch_timeout).await;
+    let (rules, body, truncated) = verdict(&robots_url, got, &token, &options);
+    let allowed = rules.allowed(url);
+    let (group, matched_rule) = match &body {
+        Some(body) => {
+            let scan = scan_rules(body, &token, url);
+            // Report our own scan's rule only where it agrees with texting_robots' verdict.
+            let rule = scan.rule.filter(|(allow, _)| *allow == allowed);
+            (scan.group, rule.map(|(_, text)| text))
+        }
+        None => (None, None),
+    };
+    RobotsReport {
+        robots_url,
+        agent: token,
+        status: rules.status.clone(),
+        allowed,
+        group,
+        matched_rule,
+        crawl_delay: rules.crawl_delay(),
+        sitemaps: rules.sitemaps().to_vec(),
+        truncated,
+    }
+}
+
+/// A client for [`fetch_robots`]: the given User-Agent and connect timeout, and no automatic
+/// redirects (robots.txt redirects are followed, counted and checked by [`fetch_robots`]).
+pub fn robots_client(
+    user_agent: &str,
+    connect_timeout: Duration,
+) -> Result<reqwest::Client, Error> {
+    // A second install is a harmless no-op; see HttpDownloader::new.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .user_agent(user_agent)
+        .connect_timeout(connect_timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .gzip(true)
+        .brotli(true)
+        .deflate(true)
+        .build()
+        .map_err(|e| Error::new("cannot build the HTTP client", e))
+}
+
+/// Our own reading of the file, used only to explain a verdict (texting_robots decides).
+struct Scan {
+    group: Option<String>,
+    /// (is Allow, the rule as written) of the longest matching rule.
+    rule: Option<(bool, String)>,
+}
+
+/// Find the group for `token` (else `*`) and its longest rule matching `url`'s path and query,
+/// Allow winning ties (RFC 9309 §2.2.2).
+fn scan_rules(body: &[u8], token: &str, url: &Url) -> Scan {
+    let text = String::from_utf8_lossy(body);
+    // (agents of the group, rules (allow, pattern, original line)).
+    let mut groups: Vec<(Vec<String>, Vec<(bool, String, String)>)> = Vec::new();
+    let mut in_agents = false;
+    for line in text.lines() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let (key, value) = (key.trim().to_ascii_lowercase(), value.trim());
+        match key.as_str() {
+            "user-agent" => {
+                if !in_agents {
+                    groups.push((Vec::new(), Vec::new()));
+                }
+                in_agents = true;
+                if let Some(g) = groups.last_mut() {
+                    g.0.push(value.to_ascii_lowercase());
+                }
+            }
+            "allow" | "disallow" => {
+                in_agents = false;
+                if let Some(g) = groups.last_mut() {
+                    let allow = key == "allow";
+                    let shown = if allow { "Allow" } else { "Disallow" };
+                    g.1.push((allow, value.to_owned(), format!("{shown}: {value}")));
+                }
+            }
+            _ => {}
+        }
+    }
+    let token = token.to_ascii_lowercase();
+    let named = groups.iter().any(|(agents, _)| agents.contains(&token));
+    let wanted = if named { token } else { "*".to_owned() };
+    // Path and query, as texting_robots matches them.
+    let path = &url[url::Position::BeforePath..url::Position::AfterQuery];
+    let mut best: Option<(usize, bool, String)> = None;
+    let mut found_group = false;
+    for (_, rules) in groups.iter().filter(|(a, _)| a.contains(&wanted)) {
+        found_group = true;
+        for (allow, pattern, shown) in rules {
+            // An empty Disallow allows everything and decides nothing.
+            if pattern.is_empty() || !pattern_matches(pattern, path) {
+                continue;
+            }
+            let better = match &best {
+                None => true,
+                Some((len, best_allow, _)) => {
+                    pattern.len() > *len || (pattern.len() == *len && *allow && !best_allow)
+                }
+            };
+            if better {
+                best = Some((pattern.len(), *allow, shown.clone()));
+            }
+        }
+    }
+    Scan {
+        group: found_group.then_some(wanted),
+        rule: best.map(|(_, allow, shown)| (allow, shown)),
+    }
+}
+
+/// RFC 9309 path matching: a prefix match where `*` matches any run of characters and a final
+/// `$` anchors the end. Greedy with one backtrack point, so hostile patterns stay
+/// O(pattern × path) instead of exponential.
+fn pattern_matches(pattern: &str, path: &str) -> bool {
+    let (pattern, anchored) = match pattern.strip_suffix('$') {
+        Some(p) => (p, true),
+        None => (pattern, false),
+    };
+    let (p, s) = (pattern.as_bytes(), path.as_bytes());
+    let (mut pi, mut si) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None;
+    loop {
+        if pi == p.len() {
+            if !anchored || si == s.len() {
+                return true;
+            }
+        } else if p.get(pi) == Some(&b'*') {
+            star = Some((pi, si));
+            pi += 1;
+            continue;
+        } else if si < s.len() && p.get(pi) == s.get(si) {
+            pi += 1;
+            si += 1;
+            continue;
+        }
+        match star {
+            Some((sp, ss)) if ss < s.len() => {
+                star = Some((sp, ss + 1));
+                pi = sp + 1;
+                si = ss + 1;
+            }
+            _ => return false,
+        }
     }
 }
 
@@ -185,20 +645,75 @@ mod tests {
         assert_eq!(product_token("Some Bot 2"), "Some");
     }
 
+    fn rules_of(agent: &str, txt: &[u8]) -> RobotsRules {
+        RobotsRules {
+            rules: Rules::Parsed(Box::new(Robot::new(agent, txt).unwrap())),
+            status: RobotsStatus::Fetched { status: 200 },
+            expires: Instant::now(),
+        }
+    }
+
     #[test]
     fn parsed_rules_allow_disallow_and_delay() {
-        let robot = Robot::new(
+        let rules = rules_of(
             "crawler",
-            b"User-agent: *\nDisallow: /private/\nCrawl-delay: 2\nSitemap: http://h/s.xml\n",
-        )
-        .unwrap();
-        let rules = RobotsRules {
-            rules: Rules::Parsed(Box::new(robot)),
-            expires: Instant::now(),
-        };
+            b"User-agent: *\nDisallow: /private/\nCrawl-delay: 2\nSitemap: http://h/s.xml\nSitemap: /rel.xml\n",
+        );
         assert!(rules.allowed(&Url::parse("http://h/public").unwrap()));
         assert!(!rules.allowed(&Url::parse("http://h/private/x").unwrap()));
         assert_eq!(rules.crawl_delay(), Some(Duration::from_secs(2)));
-        assert_eq!(rules.sitemaps(), ["http://h/s.xml"]);
+        assert_eq!(rules.sitemaps(), ["http://h/s.xml", "/rel.xml"]);
+        assert_eq!(
+            rules.sitemap_urls(),
+            [Url::parse("http://h/s.xml").unwrap()]
+        );
+    }
+
+    #[test]
+    fn specific_group_wins_over_star() {
+        let txt =
+            b"User-agent: *\nDisallow: /\n\nUser-agent: Crawler\nDisallow: /mine\nCrawl-delay: 5\n";
+        let ours = rules_of(product_token("crawler/0.1 (+https://x)"), txt);
+        assert!(ours.allowed(&Url::parse("http://h/page").unwrap()));
+        assert!(!ours.allowed(&Url::parse("http://h/mine").unwrap()));
+        assert_eq!(ours.crawl_delay(), Some(Duration::from_secs(5)));
+        let other = rules_of("otherbot", txt);
+        assert!(!other.allowed(&Url::parse("http://h/page").unwrap()));
+        assert_eq!(other.crawl_delay(), None);
+    }
+
+    #[test]
+    fn scan_finds_the_deciding_rule() {
+        let txt = b"User-agent: *\nDisallow: /\n\nUser-agent: crawler\nUser-agent: other\n\
+            Disallow: /shop/\nAllow: /shop/public\nDisallow: /*.pdf$\n# Disallow: /commented\n";
+        let u = |s: &str| Url::parse(&format!("http://h{s}")).unwrap();
+        let scan = scan_rules(txt, "crawler", &u("/shop/public/x"));
+        assert_eq!(scan.group.as_deref(), Some("crawler"));
+        assert_eq!(scan.rule, Some((true, "Allow: /shop/public".into())));
+        let scan = scan_rules(txt, "crawler", &u("/shop/cart"));
+        assert_eq!(scan.rule, Some((false, "Disallow: /shop/".into())));
+        let scan = scan_rules(txt, "crawler", &u("/docs/a.pdf"));
+        assert_eq!(scan.rule, Some((false, "Disallow: /*.pdf$".into())));
+        assert_eq!(scan_rules(txt, "crawler", &u("/docs/a.pdf?x")).rule, None);
+        assert_eq!(scan_rules(txt, "crawler", &u("/commented")).rule, None);
+        let scan = scan_rules(txt, "nobody", &u("/x"));
+        assert_eq!(scan.group.as_deref(), Some("*"));
+        assert_eq!(scan.rule, Some((false, "Disallow: /".into())));
+    }
+
+    #[test]
+    fn pattern_matching() {
+        assert!(pattern_matches("/a", "/abc"));
+        assert!(!pattern_matches("/a$", "/abc"));
+        assert!(pattern_matches("/a*c$", "/abbbc"));
+        assert!(pattern_matches("*", ""));
+        assert!(pattern_matches("/*/x", "/a/b/x"));
+        assert!(!pattern_matches("/*/y", "/a/b/x"));
+        assert!(pattern_matches("/$", "/"));
+        assert!(!pattern_matches("/$", "/a"));
+        // Many stars against a long miss stays fast (no exponential backtracking).
+        let pattern = "/*a".repeat(200) + "$";
+        let path = "/".to_owned() + &"a".repeat(5_000) + "b";
+        assert!(!pattern_matches(&pattern, &path));
     }
 }

@@ -6,9 +6,16 @@ use std::net::SocketAddr;
 ///
 /// Opaque on purpose: callers print it or propagate it; the message names what went wrong and
 /// what would be valid.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[error(transparent)]
 pub struct Error(Box<Kind>);
+
+// `main` returning `Result` prints the error with `Debug`: make that the readable message.
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Kind {

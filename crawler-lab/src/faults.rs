@@ -7,15 +7,16 @@
 use std::io::Write;
 use std::sync::{Arc, OnceLock};
 
-use flate2::Compression;
 use flate2::write::GzEncoder;
-use serde::Serialize;
+use flate2::{Compress, Compression, FlushCompress, Status};
+use serde::{Deserialize, Serialize};
 
 use crate::util::{hash_str, mix, put, unit};
 
 /// A kind of bad response.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "kebab-case")]
+///
+/// Serialised as its [`FaultKind::name`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FaultKind {
     /// `Content-Length` of the whole page, half of it sent, then the connection is reset (RST).
     ResetMidBody,
@@ -124,6 +125,20 @@ impl FaultKind {
     }
 }
 
+impl Serialize for FaultKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for FaultKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        Self::from_name(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown fault kind `{name}`")))
+    }
+}
+
 impl std::fmt::Display for FaultKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -134,7 +149,7 @@ impl std::fmt::Display for FaultKind {
 /// navigable and a test can compute exactly which books a crawler can reach.
 pub(crate) fn chaos_fault(seed: u64, rate: f64, path: &str) -> Option<FaultKind> {
     let id = book_id(path)?;
-    let h = hash_str(seed ^ 0x6368_616f_73, path);
+    let h = hash_str(seed ^ 0x0063_6861_6f73, path);
     if id == 0 || unit(h) >= rate {
         return None;
     }
@@ -161,7 +176,7 @@ pub(crate) const SLOW_INTERVAL: std::time::Duration = std::time::Duration::from_
 pub(crate) const ENDLESS_CAP: u64 = 1 << 30;
 pub(crate) const ENDLESS_TIME: std::time::Duration = std::time::Duration::from_secs(600);
 /// Inflated size of the gzip bombs.
-pub(crate) const BOMB_SIZE: usize = 256 << 20;
+pub(crate) const BOMB_MIB: usize = 256;
 
 /// Replaces the UTF-8 pound sign the templates use with another encoding's bytes.
 pub(crate) fn transcode_pound(body: &mut Vec<u8>, with: &[u8]) {
@@ -191,25 +206,83 @@ fn gzip(parts: &mut dyn FnMut(&mut GzEncoder<Vec<u8>>) -> std::io::Result<()>) -
     Arc::from(done.unwrap_or_default())
 }
 
-fn zeros_into(enc: &mut GzEncoder<Vec<u8>>, mut n: usize, byte: u8) -> std::io::Result<()> {
-    let block = [byte; 64 * 1024];
-    while n > 0 {
-        let k = n.min(block.len());
-        enc.write_all(&block[..k])?;
-        n -= k;
+/// Deflates `input` into `out` with the given flush, growing `out` as needed.
+fn deflate(
+    c: &mut Compress,
+    mut input: &[u8],
+    flush: FlushCompress,
+    out: &mut Vec<u8>,
+) -> Result<(), flate2::CompressError> {
+    loop {
+        if out.capacity() - out.len() < 32 * 1024 {
+            out.reserve(64 * 1024);
+        }
+        let before = c.total_in();
+        let status = c.compress_vec(input, out, flush)?;
+        input = &input[(c.total_in() - before) as usize..];
+        let room_left = out.capacity() > out.len();
+        match flush {
+            FlushCompress::Finish if status == Status::StreamEnd => return Ok(()),
+            FlushCompress::Finish => {}
+            _ if input.is_empty() && room_left => return Ok(()),
+            _ => {}
+        }
     }
-    Ok(())
+}
+
+/// Gzips `prefix`, `mebibytes` MiB of `fill`, then `suffix`, in milliseconds instead of the
+/// seconds a plain encoder needs: with a sync flush after each MiB, the compressor reaches a
+/// steady state where every further MiB deflates to the same bytes, so those are repeated
+/// instead of recomputed (the window holds only `fill` either way, so the stream stays valid).
+pub(crate) fn gzip_repeated(prefix: &[u8], fill: u8, mebibytes: usize, suffix: &[u8]) -> Vec<u8> {
+    let block = vec![fill; 1 << 20];
+    let mut crc = crc32fast::Hasher::new();
+    // Fixed gzip header: deflate, no name, no mtime, unknown OS.
+    let mut out = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
+    let mut c = Compress::new(Compression::best(), false);
+    let mut run = || -> Result<(), flate2::CompressError> {
+        deflate(&mut c, prefix, FlushCompress::Sync, &mut out)?;
+        crc.update(prefix);
+        let mut previous: Vec<u8> = Vec::new();
+        let mut steady: Option<Vec<u8>> = None;
+        for _ in 0..mebibytes {
+            crc.update(&block);
+            if let Some(piece) = &steady {
+                out.extend_from_slice(piece);
+                continue;
+            }
+            let mut piece = Vec::new();
+            deflate(&mut c, &block, FlushCompress::Sync, &mut piece)?;
+            out.extend_from_slice(&piece);
+            if piece == previous {
+                steady = Some(piece);
+            } else {
+                previous = piece;
+            }
+        }
+        deflate(&mut c, suffix, FlushCompress::Finish, &mut out)?;
+        crc.update(suffix);
+        Ok(())
+    };
+    if run().is_err() {
+        return Vec::new();
+    }
+    let size = prefix.len() + mebibytes * block.len() + suffix.len();
+    out.extend_from_slice(&crc.finalize().to_le_bytes());
+    out.extend_from_slice(&(size as u32).to_le_bytes());
+    out
 }
 
 /// The HTML gzip bomb: a tiny page followed by 256 MiB of spaces. Computed once per process.
 pub(crate) fn html_bomb() -> Arc<[u8]> {
     static BOMB: OnceLock<Arc<[u8]>> = OnceLock::new();
     BOMB.get_or_init(|| {
-        gzip(&mut |enc| {
-            enc.write_all(b"<!DOCTYPE html><html><head><title>bomb</title></head><body>")?;
-            zeros_into(enc, BOMB_SIZE, b' ')?;
-            enc.write_all(b"</body></html>")
-        })
+        Arc::from(gzip_repeated(
+            b"<!DOCTYPE html><html><head><title>bomb</title></head><body>",
+            b' ',
+            BOMB_MIB,
+            b"</body></html>",
+        ))
     })
     .clone()
 }
@@ -219,11 +292,12 @@ pub(crate) fn sitemap_bomb() -> Arc<[u8]> {
     // Shared by every lab in the process, so it names no URL.
     static BOMB: OnceLock<Arc<[u8]>> = OnceLock::new();
     BOMB.get_or_init(|| {
-        gzip(&mut |enc| {
-            enc.write_all(b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<urlset xmlns=\"http://www.sitemaps.org/schemas/sitemap/0.9\">\n")?;
-            zeros_into(enc, BOMB_SIZE, b' ')?;
-            enc.write_all(b"</urlset>\n")
-        })
+        Arc::from(gzip_repeated(
+            b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<urlset xmlns=\"http://www.sitemaps.org/schemas/sitemap/0.9\">\n",
+            b' ',
+            BOMB_MIB,
+            b"</urlset>\n",
+        ))
     })
     .clone()
 }
@@ -292,6 +366,20 @@ mod tests {
             .map(|i| chaos_fault(9, 0.2, &format!("/catalogue/book-{i}.html")))
             .collect();
         assert_eq!(a, b);
+    }
+
+    #[test]
+    fn repeated_gzip_inflates_to_the_exact_input() {
+        use std::io::Read;
+        let gz = gzip_repeated(b"<a>", b' ', 9, b"</a>");
+        assert!(gz.len() < 20_000, "{}", gz.len());
+        let mut plain = Vec::new();
+        flate2::read::GzDecoder::new(&gz[..])
+            .read_to_end(&mut plain)
+            .expect("valid gzip");
+        assert_eq!(plain.len(), 3 + (9 << 20) + 4);
+        assert!(plain.starts_with(b"<a> ") && plain.ends_with(b" </a>"));
+        assert!(plain[3..plain.len() - 4].iter().all(|&b| b == b' '));
     }
 
     #[test]

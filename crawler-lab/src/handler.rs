@@ -350,7 +350,6 @@ async fn route(
 }
 
 /// `Some(None)` for a listing path with a bad page number.
-#[allow(clippy::option_option)]
 fn listing_of(path: &str) -> Option<Option<(Listing, u32)>> {
     let page = |rest: &str| -> Option<u32> {
         rest.strip_prefix("page-")?

@@ -345,6 +345,11 @@ async fn connection(
         }
         let arrived = shared.start.elapsed();
         let target = text(&rbuf, &Some(head.target.clone())).unwrap_or("/");
+        // Absolute-form targets (sent through proxies) name the same resource.
+        let target = match target.strip_prefix("http://") {
+            Some(rest) => rest.find('/').map_or("/", |i| &rest[i..]),
+            None => target,
+        };
         let req = Req {
             method: text(&rbuf, &Some(head.method.clone())).unwrap_or("GET"),
             target,
@@ -392,9 +397,18 @@ async fn connection(
             &mut shutdown,
         )
         .await;
-        if !sent || !keep_alive {
-            let _ = stream.shutdown().await;
-            return;
+        match sent {
+            // Dropping without a FIN first, so zero linger turns the close into a RST.
+            Sent::Abort => return,
+            Sent::Broken => {
+                let _ = stream.shutdown().await;
+                return;
+            }
+            Sent::Whole if !keep_alive => {
+                let _ = stream.shutdown().await;
+                return;
+            }
+            Sent::Whole => {}
         }
         if consumed >= rbuf.len() {
             rbuf.clear();
@@ -415,7 +429,23 @@ async fn refuse(stream: &mut TcpStream, status: u16) -> std::io::Result<()> {
     stream.shutdown().await
 }
 
-/// Writes the response; false when the connection must not be reused.
+/// How writing a response ended.
+enum Sent {
+    /// Completely; the connection may be reused.
+    Whole,
+    /// Incompletely or on purpose broken; close it.
+    Broken,
+    /// Drop the connection with a reset.
+    Abort,
+}
+
+impl From<bool> for Sent {
+    fn from(ok: bool) -> Self {
+        if ok { Sent::Whole } else { Sent::Broken }
+    }
+}
+
+/// Writes the response.
 async fn send(
     stream: &mut TcpStream,
     w: &mut Vec<u8>,
@@ -423,7 +453,7 @@ async fn send(
     head_only: bool,
     keep_alive: bool,
     shutdown: &mut watch::Receiver<bool>,
-) -> bool {
+) -> Sent {
     w.clear();
     put!(
         w,
@@ -456,41 +486,41 @@ async fn send(
     }
     w.extend_from_slice(b"\r\n");
     if no_body || head_only {
-        return stream.write_all(w).await.is_ok();
+        return stream.write_all(w).await.is_ok().into();
     }
     match &reply.kind {
         BodyKind::Buffered => {
             w.extend_from_slice(&reply.body);
-            stream.write_all(w).await.is_ok()
+            stream.write_all(w).await.is_ok().into()
         }
         BodyKind::Shared(body) => {
             if body.len() < 16 * 1024 {
                 w.extend_from_slice(body);
-                stream.write_all(w).await.is_ok()
+                stream.write_all(w).await.is_ok().into()
             } else {
-                stream.write_all(w).await.is_ok() && stream.write_all(body).await.is_ok()
+                (stream.write_all(w).await.is_ok() && stream.write_all(body).await.is_ok()).into()
             }
         }
-        BodyKind::Blob { len, chunked } => {
-            stream.write_all(w).await.is_ok() && stream_blob(stream, *len, *chunked, shutdown).await
-        }
+        BodyKind::Blob { len, chunked } => (stream.write_all(w).await.is_ok()
+            && stream_blob(stream, *len, *chunked, shutdown).await)
+            .into(),
         BodyKind::Endless => {
-            stream.write_all(w).await.is_ok() && stream_endless(stream, shutdown).await
+            (stream.write_all(w).await.is_ok() && stream_endless(stream, shutdown).await).into()
         }
         BodyKind::Trickle => {
             if stream.write_all(w).await.is_err() {
-                return false;
+                return Sent::Broken;
             }
             for piece in reply.body.chunks(faults::SLOW_PIECE) {
                 if stream.write_all(piece).await.is_err() || stream.flush().await.is_err() {
-                    return false;
+                    return Sent::Broken;
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(faults::SLOW_INTERVAL) => {}
-                    _ = shutdown.changed() => return false,
+                    _ = shutdown.changed() => return Sent::Broken,
                 }
             }
-            true
+            Sent::Whole
         }
         BodyKind::ResetHalfway => {
             w.extend_from_slice(&reply.body[..reply.body.len() / 2]);
@@ -498,12 +528,12 @@ async fn send(
             let _ = stream.flush().await;
             // Zero linger turns the close into a RST: the client sees a reset, not an EOF.
             let _ = stream.set_zero_linger();
-            false
+            Sent::Abort
         }
         BodyKind::Overlong => {
             w.extend_from_slice(&reply.body);
             let _ = stream.write_all(w).await;
-            false
+            Sent::Broken
         }
     }
 }

@@ -533,14 +533,22 @@ impl Catalogue {
         put!(
             out,
             "</p>\n</div>\n<table class=\"info\">\n<tr><th>UPC</th><td>{:016x}</td></tr>\n<tr><th>Category</th><td><a href=\"/category/{slug}/page-1.html\">{cat}</a></td></tr>\n<tr><th>Availability</th><td>{stock}</td></tr>\n<tr><th>Revision</th><td>{rev}</td></tr>\n</table>\n",
-            hash2(self.seed ^ 0x7570_63, u64::from(id))
+            hash2(self.seed ^ 0x0075_7063, u64::from(id))
         );
+        out.extend_from_slice(b"<section class=\"related\">\n<h2>You might also like</h2>\n<ul>\n");
+        for k in 1..=4u32 {
+            let other = (id - 1 + 10 * k) % self.books + 1;
+            put!(out, "<li><a href=\"/catalogue/book-{other}.html\">");
+            self.write_title(other, out);
+            out.extend_from_slice(b"</a></li>\n");
+        }
+        out.extend_from_slice(b"</ul>\n</section>\n");
         self.close_page(out);
     }
 
     fn write_description(&self, id: u32, rev: u32, out: &mut Vec<u8>) {
         let mut h = hash3(self.seed, u64::from(id), 0x6465_7363 ^ u64::from(rev));
-        for i in 0..110u32 {
+        for i in 0..150u32 {
             if i % 8 == 0 {
                 h = crate::util::mix(h.wrapping_add(u64::from(i)));
             }

@@ -3,7 +3,8 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::time::Duration;
+
+use crawler_core::HostStats;
 
 use crawler_core::{
     Admission, Feedback, FilterReason, Lease, Next, Request, Scheduler, Settings, Url,
@@ -13,7 +14,7 @@ use tokio::time::Instant;
 use crate::error::Error;
 use crate::fingerprint::fingerprint;
 use crate::store::{Entry, MemoryStore, QueueStore};
-use crate::throttle::{FixedDelay, Throttle};
+use crate::throttle::{Throttle, Verdict, throttle_for};
 
 /// The slot key of a URL: the host, plus the port when it is not the scheme's default, since
 /// two ports on one address are often two servers with separate limits.
@@ -43,16 +44,12 @@ pub struct FrontierConfig {
 impl FrontierConfig {
     /// Filters and fixed per-host pacing taken from the crawl settings.
     pub fn from_settings(settings: &Settings, allowed_domains: Vec<String>) -> Self {
-        let delay: Duration = settings.download_delay;
-        let randomize = settings.randomize_delay;
-        let per_host = settings.concurrency_per_host;
+        let pacing = settings.clone();
         Self {
             depth_limit: settings.depth_limit,
             max_url_length: settings.max_url_length,
             allowed_domains: normalise_domains(allowed_domains),
-            throttle: Box::new(move |_host, now| {
-                Box::new(FixedDelay::new(delay, randomize, per_host, now))
-            }),
+            throttle: Box::new(move |host, now| throttle_for(&pacing, host, now)),
         }
     }
 }
@@ -97,6 +94,53 @@ struct Host {
     throttle: Box<dyn Throttle>,
     /// Whether an entry for this host sits in the ready heap (at most one at a time).
     scheduled: bool,
+    /// Why the host is skipped for this run, once it is.
+    skipped: Option<String>,
+    figures: Figures,
+}
+
+/// Running per-host figures for [`HostStats`].
+#[derive(Default)]
+struct Figures {
+    requests: u64,
+    status: std::collections::BTreeMap<u16, u64>,
+    latency_sum: f64,
+    latency_n: u64,
+    /// Latency histogram: bucket i counts latencies in [1.25^(i-1), 1.25^i) ms.
+    buckets: Vec<u32>,
+}
+
+impl Figures {
+    fn record(&mut self, fb: &Feedback) {
+        if let Some(s) = fb.status {
+            *self.status.entry(s).or_default() += 1;
+        }
+        if fb.sent {
+            let secs = fb.latency.as_secs_f64();
+            self.latency_sum += secs;
+            self.latency_n += 1;
+            let ms = (secs * 1000.0).max(1.0);
+            let i = (ms.ln() / 1.25f64.ln()).ceil().clamp(0.0, 79.0) as usize;
+            if self.buckets.len() <= i {
+                self.buckets.resize(i + 1, 0);
+            }
+            if let Some(b) = self.buckets.get_mut(i) {
+                *b += 1;
+            }
+        }
+    }
+
+    fn p95(&self) -> f64 {
+        let total: u64 = self.buckets.iter().map(|&b| u64::from(b)).sum();
+        let mut seen = 0u64;
+        for (i, &b) in self.buckets.iter().enumerate() {
+            seen += u64::from(b);
+            if seen * 100 >= total * 95 && total > 0 {
+                return 1.25f64.powi(i as i32) / 1000.0;
+            }
+        }
+        0.0
+    }
 }
 
 /// The [`Scheduler`]: filters and de-duplication, per-host slots, and the ready heap, over a
@@ -112,6 +156,30 @@ pub struct Frontier<S: QueueStore = MemoryStore> {
     leases: HashMap<u64, usize>,
     seq: u64,
     error: Option<Error>,
+    /// Retries waiting for their time: (not before, tie-breaker, request).
+    delayed: BinaryHeap<Reverse<(Instant, u64, DelayedRequest)>>,
+    /// Requests of skipped hosts, waiting for the engine to count them.
+    skipped: Vec<(Request, String)>,
+}
+
+/// A request in the retry heap; ordered by the heap's other fields only.
+struct DelayedRequest(Request);
+
+impl PartialEq for DelayedRequest {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+impl Eq for DelayedRequest {}
+impl PartialOrd for DelayedRequest {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for DelayedRequest {
+    fn cmp(&self, _: &Self) -> std::cmp::Ordering {
+        std::cmp::Ordering::Equal
+    }
 }
 
 impl Frontier<MemoryStore> {
@@ -134,6 +202,8 @@ impl<S: QueueStore> Frontier<S> {
             leases: HashMap::new(),
             seq,
             error: None,
+            delayed: BinaryHeap::new(),
+            skipped: Vec::new(),
         };
         let now = Instant::now();
         for host in f.store.hosts() {
@@ -184,9 +254,74 @@ impl<S: QueueStore> Frontier<S> {
             in_flight: 0,
             throttle,
             scheduled: false,
+            skipped: None,
+            figures: Figures::default(),
         });
         self.host_ids.insert(key, id);
         id
+    }
+
+    /// Queue a request for its host, or set it aside if the host is skipped.
+    fn push(&mut self, request: Request, now: Instant) {
+        let key = host_key(&request.url);
+        let id = self.host_id(key, now);
+        if let Some(why) = self.hosts.get(id).and_then(|h| h.skipped.clone()) {
+            self.skipped.push((request, why));
+            return;
+        }
+        self.seq += 1;
+        let entry = Entry {
+            priority: request.priority,
+            seq: self.seq,
+            request,
+        };
+        let key = self
+            .hosts
+            .get(id)
+            .map(|h| h.key.clone())
+            .unwrap_or_default();
+        if let Err(e) = self.store.push(&key, entry) {
+            self.failed(e);
+        }
+        self.reschedule(id, now);
+    }
+
+    /// Stop crawling a host: everything it has queued is set aside with the reason.
+    fn skip_host(&mut self, id: usize, why: String) {
+        let Some(host) = self.hosts.get_mut(id) else {
+            return;
+        };
+        host.skipped = Some(why.clone());
+        let key = host.key.clone();
+        loop {
+            match self.store.lease(&key) {
+                Ok(Some((lease, req))) => {
+                    self.skipped.push((req, why.clone()));
+                    if let Err(e) = self.store.ack(lease) {
+                        self.failed(e);
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    self.failed(e);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Move retries whose time has come into their host queues.
+    fn release_delayed(&mut self, now: Instant) {
+        while self
+            .delayed
+            .peek()
+            .is_some_and(|Reverse((at, _, _))| *at <= now)
+        {
+            if let Some(Reverse((_, _, DelayedRequest(req)))) = self.delayed.pop() {
+                self.push(req, now);
+            }
+        }
     }
 
     /// Put a host in the ready heap if it has work and room for another request.
@@ -219,25 +354,16 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
                 Err(e) => self.failed(e),
             }
         }
-        let key = host_key(&request.url);
-        self.seq += 1;
-        let entry = Entry {
-            priority: request.priority,
-            seq: self.seq,
-            request,
-        };
-        if let Err(e) = self.store.push(&key, entry) {
-            self.failed(e);
-        }
-        let id = self.host_id(key, now);
-        self.reschedule(id, now);
+        self.push(request, now);
         Admission::Queued
     }
 
     fn next(&mut self, now: Instant) -> Next {
+        self.release_delayed(now);
+        let retry_at = self.delayed.peek().map(|Reverse((at, _, _))| *at);
         while let Some(&Reverse((at, _, id))) = self.ready.peek() {
             if at > now {
-                return Next::NotBefore(at);
+                return Next::NotBefore(retry_at.map_or(at, |r| r.min(at)));
             }
             self.ready.pop();
             let Some(host) = self.hosts.get_mut(id) else {
@@ -261,12 +387,16 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
                 }
             };
             host.in_flight += 1;
+            host.figures.requests += 1;
             host.throttle.on_send(now);
             self.leases.insert(lease, id);
             self.reschedule(id, now);
             return Next::Ready(Lease(lease), request);
         }
-        Next::Empty
+        match retry_at {
+            Some(at) => Next::NotBefore(at),
+            None => Next::Empty,
+        }
     }
 
     fn complete(&mut self, lease: Lease, feedback: &Feedback, now: Instant) {
@@ -276,9 +406,14 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
         if let Err(e) = self.store.ack(lease.0) {
             self.failed(e);
         }
+        let mut verdict = Verdict::Continue;
         if let Some(host) = self.hosts.get_mut(id) {
             host.in_flight = host.in_flight.saturating_sub(1);
-            host.throttle.on_feedback(feedback, now);
+            host.figures.record(feedback);
+            verdict = host.throttle.on_feedback(feedback, now);
+        }
+        if let Verdict::Skip(why) = verdict {
+            self.skip_host(id, why);
         }
         // The feedback may have moved the host's ready time; a heap entry already pushed is
         // re-checked against the throttle when it comes up in next().
@@ -286,7 +421,50 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
     }
 
     fn queued(&self) -> usize {
-        self.store.queued()
+        self.store.queued() + self.delayed.len()
+    }
+
+    fn retry(&mut self, request: Request, not_before: Instant) {
+        self.seq += 1;
+        self.delayed
+            .push(Reverse((not_before, self.seq, DelayedRequest(request))));
+    }
+
+    fn take_skipped(&mut self) -> Vec<(Request, String)> {
+        std::mem::take(&mut self.skipped)
+    }
+
+    fn host_stats(&self) -> Vec<HostStats> {
+        let mut out: Vec<HostStats> = self
+            .hosts
+            .iter()
+            .map(|h| {
+                let (holds, held) = h.throttle.holds();
+                let f = &h.figures;
+                HostStats {
+                    host: h.key.clone(),
+                    requests: f.requests,
+                    status: f.status.clone(),
+                    latency_mean: if f.latency_n > 0 {
+                        f.latency_sum / f.latency_n as f64
+                    } else {
+                        0.0
+                    },
+                    latency_p95: f.p95(),
+                    rate: Some(h.throttle.rate()),
+                    holds,
+                    hold_secs: held.as_secs_f64(),
+                    queued: self.store.host_len(&h.key),
+                    skipped: h.skipped.clone(),
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            b.requests
+                .cmp(&a.requests)
+                .then_with(|| a.host.cmp(&b.host))
+        });
+        out
     }
 
     fn take_error(&mut self) -> Option<crawler_core::Error> {
@@ -303,6 +481,8 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crawler_core::ThrottleMode;
+    use std::time::Duration;
 
     fn frontier(settings: &Settings, domains: &[&str]) -> Frontier {
         Frontier::new(FrontierConfig::from_settings(
@@ -379,6 +559,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn one_host_waits_its_delay_while_others_proceed() {
         let s = Settings {
+            throttle: ThrottleMode::Fixed,
             download_delay: Duration::from_secs(2),
             randomize_delay: false,
             ..Default::default()
@@ -420,6 +601,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn priority_first_then_first_in_first_out() {
         let s = Settings {
+            throttle: ThrottleMode::Fixed,
             download_delay: Duration::ZERO,
             ..Default::default()
         };
@@ -447,6 +629,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn per_host_concurrency_is_respected() {
         let s = Settings {
+            throttle: ThrottleMode::Fixed,
             download_delay: Duration::ZERO,
             concurrency_per_host: 3,
             ..Default::default()
@@ -476,6 +659,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn retry_after_holds_the_whole_host() {
         let s = Settings {
+            throttle: ThrottleMode::Fixed,
             download_delay: Duration::ZERO,
             concurrency_per_host: 2,
             ..Default::default()
@@ -495,12 +679,54 @@ mod tests {
         };
         f.complete(l, &fb, now);
         match f.next(now + Duration::from_secs(1)) {
-            Next::NotBefore(at) => assert_eq!(at, now + Duration::from_secs(30)),
+            Next::NotBefore(at) => assert_eq!(at, now + Duration::from_millis(30_250)),
             other => panic!("expected a hold, got {other:?}"),
         }
         assert!(matches!(
-            f.next(now + Duration::from_secs(30)),
+            f.next(now + Duration::from_millis(30_250)),
             Next::Ready(..)
         ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_wait_for_their_time_and_skipped_hosts_drain() {
+        let s = Settings {
+            throttle: ThrottleMode::Fixed,
+            max_retry_after: Duration::from_secs(60),
+            ..Default::default()
+        };
+        let mut f = frontier(&s, &[]);
+        let now = Instant::now();
+        f.retry(req("http://a.test/again"), now + Duration::from_secs(5));
+        assert_eq!(f.queued(), 1);
+        match f.next(now) {
+            Next::NotBefore(at) => assert_eq!(at, now + Duration::from_secs(5)),
+            other => panic!("the retry must wait, got {other:?}"),
+        }
+        let (l, r) = ready(&mut f, now + Duration::from_secs(5));
+        assert_eq!(r.url.path(), "/again");
+
+        for i in 0..3 {
+            f.enqueue(req(&format!("http://a.test/{i}")), now);
+        }
+        let fb = Feedback {
+            sent: true,
+            status: Some(503),
+            retry_after: Some(Duration::from_secs(3600)),
+            ..Default::default()
+        };
+        f.complete(l, &fb, now);
+        let skipped = f.take_skipped();
+        assert_eq!(skipped.len(), 3);
+        assert!(skipped[0].1.contains("max_retry_after"), "{}", skipped[0].1);
+        assert_eq!(f.queued(), 0);
+        // Later links to the skipped host are set aside too, never queued.
+        assert_eq!(f.enqueue(req("http://a.test/late"), now), Admission::Queued);
+        assert_eq!(f.take_skipped().len(), 1);
+        assert!(matches!(f.next(now + Duration::from_secs(10)), Next::Empty));
+        let stats = f.host_stats();
+        assert_eq!(stats[0].host, "a.test");
+        assert_eq!(stats[0].status.get(&503), Some(&1));
+        assert!(stats[0].skipped.is_some());
     }
 }

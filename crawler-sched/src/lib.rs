@@ -26,4 +26,4 @@ pub use error::Error;
 pub use fingerprint::{Fingerprint, canonical_url, fingerprint};
 pub use frontier::{Frontier, FrontierConfig, ThrottleFactory, host_key, is_allowed_domain};
 pub use store::{Entry, MemoryStore, QueueStore};
-pub use throttle::{FixedDelay, Throttle};
+pub use throttle::{Adaptive, AutoThrottle, FixedDelay, Rules, Throttle, Verdict, throttle_for};

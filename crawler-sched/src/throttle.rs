@@ -1,11 +1,22 @@
-//! Per-host pacing policies. A slot asks its throttle when it may send next; adaptive
-//! policies (AutoThrottle, AIMD, RateLimit headers) implement the same trait.
+//! Per-host pacing. A slot asks its [`Throttle`] when it may send next and tells it how each
+//! request went. Three policies share one set of rules that are never optional: holds for
+//! Retry-After, exhausted RateLimit quotas and challenge pages; robots.txt Crawl-delay as a
+//! floor; and skipping a host that asks for a wait longer than `max_retry_after`.
 
 use std::time::Duration;
 
-use crawler_core::Feedback;
+use crawler_core::{FailureKind, Feedback, Settings, ThrottleMode};
 use rand::Rng;
 use tokio::time::Instant;
+
+/// What a slot should do after a feedback.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Keep crawling the host.
+    Continue,
+    /// Stop crawling the host for this run, for the given reason.
+    Skip(String),
+}
 
 /// Decides how fast one host is fetched.
 pub trait Throttle: Send {
@@ -16,13 +27,112 @@ pub trait Throttle: Send {
     /// A request is being sent at `now`.
     fn on_send(&mut self, now: Instant);
     /// A request ended; learn from it.
-    fn on_feedback(&mut self, feedback: &Feedback, now: Instant);
+    fn on_feedback(&mut self, feedback: &Feedback, now: Instant) -> Verdict;
+    /// The rate the host is paced at now, requests/s.
+    fn rate(&self) -> f64;
+    /// Holds placed so far and their total length.
+    fn holds(&self) -> (u64, Duration);
 }
 
-/// A fixed delay between sends (optionally randomised 0.5x to 1.5x), a fixed concurrency,
-/// raised to robots.txt Crawl-delay when the host sets one, and held for Retry-After.
+/// Build the throttle `settings` ask for, for a new host.
+pub fn throttle_for(settings: &Settings, host: &str, now: Instant) -> Box<dyn Throttle> {
+    let rules = Rules::from_settings(settings, host, now);
+    match settings.throttle {
+        ThrottleMode::Fixed => Box::new(FixedDelay::new(
+            rules,
+            settings.download_delay,
+            settings.randomize_delay,
+            settings.concurrency_per_host,
+        )),
+        ThrottleMode::Adaptive => Box::new(Adaptive::new(rules, settings)),
+        ThrottleMode::Autothrottle => Box::new(AutoThrottle::new(rules, settings)),
+    }
+}
+
+/// The rules every policy obeys: holds, Crawl-delay, skipping.
+#[derive(Debug, Clone)]
+pub struct Rules {
+    host: String,
+    hold_until: Instant,
+    holds: u64,
+    held: Duration,
+    margin: Duration,
+    max_wait: Duration,
+    crawl_delay: Duration,
+    soft_block_pause: Duration,
+}
+
+impl Rules {
+    /// Rules from the crawl settings for `host`.
+    pub fn from_settings(settings: &Settings, host: &str, now: Instant) -> Self {
+        Self {
+            host: host.to_owned(),
+            hold_until: now,
+            holds: 0,
+            held: Duration::ZERO,
+            margin: settings.hold_margin,
+            max_wait: settings.max_retry_after,
+            crawl_delay: Duration::ZERO,
+            soft_block_pause: settings.soft_block_pause,
+        }
+    }
+
+    /// Hold the whole host for `wait` (plus the margin) from `now`.
+    fn hold(&mut self, wait: Duration, now: Instant, trigger: &str) -> Verdict {
+        if wait > self.max_wait {
+            let why = format!(
+                "{trigger} asked for a wait of {:.0}s, more than max_retry_after ({:.0}s)",
+                wait.as_secs_f64(),
+                self.max_wait.as_secs_f64()
+            );
+            tracing::warn!(host = %self.host, "skipping host for this run: {why}");
+            return Verdict::Skip(why);
+        }
+        let until = now + wait + self.margin;
+        if until > self.hold_until {
+            let extra = until - self.hold_until.max(now);
+            self.holds += 1;
+            self.held += extra;
+            self.hold_until = until;
+            tracing::info!(host = %self.host, trigger, wait = ?wait + self.margin, "host held");
+        }
+        Verdict::Continue
+    }
+
+    /// Apply what every policy must: Crawl-delay, Retry-After, an exhausted quota, a
+    /// challenge page.
+    fn observe(&mut self, fb: &Feedback, now: Instant) -> Verdict {
+        if let Some(cd) = fb.crawl_delay {
+            if cd > self.crawl_delay {
+                tracing::info!(host = %self.host, old = ?self.crawl_delay, new = ?cd, trigger = "crawl-delay", "host delay floor raised");
+                self.crawl_delay = cd;
+            }
+        }
+        let mut verdict = Verdict::Continue;
+        if let Some(wait) = fb.retry_after {
+            verdict = self.hold(wait, now, "Retry-After");
+        }
+        if let Some(rl) = fb.rate_limit {
+            if rl.remaining == 0 && verdict == Verdict::Continue {
+                verdict = self.hold(rl.reset, now, "RateLimit exhausted");
+            }
+        }
+        if fb.soft_block && verdict == Verdict::Continue {
+            verdict = self.hold(self.soft_block_pause, now, "challenge page");
+        }
+        verdict
+    }
+
+    /// The gap floor from Crawl-delay and the given minimum.
+    fn floor(&self, min_gap: Duration) -> Duration {
+        self.crawl_delay.max(min_gap)
+    }
+}
+
+/// A fixed delay between sends (optionally randomised 0.5x to 1.5x) and a fixed concurrency.
 #[derive(Debug, Clone)]
 pub struct FixedDelay {
+    rules: Rules,
     delay: Duration,
     randomize: bool,
     concurrency: usize,
@@ -33,8 +143,10 @@ pub struct FixedDelay {
 
 impl FixedDelay {
     /// A throttle that waits `delay` between sends with at most `concurrency` in flight.
-    pub fn new(delay: Duration, randomize: bool, concurrency: usize, now: Instant) -> Self {
+    pub fn new(rules: Rules, delay: Duration, randomize: bool, concurrency: usize) -> Self {
+        let now = rules.hold_until;
         Self {
+            rules,
             delay,
             randomize,
             concurrency: concurrency.max(1),
@@ -43,17 +155,13 @@ impl FixedDelay {
         }
     }
 
-    fn jittered(&self) -> Duration {
-        if self.randomize && !self.delay.is_zero() {
-            self.delay.mul_f64(rand::rng().random_range(0.5..1.5))
+    fn gap(&self) -> Duration {
+        let delay = self.rules.floor(self.delay);
+        if self.randomize && !delay.is_zero() {
+            delay.mul_f64(rand::rng().random_range(0.5..1.5))
         } else {
-            self.delay
+            delay
         }
-    }
-
-    /// The current base delay.
-    pub fn delay(&self) -> Duration {
-        self.delay
     }
 }
 
@@ -63,39 +171,556 @@ impl Throttle for FixedDelay {
     }
 
     fn ready_at(&self) -> Instant {
-        self.next
+        self.next.max(self.rules.hold_until)
     }
 
     fn on_send(&mut self, now: Instant) {
         self.before_send = self.next;
-        self.next = self.next.max(now) + self.jittered();
+        self.next = self.next.max(now) + self.gap();
     }
 
-    fn on_feedback(&mut self, feedback: &Feedback, now: Instant) {
+    fn on_feedback(&mut self, feedback: &Feedback, now: Instant) -> Verdict {
         if !feedback.sent {
-            // Nothing reached the host (robots refusal from cache): the delay was not used.
+            // Nothing reached the host (a robots refusal from cache): the delay was not used.
             self.next = self.before_send.max(now.min(self.next));
         }
-        if let Some(cd) = feedback.crawl_delay {
-            if cd > self.delay {
-                tracing::info!(old = ?self.delay, new = ?cd, trigger = "crawl-delay", "host delay raised");
-                self.delay = cd;
+        self.rules.observe(feedback, now)
+    }
+
+    fn rate(&self) -> f64 {
+        1.0 / self.rules.floor(self.delay).as_secs_f64().max(1e-3)
+    }
+
+    fn holds(&self) -> (u64, Duration) {
+        (self.rules.holds, self.rules.held)
+    }
+}
+
+/// Additive increase, in requests/s gained per second of clean responses.
+const INCREASE_PER_SEC: f64 = 0.25;
+/// Multiplicative decrease on 429, 503 and timeouts.
+const CUT: f64 = 0.5;
+/// Gentler decrease when latency climbs above its baseline.
+const EASE: f64 = 0.85;
+/// After a calm minute, the ceiling learned from a refusal is raised this much, so a server
+/// whose limit went up is found again, slowly.
+const CEILING_RELAX: f64 = 1.1;
+const CALM: Duration = Duration::from_secs(60);
+
+/// The adaptive policy: AIMD on the rate, steered by RateLimit headers when a host sends
+/// them, easing off when latency rises, with a token-bucket (GCRA) pacer under `max_rate`.
+#[derive(Debug, Clone)]
+pub struct Adaptive {
+    rules: Rules,
+    rate: f64,
+    min_rate: f64,
+    max_rate: f64,
+    /// After a refusal, the rate may not grow past this until calm returns.
+    learned_ceiling: f64,
+    burst: u32,
+    min_gap: Duration,
+    max_concurrency: usize,
+    latency_tolerance: f64,
+    /// Theoretical arrival time of the GCRA pacer: the next send is due at
+    /// `tat - (burst - 1) x interval`.
+    tat: Instant,
+    in_flight: usize,
+    /// Fast and slow moving averages of latency, in seconds.
+    lat_fast: Option<f64>,
+    lat_slow: Option<f64>,
+    /// Responses to requests sent before this instant do not cut again: one overload
+    /// episode is one decrease, however many requests were in flight.
+    last_cut: Option<Instant>,
+    /// Whether the host has spoken in RateLimit headers (then they steer, and silence or an
+    /// unreadable header holds the rate instead of growing it).
+    steered: bool,
+    soft_resume: f64,
+}
+
+impl Adaptive {
+    /// An adaptive throttle starting at `start_rate`.
+    pub fn new(rules: Rules, s: &Settings) -> Self {
+        let now = rules.hold_until;
+        let max_rate = s.max_rate;
+        Self {
+            rules,
+            rate: s.start_rate.clamp(s.min_rate, max_rate),
+            min_rate: s.min_rate,
+            max_rate,
+            learned_ceiling: f64::INFINITY,
+            burst: s.burst.max(1),
+            min_gap: s.download_delay,
+            max_concurrency: s.concurrency_per_host.max(1),
+            latency_tolerance: s.latency_tolerance.as_secs_f64(),
+            tat: now,
+            in_flight: 0,
+            lat_fast: None,
+            lat_slow: None,
+            last_cut: None,
+            steered: false,
+            soft_resume: s.soft_block_resume,
+        }
+    }
+
+    fn interval(&self) -> Duration {
+        Duration::from_secs_f64(1.0 / self.rate).max(self.rules.floor(self.min_gap))
+    }
+
+    fn set_rate(&mut self, new: f64, trigger: &str) {
+        let new = new.clamp(
+            self.min_rate,
+            self.max_rate.min(self.learned_ceiling.max(self.min_rate)),
+        );
+        if (new - self.rate).abs() > 1e-9 {
+            // Small steps are routine; log the ones that tell a story.
+            if (new - self.rate).abs() / self.rate > 0.05 || trigger != "success" {
+                tracing::info!(host = %self.rules.host, trigger, old = format!("{:.3}", self.rate), new = format!("{new:.3}"), "rate changed");
+            }
+            self.rate = new;
+        }
+    }
+
+    fn cut(&mut self, sent_at: Instant, now: Instant, factor: f64, trigger: &str) {
+        if self.last_cut.is_some_and(|c| sent_at < c) {
+            return;
+        }
+        if factor == CUT {
+            // What we sent at was too much: remember, and stay at or below the cut rate.
+            self.learned_ceiling = self.learned_ceiling.min(self.rate * CUT);
+        }
+        self.last_cut = Some(now);
+        self.set_rate(self.rate * factor, trigger);
+    }
+}
+
+impl Throttle for Adaptive {
+    fn concurrency(&self) -> usize {
+        // Little's law: enough in flight to sustain the rate at the current latency.
+        let lat = self.lat_fast.unwrap_or(0.0);
+        ((self.rate * lat).ceil() as usize + 1).clamp(1, self.max_concurrency)
+    }
+
+    fn ready_at(&self) -> Instant {
+        let slack = self.interval() * (self.burst - 1);
+        self.tat
+            .checked_sub(slack)
+            .unwrap_or(self.tat)
+            .max(self.rules.hold_until)
+    }
+
+    fn on_send(&mut self, now: Instant) {
+        self.in_flight += 1;
+        self.tat = self.tat.max(now) + self.interval();
+    }
+
+    fn on_feedback(&mut self, fb: &Feedback, now: Instant) -> Verdict {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        if !fb.sent {
+            // A robots refusal from cache: give the slot back.
+            self.tat = self
+                .tat
+                .checked_sub(self.interval())
+                .unwrap_or(self.tat)
+                .max(now);
+        }
+        let verdict = self.rules.observe(fb, now);
+        let sent_at = now.checked_sub(fb.latency).unwrap_or(now);
+        let refused = matches!(fb.status, Some(429 | 503));
+        let timed_out = fb.failure == Some(FailureKind::Timeout);
+
+        if fb.soft_block {
+            if self.last_cut.is_none_or(|c| sent_at >= c) {
+                self.learned_ceiling = self.learned_ceiling.min(self.rate);
+                self.last_cut = Some(now);
+                let resumed = self.rate * self.soft_resume;
+                self.set_rate(resumed, "challenge page");
+            }
+        } else if refused || timed_out {
+            let trigger = if timed_out {
+                "timeout"
+            } else if fb.status == Some(429) {
+                "429"
+            } else {
+                "503"
+            };
+            self.cut(sent_at, now, CUT, trigger);
+        } else if let Some(rl) = fb.rate_limit {
+            self.steered = true;
+            let secs = rl.reset.as_secs_f64();
+            if rl.remaining > 0 && secs > 0.0 {
+                // Requests already in flight will spend quota too.
+                let left = rl.remaining.saturating_sub(self.in_flight as u64) as f64;
+                let target = (left / secs).max(self.min_rate);
+                // The header states the server's budget; it replaces what AIMD learned.
+                self.learned_ceiling = f64::INFINITY;
+                self.set_rate(target, "RateLimit");
+            }
+        } else if fb.status.is_some() && fb.failure.is_none() {
+            let lat = fb.latency.as_secs_f64();
+            let fast = self.lat_fast.map_or(lat, |f| 0.7 * f + 0.3 * lat);
+            let slow = self.lat_slow.map_or(lat, |s| 0.95 * s + 0.05 * lat);
+            self.lat_fast = Some(fast);
+            self.lat_slow = Some(slow);
+            if fast > 2.0 * slow && fast - slow > self.latency_tolerance {
+                let spacing = Duration::from_secs_f64(fast.max(1.0));
+                if self
+                    .last_cut
+                    .is_none_or(|c| now.checked_sub(spacing).is_some_and(|t| t >= c))
+                {
+                    self.cut(sent_at, now, EASE, "latency");
+                }
+            } else if !self.steered {
+                if self.learned_ceiling.is_finite()
+                    && self
+                        .last_cut
+                        .is_none_or(|c| now.checked_sub(CALM).is_some_and(|t| t >= c))
+                {
+                    self.learned_ceiling *= CEILING_RELAX;
+                    self.last_cut = Some(now);
+                }
+                let step = INCREASE_PER_SEC / self.rate;
+                self.set_rate(self.rate + step, "success");
             }
         }
-        if let Some(wait) = feedback.retry_after {
-            self.next = self.next.max(now + wait);
+        verdict
+    }
+
+    fn rate(&self) -> f64 {
+        1.0 / self.interval().as_secs_f64()
+    }
+
+    fn holds(&self) -> (u64, Duration) {
+        (self.rules.holds, self.rules.held)
+    }
+}
+
+/// Scrapy's AutoThrottle: the delay moves halfway towards `latency / target_concurrency` on
+/// each response, within `download_delay` and `autothrottle_max_delay`; a non-200 response
+/// may raise the delay but never lower it.
+#[derive(Debug, Clone)]
+pub struct AutoThrottle {
+    rules: Rules,
+    delay: Duration,
+    min_delay: Duration,
+    max_delay: Duration,
+    target: f64,
+    concurrency: usize,
+    next: Instant,
+}
+
+impl AutoThrottle {
+    /// An AutoThrottle starting at a delay of `1 / start_rate`.
+    pub fn new(rules: Rules, s: &Settings) -> Self {
+        let now = rules.hold_until;
+        let start = Duration::from_secs_f64(1.0 / s.start_rate);
+        Self {
+            rules,
+            delay: start.clamp(
+                s.download_delay,
+                s.autothrottle_max_delay.max(s.download_delay),
+            ),
+            min_delay: s.download_delay,
+            max_delay: s.autothrottle_max_delay.max(s.download_delay),
+            target: s.autothrottle_target_concurrency,
+            concurrency: s.concurrency_per_host.max(1),
+            next: now,
         }
+    }
+
+    /// The current delay.
+    pub fn delay(&self) -> Duration {
+        self.delay
+    }
+}
+
+impl Throttle for AutoThrottle {
+    fn concurrency(&self) -> usize {
+        self.concurrency
+    }
+
+    fn ready_at(&self) -> Instant {
+        self.next.max(self.rules.hold_until)
+    }
+
+    fn on_send(&mut self, now: Instant) {
+        self.next = self.next.max(now) + self.rules.floor(self.delay);
+    }
+
+    fn on_feedback(&mut self, fb: &Feedback, now: Instant) -> Verdict {
+        let verdict = self.rules.observe(fb, now);
+        if let Some(status) = fb.status {
+            let target = Duration::from_secs_f64(fb.latency.as_secs_f64() / self.target);
+            let mut new = (self.delay + target) / 2;
+            new = new.clamp(self.min_delay, self.max_delay);
+            if status != 200 && new < self.delay {
+                new = self.delay;
+            }
+            if new != self.delay {
+                tracing::debug!(host = %self.rules.host, status, old = ?self.delay, new = ?new, trigger = "autothrottle", "delay changed");
+                self.delay = new;
+            }
+        }
+        verdict
+    }
+
+    fn rate(&self) -> f64 {
+        1.0 / self.rules.floor(self.delay).as_secs_f64().max(1e-3)
+    }
+
+    fn holds(&self) -> (u64, Duration) {
+        (self.rules.holds, self.rules.held)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crawler_core::RateLimitReading;
+
+    fn settings() -> Settings {
+        Settings {
+            start_rate: 10.0,
+            max_rate: 20.0,
+            concurrency_per_host: 4,
+            ..Default::default()
+        }
+    }
+
+    fn ok(latency_ms: u64) -> Feedback {
+        Feedback {
+            sent: true,
+            status: Some(200),
+            latency: Duration::from_millis(latency_ms),
+            ..Default::default()
+        }
+    }
+
+    fn status(code: u16, retry_after: Option<u64>) -> Feedback {
+        Feedback {
+            sent: true,
+            status: Some(code),
+            latency: Duration::from_millis(5),
+            retry_after: retry_after.map(Duration::from_secs),
+            ..Default::default()
+        }
+    }
+
+    fn adaptive(s: &Settings) -> Adaptive {
+        Adaptive::new(Rules::from_settings(s, "h", Instant::now()), s)
+    }
+
+    /// Send and answer `n` requests as fast as the throttle allows, with the clock paused.
+    async fn drive(t: &mut dyn Throttle, n: usize, fb: impl Fn() -> Feedback) -> Instant {
+        for _ in 0..n {
+            tokio::time::sleep_until(t.ready_at()).await;
+            let now = Instant::now();
+            t.on_send(now);
+            t.on_feedback(&fb(), now);
+        }
+        Instant::now()
+    }
 
     #[tokio::test(start_paused = true)]
-    async fn randomised_delay_stays_within_half_to_one_and_a_half() {
+    async fn paces_at_the_rate_and_grows_additively_on_success() {
+        let s = Settings {
+            start_rate: 2.0,
+            ..settings()
+        };
+        let mut t = adaptive(&s);
         let start = Instant::now();
-        let mut t = FixedDelay::new(Duration::from_secs(2), true, 1, start);
+        let end = drive(&mut t, 20, || ok(5)).await;
+        // 20 sends at 2/s and growing: well under 10 s, and never faster than the ceiling.
+        let took = (end - start).as_secs_f64();
+        assert!(took > 4.0 && took < 10.0, "{took}");
+        assert!(t.rate() > 2.5 && t.rate() < 5.0, "{}", t.rate());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn never_exceeds_max_rate() {
+        let s = Settings {
+            start_rate: 50.0,
+            max_rate: 5.0,
+            ..settings()
+        };
+        let mut t = adaptive(&s);
+        let start = Instant::now();
+        let end = drive(&mut t, 51, || ok(1)).await;
+        assert!(
+            (end - start).as_secs_f64() >= 10.0 - 1e-6,
+            "51 sends at 5/s need 10 s"
+        );
+        assert!((t.rate() - 5.0).abs() < 1e-6);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refusal_cuts_holds_and_caps_growth() {
+        let mut t = adaptive(&settings());
+        let now = Instant::now();
+        t.on_send(now);
+        assert_eq!(
+            t.on_feedback(&status(429, Some(30)), now),
+            Verdict::Continue
+        );
+        assert!((t.rate() - 5.0).abs() < 1e-6, "halved from 10");
+        assert_eq!(
+            t.ready_at(),
+            now + Duration::from_secs(30) + Duration::from_millis(250)
+        );
+        assert_eq!(t.holds().0, 1);
+        // A second refusal to a request sent before the cut does not cut again.
+        t.on_feedback(
+            &Feedback {
+                latency: Duration::from_millis(100),
+                ..status(429, None)
+            },
+            now + Duration::from_millis(50),
+        );
+        assert!((t.rate() - 5.0).abs() < 1e-6);
+        // Growth after the hold stops at the learned ceiling (below the refused rate).
+        tokio::time::sleep_until(t.ready_at()).await;
+        drive(&mut t, 100, || ok(5)).await;
+        assert!(t.rate() <= 5.0 + 1e-6, "{}", t.rate());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_after_beyond_the_maximum_skips_the_host() {
+        let s = Settings {
+            max_retry_after: Duration::from_secs(60),
+            ..settings()
+        };
+        let mut t = adaptive(&s);
+        let now = Instant::now();
+        t.on_send(now);
+        match t.on_feedback(&status(503, Some(3600)), now) {
+            Verdict::Skip(why) => assert!(why.contains("max_retry_after"), "{why}"),
+            v => panic!("expected a skip, got {v:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rate_limit_headers_steer_and_exhaustion_holds() {
+        let mut t = adaptive(&settings());
+        let now = Instant::now();
+        t.on_send(now);
+        let rl = |remaining, reset| Feedback {
+            rate_limit: Some(RateLimitReading {
+                remaining,
+                reset: Duration::from_secs(reset),
+                limit: Some(100),
+            }),
+            ..ok(5)
+        };
+        t.on_feedback(&rl(30, 10), now);
+        assert!(
+            (t.rate() - 3.0).abs() < 1e-6,
+            "30 left over 10 s: {}",
+            t.rate()
+        );
+        // Silence after headers: hold the rate, never accelerate.
+        t.on_send(now);
+        t.on_feedback(&ok(5), now);
+        assert!((t.rate() - 3.0).abs() < 1e-6);
+        t.on_send(now);
+        t.on_feedback(&rl(0, 7), now);
+        assert!(t.ready_at() >= now + Duration::from_secs(7));
+        // A generous quota never pushes past max_rate.
+        t.on_send(now);
+        t.on_feedback(&rl(10_000, 1), now);
+        assert!((t.rate() - 20.0).abs() < 1e-6);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rising_latency_eases_off_before_errors() {
+        let s = Settings {
+            start_rate: 4.0,
+            ..settings()
+        };
+        let mut t = adaptive(&s);
+        drive(&mut t, 40, || ok(20)).await;
+        let before = t.rate();
+        drive(&mut t, 10, || ok(400)).await;
+        assert!(t.rate() < before, "{} !< {before}", t.rate());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn challenge_pages_pause_then_resume_slower() {
+        let s = Settings {
+            soft_block_pause: Duration::from_secs(120),
+            ..settings()
+        };
+        let mut t = adaptive(&s);
+        let now = Instant::now();
+        t.on_send(now);
+        t.on_feedback(
+            &Feedback {
+                soft_block: true,
+                ..ok(5)
+            },
+            now,
+        );
+        assert!(t.ready_at() >= now + Duration::from_secs(120));
+        assert!(
+            (t.rate() - 2.5).abs() < 1e-6,
+            "a quarter of 10: {}",
+            t.rate()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn crawl_delay_is_a_floor() {
+        let mut t = adaptive(&settings());
+        let now = Instant::now();
+        t.on_send(now);
+        t.on_feedback(
+            &Feedback {
+                crawl_delay: Some(Duration::from_secs(3)),
+                ..ok(5)
+            },
+            now,
+        );
+        assert!(t.rate() <= 1.0 / 3.0 + 1e-6);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn autothrottle_follows_latency_and_errors_only_raise() {
+        let s = Settings {
+            throttle: ThrottleMode::Autothrottle,
+            start_rate: 1.0,
+            ..settings()
+        };
+        let mut t = AutoThrottle::new(Rules::from_settings(&s, "h", Instant::now()), &s);
+        let now = Instant::now();
+        t.on_feedback(&ok(200), now);
+        assert_eq!(t.delay(), Duration::from_millis(600), "(1s + 0.2s) / 2");
+        t.on_feedback(
+            &Feedback {
+                latency: Duration::from_millis(10),
+                ..status(500, None)
+            },
+            now,
+        );
+        assert_eq!(
+            t.delay(),
+            Duration::from_millis(600),
+            "a 500 cannot lower the delay"
+        );
+        t.on_feedback(&ok(10), now);
+        assert_eq!(t.delay(), Duration::from_millis(305));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fixed_delay_is_randomised_within_half_to_one_and_a_half() {
+        let s = Settings {
+            throttle: ThrottleMode::Fixed,
+            ..Default::default()
+        };
+        let now = Instant::now();
+        let mut t = FixedDelay::new(
+            Rules::from_settings(&s, "h", now),
+            Duration::from_secs(2),
+            true,
+            1,
+        );
         let mut prev = t.ready_at();
         for _ in 0..200 {
             t.on_send(prev);
@@ -106,26 +731,10 @@ mod tests {
             );
             prev = t.ready_at();
         }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn unsent_requests_do_not_cost_a_delay_and_crawl_delay_is_a_floor() {
-        let now = Instant::now();
-        let mut t = FixedDelay::new(Duration::from_secs(1), false, 1, now);
-        t.on_send(now);
-        assert_eq!(t.ready_at(), now + Duration::from_secs(1));
-        t.on_feedback(&Feedback::default(), now);
-        assert_eq!(t.ready_at(), now, "a robots refusal is free");
-
-        let fb = Feedback {
-            sent: true,
-            crawl_delay: Some(Duration::from_secs(5)),
-            ..Default::default()
-        };
-        t.on_send(now);
-        t.on_feedback(&fb, now);
-        assert_eq!(t.delay(), Duration::from_secs(5));
-        t.on_send(now + Duration::from_secs(1));
-        assert_eq!(t.ready_at(), now + Duration::from_secs(6));
+        // A robots refusal from cache costs no delay.
+        let before = t.ready_at();
+        t.on_send(before);
+        t.on_feedback(&Feedback::default(), before);
+        assert_eq!(t.ready_at(), before);
     }
 }
