@@ -64,10 +64,11 @@ async fn crawls_every_book_exactly_once_and_never_private() {
         reader.headers().expect("header").iter().collect::<Vec<_>>(),
         ["url", "title", "price", "stock"]
     );
-    assert_eq!(
-        reader.records().map(|r| r.expect("valid csv row")).count(),
-        1000
-    );
+    let rows: Vec<csv::StringRecord> = reader
+        .records()
+        .map(|r| r.expect("valid csv row"))
+        .collect();
+    assert_eq!(rows.len(), 1000);
     let array: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("json written"))
             .expect("valid JSON");

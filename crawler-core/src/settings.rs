@@ -230,10 +230,15 @@ impl Settings {
         if self.burst == 0 {
             return bad("burst", "must be at least 1");
         }
-        if !(self.soft_block_resume > 0.0 && self.soft_block_resume <= 1.0) {
+        if self.soft_block_resume.is_nan()
+            || self.soft_block_resume <= 0.0
+            || self.soft_block_resume > 1.0
+        {
             return bad("soft_block_resume", "must be in (0, 1]");
         }
-        if !(self.autothrottle_target_concurrency > 0.0) {
+        if self.autothrottle_target_concurrency.is_nan()
+            || self.autothrottle_target_concurrency <= 0.0
+        {
             return bad("autothrottle_target_concurrency", "must be positive");
         }
         if self.user_agent.trim().is_empty() {

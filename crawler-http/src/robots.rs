@@ -533,12 +533,14 @@ struct Scan {
     rule: Option<(bool, String)>,
 }
 
+/// A group as written: its agents (lower case) and its rules (is Allow, pattern, the line).
+type Group = (Vec<String>, Vec<(bool, String, String)>);
+
 /// Find the group for `token` (else `*`) and its longest rule matching `url`'s path and query,
 /// Allow winning ties (RFC 9309 §2.2.2).
 fn scan_rules(body: &[u8], token: &str, url: &Url) -> Scan {
     let text = String::from_utf8_lossy(body);
-    // (agents of the group, rules (allow, pattern, original line)).
-    let mut groups: Vec<(Vec<String>, Vec<(bool, String, String)>)> = Vec::new();
+    let mut groups: Vec<Group> = Vec::new();
     let mut in_agents = false;
     for line in text.lines() {
         let line = line.split('#').next().unwrap_or("").trim();

@@ -448,6 +448,11 @@ fn parse_xml<R: Read>(out: &mut Collector<'_>, src: BufReader<Capped<R>>) {
                 }
                 start(out, &e, depth + 1, &mut entry, &mut field);
                 field = Field::None;
+                // `<url/>` opens and closes at once: an entry without a loc. Closing it here
+                // also keeps a later sibling's fields from landing in it.
+                if depth + 1 == 2 && entry.take().is_some() {
+                    out.parse.skipped += 1;
+                }
             }
             Ok(Event::End(_)) => {
                 if depth == 2
@@ -1030,6 +1035,8 @@ mod tests {
         assert!(p.error.is_some());
         let p = parse("<urlset/>");
         assert_eq!((p.kind, p.error), (SitemapKind::UrlSet, None));
+        let p = parse("<urlset><url/><other><loc>http://h/x</loc></other></urlset>");
+        assert_eq!((p.entries.len(), p.skipped), (0, 1));
     }
 
     #[test]

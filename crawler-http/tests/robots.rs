@@ -1,6 +1,10 @@
 //! robots.txt against a real local server: every status case of RFC 9309, redirects, size cap,
 //! group matching, caching and retry-later.
 
+// Helpers outside #[test] fns unwrap too (clippy.toml only covers test fns): a panic
+// there is a test failure, which is what we want.
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 use std::sync::Arc;

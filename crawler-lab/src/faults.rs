@@ -31,7 +31,8 @@ pub enum FaultKind {
     GzipBomb,
     /// A redirect loop between two URLs.
     RedirectLoop,
-    /// 30 redirects in a row, then a 200 page.
+    /// A chain of redirects (a chaos page first redirects to `/fault/redirect-chain/30`, which
+    /// counts down to `/fault/redirect-chain/0`), then a 200 page: 31 redirects from a page.
     RedirectChain,
     /// A redirect to `ftp://`.
     RedirectToNonHttp,

@@ -134,12 +134,9 @@ pub(crate) async fn handle(
     let mut verdict: Option<Verdict> = None;
     if sc.needs_client_state() {
         let mut clients = live.clients();
-        if !clients.contains_key(req.client) {
-            clients.insert(req.client.to_owned(), ClientState::new(sc.limit, now));
-        }
-        let Some(st) = clients.get_mut(req.client) else {
-            return;
-        };
+        let st = clients
+            .entry(req.client.to_owned())
+            .or_insert_with(|| ClientState::new(sc.limit, now));
         let (soft, hard) = st.arrive(now, sc.soft_block, sc.hard_block);
         if hard {
             let left = st.hard_block_left(now);

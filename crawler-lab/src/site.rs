@@ -492,14 +492,15 @@ impl Catalogue {
         self.close_page(out);
     }
 
-    /// Renders a book page. `extra` is inserted raw inside the description, which is how the
+    /// Renders a book page. A non-empty `charset_meta` replaces the `<meta charset="utf-8">`;
+    /// `extra` is inserted raw inside the description, which is how the
     /// charset faults put bytes that are not UTF-8 into an otherwise normal page.
     pub(crate) fn render_book(
         &self,
         id: u32,
         rev: u32,
         out: &mut Vec<u8>,
-        head_extra: &[u8],
+        charset_meta: &[u8],
         extra: &[u8],
     ) {
         let mut title = Vec::with_capacity(64);
@@ -508,12 +509,11 @@ impl Catalogue {
         let cents = self.price_cents(id, rev);
         let stock = self.stock(id, rev);
         self.open_page(out, &title, "A book in the Books to Crawl shop.");
-        if !head_extra.is_empty() {
-            // Charset faults need the declaration inside <head>; it is closed already, but
-            // parsers honour a <meta charset> in the first 1024 bytes wherever it sits.
+        if !charset_meta.is_empty() {
+            // Charset faults swap the UTF-8 declaration for their own, in the same place.
             let at = find(out, b"<meta charset=\"utf-8\">").unwrap_or(0);
             let end = at + b"<meta charset=\"utf-8\">".len();
-            out.splice(at..end, head_extra.iter().copied());
+            out.splice(at..end, charset_meta.iter().copied());
         }
         put!(
             out,

@@ -34,20 +34,32 @@ async fn burst(lab: &Lab, n: usize) -> Vec<(u16, HeaderMap)> {
     out
 }
 
+/// Statuses must be `ok` times 200 then refusals; a slow burst may earn refilled tokens
+/// (5 per second), which show up as extra 200s only after the 20th request.
+fn assert_burst_pattern(statuses: &[u16], ok: usize, refused: u16, elapsed: Duration) {
+    let refill = (elapsed.as_secs_f64() * 5.0).floor() as usize;
+    assert!(statuses[..ok].iter().all(|&s| s == 200), "{statuses:?}");
+    assert_eq!(statuses[ok], refused, "{statuses:?}");
+    let extra = statuses[ok..].iter().filter(|&&s| s == 200).count();
+    assert!(
+        extra <= refill,
+        "{extra} extra 200s after {elapsed:?}: {statuses:?}"
+    );
+    assert!(statuses.iter().all(|&s| s == 200 || s == refused));
+}
+
 #[tokio::test]
 async fn burst_against_5rps_gets_20_ok_then_429_with_retry_after_30() {
     let lab = start(Scenario::by_name("rate-limited-5rps").expect("named")).await;
     let started = Instant::now();
     let got = burst(&lab, 30).await;
-    // Refill is 5 tokens/s: the pattern is exact only if the burst takes < 200 ms.
-    assert!(
-        started.elapsed() < Duration::from_millis(200),
-        "burst too slow to be exact"
-    );
     let statuses: Vec<u16> = got.iter().map(|(s, _)| *s).collect();
-    let mut expected = vec![200; 20];
-    expected.extend([429; 10]);
-    assert_eq!(statuses, expected);
+    assert_burst_pattern(&statuses, 20, 429, started.elapsed());
+    if started.elapsed() < Duration::from_millis(200) {
+        let mut exact = vec![200; 20];
+        exact.extend([429; 10]);
+        assert_eq!(statuses, exact);
+    }
     for (status, h) in &got {
         let ra = header(h, "retry-after");
         if *status == 429 {
@@ -58,8 +70,11 @@ async fn burst_against_5rps_gets_20_ok_then_429_with_retry_after_30() {
     }
     let report = lab.recorder().report();
     let me = report.client("127.0.0.1").expect("client");
-    assert_eq!((me.requests, me.status_429), (30, 10));
-    assert!(me.max_per_second >= 30);
+    assert_eq!(me.requests, 30);
+    assert_eq!(
+        me.status_429 as usize,
+        statuses.iter().filter(|&&s| s == 429).count()
+    );
     lab.shutdown().await;
 }
 
@@ -73,10 +88,11 @@ async fn retry_after_forms_and_refusal_status_follow_the_scenario() {
     ];
     for (name, status) in cases {
         let lab = start(Scenario::by_name(name).expect("named")).await;
+        let started = Instant::now();
         let got = burst(&lab, 21).await;
-        assert!(got[..20].iter().all(|(s, _)| *s == 200), "{name}");
-        let (s, h) = &got[20];
-        assert_eq!(*s, status, "{name}");
+        let statuses: Vec<u16> = got.iter().map(|(s, _)| *s).collect();
+        assert_burst_pattern(&statuses, 20, status, started.elapsed());
+        let h = &got[20].1;
         let ra = header(h, "retry-after");
         match name {
             "rate-limited-5rps-http-date" => {
@@ -265,7 +281,7 @@ async fn bucket_headers_count_down_with_the_tokens() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overload_latency_grows_with_concurrency_then_503() {
-    let model = Overload::new(4, Duration::from_millis(50), Duration::from_millis(50));
+    let model = Overload::new(4, Duration::from_millis(100), Duration::from_millis(50));
     let lab = start(
         Scenario::open()
             .overload(model)
@@ -296,7 +312,7 @@ async fn overload_latency_grows_with_concurrency_then_503() {
     };
     let alone = timed(1).await;
     assert_eq!(alone[0].0, 200);
-    assert!(alone[0].1 >= Duration::from_millis(50));
+    assert!(alone[0].1 >= Duration::from_millis(100));
     let four = timed(4).await;
     assert!(four.iter().all(|(s, _, _)| *s == 200));
     let slowest = four.iter().map(|(_, d, _)| *d).max().expect("four");

@@ -293,6 +293,15 @@ impl<S: QueueStore> Frontier<S> {
         };
         host.skipped = Some(why.clone());
         let key = host.key.clone();
+        // Retries waiting for their time go too: they would only wait to be skipped.
+        let (mine, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.delayed)
+            .into_iter()
+            .partition(|Reverse((_, _, DelayedRequest(r)))| host_key(&r.url) == key);
+        self.delayed = others.into_iter().collect();
+        self.skipped.extend(
+            mine.into_iter()
+                .map(|Reverse((_, _, DelayedRequest(r)))| (r, why.clone())),
+        );
         loop {
             match self.store.lease(&key) {
                 Ok(Some((lease, req))) => {
@@ -425,6 +434,15 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
     }
 
     fn retry(&mut self, request: Request, not_before: Instant) {
+        let skipped = self
+            .host_ids
+            .get(&host_key(&request.url))
+            .and_then(|&id| self.hosts.get(id))
+            .and_then(|h| h.skipped.clone());
+        if let Some(why) = skipped {
+            self.skipped.push((request, why));
+            return;
+        }
         self.seq += 1;
         self.delayed
             .push(Reverse((not_before, self.seq, DelayedRequest(request))));

@@ -88,13 +88,16 @@ impl Rules {
             tracing::warn!(host = %self.host, "skipping host for this run: {why}");
             return Verdict::Skip(why);
         }
-        let until = now + wait + self.margin;
+        // The margin absorbs skew and transit; proportional for short waits, so a one-second
+        // quota window does not lose a quarter of its budget to it.
+        let margin = self.margin.min(wait / 50 + Duration::from_millis(5));
+        let until = now + wait + margin;
         if until > self.hold_until {
             let extra = until - self.hold_until.max(now);
             self.holds += 1;
             self.held += extra;
             self.hold_until = until;
-            tracing::info!(host = %self.host, trigger, wait = ?wait + self.margin, "host held");
+            tracing::info!(host = %self.host, trigger, wait = ?(wait + margin), "host held");
         }
         Verdict::Continue
     }
@@ -330,7 +333,8 @@ impl Throttle for Adaptive {
 
         if fb.soft_block {
             if self.last_cut.is_none_or(|c| sent_at >= c) {
-                self.learned_ceiling = self.learned_ceiling.min(self.rate);
+                // Growing back to the rate that tripped the block would trip it again.
+                self.learned_ceiling = self.learned_ceiling.min(self.rate * self.soft_resume);
                 self.last_cut = Some(now);
                 let resumed = self.rate * self.soft_resume;
                 self.set_rate(resumed, "challenge page");
@@ -346,7 +350,14 @@ impl Throttle for Adaptive {
             self.cut(sent_at, now, CUT, trigger);
         } else if let Some(rl) = fb.rate_limit {
             self.steered = true;
-            let secs = rl.reset.as_secs_f64();
+            let mut secs = rl.reset.as_secs_f64();
+            // Whole-second resets are rounded up by servers (the IETF fields are integers):
+            // the true time left is half a second less on average. Pacing on the rounded
+            // value would leave a sixth of a 3-second window unused; an exhausted quota
+            // still holds for the full stated reset.
+            if rl.reset.subsec_nanos() == 0 && secs >= 1.0 {
+                secs -= 0.5;
+            }
             if rl.remaining > 0 && secs > 0.0 {
                 // Requests already in flight will spend quota too.
                 let left = rl.remaining.saturating_sub(self.in_flight as u64) as f64;
@@ -611,15 +622,12 @@ mod tests {
             ..ok(5)
         };
         t.on_feedback(&rl(30, 10), now);
-        assert!(
-            (t.rate() - 3.0).abs() < 1e-6,
-            "30 left over 10 s: {}",
-            t.rate()
-        );
+        // 30 left over a whole-second 10 s reset, which really means about 9.5 s.
+        assert!((t.rate() - 30.0 / 9.5).abs() < 1e-6, "{}", t.rate());
         // Silence after headers: hold the rate, never accelerate.
         t.on_send(now);
         t.on_feedback(&ok(5), now);
-        assert!((t.rate() - 3.0).abs() < 1e-6);
+        assert!((t.rate() - 30.0 / 9.5).abs() < 1e-6);
         t.on_send(now);
         t.on_feedback(&rl(0, 7), now);
         assert!(t.ready_at() >= now + Duration::from_secs(7));
