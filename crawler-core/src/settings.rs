@@ -94,6 +94,24 @@ pub struct Settings {
     pub depth_limit: u32,
     /// Longest URL accepted; longer ones are filtered as `url_too_long`. Default 2083.
     pub max_url_length: usize,
+    /// How long a fetched robots.txt is trusted. Default 24h.
+    #[serde(with = "humantime_serde")]
+    pub robots_ttl: Duration,
+    /// Refuse requests to private, loopback and link-local addresses (for crawls that follow
+    /// untrusted links). Off by default so local servers (like the lab) can be crawled.
+    pub deny_private_addresses: bool,
+    /// The job directory: persistent frontier, seen set, validators and stats, so a crawl can
+    /// be paused, resumed and survive a crash. Unset: everything is in memory.
+    pub job_dir: Option<String>,
+    /// Send If-None-Match / If-Modified-Since from validators stored by earlier runs (needs a
+    /// job directory). Default true.
+    pub conditional_requests: bool,
+    /// Keep full responses in the job directory and replay them instead of fetching (a
+    /// development cache, like Scrapy's HTTPCACHE). Default false.
+    pub http_cache: bool,
+    /// Write every request that failed (after retries) to this JSON Lines file: URL, reason,
+    /// attempts, last status. Unset: no file.
+    pub failures_file: Option<String>,
     /// How often progress is logged when no terminal shows it live. Default 5s.
     #[serde(with = "humantime_serde")]
     pub progress_interval: Duration,
@@ -141,6 +159,12 @@ impl Default for Settings {
             obey_robots: true,
             depth_limit: 0,
             max_url_length: 2083,
+            robots_ttl: Duration::from_secs(24 * 3600),
+            deny_private_addresses: false,
+            job_dir: None,
+            conditional_requests: true,
+            http_cache: false,
+            failures_file: None,
             progress_interval: Duration::from_secs(5),
         }
     }
