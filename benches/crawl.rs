@@ -2,7 +2,7 @@
 //! server), reporting pages/s, CPU seconds per 1,000 pages and peak RSS of the crawler.
 //!
 //! ```text
-//! cargo bench --bench crawl -- [BOOKS] [CONCURRENCY]     # defaults: 10000 books, 64
+//! cargo bench --bench crawl -- [BOOKS] [CONCURRENCY] [URL]   # defaults: 10000 books, 64
 //! ```
 //!
 //! The lab runs in a child process (this same binary with `--serve`), so the CPU and memory
@@ -75,14 +75,23 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let books: usize = args.first().and_then(|b| b.parse().ok()).unwrap_or(10_000);
     let concurrency: usize = args.get(1).and_then(|c| c.parse().ok()).unwrap_or(64);
 
-    let mut child = Command::new(std::env::current_exe()?)
-        .args(["--serve", &books.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let mut url = String::new();
-    BufReader::new(child.stdout.take().ok_or("no child stdout")?).read_line(&mut url)?;
-    let url = url.trim().to_owned();
+    // A third argument points at a lab already running (to compare with another crawler on
+    // the same server); otherwise a child process serves one.
+    let mut child = None;
+    let url = match args.get(2) {
+        Some(url) => url.clone(),
+        None => {
+            let mut c = Command::new(std::env::current_exe()?)
+                .args(["--serve", &books.to_string()])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()?;
+            let mut url = String::new();
+            BufReader::new(c.stdout.take().ok_or("no child stdout")?).read_line(&mut url)?;
+            child = Some(c);
+            url.trim().to_owned()
+        }
+    };
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -100,8 +109,10 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     )?;
     let wall = t0.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu0;
-    drop(child.stdin.take());
-    let _ = child.wait();
+    if let Some(mut c) = child {
+        drop(c.stdin.take());
+        let _ = c.wait();
+    }
 
     let pages: u64 = stats.status.values().sum();
     println!("books={books} concurrency={concurrency}");

@@ -27,19 +27,23 @@ struct Row {
     refusals: u64,
     violations: u64,
     items: u64,
+    /// Requests/s after the last refusal's wait ended (the whole crawl when none).
+    steady: f64,
 }
 
 impl Row {
     fn print(&self) {
         let rate = self.pages as f64 / self.secs;
         println!(
-            "| {} | {:.2} | {} | {:.1} | {:.2} | {:.0}% | {} | {} | {} |",
+            "| {} | {:.2} | {} | {:.1} | {:.2} | {:.0}% | {:.2} ({:.0}%) | {} | {} | {} |",
             self.name,
             self.allowed,
             self.pages,
             self.secs,
             rate,
             100.0 * rate / self.allowed,
+            self.steady,
+            100.0 * self.steady / self.allowed,
             self.refusals,
             self.violations,
             self.items
@@ -67,6 +71,23 @@ async fn run(
     let stats = crawl.run().await.expect("crawl runs");
     let report = lab.recorder().report();
     let me = report.clients.values().next().cloned().unwrap_or_default();
+    let requests = lab.recorder().requests();
+    let resume = requests
+        .iter()
+        .filter(|r| r.status == 429 || r.status == 503)
+        .filter_map(|r| r.wait_until)
+        .max()
+        .unwrap_or_default()
+        .as_secs_f64();
+    let after: Vec<f64> = requests
+        .iter()
+        .map(|r| r.at.as_secs_f64())
+        .filter(|&t| t >= resume)
+        .collect();
+    let steady = match (after.first(), after.last()) {
+        (Some(a), Some(b)) if b > a => (after.len() - 1) as f64 / (b - a),
+        _ => 0.0,
+    };
     let row = Row {
         name: name.to_owned(),
         allowed,
@@ -75,6 +96,7 @@ async fn run(
         refusals: me.status_429 + me.status_503,
         violations: me.violations,
         items: stats.items_scraped,
+        steady,
     };
     lab.shutdown().await;
     row
@@ -88,9 +110,9 @@ async fn main() {
         .collect();
     let want = |k: &str| which.is_empty() || which.iter().any(|w| w == k);
     println!(
-        "| scenario | allowed r/s | requests | seconds | r/s | efficiency | refusals | violations | items |"
+        "| scenario | allowed r/s | requests | seconds | r/s | efficiency | steady r/s (efficiency) | refusals | violations | items |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     if want("practice") {
         // The practice test, unscaled: 5 r/s, burst 20, Retry-After 30; start at 10/s.
         let s = Scenario::rate_limited(5.0, 20).retry_after(RetryAfter::Seconds(30));

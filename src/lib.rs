@@ -38,8 +38,10 @@
 //! engine), [`http`] (downloader, robots), [`sched`] (frontier, politeness slots), [`lab`]
 //! (a local site that behaves like real servers, for tests and benchmarks).
 
+pub mod cli;
 mod error;
 pub mod progress;
+pub mod runner;
 
 use std::path::PathBuf;
 
@@ -48,6 +50,7 @@ pub use crawler_http as http;
 pub use crawler_lab as lab;
 pub use crawler_sched as sched;
 pub use error::Error;
+pub use runner::{Contract, Runner};
 
 use crawler_core::{Engine, FeedSpec, Pipeline, Settings, Spider, Stats};
 use crawler_http::HttpDownloader;
@@ -66,7 +69,7 @@ pub mod prelude {
 /// The engine type a [`Crawl`] builds: HTTP downloads, in-memory frontier.
 pub type HttpEngine<S> = Engine<S, HttpDownloader, Frontier>;
 
-type Stage<S> = Box<dyn FnOnce(HttpEngine<S>) -> HttpEngine<S>>;
+type Stage<S> = Box<dyn FnOnce(HttpEngine<S>) -> HttpEngine<S> + Send>;
 
 /// Sets up a crawl of one spider: settings, feeds, pipelines.
 pub struct Crawl<S: Spider> {

@@ -10,6 +10,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::failures::{FailureLog, FailureRecord};
 use crate::feed::{FeedSpec, FeedWriter};
 use crate::fetch::{
     Admission, Download, Downloader, Failure, FailureKind, Feedback, Fetched, Lease, Next,
@@ -203,6 +204,10 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
         let mut abandoned = 0u64;
         let mut fatal: Option<Error> = None;
         let retry = RetryPolicy::from(&settings);
+        let mut failures = match &settings.failures_file {
+            Some(path) => Some(FailureLog::create(std::path::Path::new(path))?),
+            None => None,
+        };
         let mut ticker = tokio::time::interval(PROGRESS_TICK);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
@@ -254,15 +259,24 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                     if let Some(lease) = leases.remove(&id) {
                         scheduler.complete(lease, &done.feedback, now);
                     }
-                    for (req, why) in scheduler.take_skipped() {
+                                        for (req, why) in scheduler.take_skipped() {
                         tracing::warn!(url = %req.url, "not fetched: {why}");
                         stats.skipped_host += 1;
+                        if let Some(log) = failures.as_mut() {
+                            log.record(&FailureRecord {
+                                url: req.url.as_str(),
+                                reason: FailureKind::HostSkipped.as_str(),
+                                attempts: req.retries,
+                                status: None,
+                                message: &why,
+                            });
+                        }
                     }
                     if done.feed_closed {
                         tracing::error!("the feed writer stopped; stopping the crawl");
                         stopping = true;
                     }
-                    account(&mut scheduler, &mut stats, done);
+                    account(&mut scheduler, &mut stats, &mut failures, done);
                 }
                 _ = sleep_until(wake), if wake.is_some() => {}
                 changed = stop_rx.changed() => {
@@ -307,6 +321,14 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                 tracing::error!(pipeline = p.name(), "pipeline failed to close: {e}");
             }
         }
+        if let Some(log) = failures {
+            let n = log.finish()?;
+            tracing::info!(
+                failed = n,
+                "failed requests listed in {}",
+                settings.failures_file.as_deref().unwrap_or("")
+            );
+        }
         stats.pending = scheduler.queued() as u64 + abandoned;
         stats.hosts = scheduler.host_stats();
         stats.elapsed = started.elapsed();
@@ -341,12 +363,28 @@ fn offer<Q: Scheduler>(scheduler: &mut Q, stats: &mut Stats, req: Request, now: 
     }
 }
 
-fn account<Q: Scheduler>(scheduler: &mut Q, stats: &mut Stats, done: Completion) {
+fn account<Q: Scheduler>(
+    scheduler: &mut Q,
+    stats: &mut Stats,
+    failures: &mut Option<FailureLog>,
+    done: Completion,
+) {
     match done.terminal {
         Terminal::Fetched => stats.fetched += 1,
         Terminal::NotModified => stats.not_modified += 1,
         Terminal::Disallowed => stats.disallowed += 1,
-        Terminal::Failed(kind) => Stats::bump(&mut stats.failed, kind.as_str()),
+        Terminal::Failed(kind) => {
+            Stats::bump(&mut stats.failed, kind.as_str());
+            if let (Some(log), Some(req)) = (failures.as_mut(), &done.request) {
+                log.record(&FailureRecord {
+                    url: req.url.as_str(),
+                    reason: kind.as_str(),
+                    attempts: req.retries + 1,
+                    status: done.status,
+                    message: &done.message,
+                });
+            }
+        }
         Terminal::Retrying => {}
     }
     if let Some(status) = done.status {
@@ -455,8 +493,10 @@ fn rand_unit() -> f64 {
 
 /// One request's result, reported to the engine loop.
 struct Completion {
-    /// The request, kept for a retry.
+    /// The request, kept for a retry and for the failures file.
     request: Option<Request>,
+    /// Why it failed, when it did.
+    message: String,
     feedback: Feedback,
     terminal: Terminal,
     status: Option<u16>,
@@ -473,6 +513,7 @@ impl Completion {
     fn new(feedback: Feedback, terminal: Terminal) -> Self {
         Self {
             request: None,
+            message: String::new(),
             feedback,
             terminal,
             status: None,
@@ -511,6 +552,8 @@ async fn work<S: Spider, D: Downloader>(ctx: Arc<Ctx<S, D>>, req: Request) -> Co
             tracing::debug!(url = %req.url, %kind, "request failed: {message}");
             let mut c = Completion::new(feedback, Terminal::Failed(kind));
             c.status = status;
+            c.request = Some(req);
+            c.message = message;
             return c;
         }
         Fetched::Response(r) => r,
@@ -529,6 +572,7 @@ async fn work<S: Spider, D: Downloader>(ctx: Arc<Ctx<S, D>>, req: Request) -> Co
         if status >= 400 {
             tracing::debug!(url = %req.url, status, "response not handled by the spider");
         }
+        done.message = format!("HTTP {status}");
         done.request = Some(req);
         return done;
     }
@@ -610,4 +654,79 @@ fn write_feeds<I: serde::Serialize>(
         w.finish()?;
     }
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> RetryPolicy {
+        RetryPolicy::from(&Settings::default())
+    }
+
+    fn failed(kind: FailureKind, status: Option<u16>, retries: u32) -> Completion {
+        let mut c = Completion::new(Feedback::default(), Terminal::Failed(kind));
+        c.status = status;
+        let mut req = Request::get("http://example.com/x").unwrap();
+        req.retries = retries;
+        c.request = Some(req);
+        c
+    }
+
+    #[test]
+    fn only_what_can_succeed_is_retried() {
+        let p = policy();
+        for code in [408, 429, 500, 502, 503, 504] {
+            assert!(p.retryable(FailureKind::Status, Some(code)), "{code}");
+        }
+        for code in [400, 401, 403, 404, 501] {
+            assert!(!p.retryable(FailureKind::Status, Some(code)), "{code}");
+        }
+        assert!(p.retryable(FailureKind::Timeout, None));
+        assert!(p.retryable(FailureKind::Connection, None));
+        for kind in [
+            FailureKind::TooLarge,
+            FailureKind::TooManyRedirects,
+            FailureKind::Dns,
+            FailureKind::Decode,
+        ] {
+            assert!(!p.retryable(kind, None), "{kind}");
+        }
+    }
+
+    #[test]
+    fn backoff_is_full_jitter_under_the_cap() {
+        let p = policy();
+        for attempt in 0..12u32 {
+            let ceiling = Duration::from_secs(1)
+                .saturating_mul(1 << attempt)
+                .min(Duration::from_secs(60));
+            let draws: Vec<Duration> = (0..200).map(|_| p.backoff(attempt)).collect();
+            assert!(draws.iter().all(|d| *d <= ceiling), "attempt {attempt}");
+            // Full jitter spreads over the whole range, not just near the ceiling.
+            assert!(draws.iter().any(|d| *d < ceiling / 2), "attempt {attempt}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_are_planned_until_attempts_run_out_and_retry_after_wins() {
+        let p = policy();
+        let now = Instant::now();
+        let mut c = failed(FailureKind::Status, Some(503), 0);
+        c.feedback.retry_after = Some(Duration::from_secs(7));
+        let (req, at) = p.plan(&mut c, now).expect("first retry");
+        assert_eq!(req.retries, 1);
+        assert!(req.dont_filter);
+        assert_eq!(at, now + Duration::from_secs(7));
+        assert!(matches!(c.terminal, Terminal::Retrying));
+
+        let mut last = failed(FailureKind::Timeout, None, 2);
+        assert!(p.plan(&mut last, now).is_none(), "retry_times is 2");
+        assert!(matches!(
+            last.terminal,
+            Terminal::Failed(FailureKind::Timeout)
+        ));
+        let mut not_found = failed(FailureKind::Status, Some(404), 0);
+        assert!(p.plan(&mut not_found, now).is_none());
+    }
 }

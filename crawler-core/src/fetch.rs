@@ -39,6 +39,8 @@ pub enum FailureKind {
     Spider,
     /// A 200 response that was really a challenge or block page.
     SoftBlock,
+    /// The address is refused by settings (`deny_private_addresses`).
+    Forbidden,
     /// The host asked for a wait longer than `max_retry_after`; skipped for this run.
     HostSkipped,
     /// Anything else.
@@ -60,6 +62,7 @@ impl FailureKind {
             Self::Status => "http_status",
             Self::Spider => "spider_error",
             Self::SoftBlock => "soft_block",
+            Self::Forbidden => "forbidden_address",
             Self::HostSkipped => "host_skipped",
             Self::Other => "other",
         }

@@ -27,18 +27,26 @@
 //! ```
 
 mod charset;
+mod config;
 mod engine;
 mod error;
+mod failures;
 mod feed;
 mod fetch;
+mod links;
 mod output;
 mod pipeline;
 mod request;
 mod response;
+mod rules;
 mod settings;
 mod spider;
 mod stats;
 
+pub use config::{
+    Resolved, SECTIONS, Section, SettingRow, SettingsLayers, Source, find_settings_file,
+    section_of, settings_markdown,
+};
 pub use engine::{Engine, Progress, Shutdown};
 pub use error::{Error, ErrorKind, Result};
 pub use feed::{FeedFormat, FeedSpec};
@@ -46,11 +54,13 @@ pub use fetch::{
     Admission, Download, Downloader, Failure, FailureKind, Feedback, Fetched, FilterReason,
     HostStats, Lease, Next, RateLimitReading, Scheduler,
 };
+pub use links::{Extracted, IGNORED_EXTENSIONS, Link, LinkExtractor, LinkExtractorBuilder};
 pub use output::Output;
 pub use pipeline::{Pipeline, Processed};
 pub use request::{Request, parse_http_url};
 pub use response::{Element, Response, Selection};
-pub use settings::{Settings, ThrottleMode};
+pub use rules::{FOLLOW_CALLBACK, RULE_META_KEY, Rule, RuleRequests, Rules};
+pub use settings::{HOST_RULE_KEYS, HostRule, LogFormat, Settings, ThrottleMode};
 pub use spider::Spider;
 pub use stats::Stats;
 

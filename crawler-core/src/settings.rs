@@ -115,6 +115,176 @@ pub struct Settings {
     /// How often progress is logged when no terminal shows it live. Default 5s.
     #[serde(with = "humantime_serde")]
     pub progress_interval: Duration,
+    /// Feed files items are written to (format by extension: .jsonl, .json, .csv), in
+    /// addition to any `-o FILE` given to `crawl`. Default none.
+    pub feeds: Vec<String>,
+    /// The least severe log level shown: `error`, `warn`, `info`, `debug` or `trace`, or a
+    /// `RUST_LOG`-style filter such as `info,crawler_sched=debug`. Default `info`.
+    pub log_level: String,
+    /// How log lines are written to stderr: `text` (for people) or `json` (one object a line,
+    /// for log collectors). Default `text`.
+    pub log_format: LogFormat,
+    /// Serve Prometheus metrics (per-host rates and holds, status counters, queue sizes) on
+    /// this address while crawling, e.g. `127.0.0.1:9898`. A bare port binds 127.0.0.1.
+    /// Unset: no endpoint.
+    pub metrics_addr: Option<String>,
+    /// Per-host rules, first match wins; see [`HostRule`] and [`Settings::for_host`].
+    /// Written as `[[hosts]]` tables in crawler.toml. Default none.
+    pub hosts: Vec<HostRule>,
+}
+
+/// Settings for the hosts whose names match a glob: written `[[hosts]]` in crawler.toml.
+///
+/// Only the fields given change; the rest come from the crawl's settings. Meant for hosts
+/// you own or have an agreement with (raise the budget) and for fragile ones (lower it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostRule {
+    /// A glob on the host (with `:port` when the URL has a non-default port): `*` matches any
+    /// run of characters, `?` one character. `*.example.com` matches `www.example.com` but
+    /// not `example.com`. Case-insensitive.
+    #[serde(rename = "match")]
+    pub pattern: String,
+    /// The ceiling on the host's rate, requests/s (sets `max_rate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+    /// Requests that may go back to back (sets `burst`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u32>,
+    /// Requests in flight to the host (sets `concurrency_per_host`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<usize>,
+    /// Delay between requests (sets `download_delay`), e.g. `"500ms"`.
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub delay: Option<Duration>,
+    /// The rate the host starts at, requests/s (sets `start_rate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_rate: Option<f64>,
+    /// Do not fetch or obey robots.txt on this host (sets `obey_robots = false`): only for
+    /// hosts you own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_robots: Option<bool>,
+}
+
+/// The fields of a `[[hosts]]` rule, as written in crawler.toml.
+pub const HOST_RULE_KEYS: &[&str] = &[
+    "match",
+    "rate",
+    "burst",
+    "concurrency",
+    "delay",
+    "start_rate",
+    "ignore_robots",
+];
+
+impl HostRule {
+    /// Whether this rule applies to `host` (a host key, `host` or `host:port`). A pattern
+    /// without a port also matches the host on any port.
+    pub fn matches(&self, host: &str) -> bool {
+        let pattern = self.pattern.to_ascii_lowercase();
+        let host = host.to_ascii_lowercase();
+        if glob_match(pattern.as_bytes(), host.as_bytes()) {
+            return true;
+        }
+        match host.rsplit_once(':') {
+            Some((name, port))
+                if !pattern.contains(':')
+                    && !port.is_empty()
+                    && port.bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                glob_match(pattern.as_bytes(), name.as_bytes())
+            }
+            _ => false,
+        }
+    }
+
+    /// The first problem with this rule's values: (field, why).
+    pub fn problem(&self) -> Option<(&'static str, String)> {
+        let positive = |r: f64| r.is_finite() && r > 0.0;
+        if self.pattern.trim().is_empty() {
+            return Some(("match", "must not be empty".into()));
+        }
+        if self.rate.is_some_and(|r| !positive(r)) {
+            return Some(("rate", "must be a positive number".into()));
+        }
+        if self.start_rate.is_some_and(|r| !positive(r)) {
+            return Some(("start_rate", "must be a positive number".into()));
+        }
+        if self.burst == Some(0) {
+            return Some(("burst", "must be at least 1".into()));
+        }
+        if self.concurrency == Some(0) {
+            return Some(("concurrency", "must be at least 1".into()));
+        }
+        None
+    }
+
+    fn apply(&self, s: &mut Settings) {
+        if let Some(rate) = self.rate {
+            s.max_rate = rate;
+            // A ceiling below the floor or the start would fail validation; the rule's
+            // ceiling is what the user asked for, so the others give way.
+            s.min_rate = s.min_rate.min(rate);
+            s.start_rate = s.start_rate.min(rate);
+        }
+        if let Some(start) = self.start_rate {
+            s.start_rate = start.min(s.max_rate);
+        }
+        if let Some(burst) = self.burst {
+            s.burst = burst;
+        }
+        if let Some(c) = self.concurrency {
+            s.concurrency_per_host = c;
+        }
+        if let Some(d) = self.delay {
+            s.download_delay = d;
+        }
+        if let Some(ignore) = self.ignore_robots {
+            s.obey_robots = !ignore;
+        }
+    }
+}
+
+/// Glob match with `*` (any run, possibly empty) and `?` (one byte), iterative with one
+/// backtrack point so hostile patterns stay linear-ish.
+fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        match pattern.get(p) {
+            Some(b'*') => {
+                star = Some((p, t));
+                p += 1;
+            }
+            Some(&c) if c == b'?' || c == text[t] => {
+                p += 1;
+                t += 1;
+            }
+            _ => match star {
+                Some((sp, st)) => {
+                    p = sp + 1;
+                    t = st + 1;
+                    star = Some((sp, st + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    pattern[p..].iter().all(|&c| c == b'*')
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 impl Default for Settings {
@@ -166,6 +336,11 @@ impl Default for Settings {
             http_cache: false,
             failures_file: None,
             progress_interval: Duration::from_secs(5),
+            feeds: Vec::new(),
+            log_level: "info".to_owned(),
+            log_format: LogFormat::Text,
+            metrics_addr: None,
+            hosts: Vec::new(),
         }
     }
 }
@@ -183,39 +358,9 @@ impl Settings {
     /// durations like `500ms`, or plain text. Unknown keys and values of the wrong type are
     /// errors that name the key (and the nearest valid key for a typo).
     pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
-        let mut map = match serde_json::to_value(&*self) {
-            Ok(serde_json::Value::Object(map)) => map,
-            _ => return Err(Error::new(ErrorKind::Settings, "settings are not a map")),
-        };
-        let Some(slot) = map.get_mut(key) else {
-            return Err(unknown_key(key));
-        };
-        // Values keep the JSON type of the current value, so "10" for a string stays text.
-        let scalar = |v: &str| {
-            serde_json::from_str(v.trim())
-                .unwrap_or_else(|_| serde_json::Value::String(v.trim().to_owned()))
-        };
-        *slot = match slot {
-            serde_json::Value::String(_) => serde_json::Value::String(value.to_owned()),
-            // Lists are written "a,b,c" on a command line (or as a JSON array).
-            serde_json::Value::Array(_) if !value.trim_start().starts_with('[') => {
-                serde_json::Value::Array(
-                    value
-                        .split(',')
-                        .filter(|v| !v.trim().is_empty())
-                        .map(scalar)
-                        .collect(),
-                )
-            }
-            _ => scalar(value),
-        };
-        let updated: Settings =
-            serde_json::from_value(serde_json::Value::Object(map)).map_err(|e| {
-                Error::new(
-                    ErrorKind::Settings,
-                    format!("invalid value '{value}' for {key}: {e}"),
-                )
-            })?;
+        let mut map = self.to_map()?;
+        set_text(&mut map, key, value)?;
+        let updated = Settings::from_map(map)?;
         updated.validate()?;
         *self = updated;
         Ok(())
@@ -223,52 +368,190 @@ impl Settings {
 
     /// Check ranges that types alone cannot express.
     pub fn validate(&self) -> Result<()> {
-        let bad = |key: &str, why: &str| {
-            Err(Error::new(
+        match self.problem() {
+            Some((keys, why)) => Err(Error::new(
                 ErrorKind::Settings,
-                format!("setting {key} {why}"),
-            ))
-        };
+                format!("setting {} {why}", keys.join(", ")),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The effective settings for one host: the first `[[hosts]]` rule whose pattern
+    /// matches `host` (a host key: `host`, or `host:port` for a non-default port) is applied
+    /// over these settings; later matching rules are ignored. With no match, a copy of these
+    /// settings.
+    pub fn for_host(&self, host: &str) -> Settings {
+        let mut s = self.clone();
+        if let Some(rule) = self.hosts.iter().find(|r| r.matches(host)) {
+            rule.apply(&mut s);
+        }
+        s
+    }
+
+    /// The first range problem: the keys involved (the one to blame first) and why.
+    pub(crate) fn problem(&self) -> Option<(Vec<&'static str>, String)> {
+        let bad = |keys: &[&'static str], why: &str| Some((keys.to_vec(), why.to_owned()));
         if self.concurrency == 0 {
-            return bad("concurrency", "must be at least 1");
+            return bad(&["concurrency"], "must be at least 1");
         }
         if self.concurrency_per_host == 0 {
-            return bad("concurrency_per_host", "must be at least 1");
+            return bad(&["concurrency_per_host"], "must be at least 1");
         }
         if self.download_timeout.is_zero() {
-            return bad("download_timeout", "must be longer than 0s");
+            return bad(&["download_timeout"], "must be longer than 0s");
         }
         if self.max_body_size == 0 {
-            return bad("max_body_size", "must be at least 1 byte");
+            return bad(&["max_body_size"], "must be at least 1 byte");
         }
         let rate_ok = |r: f64| r.is_finite() && r > 0.0;
-        if !rate_ok(self.min_rate) || !rate_ok(self.start_rate) || !rate_ok(self.max_rate) {
-            return bad(
-                "min_rate, start_rate and max_rate",
-                "must be positive numbers",
-            );
+        for (key, rate) in [
+            ("min_rate", self.min_rate),
+            ("start_rate", self.start_rate),
+            ("max_rate", self.max_rate),
+        ] {
+            if !rate_ok(rate) {
+                return bad(&[key], "must be a positive number");
+            }
         }
         if self.min_rate > self.max_rate {
-            return bad("min_rate", "must not exceed max_rate");
+            return bad(&["min_rate", "max_rate"], "must not exceed max_rate");
         }
         if self.burst == 0 {
-            return bad("burst", "must be at least 1");
+            return bad(&["burst"], "must be at least 1");
         }
         if self.soft_block_resume.is_nan()
             || self.soft_block_resume <= 0.0
             || self.soft_block_resume > 1.0
         {
-            return bad("soft_block_resume", "must be in (0, 1]");
+            return bad(&["soft_block_resume"], "must be in (0, 1]");
         }
         if self.autothrottle_target_concurrency.is_nan()
             || self.autothrottle_target_concurrency <= 0.0
         {
-            return bad("autothrottle_target_concurrency", "must be positive");
+            return bad(&["autothrottle_target_concurrency"], "must be positive");
         }
         if self.user_agent.trim().is_empty() {
-            return bad("user_agent", "must not be empty");
+            return bad(&["user_agent"], "must not be empty");
         }
-        Ok(())
+        if let Some(addr) = &self.metrics_addr
+            && crate::config::metrics_socket_addr(addr).is_none()
+        {
+            return bad(
+                &["metrics_addr"],
+                "must be an address like 127.0.0.1:9898 or a port",
+            );
+        }
+        for rule in &self.hosts {
+            if let Some((field, why)) = rule.problem() {
+                return Some((
+                    vec!["hosts"],
+                    format!("rule '{}': {field} {why}", rule.pattern),
+                ));
+            }
+        }
+        None
+    }
+
+    pub(crate) fn to_map(&self) -> Result<serde_json::Map<String, serde_json::Value>> {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(map)) => Ok(map),
+            _ => Err(Error::new(ErrorKind::Settings, "settings are not a map")),
+        }
+    }
+
+    pub(crate) fn from_map(map: serde_json::Map<String, serde_json::Value>) -> Result<Settings> {
+        serde_json::from_value(serde_json::Value::Object(map))
+            .map_err(|e| Error::new(ErrorKind::Settings, e.to_string()))
+    }
+}
+
+/// Set `key` in a settings map from its text form, keeping the JSON type of the current value
+/// (so "10" for a string stays text). Errors name the key and the value.
+pub(crate) fn set_text(
+    map: &mut serde_json::Map<String, serde_json::Value>,
+    key: &str,
+    value: &str,
+) -> Result<()> {
+    let Some(current) = map.get(key).cloned() else {
+        return Err(unknown_key(key));
+    };
+    let mut last_err = None;
+    for candidate in text_candidates(&current, value) {
+        match try_set(map, key, candidate) {
+            Ok(()) => return Ok(()),
+            Err(e) => last_err = Some(e),
+        }
+    }
+    let why = last_err.unwrap_or_else(|| "no value".to_owned());
+    Err(Error::new(
+        ErrorKind::Settings,
+        format!(
+            "invalid value '{value}' for {key}: {why}{}",
+            type_hint(&current)
+        ),
+    ))
+}
+
+/// Put `value` at `key` if the whole map still deserializes; else the reason.
+pub(crate) fn try_set(
+    map: &mut serde_json::Map<String, serde_json::Value>,
+    key: &str,
+    value: serde_json::Value,
+) -> std::result::Result<(), String> {
+    let old = map.insert(key.to_owned(), value);
+    match serde_json::from_value::<Settings>(serde_json::Value::Object(map.clone())) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            match old {
+                Some(old) => map.insert(key.to_owned(), old),
+                None => map.remove(key),
+            };
+            Err(e.to_string())
+        }
+    }
+}
+
+/// A hint for durations, whose serde error ("expected a duration") does not say the form.
+pub(crate) fn type_hint(current: &serde_json::Value) -> &'static str {
+    match current {
+        serde_json::Value::String(s) if humantime::parse_duration(s).is_ok() => {
+            " (durations are written like \"500ms\", \"2s\", \"1m\")"
+        }
+        _ => "",
+    }
+}
+
+/// The JSON values a text may stand for, most likely first, given the field's current value.
+fn text_candidates(current: &serde_json::Value, value: &str) -> Vec<serde_json::Value> {
+    use serde_json::Value;
+    let scalar = |v: &str| {
+        serde_json::from_str(v.trim()).unwrap_or_else(|_| Value::String(v.trim().to_owned()))
+    };
+    // "none" or nothing unsets an optional setting; for other settings Null does not
+    // deserialize and the next candidate is tried.
+    let unset = value.trim().is_empty() || value.trim().eq_ignore_ascii_case("none");
+    match current {
+        Value::String(_) if unset => vec![Value::Null, Value::String(value.to_owned())],
+        Value::String(_) => vec![Value::String(value.to_owned())],
+        // Lists are written "a,b,c" on a command line (or as a JSON array).
+        Value::Array(_) if !value.trim_start().starts_with('[') => vec![Value::Array(
+            value
+                .split(',')
+                .filter(|v| !v.trim().is_empty())
+                .map(scalar)
+                .collect(),
+        )],
+        // An unset optional: empty or "none" unsets it; otherwise text first, since most
+        // optional settings are paths and addresses, then the typed reading.
+        Value::Null => {
+            if unset {
+                vec![Value::Null]
+            } else {
+                vec![Value::String(value.to_owned()), scalar(value)]
+            }
+        }
+        _ => vec![scalar(value)],
     }
 }
 
@@ -284,15 +567,23 @@ pub enum ThrottleMode {
     Fixed,
 }
 
-fn unknown_key(key: &str) -> Error {
-    let keys = Settings::keys();
-    let nearest = keys
-        .iter()
-        .map(|k| (strsim::jaro_winkler(k, key), k))
+/// The valid name nearest to `word`, if one is close enough to be a likely typo.
+pub(crate) fn nearest<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    candidates
+        .into_iter()
+        .map(|k| (strsim::jaro_winkler(k, word), k))
         .filter(|(score, _)| *score > 0.8)
-        .max_by(|a, b| a.0.total_cmp(&b.0));
-    let hint = match nearest {
-        Some((_, k)) => format!("; did you mean '{k}'?"),
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, k)| k)
+}
+
+pub(crate) fn unknown_key(key: &str) -> Error {
+    let keys = Settings::keys();
+    let hint = match nearest(key, keys.iter().map(String::as_str)) {
+        Some(k) => format!("; did you mean '{k}'?"),
         None => format!("; valid keys: {}", keys.join(", ")),
     };
     Error::new(

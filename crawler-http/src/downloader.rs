@@ -10,6 +10,7 @@ use crawler_core::{
 use tokio::time::Instant;
 
 use crate::error::Error;
+use crate::guard::{PublicOnly, is_private};
 use crate::headers::{parse_rate_limit, parse_retry_after};
 use crate::robots::RobotsCache;
 
@@ -19,6 +20,7 @@ pub struct HttpDownloader {
     robots: Option<RobotsCache>,
     max_body: u64,
     timeout: Duration,
+    deny_private: bool,
     /// Lower-cased challenge-page markers.
     soft_block_markers: Vec<String>,
 }
@@ -48,6 +50,7 @@ impl HttpDownloader {
             robots,
             max_body: settings.max_body_size,
             timeout: settings.download_timeout,
+            deny_private: settings.deny_private_addresses,
             soft_block_markers: settings
                 .soft_block_markers
                 .iter()
@@ -124,8 +127,12 @@ fn too_large(cap: u64, status: u16) -> Failure {
 }
 
 fn build_client(settings: &Settings, max_redirects: usize) -> Result<reqwest::Client, Error> {
+    let deny_private = settings.deny_private_addresses;
     let policy = reqwest::redirect::Policy::custom(move |attempt| {
-        if attempt.previous().len() > max_redirects {
+        if deny_private && private_literal(attempt.url()) {
+            let msg = format!("private address refused: redirect to '{}'", attempt.url());
+            attempt.error(RedirectError(msg))
+        } else if attempt.previous().len() > max_redirects {
             attempt.error(RedirectError(format!(
                 "more than {max_redirects} redirects"
             )))
@@ -139,7 +146,11 @@ fn build_client(settings: &Settings, max_redirects: usize) -> Result<reqwest::Cl
             attempt.follow()
         }
     });
-    reqwest::Client::builder()
+    let mut builder = reqwest::Client::builder();
+    if deny_private {
+        builder = builder.dns_resolver(std::sync::Arc::new(PublicOnly));
+    }
+    builder
         .user_agent(settings.user_agent.as_str())
         .connect_timeout(settings.connect_timeout)
         .redirect(policy)
@@ -149,6 +160,16 @@ fn build_client(settings: &Settings, max_redirects: usize) -> Result<reqwest::Cl
         .tcp_nodelay(true)
         .build()
         .map_err(|e| Error::new("cannot build the HTTP client", e))
+}
+
+/// Whether the URL's host is an IP literal in a private range (such hosts skip DNS, so the
+/// resolver cannot catch them).
+fn private_literal(url: &Url) -> bool {
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) => is_private(ip.into()),
+        Some(url::Host::Ipv6(ip)) => is_private(ip.into()),
+        _ => false,
+    }
 }
 
 #[derive(Debug)]
@@ -177,7 +198,9 @@ fn classify(e: reqwest::Error) -> Failure {
         cause = c.source();
     }
     let lower = chain.to_ascii_lowercase();
-    let kind = if let Some(r) = &redirect {
+    let kind = if lower.contains("private address refused") {
+        FailureKind::Forbidden
+    } else if let Some(r) = &redirect {
         if r.starts_with("redirect to non-http") {
             FailureKind::BadRedirect
         } else {
@@ -209,6 +232,16 @@ fn classify(e: reqwest::Error) -> Failure {
 impl Downloader for HttpDownloader {
     async fn fetch(&self, req: &Request) -> Download {
         let mut feedback = Feedback::default();
+        if self.deny_private && private_literal(&req.url) {
+            let msg = format!(
+                "private address refused: {} (deny_private_addresses is on)",
+                req.url
+            );
+            return Download {
+                outcome: Fetched::Failed(Failure::new(FailureKind::Forbidden, msg)),
+                feedback,
+            };
+        }
         if let Some(robots) = &self.robots {
             let check = robots.check(&req.url).await;
             feedback.crawl_delay = check.crawl_delay;

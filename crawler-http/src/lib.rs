@@ -19,6 +19,7 @@
 
 mod downloader;
 mod error;
+mod guard;
 mod headers;
 mod lastmod;
 mod robots;
@@ -26,6 +27,7 @@ mod sitemap;
 
 pub use downloader::HttpDownloader;
 pub use error::Error;
+pub use guard::is_private;
 pub use headers::{RETRY_AFTER_CEILING, parse_rate_limit, parse_retry_after};
 pub use lastmod::parse_lastmod;
 pub use robots::{

@@ -208,6 +208,9 @@ const EASE: f64 = 0.85;
 /// After a calm minute, the ceiling learned from a refusal is raised this much, so a server
 /// whose limit went up is found again, slowly.
 const CEILING_RELAX: f64 = 1.1;
+/// The shortest calm period before a probe above a learned ceiling. A probe that fails
+/// costs a refusal and its hold, so the period grows to ten times the longest Retry-After
+/// seen and doubles after each failed probe.
 const CALM: Duration = Duration::from_secs(60);
 
 /// The adaptive policy: AIMD on the rate, steered by RateLimit headers when a host sends
@@ -238,6 +241,10 @@ pub struct Adaptive {
     /// unreadable header holds the rate instead of growing it).
     steered: bool,
     soft_resume: f64,
+    /// The last rate that held through a calm period.
+    safe_rate: Option<f64>,
+    /// Calm needed before probing above the learned ceiling.
+    probe_after: Duration,
 }
 
 impl Adaptive {
@@ -262,6 +269,8 @@ impl Adaptive {
             last_cut: None,
             steered: false,
             soft_resume: s.soft_block_resume,
+            safe_rate: None,
+            probe_after: CALM,
         }
     }
 
@@ -288,6 +297,18 @@ impl Adaptive {
             return;
         }
         if factor == CUT {
+            if let Some(safe) = self
+                .safe_rate
+                .filter(|s| self.rate <= s * CEILING_RELAX * 1.05)
+            {
+                // A probe just above a rate that held failed: the limit lies between the two.
+                // Go back under the safe rate rather than halving, and probe half as often.
+                self.learned_ceiling = safe;
+                self.probe_after = self.probe_after.saturating_mul(2);
+                self.last_cut = Some(now);
+                self.set_rate(safe * 0.95, trigger);
+                return;
+            }
             // What we sent at was too much: remember, and stay at or below the cut rate.
             self.learned_ceiling = self.learned_ceiling.min(self.rate * CUT);
         }
@@ -299,8 +320,11 @@ impl Adaptive {
 impl Throttle for Adaptive {
     fn concurrency(&self) -> usize {
         // Little's law: enough in flight to sustain the rate at the current latency.
+        // The 1.5 leaves headroom for latency jitter without piling requests onto a host
+        // that answers faster than the pacing interval (where one in flight is enough, and a
+        // second would only be refused alongside the first).
         let lat = self.lat_fast.unwrap_or(0.0);
-        ((self.rate * lat).ceil() as usize + 1).clamp(1, self.max_concurrency)
+        ((1.5 * self.rate * lat).ceil() as usize).clamp(1, self.max_concurrency)
     }
 
     fn ready_at(&self) -> Instant {
@@ -327,6 +351,9 @@ impl Throttle for Adaptive {
                 .max(now);
         }
         let verdict = self.rules.observe(fb, now);
+        if let Some(wait) = fb.retry_after {
+            self.probe_after = self.probe_after.max(wait.saturating_mul(10));
+        }
         let sent_at = now.checked_sub(fb.latency).unwrap_or(now);
         let refused = matches!(fb.status, Some(429 | 503));
         let timed_out = fb.failure == Some(FailureKind::Timeout);
@@ -381,12 +408,16 @@ impl Throttle for Adaptive {
                     self.cut(sent_at, now, EASE, "latency");
                 }
             } else if !self.steered {
+                let calm = self.probe_after;
                 if self.learned_ceiling.is_finite()
                     && self
                         .last_cut
-                        .is_none_or(|c| now.checked_sub(CALM).is_some_and(|t| t >= c))
+                        .is_none_or(|c| now.checked_sub(calm).is_some_and(|t| t >= c))
                 {
-                    self.learned_ceiling *= CEILING_RELAX;
+                    // The rate held through a calm period, so it is safe; probe a little
+                    // above it in case the server's limit is higher than we learned.
+                    self.safe_rate = Some(self.rate);
+                    self.learned_ceiling = self.rate * CEILING_RELAX;
                     self.last_cut = Some(now);
                 }
                 let step = INCREASE_PER_SEC / self.rate;
@@ -744,5 +775,54 @@ mod tests {
         t.on_send(before);
         t.on_feedback(&Feedback::default(), before);
         assert_eq!(t.ready_at(), before);
+    }
+}
+
+#[cfg(test)]
+mod probe_tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_probe_returns_just_under_the_safe_rate() {
+        let s = Settings {
+            start_rate: 10.0,
+            max_rate: 20.0,
+            ..Default::default()
+        };
+        let mut t = Adaptive::new(Rules::from_settings(&s, "h", Instant::now()), &s);
+        let refuse = |ra: u64| Feedback {
+            sent: true,
+            status: Some(429),
+            retry_after: Some(Duration::from_secs(ra)),
+            ..Default::default()
+        };
+        let ok = Feedback {
+            sent: true,
+            status: Some(200),
+            latency: Duration::from_millis(2),
+            ..Default::default()
+        };
+        let now = Instant::now();
+        t.on_send(now);
+        t.on_feedback(&refuse(3), now);
+        assert!((t.rate() - 5.0).abs() < 1e-6);
+        // Calm for longer than ten times the Retry-After: the rate is marked safe and a
+        // probe above it begins.
+        let mut at = now;
+        for _ in 0..400 {
+            at = t.ready_at().max(at);
+            tokio::time::sleep_until(at).await;
+            t.on_send(at);
+            t.on_feedback(&ok, at);
+        }
+        assert!(t.rate() > 5.0 + 1e-6, "probing above 5: {}", t.rate());
+        let probing = t.rate();
+        t.on_send(at);
+        t.on_feedback(&refuse(3), at);
+        assert!(
+            (t.rate() - 4.75).abs() < 1e-6,
+            "back to 95% of the safe rate, not half of {probing}: {}",
+            t.rate()
+        );
     }
 }

@@ -1,0 +1,162 @@
+//! The one error type of crawler-store.
+
+use std::path::{Path, PathBuf};
+
+/// A persistence failure. Every message names the job directory (or store path) involved.
+///
+/// The type is opaque; ask it what happened with [`Error::is_in_use`],
+/// [`Error::is_job_mismatch`] and [`Error::is_corrupt`].
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct Error(#[from] Repr);
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Repr {
+    #[error("job directory {} is in use by another crawl (sled: {source})", path.display())]
+    InUse { path: PathBuf, source: sled::Error },
+    #[error("job directory {} is not a directory", path.display())]
+    NotADirectory { path: PathBuf },
+    #[error("job directory {} is corrupt or unreadable: {detail}", path.display())]
+    Corrupt { path: PathBuf, detail: String },
+    #[error(
+        "job directory {} belongs to spider {stored:?}, not {requested:?}: \
+         resume it with {stored:?} or use another job directory",
+        path.display()
+    )]
+    SpiderMismatch {
+        path: PathBuf,
+        stored: String,
+        requested: String,
+    },
+    #[error(
+        "job directory {} was made with settings {stored:?}, incompatible with the current \
+         settings {requested:?}: use the original settings or another job directory",
+        path.display()
+    )]
+    SettingsMismatch {
+        path: PathBuf,
+        stored: String,
+        requested: String,
+    },
+    #[error("cannot {action} in {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        action: &'static str,
+        source: std::io::Error,
+    },
+    #[error("cannot {action} in {}: {source}", path.display())]
+    Sled {
+        path: PathBuf,
+        action: &'static str,
+        source: sled::Error,
+    },
+    #[error("cannot encode a record for {}: {source}", path.display())]
+    Encode {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+}
+
+impl Error {
+    /// The job directory is locked by another open store (this or another process).
+    pub fn is_in_use(&self) -> bool {
+        matches!(self.0, Repr::InUse { .. })
+    }
+
+    /// The job directory belongs to another spider or was made with incompatible settings.
+    pub fn is_job_mismatch(&self) -> bool {
+        matches!(
+            self.0,
+            Repr::SpiderMismatch { .. } | Repr::SettingsMismatch { .. }
+        )
+    }
+
+    /// The directory holds data this crate cannot read (damaged files, a record that does not
+    /// decode), or is not a directory at all.
+    pub fn is_corrupt(&self) -> bool {
+        matches!(self.0, Repr::Corrupt { .. } | Repr::NotADirectory { .. })
+    }
+
+    /// The job directory (or store path) the error is about.
+    pub fn path(&self) -> &Path {
+        match &self.0 {
+            Repr::InUse { path, .. }
+            | Repr::NotADirectory { path }
+            | Repr::Corrupt { path, .. }
+            | Repr::SpiderMismatch { path, .. }
+            | Repr::SettingsMismatch { path, .. }
+            | Repr::Io { path, .. }
+            | Repr::Sled { path, .. }
+            | Repr::Encode { path, .. } => path,
+        }
+    }
+
+    pub(crate) fn corrupt(path: &Path, detail: impl Into<String>) -> Self {
+        Repr::Corrupt {
+            path: path.to_owned(),
+            detail: detail.into(),
+        }
+        .into()
+    }
+
+    /// Classify a sled error: corruption and lock failures get their own messages.
+    pub(crate) fn sled(path: &Path, action: &'static str, source: sled::Error) -> Self {
+        let path = path.to_owned();
+        match source {
+            sled::Error::Corruption { .. } => Repr::Corrupt {
+                path,
+                detail: source.to_string(),
+            },
+            sled::Error::Io(ref e) if e.to_string().contains("could not acquire lock") => {
+                Repr::InUse { path, source }
+            }
+            _ => Repr::Sled {
+                path,
+                action,
+                source,
+            },
+        }
+        .into()
+    }
+
+    pub(crate) fn io(path: &Path, action: &'static str, source: std::io::Error) -> Self {
+        Repr::Io {
+            path: path.to_owned(),
+            action,
+            source,
+        }
+        .into()
+    }
+
+    pub(crate) fn encode(path: &Path, source: serde_json::Error) -> Self {
+        Repr::Encode {
+            path: path.to_owned(),
+            source,
+        }
+        .into()
+    }
+
+    pub(crate) fn mismatch_spider(path: &Path, stored: String, requested: &str) -> Self {
+        Repr::SpiderMismatch {
+            path: path.to_owned(),
+            stored,
+            requested: requested.to_owned(),
+        }
+        .into()
+    }
+
+    pub(crate) fn mismatch_settings(path: &Path, stored: String, requested: &str) -> Self {
+        Repr::SettingsMismatch {
+            path: path.to_owned(),
+            stored,
+            requested: requested.to_owned(),
+        }
+        .into()
+    }
+}
+
+impl From<Error> for crawler_sched::Error {
+    fn from(e: Error) -> Self {
+        crawler_sched::Error::new(e.to_string(), Some(Box::new(e)))
+    }
+}

@@ -1,0 +1,194 @@
+//! A tiny Prometheus endpoint: the latest progress snapshot in the text exposition format.
+//!
+//! Enabled by the `metrics_addr` setting (a bare port binds 127.0.0.1). Every request on
+//! the socket, whatever its path, gets the current figures; the server is a few lines of
+//! tokio rather than a web framework because it serves one document.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crawler_core::Progress;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::Error;
+
+/// Longest a client may take to send its request before the connection is dropped.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Bind `addr` and serve the snapshots of `rx` until the returned task is aborted.
+pub async fn serve(
+    addr: SocketAddr,
+    rx: watch::Receiver<Progress>,
+) -> Result<JoinHandle<()>, Error> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| Error::from_message(format!("cannot serve metrics on {addr}: {e}")))?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    tracing::info!("metrics at http://{bound}/metrics");
+    Ok(tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let body = exposition(&rx.borrow().clone());
+            tokio::spawn(async move {
+                // Read (and ignore) the request head so the client sees a normal exchange.
+                let mut buf = [0u8; 2048];
+                let _ = tokio::time::timeout(READ_TIMEOUT, stream.read(&mut buf)).await;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes()).await;
+                let _ = stream.write_all(body.as_bytes()).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    }))
+}
+
+/// Escape a label value (backslash, quote, newline).
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The Prometheus text exposition of one snapshot.
+pub fn exposition(p: &Progress) -> String {
+    let s = &p.stats;
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, rows: Vec<(String, f64)>| {
+        let _ = writeln!(out, "# HELP crawler_{name} {help}");
+        let _ = writeln!(out, "# TYPE crawler_{name} {kind}");
+        for (labels, v) in rows {
+            let _ = writeln!(out, "crawler_{name}{labels} {v}");
+        }
+    };
+    let one = |v: f64| vec![(String::new(), v)];
+    metric(
+        "queued_requests",
+        "gauge",
+        "Requests waiting in the frontier.",
+        one(p.queued as f64),
+    );
+    metric(
+        "in_flight_requests",
+        "gauge",
+        "Requests being downloaded or parsed.",
+        one(p.in_flight as f64),
+    );
+    metric(
+        "requests_enqueued_total",
+        "counter",
+        "Requests offered to the frontier.",
+        one(s.requests_enqueued as f64),
+    );
+    metric(
+        "fetched_total",
+        "counter",
+        "Responses handed to the spider.",
+        one(s.fetched as f64),
+    );
+    metric(
+        "items_scraped_total",
+        "counter",
+        "Items written to the feeds.",
+        one(s.items_scraped as f64),
+    );
+    metric(
+        "response_bytes_total",
+        "counter",
+        "Body bytes received.",
+        one(s.response_bytes as f64),
+    );
+    metric(
+        "retries_total",
+        "counter",
+        "Attempts beyond the first.",
+        one(s.retries as f64),
+    );
+    metric(
+        "responses_total",
+        "counter",
+        "HTTP responses by status.",
+        s.status
+            .iter()
+            .map(|(k, v)| (format!("{{status=\"{k}\"}}"), *v as f64))
+            .collect(),
+    );
+    metric(
+        "failed_total",
+        "counter",
+        "Requests that ended without a usable response, by reason.",
+        s.failed
+            .iter()
+            .map(|(k, v)| (format!("{{reason=\"{}\"}}", label(k)), *v as f64))
+            .collect(),
+    );
+    let host = |h: &crawler_core::HostStats| format!("{{host=\"{}\"}}", label(&h.host));
+    metric(
+        "host_rate",
+        "gauge",
+        "The rate each host is paced at, requests/s.",
+        s.hosts
+            .iter()
+            .filter_map(|h| h.rate.map(|r| (host(h), r)))
+            .collect(),
+    );
+    metric(
+        "host_queued_requests",
+        "gauge",
+        "Requests queued per host.",
+        s.hosts.iter().map(|h| (host(h), h.queued as f64)).collect(),
+    );
+    metric(
+        "host_holds_total",
+        "counter",
+        "Holds placed on each host (Retry-After, RateLimit, soft block).",
+        s.hosts.iter().map(|h| (host(h), h.holds as f64)).collect(),
+    );
+    metric(
+        "host_hold_seconds_total",
+        "counter",
+        "Time each host spent held.",
+        s.hosts.iter().map(|h| (host(h), h.hold_secs)).collect(),
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_has_queue_status_and_host_series() {
+        let mut p = Progress {
+            queued: 7,
+            ..Default::default()
+        };
+        p.stats.status.insert(429, 3);
+        p.stats.hosts.push(crawler_core::HostStats {
+            host: "a\"b".into(),
+            rate: Some(2.5),
+            holds: 1,
+            ..Default::default()
+        });
+        let text = exposition(&p);
+        assert!(text.contains("crawler_queued_requests 7\n"), "{text}");
+        assert!(
+            text.contains("crawler_responses_total{status=\"429\"} 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("crawler_host_rate{host=\"a\\\"b\"} 2.5\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("crawler_host_holds_total{host=\"a\\\"b\"} 1\n"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,166 @@
+//! Pieces shared by the two command lines: the project runner ([`crate::Runner`]) and the
+//! standalone `crawler` binary. Settings options, logging, the crawl-and-watch loop and the
+//! metrics endpoint live here; the standalone verbs are in [`tools`].
+
+pub mod metrics;
+pub mod tools;
+
+mod bench;
+mod scaffold;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crawler_core::{LogFormat, Settings, SettingsLayers, Stats, find_settings_file};
+use tracing_subscriber::EnvFilter;
+
+use crate::{Error, HttpEngine, progress};
+
+/// The options every verb that reads settings accepts.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct SettingsArgs {
+    /// Settings file (default: crawler.toml beside the project's Cargo.toml, or
+    /// $CRAWLER_SETTINGS).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub settings: Option<PathBuf>,
+    /// Override a setting, e.g. `-s download_delay=500ms` (repeatable; highest precedence).
+    #[arg(short = 's', long = "set", value_name = "KEY=VALUE", global = true)]
+    pub set: Vec<String>,
+    /// Log format: text or json (same as `-s log_format=...`).
+    #[arg(long, value_name = "FORMAT", global = true)]
+    pub log_format: Option<String>,
+    /// Log level: error, warn, info, debug, trace, or a RUST_LOG-style filter (same as
+    /// `-s log_level=...`).
+    #[arg(short = 'L', long = "loglevel", value_name = "LEVEL", global = true)]
+    pub log_level: Option<String>,
+}
+
+impl SettingsArgs {
+    /// The settings layers these options name: the settings file (explicit, from
+    /// `CRAWLER_SETTINGS`, or found beside the project's Cargo.toml), the `CRAWLER_*`
+    /// environment, then `-L`, `--log-format` and `-s` in that order.
+    pub fn layers(&self) -> Result<SettingsLayers, Error> {
+        let mut layers = SettingsLayers::new();
+        let file = self
+            .settings
+            .clone()
+            .or_else(|| std::env::var_os("CRAWLER_SETTINGS").map(PathBuf::from))
+            .or_else(|| {
+                std::env::current_dir()
+                    .ok()
+                    .and_then(|d| find_settings_file(&d))
+            });
+        if let Some(file) = file {
+            layers.file(&file)?;
+        }
+        layers.env()?;
+        if let Some(level) = &self.log_level {
+            layers.cli("log_level", level);
+        }
+        if let Some(format) = &self.log_format {
+            layers.cli("log_format", format);
+        }
+        for pair in &self.set {
+            layers.cli_pair(pair)?;
+        }
+        Ok(layers)
+    }
+}
+
+/// Send `tracing` output to stderr at `settings.log_level` (`RUST_LOG` wins when set and the
+/// level was left at its default), as text or JSON, printed above any live progress display.
+pub fn init_logging(settings: &Settings) {
+    let default_level = settings.log_level == Settings::default().log_level;
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(env) if default_level && !env.trim().is_empty() => EnvFilter::try_new(env),
+        _ => EnvFilter::try_new(&settings.log_level),
+    }
+    .unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(progress::LogWriter::default);
+    let _ = match settings.log_format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+/// Warn once, at crawl start, that the User-Agent was never set: operators who see the crawl
+/// in their logs cannot tell whose it is or how to reach them.
+pub fn warn_default_user_agent(settings: &Settings) {
+    if settings.has_default_user_agent() {
+        tracing::warn!(
+            user_agent = %settings.user_agent,
+            "user_agent is still the default; set it to name your crawler and a contact \
+             (crawler.toml [general] user_agent = \"mybot/1.0 (+https://example.com/bot)\")"
+        );
+    }
+}
+
+/// Run a built engine with Ctrl-C handling, the progress display (unless `quiet`) and the
+/// metrics endpoint (when `metrics_addr` is set); return the final stats.
+pub async fn run_engine<S: crawler_core::Spider>(
+    engine: HttpEngine<S>,
+    settings: &Settings,
+    show_progress: bool,
+) -> Result<Stats, Error> {
+    warn_default_user_agent(settings);
+    let engine = engine.handle_ctrl_c(true);
+    let rx = engine.progress();
+    let display = show_progress.then(|| progress::spawn(rx.clone(), settings.progress_interval));
+    let metrics = match settings.metrics_socket_addr() {
+        Some(addr) => Some(metrics::serve(addr, rx.clone()).await?),
+        None => None,
+    };
+    let stats = engine.run().await;
+    if let Some(d) = display {
+        let _ = d.await;
+    }
+    if let Some(m) = metrics {
+        m.abort();
+    }
+    Ok(stats?)
+}
+
+/// Exit status for usage and settings errors.
+pub(crate) const EXIT_USAGE: u8 = 2;
+/// Exit status for a failed crawl or command.
+pub(crate) const EXIT_FAILED: u8 = 1;
+
+/// Why a verb failed, deciding the exit status.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// Bad arguments or settings: exit 2.
+    Usage(Error),
+    /// The work itself failed: exit 1.
+    Failed(Error),
+}
+
+impl Failure {
+    pub(crate) fn exit(self) -> ExitCode {
+        let (code, e) = match self {
+            Self::Usage(e) => (EXIT_USAGE, e),
+            Self::Failed(e) => (EXIT_FAILED, e),
+        };
+        eprintln!("error: {e}");
+        ExitCode::from(code)
+    }
+}
+
+pub(crate) fn usage(e: impl Into<Error>) -> Failure {
+    Failure::Usage(e.into())
+}
+
+pub(crate) fn failed(e: impl Into<Error>) -> Failure {
+    Failure::Failed(e.into())
+}
+
+/// Parse clap arguments, printing help/version (exit 0) or the usage error (exit 2).
+pub(crate) fn parse<P: clap::Parser>(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Result<P, ExitCode> {
+    P::try_parse_from(args).map_err(|e| {
+        let _ = e.print();
+        ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(EXIT_USAGE))
+    })
+}

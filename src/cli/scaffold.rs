@@ -1,0 +1,423 @@
+//! `crawler new` and `crawler genspider`: project and spider templates.
+
+use std::path::{Path, PathBuf};
+
+use crawler_core::{SECTIONS, Settings, parse_http_url, section_of};
+
+use crate::Error;
+
+/// Where this binary's framework sources live (the workspace it was built from).
+const FRAMEWORK_DIR: &str = env!("CARGO_MANIFEST_DIR");
+
+fn err(msg: impl Into<String>) -> Error {
+    Error::from_message(msg.into())
+}
+
+fn write(path: &Path, text: &str) -> Result<(), Error> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| err(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    std::fs::write(path, text).map_err(|e| err(format!("cannot write {}: {e}", path.display())))
+}
+
+fn valid_package_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+fn valid_ident(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+fn camel(name: &str) -> String {
+    name.split(['_', '-'])
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let mut c = p.chars();
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// crawler.toml with every section present and every setting commented out at its default,
+/// generated from the settings themselves so the template never lists a stale key.
+pub(super) fn settings_template() -> String {
+    let defaults = defaults_for_template();
+    let mut out = String::from(
+        "# Settings of this crawler project. Every setting is shown at its default, commented\n\
+         # out; uncomment to change. Precedence, lowest first: defaults < this file < the\n\
+         # spider's custom_settings() < CRAWLER_<KEY> environment variables < -s key=value.\n\
+         # `cargo run -- settings` prints every effective value and where it came from.\n\
+         # Durations: \"500ms\", \"2s\", \"1m\". Reference: docs/settings.md in the framework.\n",
+    );
+    for section in SECTIONS {
+        out.push_str(&format!("\n# {}\n[{}]\n", section.about, section.name));
+        for (key, value) in &defaults {
+            if key == "hosts" || section_of(key) != section.name {
+                continue;
+            }
+            if key == "user_agent" {
+                out.push_str("# Name your crawler and give site operators a way to reach you:\n");
+                out.push_str("user_agent = \"PROJECT/0.1 (+https://example.com/contact)\"\n");
+                continue;
+            }
+            out.push_str(&format!("# {key} = {value}\n"));
+        }
+    }
+    out.push_str(
+        "\n# Per-host rules, first match wins. Raise the budget only for hosts you own:\n\
+         # [[hosts]]\n# match = \"127.0.0.1:*\"\n# rate = 200\n# concurrency = 16\n\
+         # delay = \"0s\"\n# ignore_robots = false\n",
+    );
+    out
+}
+
+/// `(key, value as TOML)` of every default setting, for templates.
+fn defaults_for_template() -> Vec<(String, String)> {
+    {
+        let Ok(serde_json::Value::Object(map)) = serde_json::to_value(Settings::default()) else {
+            return Vec::new();
+        };
+        map.into_iter()
+            .map(|(k, v)| {
+                let text = match &v {
+                    serde_json::Value::Null => "\"\"  # unset".to_owned(),
+                    other => other.to_string(),
+                };
+                (k, text)
+            })
+            .collect()
+    }
+}
+
+const MAIN_RS: &str = r#"//! PROJECT: a crawler project. `cargo run -- list` shows the spiders,
+//! `cargo run -- crawl books -o books.jsonl` runs one, `cargo run -- settings` shows the
+//! effective settings, `cargo run -- check` runs the spiders' contract checks.
+
+mod spiders;
+
+use crawler::{Contract, Runner};
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let books = spiders::books::Books::from_env();
+    let book_page = format!("{}catalogue/book-1.html", books.start);
+    Runner::new()
+        .spider(books)
+        .contract(
+            "books",
+            Contract::url(book_page)
+                .callback("book")
+                .returns_items(1, 1)
+                .scrapes(["title", "price"]),
+        )
+        .run_cli()
+        .await
+}
+"#;
+
+const BOOKS_RS: &str = r#"//! An example spider: the book catalogue of the crawler lab (`crawler lab` serves it on
+//! http://127.0.0.1:8080/). Listing pages are followed; each book page gives one item.
+
+use crawler::prelude::*;
+
+/// One book.
+#[derive(Debug, Serialize)]
+pub struct Book {
+    /// The book's page.
+    pub url: String,
+    /// Its title.
+    pub title: String,
+    /// Its price as shown.
+    pub price: String,
+}
+
+/// Crawls the lab's catalogue from `start`.
+pub struct Books {
+    /// The site root, ending in `/`.
+    pub start: String,
+}
+
+impl Books {
+    /// Start at $BOOKS_URL, or the lab's default address.
+    pub fn from_env() -> Self {
+        let mut start =
+            std::env::var("BOOKS_URL").unwrap_or_else(|_| "http://127.0.0.1:8080/".to_owned());
+        if !start.ends_with('/') {
+            start.push('/');
+        }
+        Self { start }
+    }
+}
+
+impl Spider for Books {
+    type Item = Book;
+
+    fn name(&self) -> &str {
+        "books"
+    }
+
+    fn start_urls(&self) -> Vec<String> {
+        vec![self.start.clone()]
+    }
+
+    async fn parse(&self, page: Response, out: &mut Output<Book>) -> Result<()> {
+        if page.callback() == Some("book") {
+            out.item(Book {
+                url: page.url().to_string(),
+                title: page.text_of("div.product h1")?,
+                price: page.text_of("div.product p.price")?,
+            });
+            return Ok(());
+        }
+        for href in page.select("a").attrs("href") {
+            if href.contains("/book-") || href.starts_with("book-") {
+                out.follow_with(href, "book");
+            } else {
+                out.follow(href);
+            }
+        }
+        Ok(())
+    }
+}
+"#;
+
+const README_MD: &str = r#"# PROJECT
+
+A crawler project built on the `crawler` framework.
+
+```sh
+crawler lab &                                  # the local book site on 127.0.0.1:8080
+cargo run -- list                              # the spiders
+cargo run -- check                             # their contract checks
+cargo run -- crawl books -o books.jsonl        # crawl, items to books.jsonl
+cargo run -- settings                          # effective settings and where they came from
+```
+
+The lab is your own server, so you may crawl it faster than the polite defaults allow:
+`cargo run -- crawl books -o books.jsonl -s throttle=fixed -s download_delay=0s -s concurrency_per_host=8`.
+Point the spider elsewhere with `BOOKS_URL=http://host/ cargo run -- crawl books`.
+
+- Settings live in `crawler.toml` (every section is there, commented); set `user_agent` first.
+- Add a spider with `crawler genspider NAME URL`, then register it in `src/main.rs`.
+- Logs: `-L debug`, `--log-format json`; a live display on a terminal, log lines otherwise.
+"#;
+
+const GITIGNORE: &str = "/target\n*.jsonl\n*.csv\n/jobs/\n";
+
+/// Create the project `name` in the current directory.
+pub(super) fn new_project(name: &str, framework: Option<PathBuf>) -> Result<(), Error> {
+    if !valid_package_name(name) {
+        return Err(err(format!(
+            "'{name}' is not a valid package name (letters, digits, '_' and '-', starting with a letter)"
+        )));
+    }
+    let dir = PathBuf::from(name);
+    if dir.exists() {
+        return Err(err(format!("{} already exists", dir.display())));
+    }
+    let framework = framework.unwrap_or_else(|| PathBuf::from(FRAMEWORK_DIR));
+    let framework = framework.canonicalize().map_err(|e| {
+        err(format!(
+            "the framework path {} is not usable ({e}); pass --path DIR",
+            framework.display()
+        ))
+    })?;
+    if !framework.join("Cargo.toml").is_file() {
+        return Err(err(format!(
+            "{} has no Cargo.toml; pass --path DIR (the crawler framework's directory)",
+            framework.display()
+        )));
+    }
+    let dep_path = framework.to_string_lossy().replace('\\', "/");
+    let cargo = format!(
+        r#"[package]
+name = "{name}"
+version = "0.1.0"
+edition = "2024"
+publish = false
+
+[dependencies]
+crawler = {{ path = "{dep_path}" }}
+tokio = {{ version = "1", features = ["rt-multi-thread", "macros"] }}
+
+# A project of its own, even when created inside another workspace.
+[workspace]
+
+# Dependencies optimised a little: parsing and crawling stay fast in debug builds.
+[profile.dev.package."*"]
+opt-level = 1
+"#
+    );
+    let project = |t: &str| t.replace("PROJECT", name);
+    write(&dir.join("Cargo.toml"), &cargo)?;
+    write(&dir.join("crawler.toml"), &project(&settings_template()))?;
+    write(&dir.join("src/main.rs"), &project(MAIN_RS))?;
+    write(
+        &dir.join("src/spiders/mod.rs"),
+        "//! The project's spiders.\n\npub mod books;\n",
+    )?;
+    write(&dir.join("src/spiders/books.rs"), BOOKS_RS)?;
+    write(&dir.join("README.md"), &project(README_MD))?;
+    write(&dir.join(".gitignore"), GITIGNORE)?;
+    // The framework's lock file pins the versions it is tested with and lets the first build
+    // work offline; cargo adds the new package to it.
+    let lock = framework.join("Cargo.lock");
+    if lock.is_file() {
+        std::fs::copy(&lock, dir.join("Cargo.lock"))
+            .map_err(|e| err(format!("cannot copy {}: {e}", lock.display())))?;
+    }
+    println!("created project {name} in {}", dir.display());
+    println!("  cd {name}");
+    println!("  crawler lab &            # the example spider's site, on 127.0.0.1:8080");
+    println!("  cargo run -- crawl books -o books.jsonl");
+    Ok(())
+}
+
+/// Add `src/spiders/NAME.rs` to the project around the current directory.
+pub(super) fn genspider(name: &str, url: &str) -> Result<(), Error> {
+    if !valid_ident(name) {
+        return Err(err(format!(
+            "'{name}' is not a valid spider name (lower case letters, digits and '_')"
+        )));
+    }
+    let start = parse_http_url(url).map_err(Error::from)?;
+    let cwd = std::env::current_dir().map_err(|e| err(format!("no current directory: {e}")))?;
+    let root = cwd
+        .ancestors()
+        .take(64)
+        .find(|d| d.join("Cargo.toml").is_file())
+        .ok_or_else(|| err("not inside a project (no Cargo.toml here or above)"))?;
+    let spiders = root.join("src/spiders");
+    let file = spiders.join(format!("{name}.rs"));
+    if file.exists() {
+        return Err(err(format!("{} already exists", file.display())));
+    }
+    let ty = camel(name);
+    let domain = start.host_str().unwrap_or_default();
+    let text = format!(
+        r#"//! The `{name}` spider.
+
+use crawler::prelude::*;
+
+/// What `{name}` scrapes from a page.
+#[derive(Debug, Serialize)]
+pub struct {ty}Item {{
+    /// The page.
+    pub url: String,
+    /// Its title.
+    pub title: String,
+}}
+
+/// Crawls {start}.
+pub struct {ty};
+
+impl Spider for {ty} {{
+    type Item = {ty}Item;
+
+    fn name(&self) -> &str {{
+        "{name}"
+    }}
+
+    fn start_urls(&self) -> Vec<String> {{
+        vec!["{start}".into()]
+    }}
+
+    fn allowed_domains(&self) -> Vec<String> {{
+        vec!["{domain}".into()]
+    }}
+
+    async fn parse(&self, page: Response, out: &mut Output<{ty}Item>) -> Result<()> {{
+        out.item({ty}Item {{
+            url: page.url().to_string(),
+            title: page.text_of("title").unwrap_or_default(),
+        }});
+        out.follow_all(page.select("a").attrs("href"));
+        Ok(())
+    }}
+}}
+"#
+    );
+    write(&file, &text)?;
+    let module = spiders.join("mod.rs");
+    let registered = if module.is_file() {
+        let mut current = std::fs::read_to_string(&module)
+            .map_err(|e| err(format!("cannot read {}: {e}", module.display())))?;
+        let line = format!("pub mod {name};");
+        if !current.lines().any(|l| l.trim() == line) {
+            if !current.ends_with('\n') && !current.is_empty() {
+                current.push('\n');
+            }
+            current.push_str(&line);
+            current.push('\n');
+            write(&module, &current)?;
+        }
+        true
+    } else {
+        false
+    };
+    println!("created {}", file.display());
+    if !registered {
+        println!("add `pub mod {name};` to src/spiders/mod.rs");
+    }
+    println!("register it in src/main.rs:  .spider(spiders::{name}::{ty})");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_is_valid_toml_that_loads_with_every_section() {
+        let text = settings_template().replace("PROJECT", "demo");
+        let mut layers = crawler_core::SettingsLayers::new();
+        layers.file_text("crawler.toml", &text).unwrap();
+        let s = layers.resolve(None).unwrap().settings;
+        assert_eq!(s.user_agent, "demo/0.1 (+https://example.com/contact)");
+        for section in SECTIONS {
+            assert!(
+                text.contains(&format!("[{}]", section.name)),
+                "{}",
+                section.name
+            );
+        }
+        // Uncommenting every default must still load: the template shows valid values.
+        let uncommented: String = text
+            .lines()
+            .map(|l| match l.strip_prefix("# ") {
+                Some(rest)
+                    if rest.contains(" = ")
+                        && !rest.contains("match")
+                        && !rest.contains("rate = 200")
+                        && !rest.contains("concurrency = 16")
+                        && !rest.contains("delay = \"0s\"")
+                        && !rest.contains("ignore_robots")
+                        && !rest.contains("# unset") =>
+                {
+                    rest.to_owned()
+                }
+                _ => l.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut layers = crawler_core::SettingsLayers::new();
+        layers.file_text("crawler.toml", &uncommented).unwrap();
+        layers.resolve(None).unwrap();
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(camel("book_shop"), "BookShop");
+        assert!(valid_ident("quotes2") && !valid_ident("2quotes") && !valid_ident("Quotes"));
+        assert!(valid_package_name("demo-1") && !valid_package_name("-demo"));
+    }
+}

@@ -1,0 +1,358 @@
+//! The standalone `crawler` binary: `new`, `genspider`, `fetch`, `robots`, `sitemap`,
+//! `settings`, `lab` and `bench`.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, UNIX_EPOCH};
+
+use crawler_core::{Downloader, Fetched, Request, Settings, parse_http_url, settings_markdown};
+use crawler_http::{
+    HttpDownloader, RobotsStatus, SitemapKind, SitemapLimits, SitemapWalk, fetch_robots,
+    robots_client,
+};
+
+use super::{Failure, SettingsArgs, failed, usage};
+use crate::Error;
+
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "crawler",
+    about = "A polite, Scrapy-style crawling framework: project tools and one-off checks",
+    version
+)]
+struct Cli {
+    #[command(flatten)]
+    common: SettingsArgs,
+    #[command(subcommand)]
+    verb: Verb,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Verb {
+    /// Create a ready-to-run project: Cargo.toml, crawler.toml, src/main.rs, an example spider.
+    New {
+        /// The project (and directory) name.
+        name: String,
+        /// Path of the crawler framework to depend on (default: where this binary was built
+        /// from).
+        #[arg(long, value_name = "DIR")]
+        path: Option<PathBuf>,
+    },
+    /// Add a spider to the current project's src/spiders/.
+    Genspider {
+        /// The spider's name (a Rust identifier, e.g. `quotes`).
+        name: String,
+        /// Its start URL.
+        url: String,
+    },
+    /// Fetch one URL politely (robots.txt checked) and print status, headers and body.
+    Fetch {
+        /// The URL.
+        url: String,
+        /// Print the text of the elements matching this CSS selector instead of the body.
+        #[arg(long, value_name = "SELECTOR")]
+        css: Option<String>,
+        /// With --css, print each match's outer HTML instead of its text.
+        #[arg(long, requires = "css")]
+        html: bool,
+        /// Do not print the headers.
+        #[arg(long)]
+        no_headers: bool,
+    },
+    /// Whether robots.txt allows a URL, the matching rule, Crawl-delay and sitemaps.
+    Robots {
+        /// The URL to check.
+        url: String,
+        /// The User-Agent (or product token) to check for (default: the user_agent setting).
+        #[arg(long, value_name = "AGENT")]
+        agent: Option<String>,
+    },
+    /// Stream a sitemap's entries (following indexes), one `URL<TAB>lastmod` a line. Given a
+    /// site root or robots.txt URL, walks the sitemaps robots.txt lists.
+    Sitemap {
+        /// A sitemap, robots.txt or site URL.
+        url: String,
+    },
+    /// Print every setting's effective value and where it came from.
+    Settings {
+        /// Print the settings reference (docs/settings.md) instead.
+        #[arg(long)]
+        markdown: bool,
+    },
+    /// Serve the local test site (crawler-lab) until Ctrl-C.
+    Lab(crawler_lab::cli::LabArgs),
+    /// Crawl an in-process lab as fast as a host you own allows, and print pages/s.
+    Bench {
+        /// Books in the lab's catalogue.
+        #[arg(long, default_value_t = 1000, value_name = "N")]
+        books: usize,
+        /// Requests in flight to the lab.
+        #[arg(long, default_value_t = 16, value_name = "N")]
+        concurrency: usize,
+    },
+}
+
+/// Run the standalone binary with the process's arguments.
+pub async fn run_standalone() -> ExitCode {
+    run_standalone_args(std::env::args_os()).await
+}
+
+/// Run the standalone binary with these arguments (the first is the program name).
+pub async fn run_standalone_args<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString>,
+{
+    let cli: Cli = match super::parse(args.into_iter().map(Into::into)) {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
+    match run(cli).await {
+        Ok(code) => code,
+        Err(f) => f.exit(),
+    }
+}
+
+async fn run(cli: Cli) -> Result<ExitCode, Failure> {
+    // Scaffolding and the lab need no settings; a broken crawler.toml must not stop `new`.
+    match cli.verb {
+        Verb::New { name, path } => {
+            super::scaffold::new_project(&name, path).map_err(usage)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Verb::Genspider { name, url } => {
+            super::scaffold::genspider(&name, &url).map_err(usage)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Verb::Lab(args) => {
+            crawler_lab::cli::run(args)
+                .await
+                .map_err(|e| failed(Error::from_message(e.to_string())))?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Verb::Settings { markdown: true } => {
+            print!("{}", settings_markdown());
+            return Ok(ExitCode::SUCCESS);
+        }
+        _ => {}
+    }
+    let layers = cli.common.layers().map_err(usage)?;
+    let resolved = layers.resolve(None).map_err(usage)?;
+    let settings = resolved.settings.clone();
+    super::init_logging(&settings);
+    match cli.verb {
+        Verb::Settings { .. } => {
+            if let Some(path) = layers.file_path() {
+                println!("# settings file: {}", path.display());
+            }
+            print!("{}", resolved.table());
+            Ok(ExitCode::SUCCESS)
+        }
+        Verb::Fetch {
+            url,
+            css,
+            html,
+            no_headers,
+        } => fetch(&settings, &url, css.as_deref(), html, no_headers).await,
+        Verb::Robots { url, agent } => robots(&settings, &url, agent.as_deref()).await,
+        Verb::Sitemap { url } => sitemap(&settings, &url).await,
+        Verb::Bench { books, concurrency } => super::bench::bench(&layers, books, concurrency)
+            .await
+            .map(|()| ExitCode::SUCCESS),
+        Verb::New { .. } | Verb::Genspider { .. } | Verb::Lab(_) => Ok(ExitCode::SUCCESS),
+    }
+}
+
+fn out_err(e: std::io::Error) -> Failure {
+    failed(Error::from_message(format!("cannot write to stdout: {e}")))
+}
+
+async fn fetch(
+    settings: &Settings,
+    url: &str,
+    css: Option<&str>,
+    html: bool,
+    no_headers: bool,
+) -> Result<ExitCode, Failure> {
+    let req = Request::get(url).map_err(usage)?;
+    let downloader = HttpDownloader::new(settings).map_err(failed)?;
+    let page = match downloader.fetch(&req).await.outcome {
+        Fetched::Response(page) => page,
+        Fetched::Disallowed => {
+            return Err(failed(Error::from_message(format!(
+                "{url} is disallowed by robots.txt for {} (see `crawler robots {url}`)",
+                settings.user_agent
+            ))));
+        }
+        Fetched::Failed(f) => {
+            return Err(failed(Error::from_message(format!(
+                "{url}: {}: {}",
+                f.kind, f.message
+            ))));
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    if !no_headers {
+        writeln!(out, "HTTP {} {}", page.status(), page.url()).map_err(out_err)?;
+        for (name, value) in page.headers() {
+            writeln!(out, "{name}: {}", String::from_utf8_lossy(value.as_bytes()))
+                .map_err(out_err)?;
+        }
+        writeln!(out).map_err(out_err)?;
+    }
+    match css {
+        Some(css) => {
+            if let Err(e) = scraper::Selector::parse(css) {
+                return Err(usage(Error::from_message(format!(
+                    "invalid CSS selector '{css}': {e}"
+                ))));
+            }
+            let found: Vec<String> = page
+                .select(css)
+                .into_iter()
+                .map(|e| if html { e.html() } else { e.text() })
+                .collect();
+            for text in &found {
+                writeln!(out, "{text}").map_err(out_err)?;
+            }
+            if found.is_empty() {
+                eprintln!("no element matches '{css}'");
+                return Ok(ExitCode::from(super::EXIT_FAILED));
+            }
+        }
+        None => {
+            out.write_all(page.text().as_bytes()).map_err(out_err)?;
+            writeln!(out).map_err(out_err)?;
+        }
+    }
+    Ok(if (200..400).contains(&page.status()) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(super::EXIT_FAILED)
+    })
+}
+
+async fn robots(settings: &Settings, url: &str, agent: Option<&str>) -> Result<ExitCode, Failure> {
+    let url = parse_http_url(url).map_err(usage)?;
+    let agent = agent.unwrap_or(&settings.user_agent);
+    let client = robots_client(&settings.user_agent, settings.connect_timeout).map_err(failed)?;
+    let report = fetch_robots(&client, &url, agent).await;
+    let status = match &report.status {
+        RobotsStatus::Fetched { status } => format!("fetched (HTTP {status})"),
+        RobotsStatus::Unavailable { status, reason } => format!(
+            "unavailable{}: {reason} (everything allowed)",
+            status.map(|s| format!(" (HTTP {s})")).unwrap_or_default()
+        ),
+        RobotsStatus::Unreachable { status, reason } => format!(
+            "unreachable{}: {reason} (everything disallowed for now)",
+            status.map(|s| format!(" (HTTP {s})")).unwrap_or_default()
+        ),
+    };
+    println!("robots.txt:  {} {status}", report.robots_url);
+    println!("agent:       {}", report.agent);
+    println!("url:         {url}");
+    println!("allowed:     {}", if report.allowed { "yes" } else { "no" });
+    println!(
+        "group:       {}",
+        report.group.as_deref().unwrap_or("(none)")
+    );
+    println!(
+        "rule:        {}",
+        report.matched_rule.as_deref().unwrap_or("(none)")
+    );
+    println!(
+        "crawl-delay: {}",
+        report.crawl_delay.map_or_else(
+            || "(none)".to_owned(),
+            |d| humantime::format_duration(d).to_string()
+        )
+    );
+    if report.sitemaps.is_empty() {
+        println!("sitemaps:    (none)");
+    }
+    for s in &report.sitemaps {
+        println!("sitemap:     {s}");
+    }
+    if report.truncated {
+        println!("note:        the file was larger than 500 KiB; the rest was ignored");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn http_client(settings: &Settings) -> Result<reqwest::Client, Failure> {
+    // reqwest is built without a bundled provider; see HttpDownloader::new.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .user_agent(settings.user_agent.clone())
+        .connect_timeout(settings.connect_timeout)
+        .redirect(reqwest::redirect::Policy::limited(settings.max_redirects))
+        .build()
+        .map_err(|e| {
+            failed(Error::from_message(format!(
+                "cannot build the HTTP client: {e}"
+            )))
+        })
+}
+
+async fn sitemap(settings: &Settings, url: &str) -> Result<ExitCode, Failure> {
+    let url = parse_http_url(url).map_err(usage)?;
+    // A site root or robots.txt: the sitemaps robots.txt lists (and robots.txt must allow
+    // them, like any other fetch).
+    let roots = if url.path() == "/" || url.path() == "/robots.txt" {
+        let client =
+            robots_client(&settings.user_agent, settings.connect_timeout).map_err(failed)?;
+        let report = fetch_robots(&client, &url, &settings.user_agent).await;
+        let roots: Vec<_> = report
+            .sitemaps
+            .iter()
+            .filter_map(|s| parse_http_url(s).ok())
+            .collect();
+        if roots.is_empty() {
+            return Err(failed(Error::from_message(format!(
+                "{} lists no sitemaps",
+                report.robots_url
+            ))));
+        }
+        roots
+    } else {
+        vec![url]
+    };
+    let mut walk = SitemapWalk::new(http_client(settings)?, roots, SitemapLimits::default());
+    let mut out = std::io::stdout().lock();
+    let mut errors = 0usize;
+    // Bounded by the walk's own limits (max_sitemaps, max_depth).
+    while let Some(file) = walk.next().await {
+        if let Some(e) = &file.parse.error {
+            errors += 1;
+            eprintln!("warning: {e}");
+        }
+        if file.parse.kind == SitemapKind::Index {
+            eprintln!("index {}: {} sitemaps", file.url, file.parse.entries.len());
+            continue;
+        }
+        for entry in &file.parse.entries {
+            let lastmod = entry
+                .lastmod
+                .and_then(|t| u64::try_from(t).ok())
+                .map(|t| {
+                    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(t))
+                        .to_string()
+                })
+                .unwrap_or_default();
+            writeln!(out, "{}\t{lastmod}", entry.loc).map_err(out_err)?;
+        }
+        out.flush().map_err(out_err)?;
+    }
+    let s = walk.summary();
+    eprintln!(
+        "{} sitemaps, {} URLs, {} errors, {} skipped, {} dropped over the cap",
+        s.fetched, s.urls, s.errors, s.skipped, s.dropped
+    );
+    Ok(if errors > 0 && s.urls == 0 {
+        ExitCode::from(super::EXIT_FAILED)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

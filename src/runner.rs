@@ -1,0 +1,493 @@
+//! The project runner: a project's `main.rs` registers its spiders and gets Scrapy's verbs.
+//!
+//! ```no_run
+//! use crawler::prelude::*;
+//! use crawler::{Contract, Runner};
+//!
+//! struct Titles;
+//!
+//! impl Spider for Titles {
+//!     type Item = String;
+//!     fn name(&self) -> &str { "titles" }
+//!     fn start_urls(&self) -> Vec<String> { vec!["http://127.0.0.1:8080/".into()] }
+//!     async fn parse(&self, page: Response, out: &mut Output<String>) -> Result<()> {
+//!         out.item(page.text_of("title")?);
+//!         Ok(())
+//!     }
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> std::process::ExitCode {
+//!     Runner::new()
+//!         .spider(Titles)
+//!         .contract("titles", Contract::url("http://127.0.0.1:8080/").returns_items(1, 1))
+//!         .run_cli()
+//!         .await
+//! }
+//! ```
+//!
+//! The binary then understands:
+//!
+//! ```text
+//! crawl NAME [-o FILE]... [-s KEY=VALUE]... [--job-dir DIR] [--settings FILE]
+//!            [--log-format text|json] [-L LEVEL] [--no-progress]
+//! list
+//! settings [NAME] [--markdown]
+//! check [NAME]
+//! ```
+//!
+//! Exit status: 0 on success, 1 when a crawl or check fails, 2 for usage and settings errors.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::process::ExitCode;
+
+use crawler_core::{
+    Downloader, Fetched, Output, Request, Settings, SettingsLayers, Spider, Stats,
+    settings_markdown,
+};
+use crawler_http::HttpDownloader;
+
+use crate::cli::{self, Failure, SettingsArgs, failed, usage};
+use crate::{Crawl, Error};
+
+type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
+/// A spider with its item type erased, so spiders of different item types share a runner.
+trait ErasedSpider {
+    fn name(&self) -> String;
+    fn custom_settings(&self) -> Vec<(&'static str, String)>;
+    fn crawl(self: Box<Self>, job: CrawlJob) -> Boxed<'static, Result<Stats, Failure>>;
+    fn check<'a>(
+        &'a self,
+        contract: &'a Contract,
+        settings: &'a Settings,
+    ) -> Boxed<'a, Result<String, Error>>;
+}
+
+/// What `crawl` was asked to do.
+struct CrawlJob {
+    layers: SettingsLayers,
+    outputs: Vec<PathBuf>,
+    progress: bool,
+}
+
+struct Holder<S>(S);
+
+impl<S: Spider> ErasedSpider for Holder<S> {
+    fn name(&self) -> String {
+        self.0.name().to_owned()
+    }
+
+    fn custom_settings(&self) -> Vec<(&'static str, String)> {
+        self.0.custom_settings()
+    }
+
+    fn crawl(self: Box<Self>, job: CrawlJob) -> Boxed<'static, Result<Stats, Failure>> {
+        Box::pin(async move {
+            let mut crawl = Crawl::new(self.0)
+                .with_settings_layers(&job.layers)
+                .map_err(usage)?;
+            let settings = crawl.effective_settings().map_err(usage)?;
+            cli::init_logging(&settings);
+            let feeds = settings.feeds.iter().map(PathBuf::from).chain(job.outputs);
+            for feed in feeds {
+                crawl = crawl.feed(feed).map_err(usage)?;
+            }
+            let engine = crawl.build().map_err(failed)?;
+            cli::run_engine(engine, &settings, job.progress)
+                .await
+                .map_err(failed)
+        })
+    }
+
+    fn check<'a>(
+        &'a self,
+        contract: &'a Contract,
+        settings: &'a Settings,
+    ) -> Boxed<'a, Result<String, Error>> {
+        Box::pin(run_contract(&self.0, contract, settings))
+    }
+}
+
+/// A contract check: fetch one URL (politely: robots.txt is obeyed), hand the page to the
+/// spider with the given callback, and check what came out, like Scrapy's contracts.
+#[derive(Debug, Clone)]
+pub struct Contract {
+    url: String,
+    callback: Option<String>,
+    items: Option<(usize, usize)>,
+    requests: Option<(usize, usize)>,
+    fields: Vec<String>,
+}
+
+impl Contract {
+    /// A check of the page at `url`, parsed with the default callback.
+    pub fn url(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            callback: None,
+            items: None,
+            requests: None,
+            fields: Vec::new(),
+        }
+    }
+
+    /// Parse the page with this callback (what `out.follow_with(href, name)` names).
+    pub fn callback(mut self, name: impl Into<String>) -> Self {
+        self.callback = Some(name.into());
+        self
+    }
+
+    /// The page must produce between `min` and `max` items (inclusive).
+    pub fn returns_items(mut self, min: usize, max: usize) -> Self {
+        self.items = Some((min, max));
+        self
+    }
+
+    /// The page must produce between `min` and `max` follow-up requests (inclusive).
+    pub fn returns_requests(mut self, min: usize, max: usize) -> Self {
+        self.requests = Some((min, max));
+        self
+    }
+
+    /// Every item must have these fields, non-empty (items are checked as JSON objects).
+    pub fn scrapes<I, T>(mut self, fields: I) -> Self
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<String>,
+    {
+        self.fields.extend(fields.into_iter().map(Into::into));
+        self
+    }
+}
+
+/// Run one contract; `Ok` holds a one-line summary, `Err` what failed.
+async fn run_contract<S: Spider>(
+    spider: &S,
+    contract: &Contract,
+    settings: &Settings,
+) -> Result<String, Error> {
+    let fail = |msg: String| Error::from_message(format!("{}: {msg}", contract.url));
+    let mut req = Request::get(&contract.url)?;
+    if let Some(cb) = &contract.callback {
+        req = req.callback(cb.clone());
+    }
+    let downloader = HttpDownloader::new(settings)?;
+    let page = match downloader.fetch(&req).await.outcome {
+        Fetched::Response(page) => page,
+        Fetched::Disallowed => return Err(fail("disallowed by robots.txt".into())),
+        Fetched::Failed(f) => return Err(fail(format!("{}: {}", f.kind, f.message))),
+    };
+    if !(200..300).contains(&page.status()) {
+        return Err(fail(format!("HTTP status {}", page.status())));
+    }
+    let mut out = Output::new(page.base_url().clone(), req.depth);
+    spider
+        .parse(page, &mut out)
+        .await
+        .map_err(|e| fail(format!("spider error: {e}")))?;
+    let (items, requests) = out.into_parts();
+    let in_range =
+        |n: usize, r: Option<(usize, usize)>| r.is_none_or(|(lo, hi)| (lo..=hi).contains(&n));
+    if !in_range(items.len(), contract.items) {
+        let (lo, hi) = contract.items.unwrap_or_default();
+        return Err(fail(format!(
+            "{} items, expected {lo} to {hi}",
+            items.len()
+        )));
+    }
+    if !in_range(requests.len(), contract.requests) {
+        let (lo, hi) = contract.requests.unwrap_or_default();
+        return Err(fail(format!(
+            "{} requests, expected {lo} to {hi}",
+            requests.len()
+        )));
+    }
+    for (i, item) in items.iter().enumerate() {
+        let value = serde_json::to_value(item)
+            .map_err(|e| fail(format!("item {i} does not serialize: {e}")))?;
+        for field in &contract.fields {
+            let present = match value.get(field) {
+                None | Some(serde_json::Value::Null) => false,
+                Some(serde_json::Value::String(s)) => !s.trim().is_empty(),
+                Some(_) => true,
+            };
+            if !present {
+                return Err(fail(format!("item {i} has no field '{field}'")));
+            }
+        }
+    }
+    Ok(format!(
+        "{}: {} items, {} requests",
+        contract.url,
+        items.len(),
+        requests.len()
+    ))
+}
+
+/// The runner a project's `main.rs` calls with its spiders. See the [module docs](self).
+#[derive(Default)]
+pub struct Runner {
+    spiders: Vec<Box<dyn ErasedSpider>>,
+    contracts: Vec<(String, Contract)>,
+}
+
+impl std::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runner")
+            .field("spiders", &self.names())
+            .field("contracts", &self.contracts.len())
+            .finish()
+    }
+}
+
+#[derive(clap::Parser, Debug)]
+#[command(about = "Run this project's spiders", disable_version_flag = true)]
+struct RunnerCli {
+    #[command(flatten)]
+    common: SettingsArgs,
+    #[command(subcommand)]
+    verb: RunnerVerb,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum RunnerVerb {
+    /// Run a spider to completion and print the final stats.
+    Crawl(CrawlArgs),
+    /// List the spiders.
+    List,
+    /// Print every setting's effective value and where it came from.
+    Settings(SettingsVerb),
+    /// Run the spiders' contract checks.
+    Check {
+        /// Only this spider's checks.
+        name: Option<String>,
+    },
+}
+
+/// Options of `crawl`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CrawlArgs {
+    /// The spider to run (see `list`).
+    pub name: String,
+    /// Write items to FILE (.jsonl, .json or .csv; repeatable).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Vec<PathBuf>,
+    /// Job directory: persistent frontier, so the crawl can be paused and resumed (same as
+    /// `-s job_dir=DIR`).
+    #[arg(long, value_name = "DIR")]
+    pub job_dir: Option<PathBuf>,
+    /// Never draw the live display (log lines are still written every progress_interval).
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+/// Options of `settings`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SettingsVerb {
+    /// Include this spider's custom settings.
+    pub name: Option<String>,
+    /// Print the settings reference (docs/settings.md) instead.
+    #[arg(long)]
+    pub markdown: bool,
+}
+
+impl Runner {
+    /// A runner with no spiders.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Register a spider (its `name()` is what `crawl NAME` takes).
+    pub fn spider<S: Spider>(mut self, spider: S) -> Self {
+        self.spiders.push(Box::new(Holder(spider)));
+        self
+    }
+
+    /// Declare a contract check for the spider named `spider`, run by `check`.
+    pub fn contract(mut self, spider: &str, contract: Contract) -> Self {
+        self.contracts.push((spider.to_owned(), contract));
+        self
+    }
+
+    /// The registered spiders' names, in registration order.
+    pub fn names(&self) -> Vec<String> {
+        self.spiders.iter().map(|s| s.name()).collect()
+    }
+
+    /// Parse the process's arguments and run the verb; returns the exit status.
+    pub async fn run_cli(self) -> ExitCode {
+        self.run_args(std::env::args_os()).await
+    }
+
+    /// Run with these arguments (the first is the program name).
+    pub async fn run_args<I, T>(self, args: I) -> ExitCode
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString>,
+    {
+        let cli: RunnerCli = match cli::parse(args.into_iter().map(Into::into)) {
+            Ok(cli) => cli,
+            Err(code) => return code,
+        };
+        match self.run_verb(cli).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(f) => f.exit(),
+        }
+    }
+
+    fn duplicate_names(&self) -> Option<String> {
+        let mut seen = BTreeSet::new();
+        self.names().into_iter().find(|n| !seen.insert(n.clone()))
+    }
+
+    fn unknown_spider(&self, name: &str) -> Failure {
+        let names = self.names();
+        let hint = crawler_core_nearest(name, &names)
+            .map(|n| format!("; did you mean '{n}'?"))
+            .unwrap_or_default();
+        usage(Error::from_message(format!(
+            "no spider named '{name}'{hint} (spiders: {})",
+            names.join(", ")
+        )))
+    }
+
+    async fn run_verb(mut self, cli: RunnerCli) -> Result<(), Failure> {
+        if let Some(dup) = self.duplicate_names() {
+            return Err(usage(Error::from_message(format!(
+                "two spiders are named '{dup}'"
+            ))));
+        }
+        let mut layers = cli.common.layers().map_err(usage)?;
+        match cli.verb {
+            RunnerVerb::List => {
+                for name in self.names() {
+                    println!("{name}");
+                }
+                Ok(())
+            }
+            RunnerVerb::Settings(verb) => {
+                if verb.markdown {
+                    print!("{}", settings_markdown());
+                    return Ok(());
+                }
+                let custom = match &verb.name {
+                    Some(name) => {
+                        let s = self
+                            .spiders
+                            .iter()
+                            .find(|s| &s.name() == name)
+                            .ok_or_else(|| self.unknown_spider(name))?;
+                        Some((name.clone(), s.custom_settings()))
+                    }
+                    None => None,
+                };
+                let resolved = layers
+                    .resolve(custom.as_ref().map(|(n, c)| (n.as_str(), c.as_slice())))
+                    .map_err(usage)?;
+                if let Some(path) = layers.file_path() {
+                    println!("# settings file: {}", path.display());
+                }
+                print!("{}", resolved.table());
+                Ok(())
+            }
+            RunnerVerb::Crawl(args) => {
+                let Some(at) = self.spiders.iter().position(|s| s.name() == args.name) else {
+                    return Err(self.unknown_spider(&args.name));
+                };
+                if let Some(dir) = &args.job_dir {
+                    layers.cli("job_dir", &dir.to_string_lossy());
+                }
+                let spider = self.spiders.swap_remove(at);
+                let job = CrawlJob {
+                    layers,
+                    outputs: args.output,
+                    progress: !args.no_progress,
+                };
+                let stats = spider.crawl(job).await?;
+                println!("{stats}");
+                Ok(())
+            }
+            RunnerVerb::Check { name } => {
+                if let Some(n) = &name
+                    && !self.names().contains(n)
+                {
+                    return Err(self.unknown_spider(n));
+                }
+                let mut failures = 0usize;
+                for spider in &self.spiders {
+                    let sname = spider.name();
+                    if name.as_ref().is_some_and(|n| n != &sname) {
+                        continue;
+                    }
+                    let custom = spider.custom_settings();
+                    let settings = layers
+                        .resolve(Some((&sname, &custom)))
+                        .map_err(usage)?
+                        .settings;
+                    cli::init_logging(&settings);
+                    let contracts: Vec<&Contract> = self
+                        .contracts
+                        .iter()
+                        .filter(|(n, _)| n == &sname)
+                        .map(|(_, c)| c)
+                        .collect();
+                    if contracts.is_empty() {
+                        println!("{sname}: no contracts");
+                    }
+                    for c in contracts {
+                        match spider.check(c, &settings).await {
+                            Ok(summary) => println!("{sname}: ok   {summary}"),
+                            Err(e) => {
+                                failures += 1;
+                                println!("{sname}: FAIL {e}");
+                            }
+                        }
+                    }
+                }
+                if failures > 0 {
+                    return Err(failed(Error::from_message(format!(
+                        "{failures} contract check(s) failed"
+                    ))));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+fn crawler_core_nearest<'a>(word: &str, names: &'a [String]) -> Option<&'a str> {
+    names
+        .iter()
+        .map(|n| (strsim_like(word, n), n.as_str()))
+        .filter(|(score, _)| *score > 0.7)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, n)| n)
+}
+
+/// A cheap similarity (shared prefix and length), enough to catch typos in spider names
+/// without another dependency in the facade.
+fn strsim_like(a: &str, b: &str) -> f64 {
+    let common = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
+    let longest = a.chars().count().max(b.chars().count()).max(1);
+    common as f64 / longest as f64
+}
+
+impl<S: Spider> Crawl<S> {
+    /// Take this crawl's settings from layered sources (defaults < settings file < the
+    /// spider's `custom_settings` < `CRAWLER_*` environment < `-s`), as the runner does.
+    /// Errors name the layer (and for the file, the line and column) that set a bad value.
+    pub fn with_settings_layers(mut self, layers: &SettingsLayers) -> Result<Self, Error> {
+        let custom = self.spider.custom_settings();
+        let resolved = layers.resolve(Some((self.spider.name(), &custom)))?;
+        self.settings = resolved.settings;
+        // `effective_settings` re-applies the spider's settings over the base; the layers
+        // above the spider's are re-applied after them, so precedence is kept.
+        self.overrides.extend(layers.overrides());
+        Ok(self)
+    }
+}

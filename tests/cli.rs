@@ -1,0 +1,351 @@
+//! The `crawler` binary and the project runner, end to end against the lab on 127.0.0.1.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crawler::lab::Lab;
+
+const BIN: &str = env!("CARGO_BIN_EXE_crawler");
+
+/// Run a command on a blocking thread (the lab is served by this test's runtime).
+async fn run(mut cmd: Command) -> Output {
+    tokio::task::spawn_blocking(move || cmd.output().expect("command runs"))
+        .await
+        .expect("command thread")
+}
+
+fn crawler(dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.current_dir(dir)
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("CRAWLER_SETTINGS");
+    // A developer's own CRAWLER_* variables must not leak into these checks.
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CRAWLER_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A directory that looks like a project: Cargo.toml and crawler.toml.
+fn project(toml: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("Cargo.toml"),
+        "[package]\nname = \"p\"\nversion = \"0.1.0\"\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("crawler.toml"), toml).unwrap();
+    std::fs::create_dir(dir.path().join("src")).unwrap();
+    dir
+}
+
+#[tokio::test]
+async fn settings_verb_finds_the_project_file_and_shows_every_source() {
+    let dir = project("[throttle]\nstart_rate = 2\nburst = 3\n\n[general]\nconcurrency = 5\n");
+    // Run from a subdirectory: the file is found beside the nearest Cargo.toml.
+    let mut cmd = crawler(&dir.path().join("src"), &["settings", "-s", "burst=7"]);
+    cmd.env("CRAWLER_CONCURRENCY", "9");
+    let out = run(cmd).await;
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let row = |key: &str| {
+        stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(key))
+            .unwrap_or_else(|| panic!("{key} missing:\n{stdout}"))
+            .to_owned()
+    };
+    assert!(row("start_rate").contains("2.0"), "{stdout}");
+    assert!(row("start_rate").ends_with("crawler.toml:2)"), "{stdout}");
+    assert!(row("burst").contains(" 7 "), "{stdout}");
+    assert!(row("burst").ends_with("(command line)"), "{stdout}");
+    assert!(
+        row("concurrency").ends_with("(env CRAWLER_CONCURRENCY)"),
+        "{stdout}"
+    );
+    assert!(row("max_rate").ends_with("(default)"), "{stdout}");
+    assert!(stdout.starts_with("# settings file: "), "{stdout}");
+}
+
+#[tokio::test]
+async fn settings_errors_exit_2_with_file_line_and_column() {
+    let dir = project("[general]\nconcurency = 4\n");
+    let out = run(crawler(dir.path(), &["settings"])).await;
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("crawler.toml:2:1: unknown setting 'concurency'"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("did you mean 'concurrency'"), "{stderr}");
+
+    let out = run(crawler(
+        dir.path(),
+        &["--settings", "/nonexistent/x.toml", "settings"],
+    ))
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("cannot read settings file"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let ok = project("");
+    let out = run(crawler(ok.path(), &["settings", "-s", "concurrency=lots"])).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("invalid value 'lots' for concurrency"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_robots_and_sitemap_against_the_lab() {
+    let lab = Lab::builder().books(100).start().await.unwrap();
+    let dir = project("");
+    let book = lab.book(1).unwrap();
+
+    // fetch: status, headers, body.
+    let url = lab.url_for(&book.path);
+    let out = run(crawler(dir.path(), &["fetch", &url])).await;
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(stdout.starts_with(&format!("HTTP 200 {url}\n")), "{stdout}");
+    assert!(
+        stdout
+            .to_ascii_lowercase()
+            .contains("content-type: text/html"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("<div class=\"product\">"), "{stdout}");
+
+    // fetch --css: just the selection's text.
+    let out = run(crawler(
+        dir.path(),
+        &["fetch", &url, "--css", "div.product h1", "--no-headers"],
+    ))
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), book.title);
+
+    // fetch obeys robots.txt: nothing is sent to /private/.
+    let private = lab.url_for("/private/secret.html");
+    let out = run(crawler(dir.path(), &["fetch", &private])).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("disallowed by robots.txt"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(lab.recorder().count_prefix("/private/"), 0);
+
+    // robots: verdict, rule, sitemaps.
+    let out = run(crawler(
+        dir.path(),
+        &["robots", &private, "--agent", "mybot"],
+    ))
+    .await;
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(stdout.contains("allowed:     no"), "{stdout}");
+    assert!(stdout.contains("Disallow: /private/"), "{stdout}");
+    assert!(stdout.contains("agent:       mybot"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("sitemap:     {}", lab.url_for("/sitemap.xml"))),
+        "{stdout}"
+    );
+    let out = run(crawler(dir.path(), &["robots", &url])).await;
+    assert!(
+        text(&out.stdout).contains("allowed:     yes"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    // sitemap: from the site root, through robots.txt and the index, every book with lastmod.
+    let out = run(crawler(dir.path(), &["sitemap", &lab.url()])).await;
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 100, "{stdout}");
+    let first = lines
+        .iter()
+        .find(|l| l.starts_with(&format!("{}\t", url)))
+        .unwrap_or_else(|| panic!("{url} not listed:\n{stdout}"));
+    let lastmod = first.split('\t').nth(1).unwrap();
+    assert!(lastmod.ends_with('Z') && lastmod.len() == 20, "{first}");
+    lab.shutdown().await;
+}
+
+#[tokio::test]
+async fn bench_off_a_terminal_logs_periodic_progress_lines_as_json() {
+    let dir = project("");
+    // stderr is a pipe here, so the live display must give way to log lines. A small delay
+    // keeps the crawl long enough for several intervals.
+    let out = run(crawler(
+        dir.path(),
+        &[
+            "bench",
+            "--books",
+            "100",
+            "--concurrency",
+            "2",
+            "-s",
+            "download_delay=20ms",
+            "-s",
+            "progress_interval=250ms",
+            "--log-format",
+            "json",
+        ],
+    ))
+    .await;
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("pages/s"), "{stdout}");
+    assert!(stdout.contains("100 items"), "{stdout}");
+    let progress: Vec<serde_json::Value> = stderr
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .filter(|v: &serde_json::Value| {
+            v["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("progress: "))
+        })
+        .collect();
+    assert!(
+        progress.len() >= 3,
+        "expected periodic progress lines:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "no terminal drawing off a terminal:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("user_agent is still the default"),
+        "bench names itself"
+    );
+}
+
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_project_builds_and_its_spider_crawls_the_lab() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = run(crawler(tmp.path(), &["new", "demo"])).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let demo = tmp.path().join("demo");
+    for f in [
+        "Cargo.toml",
+        "crawler.toml",
+        "src/main.rs",
+        "src/spiders/books.rs",
+        "README.md",
+    ] {
+        assert!(demo.join(f).is_file(), "{f} missing");
+    }
+    let manifest = std::fs::read_to_string(demo.join("Cargo.toml")).unwrap();
+    assert!(manifest.contains(env!("CARGO_MANIFEST_DIR")), "{manifest}");
+
+    // Build it: a target dir of its own (this test's cargo holds the workspace's), kept
+    // between runs; offline, from the framework's copied Cargo.lock.
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("scaffold-target");
+    let mut build = Command::new(cargo());
+    build
+        .current_dir(&demo)
+        .args(["build", "--offline", "--quiet"])
+        .env("CARGO_TARGET_DIR", &target)
+        .env_remove("RUSTFLAGS");
+    let out = run(build).await;
+    assert!(
+        out.status.success(),
+        "scaffold build failed:\n{}",
+        text(&out.stderr)
+    );
+    let bin = target.join("debug").join("demo");
+
+    let lab = Lab::builder().books(100).start().await.unwrap();
+    let project_cmd = |args: &[&str]| {
+        let mut cmd = Command::new(&bin);
+        cmd.current_dir(&demo)
+            .args(args)
+            .env("BOOKS_URL", lab.url())
+            .env_remove("RUST_LOG");
+        cmd
+    };
+
+    let out = run(project_cmd(&["list"])).await;
+    assert_eq!(text(&out.stdout).trim(), "books");
+
+    let out = run(project_cmd(&["settings", "books"])).await;
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.lines().any(|l| l.contains("user_agent")
+            && l.contains("demo/0.1")
+            && l.contains("crawler.toml:")),
+        "{stdout}"
+    );
+
+    let out = run(project_cmd(&["check"])).await;
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stdout).contains("books: ok"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let out = run(project_cmd(&["crawl", "nosuch"])).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("no spider named 'nosuch'"));
+
+    // The lab is our own server: raise the budget on the command line.
+    let out = run(project_cmd(&[
+        "crawl",
+        "books",
+        "-o",
+        "books.jsonl",
+        "-s",
+        "throttle=fixed",
+        "-s",
+        "download_delay=0s",
+        "-s",
+        "concurrency_per_host=8",
+    ]))
+    .await;
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("100 scraped"), "{stdout}");
+    let items = std::fs::read_to_string(demo.join("books.jsonl")).unwrap();
+    assert_eq!(items.lines().count(), 100);
+    assert!(items.contains(&lab.book(7).unwrap().title));
+    assert_eq!(lab.recorder().count_prefix("/private/"), 0);
+    lab.shutdown().await;
+
+    // genspider adds a spider file and registers its module.
+    let out = run(crawler(
+        &demo.join("src"),
+        &["genspider", "quotes", "http://127.0.0.1:9/"],
+    ))
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(demo.join("src/spiders/quotes.rs").is_file());
+    let module = std::fs::read_to_string(demo.join("src/spiders/mod.rs")).unwrap();
+    assert!(module.contains("pub mod quotes;"), "{module}");
+    assert!(text(&out.stdout).contains(".spider(spiders::quotes::Quotes)"));
+}
