@@ -107,9 +107,11 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     };
     let mut crawl = Crawl::new(BooksRules::new(start)?).feed("books_rules.jsonl")?;
     if lab.is_some() {
-        // The lab is our own server on loopback, so this run raises the per-host budget,
-        // as you would for a host you own. Other sites get the polite defaults.
+        // The lab is our own server on loopback, so this run lifts the per-host budget
+        // (no adaptive ceiling, no delay), as you would for a host you own. Other sites get
+        // the polite defaults.
         crawl = crawl
+            .set("throttle", "fixed")
             .set("concurrency_per_host", "16")
             .set("download_delay", "0s");
     }

@@ -106,6 +106,10 @@ pub fn spawn_with(
                 last_pages = pages;
                 last_at = now;
             }
+            if p.finished || last_at == start {
+                // No full second measured yet, or the end: the average over the crawl.
+                rate = p.stats.pages_per_sec();
+            }
             if let Some(bar) = &bar {
                 bar.set_message(display(&p, rate));
             } else if now - last_log >= interval || p.finished {

@@ -35,14 +35,14 @@ fn text(bytes: &[u8]) -> String {
 
 /// A directory that looks like a project: Cargo.toml and crawler.toml.
 fn project(toml: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("temp dir");
     std::fs::write(
         dir.path().join("Cargo.toml"),
         "[package]\nname = \"p\"\nversion = \"0.1.0\"\n",
     )
-    .unwrap();
-    std::fs::write(dir.path().join("crawler.toml"), toml).unwrap();
-    std::fs::create_dir(dir.path().join("src")).unwrap();
+    .expect("write Cargo.toml");
+    std::fs::write(dir.path().join("crawler.toml"), toml).expect("write crawler.toml");
+    std::fs::create_dir(dir.path().join("src")).expect("mkdir src");
     dir
 }
 
@@ -282,6 +282,11 @@ async fn new_project_builds_and_its_spider_crawls_the_lab() {
             .args(args)
             .env("BOOKS_URL", lab.url())
             .env_remove("RUST_LOG");
+        for (k, _) in std::env::vars() {
+            if k.starts_with("CRAWLER_") {
+                cmd.env_remove(k);
+            }
+        }
         cmd
     };
 

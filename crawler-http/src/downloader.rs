@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::error::Error;
 use crate::guard::{PublicOnly, is_private};
 use crate::headers::{parse_rate_limit, parse_retry_after};
-use crate::robots::RobotsCache;
+use crate::robots::{RobotsCache, RobotsOptions};
 
 /// Downloads requests with reqwest, politely and within limits.
 pub struct HttpDownloader {
@@ -38,9 +38,16 @@ impl HttpDownloader {
         let client = build_client(settings, settings.max_redirects)?;
         let robots = if settings.obey_robots {
             // RFC 9309 asks crawlers to follow at least five redirects for robots.txt.
-            Some(RobotsCache::new(
+            // The client shares the private-address guard with page fetches.
+            let options = RobotsOptions {
+                ttl: settings.robots_ttl,
+                fetch_timeout: settings.download_timeout,
+                ..RobotsOptions::default()
+            };
+            Some(RobotsCache::with_options(
                 build_client(settings, 5)?,
                 &settings.user_agent,
+                options,
             ))
         } else {
             None
@@ -58,6 +65,11 @@ impl HttpDownloader {
                 .filter(|m| !m.is_empty())
                 .collect(),
         })
+    }
+
+        /// The robots.txt cache, when robots are obeyed (for sitemap discovery and reports).
+    pub fn robots(&self) -> Option<&RobotsCache> {
+        self.robots.as_ref()
     }
 
     /// Whether a successful HTML response is really a challenge page.

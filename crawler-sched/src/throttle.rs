@@ -208,6 +208,8 @@ const EASE: f64 = 0.85;
 /// After a calm minute, the ceiling learned from a refusal is raised this much, so a server
 /// whose limit went up is found again, slowly.
 const CEILING_RELAX: f64 = 1.1;
+/// How far under a learned limit the rate settles.
+const SLACK: f64 = 0.95;
 /// The shortest calm period before a probe above a learned ceiling. A probe that fails
 /// costs a refusal and its hold, so the period grows to ten times the longest Retry-After
 /// seen and doubles after each failed probe.
@@ -306,11 +308,14 @@ impl Adaptive {
                 self.learned_ceiling = safe;
                 self.probe_after = self.probe_after.saturating_mul(2);
                 self.last_cut = Some(now);
-                self.set_rate(safe * 0.95, trigger);
+                self.set_rate(safe * SLACK, trigger);
                 return;
             }
-            // What we sent at was too much: remember, and stay at or below the cut rate.
-            self.learned_ceiling = self.learned_ceiling.min(self.rate * CUT);
+            // What we sent at was too much: remember, and stay a little under the cut rate.
+            // Exactly at a token bucket's rate, every stall on either side wastes refill
+            // while the bucket is full, so the burst erodes until a refusal; 5% slack keeps
+            // the server's bucket topped up.
+            self.learned_ceiling = self.learned_ceiling.min(self.rate * CUT * SLACK);
         }
         self.last_cut = Some(now);
         self.set_rate(self.rate * factor, trigger);
@@ -603,7 +608,10 @@ mod tests {
             t.on_feedback(&status(429, Some(30)), now),
             Verdict::Continue
         );
-        assert!((t.rate() - 5.0).abs() < 1e-6, "halved from 10");
+        assert!(
+            (t.rate() - 4.75).abs() < 1e-6,
+            "halved from 10, with 5% slack"
+        );
         assert_eq!(
             t.ready_at(),
             now + Duration::from_secs(30) + Duration::from_millis(250)
@@ -617,11 +625,11 @@ mod tests {
             },
             now + Duration::from_millis(50),
         );
-        assert!((t.rate() - 5.0).abs() < 1e-6);
+        assert!((t.rate() - 4.75).abs() < 1e-6);
         // Growth after the hold stops at the learned ceiling (below the refused rate).
         tokio::time::sleep_until(t.ready_at()).await;
         drive(&mut t, 100, || ok(5)).await;
-        assert!(t.rate() <= 5.0 + 1e-6, "{}", t.rate());
+        assert!(t.rate() <= 4.75 + 1e-6, "{}", t.rate());
     }
 
     #[tokio::test(start_paused = true)]
@@ -805,7 +813,7 @@ mod probe_tests {
         let now = Instant::now();
         t.on_send(now);
         t.on_feedback(&refuse(3), now);
-        assert!((t.rate() - 5.0).abs() < 1e-6);
+        assert!((t.rate() - 4.75).abs() < 1e-6);
         // Calm for longer than ten times the Retry-After: the rate is marked safe and a
         // probe above it begins.
         let mut at = now;
@@ -815,12 +823,12 @@ mod probe_tests {
             t.on_send(at);
             t.on_feedback(&ok, at);
         }
-        assert!(t.rate() > 5.0 + 1e-6, "probing above 5: {}", t.rate());
+        assert!(t.rate() > 4.75 + 1e-6, "probing above 4.75: {}", t.rate());
         let probing = t.rate();
         t.on_send(at);
         t.on_feedback(&refuse(3), at);
         assert!(
-            (t.rate() - 4.75).abs() < 1e-6,
+            (t.rate() - 4.75 * 0.95).abs() < 1e-6,
             "back to 95% of the safe rate, not half of {probing}: {}",
             t.rate()
         );

@@ -1,15 +1,15 @@
 //! Key and value layouts of the `frontier` tree.
 //!
-//! One tree holds every record whose updates must be atomic together, because sled's
-//! `apply_batch` is atomic within one tree:
+//! The frontier's records share one tree:
 //!
 //! | key                                         | value                                   |
 //! |---------------------------------------------|-----------------------------------------|
 //! | `h` host-id u32                             | host name                               |
-//! | `q` host-id u32, flipped priority u32, seq u64 | chunk: entries `seq u64, len u32, request JSON` |
+//! | `q` host-id u32, flipped priority u32, seq u64 | chunk: entries `seq u64, has-fp u8, fp u128, len u32, request JSON` |
 //! | `c` chunk key                               | entries of that chunk already leased (u32) |
-//! | `l` lease-id u64                            | host-id u32, priority i32, seq u64, request JSON |
+//! | `l` lease-id u64                            | origin (host, priority, chunk key, index), entry |
 //! | `s` log-number u64                          | seen-log record: 16-byte fingerprints   |
+//! | `w`                                         | seen watermark: entries with a seq up to it have their fingerprint in the `seen` buckets |
 //!
 //! All integers are big-endian so byte order is numeric order. The priority is stored as
 //! `!(p ^ 0x8000_0000)`, which sorts the highest priority first; a chunk is keyed by the seq
@@ -20,6 +20,7 @@ pub(crate) const CHUNK: u8 = b'q';
 pub(crate) const CURSOR: u8 = b'c';
 pub(crate) const LEASE: u8 = b'l';
 pub(crate) const SEEN_LOG: u8 = b's';
+pub(crate) const WATERMARK: &[u8] = b"w";
 
 pub(crate) const CHUNK_KEY_LEN: usize = 17;
 
@@ -92,40 +93,76 @@ pub(crate) fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_be_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
-/// Append one chunk entry.
-pub(crate) fn put_entry(out: &mut Vec<u8>, seq: u64, request: &[u8]) {
-    out.extend_from_slice(&seq.to_be_bytes());
-    out.extend_from_slice(&(request.len() as u32).to_be_bytes());
-    out.extend_from_slice(request);
+/// One queued request as stored: its seq, its fingerprint (absent for requests that skip
+/// the duplicate filter) and its JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StoredEntry<'a> {
+    pub(crate) seq: u64,
+    pub(crate) fp: Option<u128>,
+    pub(crate) request: &'a [u8],
 }
 
-/// The entry at byte `at` of a chunk: (seq, request JSON, offset of the next entry).
-pub(crate) fn entry_at(chunk: &[u8], at: usize) -> Option<(u64, &[u8], usize)> {
+const ENTRY_HEADER: usize = 8 + 1 + 16 + 4;
+
+/// Append one chunk entry: seq u64, has-fp u8, fp u128, length u32, request JSON.
+pub(crate) fn put_entry(out: &mut Vec<u8>, e: StoredEntry<'_>) {
+    out.extend_from_slice(&e.seq.to_be_bytes());
+    out.push(u8::from(e.fp.is_some()));
+    out.extend_from_slice(&e.fp.unwrap_or(0).to_be_bytes());
+    out.extend_from_slice(&(e.request.len() as u32).to_be_bytes());
+    out.extend_from_slice(e.request);
+}
+
+/// The entry at byte `at` of a chunk, and the offset of the next entry.
+pub(crate) fn entry_at(chunk: &[u8], at: usize) -> Option<(StoredEntry<'_>, usize)> {
     let seq = u64_at(chunk, at)?;
-    let len = u32_at(chunk, at + 8)? as usize;
-    let start = at + 12;
-    let body = chunk.get(start..start + len)?;
-    Some((seq, body, start + len))
+    let has_fp = *chunk.get(at + 8)? != 0;
+    let fp = u128::from_be_bytes(chunk.get(at + 9..at + 25)?.try_into().ok()?);
+    let len = u32_at(chunk, at + 25)? as usize;
+    let start = at + ENTRY_HEADER;
+    let request = chunk.get(start..start + len)?;
+    Some((
+        StoredEntry {
+            seq,
+            fp: has_fp.then_some(fp),
+            request,
+        },
+        start + len,
+    ))
 }
 
-/// Lease record: where the request came from, and the request itself.
-pub(crate) fn lease_value(host: u32, priority: i32, seq: u64, request: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(16 + request.len());
-    v.extend_from_slice(&host.to_be_bytes());
-    v.extend_from_slice(&priority.to_be_bytes());
-    v.extend_from_slice(&seq.to_be_bytes());
-    v.extend_from_slice(request);
+/// Where a leased request came from: enough to tell, after a crash, whether the queue still
+/// holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LeaseOrigin {
+    pub(crate) host: u32,
+    pub(crate) priority: i32,
+    pub(crate) chunk: [u8; CHUNK_KEY_LEN],
+    /// Index of the entry in its chunk.
+    pub(crate) index: u32,
+}
+
+/// Lease record: its origin, then the entry in chunk format.
+pub(crate) fn lease_value(origin: LeaseOrigin, e: StoredEntry<'_>) -> Vec<u8> {
+    let mut v = Vec::with_capacity(8 + CHUNK_KEY_LEN + 4 + ENTRY_HEADER + e.request.len());
+    v.extend_from_slice(&origin.host.to_be_bytes());
+    v.extend_from_slice(&origin.priority.to_be_bytes());
+    v.extend_from_slice(&origin.chunk);
+    v.extend_from_slice(&origin.index.to_be_bytes());
+    put_entry(&mut v, e);
     v
 }
 
-/// (host id, priority, seq, request JSON) of a lease record.
-pub(crate) fn parse_lease(v: &[u8]) -> Option<(u32, i32, u64, &[u8])> {
-    Some((
-        u32_at(v, 0)?,
-        u32_at(v, 4)? as i32,
-        u64_at(v, 8)?,
-        v.get(16..)?,
-    ))
+/// The origin and entry of a lease record.
+pub(crate) fn parse_lease(v: &[u8]) -> Option<(LeaseOrigin, StoredEntry<'_>)> {
+    let origin = LeaseOrigin {
+        host: u32_at(v, 0)?,
+        priority: u32_at(v, 4)? as i32,
+        chunk: v.get(8..8 + CHUNK_KEY_LEN)?.try_into().ok()?,
+        index: u32_at(v, 8 + CHUNK_KEY_LEN)?,
+    };
+    let (entry, end) = entry_at(v, 12 + CHUNK_KEY_LEN)?;
+    (end == v.len()).then_some((origin, entry))
 }
 
 #[cfg(test)]
@@ -147,16 +184,34 @@ mod tests {
 
     #[test]
     fn entries_and_leases_round_trip() {
+        let a = StoredEntry {
+            seq: 5,
+            fp: Some(u128::MAX - 3),
+            request: b"{\"a\":1}",
+        };
+        let b = StoredEntry {
+            seq: 6,
+            fp: None,
+            request: b"",
+        };
         let mut c = Vec::new();
-        put_entry(&mut c, 5, b"{\"a\":1}");
-        put_entry(&mut c, 6, b"");
-        let (s, b, next) = entry_at(&c, 0).unwrap();
-        assert_eq!((s, b), (5, &b"{\"a\":1}"[..]));
-        let (s, b, end) = entry_at(&c, next).unwrap();
-        assert_eq!((s, b, end), (6, &b""[..], c.len()));
+        put_entry(&mut c, a);
+        put_entry(&mut c, b);
+        let (got, next) = entry_at(&c, 0).unwrap();
+        assert_eq!(got, a);
+        let (got, end) = entry_at(&c, next).unwrap();
+        assert_eq!((got, end), (b, c.len()));
         assert!(entry_at(&c, end).is_none());
-        assert!(entry_at(&c[..c.len() - 1], next - 1).is_none());
-        let l = lease_value(9, -3, 77, b"xyz");
-        assert_eq!(parse_lease(&l), Some((9, -3, 77, &b"xyz"[..])));
+        assert!(entry_at(&c[..c.len() - 1], 0).is_some());
+        assert!(entry_at(&c[..next - 1], 0).is_none());
+        let origin = LeaseOrigin {
+            host: 9,
+            priority: -3,
+            chunk: chunk_key(9, -3, 2),
+            index: 4,
+        };
+        let l = lease_value(origin, a);
+        assert_eq!(parse_lease(&l), Some((origin, a)));
+        assert_eq!(parse_lease(&l[..l.len() - 1]), None);
     }
 }

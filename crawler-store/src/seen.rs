@@ -4,9 +4,10 @@
 //! (random keys defeat every cache) and took 775 MB of memory, far from the goals. So the set
 //! is an LSM in miniature:
 //!
-//! - a *memtable* of recent fingerprints in memory (bounded by `seen_memtable_len`), made
-//!   durable by the *seen log*: records written atomically with the queue chunks they belong
-//!   to (see `SledStore::sync`);
+//! - a *memtable* of recent fingerprints in memory (bounded by `seen_memtable_len`). They
+//!   are durable without a write of their own: each queued entry carries its fingerprint,
+//!   and the store writes a seen-log record when it acknowledges a request whose
+//!   fingerprint is still only in the memtable (see `sled_store`);
 //! - *buckets* on disk: tree `seen`, key = the fingerprint's top 16 bits, value = the sorted
 //!   16-byte fingerprints of that bucket. When the memtable is full it is merged into the
 //!   buckets in one sorted pass (each bucket read and rewritten once), then the log is cut;
@@ -102,8 +103,6 @@ impl Bloom {
 pub(crate) struct SeenSet {
     buckets: sled::Tree,
     memtable: FpSet,
-    /// Fingerprints admitted since the last seen-log record was written.
-    unlogged: Vec<u128>,
     bloom: Bloom,
     /// Fingerprints in the buckets.
     on_disk: u64,
@@ -137,7 +136,8 @@ fn bucket_contains(bytes: &[u8], fp: u128) -> bool {
 }
 
 /// Pack fingerprints as concatenated big-endian 16-byte values.
-pub(crate) fn pack(fps: &[u128]) -> Vec<u8> {
+#[cfg(test)]
+fn pack(fps: &[u128]) -> Vec<u8> {
     let mut out = Vec::with_capacity(fps.len() * FP_LEN);
     for fp in fps {
         out.extend_from_slice(&fp.to_be_bytes());
@@ -146,18 +146,16 @@ pub(crate) fn pack(fps: &[u128]) -> Vec<u8> {
 }
 
 impl SeenSet {
-    /// Load the set: build the Bloom filter from the buckets, and the memtable from the
-    /// seen-log records (`log`, the values of the log records still on disk).
+    /// Load the set: build the Bloom filter from the buckets. The caller then puts back in
+    /// the memtable what was not merged yet ([`SeenSet::remember`]).
     pub(crate) fn open(
         buckets: sled::Tree,
-        log: impl IntoIterator<Item = sled::IVec>,
         options: &StoreOptions,
         path: &Path,
     ) -> Result<Self, Error> {
         let mut set = Self {
             buckets,
             memtable: FpSet::default(),
-            unlogged: Vec::new(),
             bloom: Bloom::with_capacity(options.expected_urls, options.bloom_max_bytes),
             on_disk: 0,
             memtable_len: options.seen_memtable_len.max(1),
@@ -168,18 +166,31 @@ impl SeenSet {
             set.bloom = Bloom::with_capacity(set.on_disk * 2, set.bloom_max_bytes);
         }
         set.fill_bloom(path)?;
-        for record in log {
-            if record.len() % FP_LEN != 0 {
-                return Err(Error::corrupt(
-                    path,
-                    "a seen-log record has a partial fingerprint",
-                ));
-            }
-            for i in 0..record.len() / FP_LEN {
-                set.memtable.insert(fp_at(&record, i));
-            }
-        }
         Ok(set)
+    }
+
+    /// Put a fingerprint found on disk (seen log, queued entries) back in the memtable.
+    pub(crate) fn remember(&mut self, fp: u128) {
+        self.memtable.insert(fp);
+    }
+
+    /// Put back the fingerprints of a seen-log record.
+    pub(crate) fn remember_log(&mut self, record: &[u8], path: &Path) -> Result<(), Error> {
+        if record.len() % FP_LEN != 0 {
+            return Err(Error::corrupt(
+                path,
+                "a seen-log record has a partial fingerprint",
+            ));
+        }
+        for i in 0..record.len() / FP_LEN {
+            self.memtable.insert(fp_at(record, i));
+        }
+        Ok(())
+    }
+
+    /// Whether `fp` is still only in memory (not merged into the buckets yet).
+    pub(crate) fn in_memtable(&self, fp: u128) -> bool {
+        self.memtable.contains(&fp)
     }
 
     fn count_on_disk(&self, path: &Path) -> Result<u64, Error> {
@@ -216,27 +227,16 @@ impl SeenSet {
             }
         }
         self.memtable.insert(fp);
-        self.unlogged.push(fp);
         Ok(true)
-    }
-
-    /// Fingerprints not yet in a seen-log record, packed for one; empties the list.
-    pub(crate) fn take_unlogged(&mut self) -> Option<Vec<u8>> {
-        if self.unlogged.is_empty() {
-            return None;
-        }
-        let packed = pack(&self.unlogged);
-        self.unlogged.clear();
-        Some(packed)
     }
 
     pub(crate) fn memtable_full(&self) -> bool {
         self.memtable.len() >= self.memtable_len
     }
 
-    /// Merge the memtable into the on-disk buckets. The caller must have logged every
-    /// memtable fingerprint first (so a crash half-way through loses nothing: the log is
-    /// replayed and merging is idempotent), and cuts the log afterwards.
+    /// Merge the memtable into the on-disk buckets. The caller must have made every
+    /// memtable fingerprint durable first (so a crash half-way through loses nothing: they
+    /// are put back on open and merging is idempotent), and cuts the log afterwards.
     pub(crate) fn merge(&mut self, path: &Path) -> Result<(), Error> {
         let mut fps: Vec<u128> = self.memtable.drain().collect();
         fps.sort_unstable();

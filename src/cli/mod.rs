@@ -8,6 +8,7 @@ pub mod tools;
 mod bench;
 mod scaffold;
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -78,6 +79,8 @@ pub fn init_logging(settings: &Settings) {
     .unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        // Colour codes only where a terminal interprets them, not in files and CI logs.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(progress::LogWriter::default);
     let _ = match settings.log_format {
         LogFormat::Json => builder.json().try_init(),
