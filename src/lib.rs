@@ -49,12 +49,13 @@ pub use crawler_core as core;
 pub use crawler_http as http;
 pub use crawler_lab as lab;
 pub use crawler_sched as sched;
+pub use crawler_store as store;
 pub use error::Error;
 pub use runner::{Contract, Runner};
 
 use crawler_core::{Engine, FeedSpec, Pipeline, Settings, Spider, Stats};
 use crawler_http::HttpDownloader;
-use crawler_sched::{Frontier, FrontierConfig};
+use crawler_sched::{Frontier, FrontierConfig, MemoryStore, QueueStore};
 
 /// Everything a spider file needs.
 pub mod prelude {
@@ -67,7 +68,45 @@ pub mod prelude {
 }
 
 /// The engine type a [`Crawl`] builds: HTTP downloads, in-memory frontier.
-pub type HttpEngine<S> = Engine<S, HttpDownloader, Frontier>;
+pub type HttpEngine<S> = Engine<S, HttpDownloader, Frontier<Box<dyn QueueStore>>>;
+
+/// Open (or resume) the job directory's persistent frontier. Settings that change what the
+/// frontier holds (allowed domains, depth and URL-length limits) are part of the job's
+/// identity, so resuming with different ones is refused rather than silently mixed.
+fn open_job(
+    dir: &str,
+    spider: &str,
+    allowed: &[String],
+    settings: &Settings,
+) -> Result<(Box<dyn QueueStore>, bool), Error> {
+    let digest = format!(
+        "allowed_domains={};depth_limit={};max_url_length={}",
+        allowed.join(","),
+        settings.depth_limit,
+        settings.max_url_length
+    );
+    let store = crawler_store::SledStore::open_job(
+        std::path::Path::new(dir),
+        spider,
+        &digest,
+        // sled writes its log to the OS every 50 ms: a kill -9 then repeats at most the
+        // requests finished in the last 50 ms before it (their acknowledgements were still
+        // in sled's buffer), on top of those in flight.
+        crawler_store::StoreOptions {
+            flush_every_ms: Some(50),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| Error::from_message(e.to_string()))?;
+    let resuming = store.saved_stats().is_some() || store.queued() > 0;
+    if store.requeued_on_open() > 0 {
+        tracing::info!(
+            requeued = store.requeued_on_open(),
+            "requests in flight when the last run stopped are queued again"
+        );
+    }
+    Ok((Box::new(store), resuming))
+}
 
 type Stage<S> = Box<dyn FnOnce(HttpEngine<S>) -> HttpEngine<S> + Send>;
 
@@ -146,13 +185,18 @@ impl<S: Spider> Crawl<S> {
     pub fn build(self) -> Result<HttpEngine<S>, Error> {
         let settings = self.effective_settings()?;
         let downloader = HttpDownloader::new(&settings)?;
-        let frontier = Frontier::new(FrontierConfig::from_settings(
-            &settings,
-            self.spider.allowed_domains(),
-        ));
+        let allowed = self.spider.allowed_domains();
+        let (store, resuming) = match &settings.job_dir {
+            Some(dir) => open_job(dir, self.spider.name(), &allowed, &settings)?,
+            None => (Box::new(MemoryStore::new()) as Box<dyn QueueStore>, false),
+        };
+        let frontier =
+            Frontier::with_store(FrontierConfig::from_settings(&settings, allowed), store);
         let mut engine = Engine::new(self.spider, downloader, frontier, settings);
         for path in self.feeds {
-            engine = engine.feed(FeedSpec::new(path)?);
+            // A resumed job adds to the feeds of the runs before it.
+            let spec = FeedSpec::new(path)?;
+            engine = engine.feed(if resuming { spec.append() } else { spec });
         }
         for stage in self.stages {
             engine = stage(engine);
@@ -164,11 +208,24 @@ impl<S: Spider> Crawl<S> {
     pub async fn run(self) -> Result<Stats, Error> {
         let show = self.progress;
         let settings = self.effective_settings()?;
+        cli::warn_default_user_agent(&settings);
         let engine = self.build()?.handle_ctrl_c(true);
         let progress = show.then(|| progress::spawn(engine.progress(), settings.progress_interval));
         let stats = engine.run().await?;
         if let Some(p) = progress {
             let _ = p.await;
+        }
+        if stats.pending > 0 {
+            match &settings.job_dir {
+                Some(dir) => tracing::warn!(
+                    pending = stats.pending,
+                    "crawl paused; run the same command again (job dir {dir}) to resume"
+                ),
+                None => tracing::warn!(
+                    pending = stats.pending,
+                    "crawl stopped early; set job_dir (--job-dir) to be able to resume"
+                ),
+            }
         }
         Ok(stats)
     }

@@ -1,7 +1,7 @@
 //! The engine: the loop that asks the scheduler what is ready, downloads it, runs the spider
 //! and the pipelines, writes the feeds, and accounts for every request.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,6 +28,8 @@ const PROGRESS_TICK: Duration = Duration::from_millis(250);
 /// Items buffered between the workers and the feed writer; a slow disk slows the crawl
 /// instead of growing memory.
 const FEED_BUFFER: usize = 1024;
+/// How often stats are saved and a persistent frontier is made durable.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 
 /// Asks a running crawl to stop. The first request stops scheduling and lets requests in
 /// flight finish; the second abandons them (they stay counted as pending).
@@ -135,6 +137,11 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
 
     /// Run the crawl until the frontier is empty or a shutdown is asked for, then flush the
     /// feeds and return the final stats.
+    ///
+    /// A request's lease is acknowledged only once its follow-up requests are queued and its
+    /// items are flushed to the feeds, so with a persistent frontier a crash (even `kill -9`)
+    /// loses nothing: unacknowledged requests are fetched again on resume, and the only
+    /// duplicates in the feeds are items of requests that were in flight.
     pub async fn run(self) -> Result<Stats> {
         let Engine {
             spider,
@@ -163,8 +170,14 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                 )
             })?;
         }
-        let (items_tx, items_rx) = mpsc::channel::<S::Item>(FEED_BUFFER);
-        let feed_task = tokio::task::spawn_blocking(move || write_feeds(writers, items_rx));
+        let mut failures = match &settings.failures_file {
+            Some(path) => Some(FailureLog::create(std::path::Path::new(path))?),
+            None => None,
+        };
+        let (items_tx, items_rx) = mpsc::channel::<FeedMsg<S::Item>>(FEED_BUFFER);
+        let (acks_tx, mut acks_rx) = mpsc::unbounded_channel::<Lease>();
+        let feed_task =
+            tokio::task::spawn_blocking(move || write_feeds(writers, items_rx, acks_tx));
 
         let signals = handle_ctrl_c.then(|| {
             let shutdown = shutdown.clone();
@@ -180,36 +193,54 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
             })
         });
 
-        let mut stats = Stats::default();
         let now = Instant::now();
-        for req in spider.start_requests()? {
-            offer(&mut scheduler, &mut stats, req, now);
-        }
-        tracing::info!(
-            spider = spider.name(),
-            queued = scheduler.queued(),
-            "crawl started"
-        );
+        let mut stats = match scheduler.restored_stats() {
+            Some(mut saved) => {
+                // The frontier is the truth about what is still to do; counters saved a
+                // moment before a crash may lag it.
+                saved.requests_enqueued = saved.terminal() + scheduler.queued() as u64;
+                saved.pending = 0;
+                tracing::info!(
+                    spider = spider.name(),
+                    queued = scheduler.queued(),
+                    "resuming a crawl"
+                );
+                saved
+            }
+            None => {
+                let mut fresh = Stats::default();
+                for req in spider.start_requests()? {
+                    offer(&mut scheduler, &mut fresh, req, now);
+                }
+                tracing::info!(
+                    spider = spider.name(),
+                    queued = scheduler.queued(),
+                    "crawl started"
+                );
+                fresh
+            }
+        };
+        let elapsed_before = stats.elapsed;
 
         let ctx = Arc::new(Ctx {
             spider,
             downloader,
             pipelines,
-            items_tx,
+            items_tx: items_tx.clone(),
         });
         let mut tasks: JoinSet<Completion> = JoinSet::new();
         let mut leases: HashMap<tokio::task::Id, Lease> = HashMap::new();
+        // Fetched pages whose items must reach the feeds before their lease is acknowledged;
+        // the marker goes through the same channel as the items, after them.
+        let mut marks: VecDeque<Lease> = VecDeque::new();
         let mut stop_rx = shutdown.subscribe();
         let mut stopping = shutdown.requested() > 0;
         let mut abandoned = 0u64;
         let mut fatal: Option<Error> = None;
         let retry = RetryPolicy::from(&settings);
-        let mut failures = match &settings.failures_file {
-            Some(path) => Some(FailureLog::create(std::path::Path::new(path))?),
-            None => None,
-        };
         let mut ticker = tokio::time::interval(PROGRESS_TICK);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_checkpoint = Instant::now();
 
         loop {
             let mut wake = None;
@@ -233,14 +264,16 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                 fatal.get_or_insert(e);
                 stopping = true;
             }
-            if tasks.is_empty() && (stopping || wake.is_none()) {
+            if tasks.is_empty() && marks.is_empty() && (stopping || wake.is_none()) {
                 break;
             }
             tokio::select! {
                 joined = tasks.join_next_with_id(), if !tasks.is_empty() => {
-                    let (id, done) = match joined {
+                    let (id, mut done) = match joined {
                         Some(Ok((id, done))) => (id, done),
                         Some(Err(e)) if e.is_cancelled() => {
+                            // Abandoned on a second Ctrl-C: the lease stays open, so a
+                            // persistent frontier fetches the request again on resume.
                             leases.remove(&e.id());
                             abandoned += 1;
                             continue;
@@ -248,18 +281,14 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                         Some(Err(e)) => (e.id(), Completion::panicked(&e)),
                         None => continue,
                     };
-                    let mut done = done;
                     let now = Instant::now();
-                    if let Some(retry) = retry.plan(&mut done, now) {
-                        // Re-queued before the lease is completed, so a persistent frontier
-                        // never holds neither copy.
-                        scheduler.retry(retry.0, retry.1);
+                    let Some(lease) = leases.remove(&id) else { continue };
+                    scheduler.complete(lease, &done.feedback, now);
+                    if let Some((req, at)) = retry.plan(&mut done, now) {
+                        scheduler.retry(lease, req, at);
                         stats.retries += 1;
                     }
-                    if let Some(lease) = leases.remove(&id) {
-                        scheduler.complete(lease, &done.feedback, now);
-                    }
-                                        for (req, why) in scheduler.take_skipped() {
+                    for (req, why) in scheduler.take_skipped() {
                         tracing::warn!(url = %req.url, "not fetched: {why}");
                         stats.skipped_host += 1;
                         if let Some(log) = failures.as_mut() {
@@ -276,8 +305,25 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                         tracing::error!("the feed writer stopped; stopping the crawl");
                         stopping = true;
                     }
+                    let terminal = !matches!(done.terminal, Terminal::Retrying);
+                    let wrote_items = done.items > 0;
                     account(&mut scheduler, &mut stats, &mut failures, done);
+                    // Follow-up requests are queued now; items may still be on their way to
+                    // the feeds.
+                    if terminal {
+                        if wrote_items {
+                            marks.push_back(lease);
+                        } else {
+                            scheduler.acknowledge(lease);
+                        }
+                    }
                 }
+                permit = items_tx.reserve(), if !marks.is_empty() => {
+                    if let (Ok(permit), Some(lease)) = (permit, marks.pop_front()) {
+                        permit.send(FeedMsg::Flushed(lease));
+                    }
+                }
+                Some(lease) = acks_rx.recv() => scheduler.acknowledge(lease),
                 _ = sleep_until(wake), if wake.is_some() => {}
                 changed = stop_rx.changed() => {
                     let asked = if changed.is_ok() { *stop_rx.borrow_and_update() } else { 1 };
@@ -287,8 +333,15 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                         tasks.abort_all();
                     }
                 }
-                _ = ticker.tick() => {
-                    stats.elapsed = started.elapsed();
+                                _ = ticker.tick() => {
+                    stats.elapsed = elapsed_before + started.elapsed();
+                    if last_checkpoint.elapsed() >= CHECKPOINT_EVERY {
+                        // Per-host figures feed the live display and metrics; once a second
+                        // is plenty and keeps the cost off the hot path.
+                        stats.hosts = scheduler.host_stats();
+                        scheduler.checkpoint(&stats);
+                        last_checkpoint = Instant::now();
+                    }
                     progress.send_replace(Progress {
                         stats: stats.clone(),
                         queued: scheduler.queued(),
@@ -303,6 +356,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
         if let Some(s) = signals {
             s.abort();
         }
+        drop(items_tx);
         let Ok(ctx) = Arc::try_unwrap(ctx) else {
             return Err(Error::msg("internal error: a worker outlived the crawl"));
         };
@@ -315,7 +369,12 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
         drop(items_tx);
         let written = feed_task
             .await
-            .map_err(|e| Error::msg(format!("the feed writer crashed: {e}")))??;
+            .map_err(|e| Error::msg(format!("the feed writer crashed: {e}")))?;
+        // Leases whose items reached the disk before the writer stopped.
+        while let Ok(lease) = acks_rx.try_recv() {
+            scheduler.acknowledge(lease);
+        }
+        let written = written?;
         for p in &pipelines {
             if let Err(e) = p.close().await {
                 tracing::error!(pipeline = p.name(), "pipeline failed to close: {e}");
@@ -331,8 +390,12 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
         }
         stats.pending = scheduler.queued() as u64 + abandoned;
         stats.hosts = scheduler.host_stats();
-        stats.elapsed = started.elapsed();
+        stats.elapsed = elapsed_before + started.elapsed();
         debug_assert!(written <= stats.items_scraped);
+        // The final checkpoint keeps pending counts out: they are recomputed on resume.
+        let mut saved = stats.clone();
+        saved.pending = 0;
+        scheduler.checkpoint(&saved);
         progress.send_replace(Progress {
             stats: stats.clone(),
             queued: scheduler.queued(),
@@ -340,6 +403,9 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
             stopping,
             finished: true,
         });
+        if let Some(e) = fatal.or_else(|| scheduler.take_error()) {
+            return Err(e);
+        }
         if !stats.reconciles() {
             tracing::error!(
                 ?stats,
@@ -406,7 +472,7 @@ struct Ctx<S: Spider, D> {
     spider: Arc<S>,
     downloader: Arc<D>,
     pipelines: Vec<Box<dyn DynPipeline<S::Item>>>,
-    items_tx: mpsc::Sender<S::Item>,
+    items_tx: mpsc::Sender<FeedMsg<S::Item>>,
 }
 
 enum Terminal {
@@ -615,7 +681,7 @@ async fn work<S: Spider, D: Downloader>(ctx: Arc<Ctx<S, D>>, req: Request) -> Co
                 }
             }
         }
-        if ctx.items_tx.send(item).await.is_err() {
+        if ctx.items_tx.send(FeedMsg::Item(item)).await.is_err() {
             done.feed_closed = true;
             break;
         }
@@ -624,34 +690,55 @@ async fn work<S: Spider, D: Downloader>(ctx: Arc<Ctx<S, D>>, req: Request) -> Co
     done
 }
 
+/// What flows to the feed writer: items, and markers saying "every item of this request
+/// has been sent".
+enum FeedMsg<I> {
+    Item(I),
+    Flushed(Lease),
+}
+
 /// The feed writer thread: write items as they come, flush whenever the queue runs dry so the
-/// files on disk trail the crawl by as little as possible.
+/// files on disk trail the crawl by as little as possible, and after each flush hand back the
+/// leases whose items are now on disk.
 fn write_feeds<I: serde::Serialize>(
     mut writers: Vec<FeedWriter>,
-    mut rx: mpsc::Receiver<I>,
+    mut rx: mpsc::Receiver<FeedMsg<I>>,
+    acks: mpsc::UnboundedSender<Lease>,
 ) -> Result<u64> {
     let mut written = 0u64;
+    let mut done: Vec<Lease> = Vec::new();
     loop {
-        let item = match rx.try_recv() {
-            Ok(item) => item,
+        let msg = match rx.try_recv() {
+            Ok(msg) => msg,
             Err(mpsc::error::TryRecvError::Empty) => {
                 for w in &mut writers {
                     w.flush()?;
                 }
+                for lease in done.drain(..) {
+                    let _ = acks.send(lease);
+                }
                 match rx.blocking_recv() {
-                    Some(item) => item,
+                    Some(msg) => msg,
                     None => break,
                 }
             }
             Err(mpsc::error::TryRecvError::Disconnected) => break,
         };
-        for w in &mut writers {
-            w.write(&item)?;
+        match msg {
+            FeedMsg::Item(item) => {
+                for w in &mut writers {
+                    w.write(&item)?;
+                }
+                written += 1;
+            }
+            FeedMsg::Flushed(lease) => done.push(lease),
         }
-        written += 1;
     }
     for w in writers {
         w.finish()?;
+    }
+    for lease in done {
+        let _ = acks.send(lease);
     }
     Ok(written)
 }

@@ -143,7 +143,8 @@ pub struct RateLimitReading {
 }
 
 /// Per-host figures for the final summary and progress displays.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct HostStats {
     /// The host key.
     pub host: String,
@@ -243,13 +244,25 @@ pub trait Scheduler: Send + 'static {
     fn enqueue(&mut self, request: Request, now: Instant) -> Admission;
     /// The next request whose host allows a send at `now`.
     fn next(&mut self, now: Instant) -> Next;
-    /// Report the end of a leased request, with what its host's slot should learn.
+    /// Report the end of a leased request, with what its host's slot should learn. The
+    /// lease stays open (a persistent frontier keeps the request) until
+    /// [`Scheduler::acknowledge`] or [`Scheduler::retry`].
     fn complete(&mut self, lease: Lease, feedback: &Feedback, now: Instant);
+    /// The leased request reached a terminal state and everything it produced (follow-up
+    /// requests, items in the feeds) is safe: forget it.
+    fn acknowledge(&mut self, lease: Lease);
     /// Requests queued and not yet handed out.
     fn queued(&self) -> usize;
-    /// Queue a request again for another attempt, not to be sent before `not_before`. It was
-    /// admitted once, so it skips the filters.
-    fn retry(&mut self, request: Request, not_before: Instant);
+    /// Queue a leased request again for another attempt, not to be sent before
+    /// `not_before`. It was admitted once, so it skips the filters; its old lease is
+    /// acknowledged once the new attempt is safely queued.
+    fn retry(&mut self, lease: Lease, request: Request, not_before: Instant);
+    /// Save progress (the stats so far) and make the frontier durable, for stores that can.
+    fn checkpoint(&mut self, _stats: &crate::Stats) {}
+    /// Stats saved by an earlier run of this job, when resuming one.
+    fn restored_stats(&mut self) -> Option<crate::Stats> {
+        None
+    }
     /// Requests dropped because their host was skipped for this run (a wait longer than
     /// allowed), each with the reason. The engine counts them as terminal.
     fn take_skipped(&mut self) -> Vec<(Request, String)> {

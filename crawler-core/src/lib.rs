@@ -27,6 +27,7 @@
 //! ```
 
 mod charset;
+mod conditional;
 mod config;
 mod engine;
 mod error;
@@ -43,6 +44,9 @@ mod settings;
 mod spider;
 mod stats;
 
+pub use conditional::{
+    CachedPage, ConditionalStore, MemoryConditional, Validators, conditional_key,
+};
 pub use config::{
     Resolved, SECTIONS, Section, SettingRow, SettingsLayers, Source, find_settings_file,
     section_of, settings_markdown,
@@ -58,7 +62,7 @@ pub use links::{Extracted, IGNORED_EXTENSIONS, Link, LinkExtractor, LinkExtracto
 pub use output::Output;
 pub use pipeline::{Pipeline, Processed};
 pub use request::{Request, parse_http_url};
-pub use response::{Element, Response, Selection};
+pub use response::{BodyOrigin, Element, Response, Selection};
 pub use rules::{FOLLOW_CALLBACK, RULE_META_KEY, Rule, RuleRequests, Rules};
 pub use settings::{HOST_RULE_KEYS, HostRule, LogFormat, Settings, ThrottleMode};
 pub use spider::Spider;

@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use url::Url;
 
 use crate::charset;
+use crate::conditional::ConditionalStore;
 use crate::error::{Error, ErrorKind, Result};
 use crate::request::{Request, check_scheme};
 
@@ -27,6 +28,22 @@ pub struct Response {
     doc: OnceLock<Mutex<Html>>,
     base: OnceLock<Url>,
     problems: Arc<Mutex<Vec<Error>>>,
+    /// Where the body came from: the network, or the HTTP cache (after a 304, or offline).
+    origin: BodyOrigin,
+    /// What earlier crawls stored about URLs, when the crawl keeps validators.
+    history: Option<Arc<dyn ConditionalStore>>,
+}
+
+/// Where a response's body came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BodyOrigin {
+    /// Downloaded by this request.
+    #[default]
+    Network,
+    /// The server answered 304 Not Modified and the body is the copy in the HTTP cache.
+    Revalidated,
+    /// Replayed from the HTTP cache without asking the server (offline replay).
+    Cache,
 }
 
 impl std::fmt::Debug for Response {
@@ -58,7 +75,45 @@ impl Response {
             doc: OnceLock::new(),
             base: OnceLock::new(),
             problems: Arc::default(),
+            origin: BodyOrigin::Network,
+            history: None,
         }
+    }
+
+    /// Mark where the body came from (downloaders call this for cached bodies).
+    pub fn with_origin(mut self, origin: BodyOrigin) -> Self {
+        self.origin = origin;
+        self
+    }
+
+    /// Where the body came from.
+    pub fn origin(&self) -> BodyOrigin {
+        self.origin
+    }
+
+    /// Whether the server answered 304 Not Modified and this body is the cached copy: the
+    /// request counts as not modified, yet the spider still sees the page.
+    pub fn is_revalidated(&self) -> bool {
+        self.origin == BodyOrigin::Revalidated
+    }
+
+    /// Whether the body came from the HTTP cache (revalidated or replayed offline) rather
+    /// than over the network.
+    pub fn is_cached(&self) -> bool {
+        self.origin != BodyOrigin::Network
+    }
+
+    /// Attach what earlier crawls stored about URLs (downloaders call this).
+    pub fn with_history(mut self, history: Arc<dyn ConditionalStore>) -> Self {
+        self.history = Some(history);
+        self
+    }
+
+    /// What earlier crawls stored about URLs (validators: last fetch time, Last-Modified),
+    /// when the crawl keeps them (a job directory with conditional requests or the HTTP
+    /// cache). Sitemap spiders read it to skip entries that have not changed.
+    pub fn history(&self) -> Option<&dyn ConditionalStore> {
+        self.history.as_deref()
     }
 
     /// The final URL (after redirects).

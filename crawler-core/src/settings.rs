@@ -131,6 +131,18 @@ pub struct Settings {
     /// Per-host rules, first match wins; see [`HostRule`] and [`Settings::for_host`].
     /// Written as `[[hosts]]` tables in crawler.toml. Default none.
     pub hosts: Vec<HostRule>,
+    /// Where validators (conditional requests, sitemap lastmod) and the HTTP cache are kept,
+    /// so that they outlive a job: a re-crawl with a fresh job directory (or none) still asks
+    /// only for what changed. Unset: `JOB_DIR/cache` when `job_dir` is set, else nothing is
+    /// kept between runs.
+    pub cache_dir: Option<String>,
+    /// With `http_cache`: answer URLs the cache holds from the cache without touching the
+    /// network at all (no robots.txt, no revalidation), for developing a spider offline;
+    /// URLs it lacks are fetched and stored as usual. Default false.
+    pub http_cache_offline: bool,
+    /// The most bytes of responses the HTTP cache keeps, oldest dropped first; 0 means no
+    /// limit. Default 0.
+    pub http_cache_max_bytes: u64,
 }
 
 /// Settings for the hosts whose names match a glob: written `[[hosts]]` in crawler.toml.
@@ -341,6 +353,9 @@ impl Default for Settings {
             log_format: LogFormat::Text,
             metrics_addr: None,
             hosts: Vec::new(),
+            cache_dir: None,
+            http_cache_offline: false,
+            http_cache_max_bytes: 0,
         }
     }
 }

@@ -81,4 +81,21 @@ pub trait Spider: Send + Sync + 'static {
         page: Response,
         out: &mut Output<Self::Item>,
     ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Called instead of [`parse`](Spider::parse) when the server answered 304 Not Modified
+    /// to a conditional request and the HTTP cache holds no copy to replay (with the cache
+    /// on, `parse` sees the cached page instead, and [`Response::is_revalidated`] says so).
+    ///
+    /// `page` is the 304 itself: its request, and the headers the server sent, but no body.
+    /// The default does nothing: the page is unchanged since the last crawl, so its items
+    /// were already produced then. Override it to emit something anyway (from your own
+    /// records) or to count unchanged pages.
+    fn not_modified(
+        &self,
+        page: Response,
+        out: &mut Output<Self::Item>,
+    ) -> impl Future<Output = Result<()>> + Send {
+        let _ = (page, out);
+        async { Ok(()) }
+    }
 }

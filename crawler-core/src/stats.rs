@@ -4,11 +4,12 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Counters for one crawl. Every request offered to the frontier ends in exactly one terminal
 /// state, so `requests_enqueued` equals the sum of the terminal counters plus `pending`.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Stats {
     /// Requests offered to the frontier (start requests and followed links).
     pub requests_enqueued: u64,
@@ -48,6 +49,13 @@ pub struct Stats {
 }
 
 mod secs {
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<std::time::Duration, D::Error> {
+        let secs = <f64 as serde::Deserialize>::deserialize(d)?;
+        Ok(std::time::Duration::try_from_secs_f64(secs).unwrap_or_default())
+    }
+
     pub fn serialize<S: serde::Serializer>(
         d: &std::time::Duration,
         s: S,

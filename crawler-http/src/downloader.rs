@@ -1,11 +1,14 @@
-//! The HTTP downloader: robots gate, reqwest, streaming size cap, total deadline, and the
-//! classification of every outcome for the engine and the host's slot.
+//! The HTTP downloader: robots gate, conditional requests and the HTTP cache, reqwest,
+//! streaming size cap, total deadline, and the classification of every outcome for the
+//! engine and the host's slot.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::BytesMut;
 use crawler_core::{
-    Download, Downloader, Failure, FailureKind, Feedback, Fetched, Request, Response, Settings, Url,
+    BodyOrigin, CachedPage, ConditionalStore, Download, Downloader, Failure, FailureKind, Feedback,
+    Fetched, Request, Response, Settings, Url, Validators,
 };
 use tokio::time::Instant;
 
@@ -23,7 +26,23 @@ pub struct HttpDownloader {
     deny_private: bool,
     /// Lower-cased challenge-page markers.
     soft_block_markers: Vec<String>,
+    /// Validators and cached responses of earlier runs, when the crawl keeps them.
+    store: Option<Arc<dyn ConditionalStore>>,
+    /// Send If-None-Match / If-Modified-Since (the `conditional_requests` setting).
+    send_validators: bool,
+    /// Answer cached URLs from the cache without any network (`http_cache_offline`).
+    offline: bool,
 }
+
+/// Request meta key: the largest body accepted for this request, in bytes, overriding
+/// `max_body_size` (sitemaps may be 50 MB, more than pages are allowed).
+pub const MAX_BODY_META: &str = "max_body_size";
+
+/// Request meta key: when `true`, the request (for an origin's `/robots.txt`) is answered
+/// from the robots.txt cache with the origin's `Sitemap:` lines, in robots.txt syntax, so
+/// sitemap discovery costs no second download of robots.txt. Without robots obeyed, the
+/// file is fetched like any page.
+pub const ROBOTS_SITEMAPS_META: &str = "robots_sitemaps";
 
 /// How much of a body is searched for challenge-page markers: they sit near the top.
 const SOFT_BLOCK_SCAN: usize = 64 * 1024;
@@ -64,10 +83,27 @@ impl HttpDownloader {
                 .map(|m| m.to_lowercase())
                 .filter(|m| !m.is_empty())
                 .collect(),
+            store: None,
+            send_validators: settings.conditional_requests,
+            offline: settings.http_cache && settings.http_cache_offline,
         })
     }
 
-        /// The robots.txt cache, when robots are obeyed (for sitemap discovery and reports).
+    /// Keep validators (and, if the store keeps responses, whole responses) in `store`:
+    /// GET requests then carry If-None-Match / If-Modified-Since from the last successful
+    /// fetch (unless `conditional_requests` is off or the request sets them itself), 200s
+    /// are recorded, and a 304 hands the spider the cached page when there is one.
+    pub fn with_store(mut self, store: Arc<dyn ConditionalStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// The store of validators and cached responses, if the crawl keeps one.
+    pub fn store(&self) -> Option<&Arc<dyn ConditionalStore>> {
+        self.store.as_ref()
+    }
+
+    /// The robots.txt cache, when robots are obeyed (for sitemap discovery and reports).
     pub fn robots(&self) -> Option<&RobotsCache> {
         self.robots.as_ref()
     }
@@ -93,6 +129,7 @@ impl HttpDownloader {
     async fn send(
         &self,
         req: &Request,
+        max_body: u64,
     ) -> Result<(Url, u16, http::HeaderMap, bytes::Bytes), Failure> {
         let method = http::Method::from_bytes(req.method.as_bytes()).map_err(|_| {
             Failure::new(
@@ -114,15 +151,15 @@ impl HttpDownloader {
             // A declared length over the cap fails before a byte of body is read. (With
             // compression the declared length is the compressed size; the streaming check
             // below also covers the decompressed size.)
-            if len > self.max_body && resp.headers().get("content-encoding").is_none() {
-                return Err(too_large(self.max_body, status));
+            if len > max_body && resp.headers().get("content-encoding").is_none() {
+                return Err(too_large(max_body, status));
             }
         }
         let headers = std::mem::take(resp.headers_mut());
         let mut body = BytesMut::new();
         while let Some(chunk) = resp.chunk().await.map_err(classify)? {
-            if body.len() as u64 + chunk.len() as u64 > self.max_body {
-                return Err(too_large(self.max_body, status));
+            if body.len() as u64 + chunk.len() as u64 > max_body {
+                return Err(too_large(max_body, status));
             }
             body.extend_from_slice(&chunk);
         }
@@ -254,6 +291,34 @@ impl Downloader for HttpDownloader {
                 feedback,
             };
         }
+        if let Some(robots) = &self.robots
+            && wants_robots_sitemaps(req)
+        {
+            return self.robots_sitemaps(robots, req).await;
+        }
+        // Only plain GETs are revalidated and cached: other methods change things, and a
+        // request body is not part of the key.
+        let store = self
+            .store
+            .as_ref()
+            .filter(|_| req.method == "GET" && req.body.is_none());
+        let cached = match store {
+            Some(store) if store.keeps_responses() => read_cached(store.as_ref(), &req.url),
+            _ => None,
+        };
+        if self.offline
+            && let Some(page) = cached
+        {
+            // Offline replay: nothing reaches the host, so its slot gives the delay back.
+            tracing::trace!(url = %req.url, "answered from the HTTP cache (offline)");
+            let outcome = Fetched::Response(self.replay(
+                req,
+                page,
+                BodyOrigin::Cache,
+                &http::HeaderMap::new(),
+            ));
+            return Download { outcome, feedback };
+        }
         if let Some(robots) = &self.robots {
             let check = robots.check(&req.url).await;
             feedback.crawl_delay = check.crawl_delay;
@@ -265,11 +330,36 @@ impl Downloader for HttpDownloader {
                 };
             }
         }
+        let stored = store.and_then(|s| read_validators(s.as_ref(), &req.url));
+        let conditional = if self.send_validators && store.is_some() {
+            // With the HTTP cache on, only a page we can replay is worth a 304: without its
+            // body the spider would lose the page's items.
+            match (&cached, store.is_some_and(|s| s.keeps_responses())) {
+                (Some(page), true) => conditional_headers(
+                    req,
+                    header_of(&page.headers, "etag"),
+                    header_of(&page.headers, "last-modified"),
+                ),
+                (None, true) => None,
+                (_, false) => stored.as_ref().and_then(|v| {
+                    conditional_headers(req, v.etag.as_deref(), v.last_modified.as_deref())
+                }),
+            }
+        } else {
+            None
+        };
+        let sent_req = conditional.as_ref().unwrap_or(req);
+        let max_body = req
+            .meta
+            .get(MAX_BODY_META)
+            .and_then(|v| v.as_u64())
+            .filter(|&n| n > 0)
+            .unwrap_or(self.max_body);
         feedback.sent = true;
         let started = Instant::now();
         // One deadline for the whole exchange, body included: an idle timeout alone would let
         // a server that trickles a byte a second hold a worker forever.
-        let result = match tokio::time::timeout(self.timeout, self.send(req)).await {
+        let result = match tokio::time::timeout(self.timeout, self.send(sent_req, max_body)).await {
             Ok(r) => r,
             Err(_) => Err(Failure::new(
                 FailureKind::Timeout,
@@ -296,7 +386,30 @@ impl Downloader for HttpDownloader {
                         status: Some(status),
                     })
                 } else {
-                    Fetched::Response(Response::new(req.clone(), url, status, headers, body))
+                    if let Some(store) = store {
+                        remember(
+                            store.as_ref(),
+                            req,
+                            &url,
+                            status,
+                            &headers,
+                            &body,
+                            stored,
+                            now,
+                        );
+                    }
+                    match cached {
+                        Some(page) if status == 304 && conditional.is_some() => Fetched::Response(
+                            self.replay(req, page, BodyOrigin::Revalidated, &headers),
+                        ),
+                        _ => Fetched::Response(self.attach(Response::new(
+                            req.clone(),
+                            url,
+                            status,
+                            headers,
+                            body,
+                        ))),
+                    }
                 }
             }
             Err(f) => {
@@ -306,6 +419,209 @@ impl Downloader for HttpDownloader {
             }
         };
         Download { outcome, feedback }
+    }
+}
+
+impl HttpDownloader {
+    /// Hand responses what earlier runs stored, for spiders that skip unchanged pages.
+    fn attach(&self, response: Response) -> Response {
+        match &self.store {
+            Some(store) => response.with_history(Arc::clone(store)),
+            None => response,
+        }
+    }
+
+    /// A cached page as the response to `req`. The server's fresh headers on a 304 (a new
+    /// Date, ETag or Cache-Control) win over the stored ones, as RFC 9111 §4.3.4 asks.
+    fn replay(
+        &self,
+        req: &Request,
+        page: CachedPage,
+        origin: BodyOrigin,
+        fresh: &http::HeaderMap,
+    ) -> Response {
+        let mut headers = http::HeaderMap::new();
+        for (k, v) in &page.headers {
+            if let (Ok(k), Ok(v)) = (
+                http::HeaderName::from_bytes(k.as_bytes()),
+                http::HeaderValue::from_str(v),
+            ) {
+                headers.append(k, v);
+            }
+        }
+        for (k, v) in fresh {
+            // A 304 has no body: its framing headers describe nothing we replay.
+            if !matches!(
+                k.as_str(),
+                "content-length" | "transfer-encoding" | "content-encoding"
+            ) {
+                headers.insert(k.clone(), v.clone());
+            }
+        }
+        let url = Url::parse(&page.url).unwrap_or_else(|_| req.url.clone());
+        let response = Response::new(
+            req.clone(),
+            url,
+            page.status,
+            headers,
+            bytes::Bytes::from(page.body),
+        );
+        self.attach(response.with_origin(origin))
+    }
+
+    /// Answer a robots-sitemaps request from the robots.txt cache (see
+    /// [`ROBOTS_SITEMAPS_META`]).
+    async fn robots_sitemaps(&self, robots: &RobotsCache, req: &Request) -> Download {
+        let check = robots.check(&req.url).await;
+        let rules = robots.rules(&req.url).await;
+        let mut body = String::new();
+        for url in rules.sitemap_urls() {
+            body.push_str("Sitemap: ");
+            body.push_str(url.as_str());
+            body.push('\n');
+        }
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("text/plain"),
+        );
+        let response = Response::new(
+            req.clone(),
+            req.url.clone(),
+            200,
+            headers,
+            bytes::Bytes::from(body),
+        )
+        .with_origin(BodyOrigin::Cache);
+        // The robots.txt fetch (if this check made it) is the robots cache's own request,
+        // outside the host's pacing, as for every robots check.
+        let feedback = Feedback {
+            crawl_delay: check.crawl_delay,
+            ..Feedback::default()
+        };
+        Download {
+            outcome: Fetched::Response(self.attach(response)),
+            feedback,
+        }
+    }
+}
+
+fn wants_robots_sitemaps(req: &Request) -> bool {
+    req.meta
+        .get(ROBOTS_SITEMAPS_META)
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false)
+}
+
+fn read_cached(store: &dyn ConditionalStore, url: &Url) -> Option<CachedPage> {
+    store.cached(url).unwrap_or_else(|e| {
+        tracing::warn!(%url, "HTTP cache unreadable, fetching: {e}");
+        None
+    })
+}
+
+fn read_validators(store: &dyn ConditionalStore, url: &Url) -> Option<Validators> {
+    store.validators(url).unwrap_or_else(|e| {
+        tracing::warn!(%url, "stored validators unreadable, fetching unconditionally: {e}");
+        None
+    })
+}
+
+/// The first value of header `name` in a stored header list.
+fn header_of<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
+/// `req` with If-None-Match / If-Modified-Since added, or `None` when there is nothing to
+/// send or the request already carries its own (the spider's choice wins).
+fn conditional_headers(
+    req: &Request,
+    etag: Option<&str>,
+    last_modified: Option<&str>,
+) -> Option<Request> {
+    if etag.is_none() && last_modified.is_none()
+        || req.header_value("if-none-match").is_some()
+        || req.header_value("if-modified-since").is_some()
+    {
+        return None;
+    }
+    let mut r = req.clone();
+    if let Some(tag) = etag {
+        r.headers.push(("If-None-Match".to_owned(), tag.to_owned()));
+    }
+    if let Some(date) = last_modified {
+        r.headers
+            .push(("If-Modified-Since".to_owned(), date.to_owned()));
+    }
+    Some(r)
+}
+
+fn unix(t: SystemTime) -> i64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// Record what a response says about its URL: a 200's validators (and the page itself when
+/// the HTTP cache is on); a 304 refreshes the fetch time (and any validators it repeats).
+/// Storage errors are logged, never fatal: the crawl goes on without them.
+#[allow(clippy::too_many_arguments)]
+fn remember(
+    store: &dyn ConditionalStore,
+    req: &Request,
+    final_url: &Url,
+    status: u16,
+    headers: &http::HeaderMap,
+    body: &[u8],
+    stored: Option<Validators>,
+    now: SystemTime,
+) {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let validators = match (status, stored) {
+        (200, _) => Validators {
+            etag: text("etag"),
+            last_modified: text("last-modified"),
+            fetched_at_unix: unix(now),
+            content_hash: xxhash_rust::xxh3::xxh3_64(body),
+            body_len: body.len() as u64,
+        },
+        (304, Some(old)) => Validators {
+            etag: text("etag").or(old.etag),
+            last_modified: text("last-modified").or(old.last_modified),
+            fetched_at_unix: unix(now),
+            ..old
+        },
+        _ => return,
+    };
+    if let Err(e) = store.put_validators(&req.url, &validators) {
+        tracing::warn!(url = %req.url, "could not store validators: {e}");
+    }
+    if status == 200 && store.keeps_responses() {
+        let page = CachedPage {
+            url: final_url.to_string(),
+            status,
+            headers: headers
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.as_str().to_owned(),
+                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                    )
+                })
+                .collect(),
+            body: body.to_vec(),
+            stored_at_unix: unix(now),
+        };
+        if let Err(e) = store.put_cached(&req.url, &page) {
+            tracing::warn!(url = %req.url, "could not store the response in the HTTP cache: {e}");
+        }
     }
 }
 

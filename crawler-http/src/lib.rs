@@ -25,7 +25,7 @@ mod lastmod;
 mod robots;
 mod sitemap;
 
-pub use downloader::HttpDownloader;
+pub use downloader::{HttpDownloader, MAX_BODY_META, ROBOTS_SITEMAPS_META};
 pub use error::Error;
 pub use guard::is_private;
 pub use headers::{RETRY_AFTER_CEILING, parse_rate_limit, parse_retry_after};

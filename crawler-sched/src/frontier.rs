@@ -49,7 +49,15 @@ impl FrontierConfig {
             depth_limit: settings.depth_limit,
             max_url_length: settings.max_url_length,
             allowed_domains: normalise_domains(allowed_domains),
-            throttle: Box::new(move |host, now| throttle_for(&pacing, host, now)),
+            // [[hosts]] rules (rate, burst, concurrency, delay) apply from a host's first
+            // request; hosts without a rule share the crawl's settings.
+            throttle: Box::new(move |host, now| {
+                if pacing.hosts.is_empty() {
+                    throttle_for(&pacing, host, now)
+                } else {
+                    throttle_for(&pacing.for_host(host), host, now)
+                }
+            }),
         }
     }
 }
@@ -163,7 +171,7 @@ pub struct Frontier<S: QueueStore = MemoryStore> {
 }
 
 /// A request in the retry heap; ordered by the heap's other fields only.
-struct DelayedRequest(Request);
+struct DelayedRequest(Request, Lease);
 
 impl PartialEq for DelayedRequest {
     fn eq(&self, _: &Self) -> bool {
@@ -296,12 +304,14 @@ impl<S: QueueStore> Frontier<S> {
         // Retries waiting for their time go too: they would only wait to be skipped.
         let (mine, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.delayed)
             .into_iter()
-            .partition(|Reverse((_, _, DelayedRequest(r)))| host_key(&r.url) == key);
+            .partition(|Reverse((_, _, DelayedRequest(r, _)))| host_key(&r.url) == key);
         self.delayed = others.into_iter().collect();
-        self.skipped.extend(
-            mine.into_iter()
-                .map(|Reverse((_, _, DelayedRequest(r)))| (r, why.clone())),
-        );
+        for Reverse((_, _, DelayedRequest(r, lease))) in mine {
+            self.skipped.push((r, why.clone()));
+            if let Err(e) = self.store.ack(lease.0) {
+                self.failed(e);
+            }
+        }
         loop {
             match self.store.lease(&key) {
                 Ok(Some((lease, req))) => {
@@ -327,8 +337,9 @@ impl<S: QueueStore> Frontier<S> {
             .peek()
             .is_some_and(|Reverse((at, _, _))| *at <= now)
         {
-            if let Some(Reverse((_, _, DelayedRequest(req)))) = self.delayed.pop() {
+            if let Some(Reverse((_, _, DelayedRequest(req, lease)))) = self.delayed.pop() {
                 self.push(req, now);
+                self.acknowledge(lease);
             }
         }
     }
@@ -412,9 +423,6 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
         let Some(id) = self.leases.remove(&lease.0) else {
             return;
         };
-        if let Err(e) = self.store.ack(lease.0) {
-            self.failed(e);
-        }
         let mut verdict = Verdict::Continue;
         if let Some(host) = self.hosts.get_mut(id) {
             host.in_flight = host.in_flight.saturating_sub(1);
@@ -433,7 +441,13 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
         self.store.queued() + self.delayed.len()
     }
 
-    fn retry(&mut self, request: Request, not_before: Instant) {
+    fn acknowledge(&mut self, lease: Lease) {
+        if let Err(e) = self.store.ack(lease.0) {
+            self.failed(e);
+        }
+    }
+
+    fn retry(&mut self, lease: Lease, request: Request, not_before: Instant) {
         let skipped = self
             .host_ids
             .get(&host_key(&request.url))
@@ -441,11 +455,37 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
             .and_then(|h| h.skipped.clone());
         if let Some(why) = skipped {
             self.skipped.push((request, why));
+            self.acknowledge(lease);
             return;
         }
         self.seq += 1;
-        self.delayed
-            .push(Reverse((not_before, self.seq, DelayedRequest(request))));
+        // The old lease stays open while the retry waits in memory: a crash in between
+        // returns the request to its queue instead of losing it.
+        self.delayed.push(Reverse((
+            not_before,
+            self.seq,
+            DelayedRequest(request, lease),
+        )));
+    }
+
+    fn checkpoint(&mut self, stats: &crawler_core::Stats) {
+        let saved = serde_json::to_value(stats)
+            .map_err(|e| Error::new("cannot serialise the stats", Some(Box::new(e))))
+            .and_then(|v| self.store.checkpoint(&v));
+        if let Err(e) = saved {
+            self.failed(e);
+        }
+    }
+
+    fn restored_stats(&mut self) -> Option<crawler_core::Stats> {
+        let saved = self.store.saved_stats()?;
+        match serde_json::from_value(saved) {
+            Ok(stats) => Some(stats),
+            Err(e) => {
+                tracing::warn!("saved stats are unreadable, starting the counters afresh: {e}");
+                None
+            }
+        }
     }
 
     fn take_skipped(&mut self) -> Vec<(Request, String)> {
@@ -715,7 +755,15 @@ mod tests {
         };
         let mut f = frontier(&s, &[]);
         let now = Instant::now();
-        f.retry(req("http://a.test/again"), now + Duration::from_secs(5));
+        f.enqueue(req("http://a.test/again"), now);
+        let (first, again) = ready(&mut f, now);
+        let sent = Feedback {
+            sent: true,
+            status: Some(500),
+            ..Default::default()
+        };
+        f.complete(first, &sent, now);
+        f.retry(first, again, now + Duration::from_secs(5));
         assert_eq!(f.queued(), 1);
         match f.next(now) {
             Next::NotBefore(at) => assert_eq!(at, now + Duration::from_secs(5)),
@@ -746,5 +794,46 @@ mod tests {
         assert_eq!(stats[0].host, "a.test");
         assert_eq!(stats[0].status.get(&503), Some(&1));
         assert!(stats[0].skipped.is_some());
+    }
+}
+
+#[cfg(test)]
+mod host_rule_tests {
+    use super::*;
+    use crawler_core::{HostRule, ThrottleMode};
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn host_rules_set_a_hosts_pace() {
+        let rule: HostRule = serde_json::from_value(serde_json::json!({
+            "match": "fast.test", "concurrency": 3, "delay": "0s"
+        }))
+        .unwrap();
+        let s = Settings {
+            throttle: ThrottleMode::Fixed,
+            download_delay: Duration::from_secs(5),
+            hosts: vec![rule],
+            ..Default::default()
+        };
+        let mut f = Frontier::new(FrontierConfig::from_settings(&s, vec![]));
+        let now = Instant::now();
+        for i in 0..5 {
+            f.enqueue(Request::get(&format!("http://fast.test/{i}")).unwrap(), now);
+            f.enqueue(Request::get(&format!("http://slow.test/{i}")).unwrap(), now);
+        }
+        let mut hosts = Vec::new();
+        while let Next::Ready(_, r) = f.next(now) {
+            hosts.push(r.url.host_str().unwrap_or_default().to_owned());
+        }
+        assert_eq!(
+            hosts.iter().filter(|h| *h == "fast.test").count(),
+            3,
+            "{hosts:?}"
+        );
+        assert_eq!(
+            hosts.iter().filter(|h| *h == "slow.test").count(),
+            1,
+            "{hosts:?}"
+        );
     }
 }

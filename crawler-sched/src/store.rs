@@ -65,6 +65,48 @@ pub trait QueueStore: Send + 'static {
     fn hosts(&self) -> Vec<String>;
     /// A sequence number larger than any stored, so new entries sort after old ones.
     fn next_seq(&self) -> u64;
+    /// Save the crawl's stats and make everything durable (persistent stores).
+    fn checkpoint(&mut self, _stats: &serde_json::Value) -> Result<(), Error> {
+        Ok(())
+    }
+    /// Stats saved by [`QueueStore::checkpoint`] in an earlier run.
+    fn saved_stats(&self) -> Option<serde_json::Value> {
+        None
+    }
+}
+
+/// Lets a frontier choose its store at run time (memory, sled, Redis) behind one type.
+impl QueueStore for Box<dyn QueueStore> {
+    fn insert_seen(&mut self, fp: Fingerprint) -> Result<bool, Error> {
+        (**self).insert_seen(fp)
+    }
+    fn push(&mut self, host: &str, entry: Entry) -> Result<(), Error> {
+        (**self).push(host, entry)
+    }
+    fn lease(&mut self, host: &str) -> Result<Option<(u64, Request)>, Error> {
+        (**self).lease(host)
+    }
+    fn ack(&mut self, lease: u64) -> Result<(), Error> {
+        (**self).ack(lease)
+    }
+    fn host_len(&self, host: &str) -> usize {
+        (**self).host_len(host)
+    }
+    fn queued(&self) -> usize {
+        (**self).queued()
+    }
+    fn hosts(&self) -> Vec<String> {
+        (**self).hosts()
+    }
+    fn next_seq(&self) -> u64 {
+        (**self).next_seq()
+    }
+    fn checkpoint(&mut self, stats: &serde_json::Value) -> Result<(), Error> {
+        (**self).checkpoint(stats)
+    }
+    fn saved_stats(&self) -> Option<serde_json::Value> {
+        (**self).saved_stats()
+    }
 }
 
 /// The default, in-memory store.

@@ -93,6 +93,7 @@ fn main() {
         match frontier.next(now) {
             Next::Ready(lease, _) => {
                 frontier.complete(lease, &feedback, now);
+                frontier.acknowledge(lease);
                 served += 1;
             }
             Next::NotBefore(at) => {

@@ -8,13 +8,14 @@
 //! same database or on their own, and are shared by many tasks through `&self`.
 //!
 //! ```
-//! use crawler_core::{Feedback, Next, Request, Scheduler, Settings};
+//! use crawler_core::{Feedback, Next, Request, Scheduler, Settings, ThrottleMode};
 //! use crawler_sched::{Frontier, FrontierConfig};
 //! use crawler_store::{SledStore, StoreOptions};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let dir = tempfile::tempdir()?;
-//! let config = || FrontierConfig::from_settings(&Settings::default(), vec![]);
+//! let settings = Settings { throttle: ThrottleMode::Fixed, ..Settings::default() };
+//! let config = || FrontierConfig::from_settings(&settings, vec![]);
 //! let now = tokio::time::Instant::now();
 //!
 //! // First run: queue two pages, start one, then "crash" (drop without acknowledging).
@@ -31,9 +32,11 @@
 //! let mut frontier = Frontier::with_store(config(), store);
 //! assert_eq!(frontier.queued(), 2);
 //! frontier.enqueue(Request::get("http://books.test/1")?, now); // a duplicate: filtered
+//! let now = tokio::time::Instant::now();
 //! let Next::Ready(lease, request) = frontier.next(now) else { panic!("nothing ready") };
 //! assert_eq!(request.url.path(), "/1");
 //! frontier.complete(lease, &Feedback::default(), now);
+//! frontier.acknowledge(lease);
 //! assert_eq!(frontier.queued(), 1);
 //!
 //! // Another spider may not take over the job directory.

@@ -322,19 +322,54 @@ fn recover(frontier: &sled::Tree, dir: &Path) -> Result<usize, Error> {
         }
     };
 
-    // 1. Leases first, while the cursors still tell what was consumed.
+    // 1. Decide for each lease, while the cursors still tell what was consumed, whether
+    // its request is still queued: `lease` writes the lease record before it advances the
+    // cursor, and a crash between the two leaves the request in its chunk as well.
     let mut leases = Vec::new();
     for kv in frontier.scan_prefix([LEASE]) {
-        leases.push(kv.map_err(read)?);
-    }
-    let mut requeued = 0;
-    for (lease_key, record) in leases {
-        let (origin, entry) = keys::parse_lease(&record).ok_or_else(|| bad("lease"))?;
-        // `lease` writes the lease record before it advances the cursor; a crash between
-        // the two leaves the entry in its chunk as well, and it must not be queued twice.
+        let (key, record) = kv.map_err(read)?;
+        let (origin, _) = keys::parse_lease(&record).ok_or_else(|| bad("lease"))?;
         let still_queued = frontier.contains_key(origin.chunk).map_err(read)?
             && cursor_of(&origin.chunk)? <= origin.index;
+        leases.push((key, record, still_queued));
+    }
+
+    // 2. Cut the consumed entries off partly leased chunks, re-keyed by their new first
+    // seq, so that the requests returned below (older) sort before them.
+    let mut cursors = Vec::new();
+    for kv in frontier.scan_prefix([CURSOR]) {
+        let (k, v) = kv.map_err(read)?;
+        let n = keys::u32_at(&v, 0).ok_or_else(|| bad("cursor"))?;
+        cursors.push((k.subslice(1, k.len() - 1), n));
+    }
+    for (chunk_key, consumed) in cursors {
+        let (host, priority, _) = keys::parse_chunk_key(&chunk_key).ok_or_else(|| bad("cursor"))?;
+        if let Some(chunk) = frontier.get(&chunk_key).map_err(read)? {
+            let mut at = 0;
+            for _ in 0..consumed {
+                at = keys::entry_at(&chunk, at).ok_or_else(|| bad("chunk"))?.1;
+            }
+            // Insert the rest before removing the whole, and the cursor last: a crash in
+            // between leaves the cursor, and the next open repeats this step (writing the
+            // same key again), or finds the old chunk gone and only drops the cursor.
+            if at < chunk.len() {
+                let (first, _) = keys::entry_at(&chunk, at).ok_or_else(|| bad("chunk"))?;
+                let rest = keys::chunk_key(host, priority, first.seq);
+                frontier.insert(rest, &chunk[at..]).map_err(write)?;
+            }
+            frontier.remove(&chunk_key).map_err(write)?;
+        }
+        frontier
+            .remove(keys::cursor_key(&chunk_key))
+            .map_err(write)?;
+    }
+
+    // 3. Return the leases to their queues, each as a chunk keyed by its own seq. A crash
+    // after step 2 is safe: the old chunk key is gone, so the lease is returned next time.
+    let mut requeued = 0;
+    for (lease_key, record, still_queued) in leases {
         if !still_queued {
+            let (origin, entry) = keys::parse_lease(&record).ok_or_else(|| bad("lease"))?;
             let key = keys::chunk_key(origin.host, origin.priority, entry.seq);
             // Normally no chunk starts at this seq (it was consumed); one does if an earlier
             // recovery stopped after this write: merge rather than overwrite.
@@ -359,35 +394,6 @@ fn recover(frontier: &sled::Tree, dir: &Path) -> Result<usize, Error> {
             requeued += 1;
         }
         frontier.remove(lease_key).map_err(write)?;
-    }
-
-    // 2. Cut the consumed entries off partly leased chunks, re-keyed by their new first seq
-    // so that the requests returned above (older) sort before them.
-    let mut cursors = Vec::new();
-    for kv in frontier.scan_prefix([CURSOR]) {
-        let (k, v) = kv.map_err(read)?;
-        let n = keys::u32_at(&v, 0).ok_or_else(|| bad("cursor"))?;
-        cursors.push((k.subslice(1, k.len() - 1), n));
-    }
-    for (chunk_key, consumed) in cursors {
-        let (host, priority, _) = keys::parse_chunk_key(&chunk_key).ok_or_else(|| bad("cursor"))?;
-        if let Some(chunk) = frontier.get(&chunk_key).map_err(read)? {
-            let mut at = 0;
-            for _ in 0..consumed {
-                at = keys::entry_at(&chunk, at).ok_or_else(|| bad("chunk"))?.1;
-            }
-            // Insert the rest before removing the whole: a crash in between leaves the
-            // cursor, so the next open repeats this step and writes the same key again.
-            if at < chunk.len() {
-                let (first, _) = keys::entry_at(&chunk, at).ok_or_else(|| bad("chunk"))?;
-                let rest = keys::chunk_key(host, priority, first.seq);
-                frontier.insert(rest, &chunk[at..]).map_err(write)?;
-            }
-            frontier.remove(&chunk_key).map_err(write)?;
-        }
-        frontier
-            .remove(keys::cursor_key(&chunk_key))
-            .map_err(write)?;
     }
     Ok(requeued)
 }
@@ -781,5 +787,15 @@ impl QueueStore for SledStore {
 
     fn next_seq(&self) -> u64 {
         self.lock().max_seq + 1
+    }
+
+    fn checkpoint(&mut self, stats: &serde_json::Value) -> Result<(), crawler_sched::Error> {
+        self.save_stats(stats)?;
+        Ok(self.flush()?)
+    }
+
+    fn saved_stats(&self) -> Option<serde_json::Value> {
+        // Unreadable stats only cost the counters of the earlier run, never queued work.
+        self.load_stats().ok().flatten()
     }
 }

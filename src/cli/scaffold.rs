@@ -247,6 +247,8 @@ publish = false
 
 [dependencies]
 crawler = {{ path = "{dep_path}" }}
+# The derive macros expand to `serde::...` paths, so the project names serde itself.
+serde = {{ version = "1", features = ["derive"] }}
 tokio = {{ version = "1", features = ["rt-multi-thread", "macros"] }}
 
 # A project of its own, even when created inside another workspace.
