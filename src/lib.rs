@@ -39,11 +39,14 @@
 //! (a local site that behaves like real servers, for tests and benchmarks).
 
 pub mod cli;
+mod conditional;
 mod error;
 pub mod progress;
 pub mod runner;
+pub mod sitemaps;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 pub use crawler_core as core;
 pub use crawler_http as http;
@@ -53,7 +56,7 @@ pub use crawler_store as store;
 pub use error::Error;
 pub use runner::{Contract, Runner};
 
-use crawler_core::{Engine, FeedSpec, Pipeline, Settings, Spider, Stats};
+use crawler_core::{ConditionalStore, Engine, FeedSpec, Pipeline, Settings, Spider, Stats};
 use crawler_http::HttpDownloader;
 use crawler_sched::{Frontier, FrontierConfig, MemoryStore, QueueStore};
 
@@ -118,6 +121,8 @@ pub struct Crawl<S: Spider> {
     feeds: Vec<PathBuf>,
     stages: Vec<Stage<S>>,
     progress: bool,
+    /// Validators and HTTP cache given in code; else opened from the settings.
+    conditional: Option<Arc<dyn ConditionalStore>>,
 }
 
 impl<S: Spider> Crawl<S> {
@@ -130,6 +135,7 @@ impl<S: Spider> Crawl<S> {
             feeds: Vec::new(),
             stages: Vec::new(),
             progress: true,
+            conditional: None,
         }
     }
 
@@ -167,6 +173,16 @@ impl<S: Spider> Crawl<S> {
         self
     }
 
+    /// Keep validators (conditional requests, sitemap lastmod) and, if the store keeps
+    /// responses, the HTTP cache in `store` instead of the database the settings would open
+    /// (`cache_dir`, or `JOB_DIR/cache`). Useful for tests
+    /// ([`MemoryConditional`](crawler_core::MemoryConditional)) and for sharing one store
+    /// between crawls in one process.
+    pub fn conditional_store(mut self, store: Arc<dyn ConditionalStore>) -> Self {
+        self.conditional = Some(store);
+        self
+    }
+
     /// The effective settings: base, then the spider's own, then explicit overrides.
     pub fn effective_settings(&self) -> Result<Settings, Error> {
         let mut s = self.settings.clone();
@@ -184,7 +200,11 @@ impl<S: Spider> Crawl<S> {
     /// Build the engine without running it (to get a shutdown handle or progress).
     pub fn build(self) -> Result<HttpEngine<S>, Error> {
         let settings = self.effective_settings()?;
-        let downloader = HttpDownloader::new(&settings)?;
+        let downloader = conditional::attach(
+            HttpDownloader::new(&settings)?,
+            &settings,
+            self.conditional,
+        )?;
         let allowed = self.spider.allowed_domains();
         let (store, resuming) = match &settings.job_dir {
             Some(dir) => open_job(dir, self.spider.name(), &allowed, &settings)?,

@@ -625,16 +625,24 @@ async fn work<S: Spider, D: Downloader>(ctx: Arc<Ctx<S, D>>, req: Request) -> Co
         Fetched::Response(r) => r,
     };
     let status = response.status();
-    let bytes = response.body().len() as u64;
+    // A 304 answered from the HTTP cache counts as not modified (the server sent no body),
+    // yet the spider parses the cached page so its items are still produced.
+    let revalidated = response.is_revalidated();
     let terminal = match status {
+        _ if revalidated => Terminal::NotModified,
         200..=299 => Terminal::Fetched,
         304 => Terminal::NotModified,
         _ => Terminal::Failed(FailureKind::Status),
     };
     let mut done = Completion::new(feedback, terminal);
-    done.status = Some(status);
-    done.bytes = bytes;
-    if !matches!(done.terminal, Terminal::Fetched) {
+    done.status = Some(if revalidated { 304 } else { status });
+    // Cached bodies did not cross the network; the stats count bytes received.
+    done.bytes = if response.is_cached() {
+        0
+    } else {
+        response.body().len() as u64
+    };
+    if let Terminal::Failed(_) = done.terminal {
         if status >= 400 {
             tracing::debug!(url = %req.url, status, "response not handled by the spider");
         }
@@ -646,7 +654,12 @@ async fn work<S: Spider, D: Downloader>(ctx: Arc<Ctx<S, D>>, req: Request) -> Co
     let url = response.url().clone();
     let problems = response.problems();
     let mut out = Output::new(response.base_url().clone(), req.depth);
-    let result = ctx.spider.parse(response, &mut out).await;
+    let result = if status == 304 && !revalidated {
+        // Unchanged and no copy to replay: the spider's hook decides (default: nothing).
+        ctx.spider.not_modified(response, &mut out).await
+    } else {
+        ctx.spider.parse(response, &mut out).await
+    };
     let problems = std::mem::take(&mut *problems.lock().unwrap_or_else(|p| p.into_inner()));
     for p in &problems {
         tracing::error!(%url, "{p}");

@@ -311,6 +311,14 @@ impl Adaptive {
                 self.set_rate(safe * SLACK, trigger);
                 return;
             }
+                        if self.learned_ceiling.is_finite() && self.rate >= 0.98 * self.learned_ceiling {
+                // Refused while holding at the limit learned from an earlier refusal: that
+                // limit is a little high, not wildly wrong; lower it instead of halving.
+                self.learned_ceiling *= 0.9;
+                self.last_cut = Some(now);
+                self.set_rate(self.learned_ceiling, trigger);
+                return;
+            }
             // What we sent at was too much: remember, and stay a little under the cut rate.
             // Exactly at a token bucket's rate, every stall on either side wastes refill
             // while the bucket is full, so the burst erodes until a refusal; 5% slack keeps
@@ -832,5 +840,25 @@ mod probe_tests {
             "back to 95% of the safe rate, not half of {probing}: {}",
             t.rate()
         );
+    }
+}
+
+#[cfg(test)]
+mod ceiling_tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_at_the_learned_limit_lowers_it_a_little() {
+        let s = Settings { start_rate: 10.0, max_rate: 20.0, ..Default::default() };
+        let mut t = Adaptive::new(Rules::from_settings(&s, "h", Instant::now()), &s);
+        let refuse = Feedback { sent: true, status: Some(429), ..Default::default() };
+        let now = Instant::now();
+        t.on_send(now);
+        t.on_feedback(&refuse, now);
+        assert!((t.rate() - 4.75).abs() < 1e-6);
+        let later = now + Duration::from_secs(5);
+        t.on_send(later);
+        t.on_feedback(&refuse, later);
+        assert!((t.rate() - 4.275).abs() < 1e-6, "90% of 4.75, not half: {}", t.rate());
     }
 }

@@ -98,6 +98,7 @@
 //! MiB; sled's 1 GiB default is never used). Nothing grows with the number of queued URLs.
 
 mod cache;
+mod conditional;
 mod db;
 mod error;
 mod keys;
@@ -107,6 +108,7 @@ mod sled_store;
 mod validators;
 
 pub use cache::{CacheStore, CachedResponse};
+pub use conditional::SledConditional;
 pub use error::Error;
 pub use options::StoreOptions;
 pub use sled_store::SledStore;

@@ -1,0 +1,64 @@
+//! Wiring of validators and the HTTP cache from the settings into the downloader.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crawler_core::{ConditionalStore, Settings};
+use crawler_http::HttpDownloader;
+use crawler_store::SledConditional;
+
+use crate::Error;
+
+/// Give the downloader its store: the one set in code, else the one the settings ask for.
+pub(crate) fn attach(
+    downloader: HttpDownloader,
+    settings: &Settings,
+    given: Option<Arc<dyn ConditionalStore>>,
+) -> Result<HttpDownloader, Error> {
+    let store = match given {
+        Some(store) => Some(store),
+        None => open(settings)?,
+    };
+    Ok(match store {
+        Some(store) => downloader.with_store(store),
+        None => downloader,
+    })
+}
+
+/// The directory validators and the HTTP cache live in: `cache_dir`, else `JOB_DIR/cache`.
+///
+/// A database of their own rather than a tree of the job's: they are meant to outlive the
+/// job (a finished job's frontier is done; its validators make the next crawl cheap), and
+/// the job's database is locked by its frontier.
+pub(crate) fn cache_dir(settings: &Settings) -> Option<PathBuf> {
+    settings
+        .cache_dir
+        .as_ref()
+        .map(PathBuf::from)
+        .or_else(|| settings.job_dir.as_ref().map(|d| Path::new(d).join("cache")))
+}
+
+fn open(settings: &Settings) -> Result<Option<Arc<dyn ConditionalStore>>, Error> {
+    let Some(dir) = cache_dir(settings) else {
+        if settings.http_cache {
+            return Err(Error::from_message(
+                "http_cache is on but there is nowhere to keep responses: set cache_dir or \
+                 job_dir"
+                    .to_owned(),
+            ));
+        }
+        return Ok(None);
+    };
+    if !settings.conditional_requests && !settings.http_cache {
+        return Ok(None);
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        Error::from_message(format!("cannot create cache directory {}: {e}", dir.display()))
+    })?;
+    let cache = settings.http_cache.then_some(
+        (settings.http_cache_max_bytes > 0).then_some(settings.http_cache_max_bytes),
+    );
+    let store = SledConditional::open(&dir, cache, SledConditional::options())
+        .map_err(|e| Error::from_message(e.to_string()))?;
+    Ok(Some(Arc::new(store)))
+}
