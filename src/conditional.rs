@@ -31,11 +31,12 @@ pub(crate) fn attach(
 /// job (a finished job's frontier is done; its validators make the next crawl cheap), and
 /// the job's database is locked by its frontier.
 pub(crate) fn cache_dir(settings: &Settings) -> Option<PathBuf> {
-    settings
-        .cache_dir
-        .as_ref()
-        .map(PathBuf::from)
-        .or_else(|| settings.job_dir.as_ref().map(|d| Path::new(d).join("cache")))
+    settings.cache_dir.as_ref().map(PathBuf::from).or_else(|| {
+        settings
+            .job_dir
+            .as_ref()
+            .map(|d| Path::new(d).join("cache"))
+    })
 }
 
 fn open(settings: &Settings) -> Result<Option<Arc<dyn ConditionalStore>>, Error> {
@@ -53,11 +54,14 @@ fn open(settings: &Settings) -> Result<Option<Arc<dyn ConditionalStore>>, Error>
         return Ok(None);
     }
     std::fs::create_dir_all(&dir).map_err(|e| {
-        Error::from_message(format!("cannot create cache directory {}: {e}", dir.display()))
+        Error::from_message(format!(
+            "cannot create cache directory {}: {e}",
+            dir.display()
+        ))
     })?;
-    let cache = settings.http_cache.then_some(
-        (settings.http_cache_max_bytes > 0).then_some(settings.http_cache_max_bytes),
-    );
+    let cache = settings
+        .http_cache
+        .then_some((settings.http_cache_max_bytes > 0).then_some(settings.http_cache_max_bytes));
     let store = SledConditional::open(&dir, cache, SledConditional::options())
         .map_err(|e| Error::from_message(e.to_string()))?;
     Ok(Some(Arc::new(store)))

@@ -233,6 +233,18 @@ impl<S: QueueStore> Frontier<S> {
             .map(|h| (h.key.as_str(), self.store.host_len(&h.key), h.in_flight))
     }
 
+    /// Give every host the store has work for a place in the ready heap, including hosts
+    /// whose work another process queued in a shared store (see
+    /// [`FleetFrontier`](crate::FleetFrontier)). Hosts skipped for the run stay skipped.
+    pub fn refresh_hosts(&mut self, now: Instant) {
+        for host in self.store.hosts() {
+            let id = self.host_id(host, now);
+            if self.hosts.get(id).is_some_and(|h| h.skipped.is_none()) {
+                self.reschedule(id, now);
+            }
+        }
+    }
+
     fn failed(&mut self, e: Error) {
         tracing::error!("frontier store failed: {e}");
         self.error.get_or_insert(e);

@@ -5,6 +5,12 @@
 //! key, and hands out a request only when that host's [`Throttle`] allows a send. Waiting is
 //! expressed as "not before T", so a host that must wait never blocks the others.
 //!
+//! For a fleet of workers sharing one frontier (crawler-store's Redis backend), the
+//! `shared` module adds [`SharedBudget`] (the contract of a per-host budget kept where
+//! every worker sees it), [`SharedThrottle`] (a [`Throttle`] paced by it) and
+//! [`FleetFrontier`] (a frontier that finds work queued by other workers and waits for the
+//! fleet's leases before it calls the crawl done).
+//!
 //! ```
 //! use crawler_core::{Next, Request, Scheduler, Settings};
 //! use crawler_sched::{Frontier, FrontierConfig};
@@ -19,11 +25,15 @@
 mod error;
 mod fingerprint;
 mod frontier;
+mod shared;
 mod store;
 mod throttle;
 
 pub use error::Error;
 pub use fingerprint::{Fingerprint, canonical_url, fingerprint};
 pub use frontier::{Frontier, FrontierConfig, ThrottleFactory, host_key, is_allowed_domain};
+pub use shared::{
+    BudgetParams, Fleet, FleetFrontier, FleetStatus, HostView, SharedBudget, SharedThrottle,
+};
 pub use store::{Entry, MemoryStore, QueueStore};
 pub use throttle::{Adaptive, AutoThrottle, FixedDelay, Rules, Throttle, Verdict, throttle_for};

@@ -209,7 +209,7 @@ const EASE: f64 = 0.85;
 /// whose limit went up is found again, slowly.
 const CEILING_RELAX: f64 = 1.1;
 /// How far under a learned limit the rate settles.
-const SLACK: f64 = 0.95;
+const SLACK: f64 = 0.9;
 /// The shortest calm period before a probe above a learned ceiling. A probe that fails
 /// costs a refusal and its hold, so the period grows to ten times the longest Retry-After
 /// seen and doubles after each failed probe.
@@ -321,7 +321,7 @@ impl Adaptive {
             }
             // What we sent at was too much: remember, and stay a little under the cut rate.
             // Exactly at a token bucket's rate, every stall on either side wastes refill
-            // while the bucket is full, so the burst erodes until a refusal; 5% slack keeps
+            // while the bucket is full, so the burst erodes until a refusal; 10% slack keeps
             // the server's bucket topped up.
             self.learned_ceiling = self.learned_ceiling.min(self.rate * CUT * SLACK);
         }
@@ -617,8 +617,8 @@ mod tests {
             Verdict::Continue
         );
         assert!(
-            (t.rate() - 4.75).abs() < 1e-6,
-            "halved from 10, with 5% slack"
+            (t.rate() - 4.5).abs() < 1e-6,
+            "halved from 10, with 10% slack"
         );
         assert_eq!(
             t.ready_at(),
@@ -633,11 +633,11 @@ mod tests {
             },
             now + Duration::from_millis(50),
         );
-        assert!((t.rate() - 4.75).abs() < 1e-6);
+        assert!((t.rate() - 4.5).abs() < 1e-6);
         // Growth after the hold stops at the learned ceiling (below the refused rate).
         tokio::time::sleep_until(t.ready_at()).await;
         drive(&mut t, 100, || ok(5)).await;
-        assert!(t.rate() <= 4.75 + 1e-6, "{}", t.rate());
+        assert!(t.rate() <= 4.5 + 1e-6, "{}", t.rate());
     }
 
     #[tokio::test(start_paused = true)]
@@ -821,7 +821,7 @@ mod probe_tests {
         let now = Instant::now();
         t.on_send(now);
         t.on_feedback(&refuse(3), now);
-        assert!((t.rate() - 4.75).abs() < 1e-6);
+        assert!((t.rate() - 4.5).abs() < 1e-6);
         // Calm for longer than ten times the Retry-After: the rate is marked safe and a
         // probe above it begins.
         let mut at = now;
@@ -831,13 +831,13 @@ mod probe_tests {
             t.on_send(at);
             t.on_feedback(&ok, at);
         }
-        assert!(t.rate() > 4.75 + 1e-6, "probing above 4.75: {}", t.rate());
+        assert!(t.rate() > 4.5 + 1e-6, "probing above 4.5: {}", t.rate());
         let probing = t.rate();
         t.on_send(at);
         t.on_feedback(&refuse(3), at);
         assert!(
-            (t.rate() - 4.75 * 0.95).abs() < 1e-6,
-            "back to 95% of the safe rate, not half of {probing}: {}",
+            (t.rate() - 4.5 * 0.9).abs() < 1e-6,
+            "back to 90% of the safe rate, not half of {probing}: {}",
             t.rate()
         );
     }
@@ -855,10 +855,10 @@ mod ceiling_tests {
         let now = Instant::now();
         t.on_send(now);
         t.on_feedback(&refuse, now);
-        assert!((t.rate() - 4.75).abs() < 1e-6);
+        assert!((t.rate() - 4.5).abs() < 1e-6);
         let later = now + Duration::from_secs(5);
         t.on_send(later);
         t.on_feedback(&refuse, later);
-        assert!((t.rate() - 4.275).abs() < 1e-6, "90% of 4.75, not half: {}", t.rate());
+        assert!((t.rate() - 4.05).abs() < 1e-6, "90% of 4.5, not half: {}", t.rate());
     }
 }

@@ -181,7 +181,8 @@ mod tests {
     #[test]
     fn pages_round_trip_and_fragments_share_a_key() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SledConditional::open(dir.path(), Some(None), SledConditional::options()).unwrap();
+        let store =
+            SledConditional::open(dir.path(), Some(None), SledConditional::options()).unwrap();
         let url = Url::parse("http://books.test/a#x").unwrap();
         let page = CachedPage {
             url: "http://books.test/a".into(),

@@ -50,6 +50,24 @@ pub(crate) enum Repr {
         action: &'static str,
         source: sled::Error,
     },
+    #[error("invalid Redis URL {}: {source}", url.display())]
+    RedisConfig {
+        url: PathBuf,
+        source: redis::RedisError,
+    },
+    #[error(
+        "Redis at {} failed during {action} (gave up after {:.1}s of retries): {source}",
+        url.display(),
+        waited.as_secs_f64()
+    )]
+    Redis {
+        url: PathBuf,
+        action: &'static str,
+        waited: std::time::Duration,
+        source: redis::RedisError,
+    },
+    #[error("unexpected reply from Redis at {}: {detail}", url.display())]
+    RedisReply { url: PathBuf, detail: String },
     #[error("cannot encode a record for {}: {source}", path.display())]
     Encode {
         path: PathBuf,
@@ -77,7 +95,13 @@ impl Error {
         matches!(self.0, Repr::Corrupt { .. } | Repr::NotADirectory { .. })
     }
 
-    /// The job directory (or store path) the error is about.
+    /// Redis could not be reached (or kept failing) for longer than the store retries, or
+    /// its URL is invalid.
+    pub fn is_redis_unavailable(&self) -> bool {
+        matches!(self.0, Repr::Redis { .. } | Repr::RedisConfig { .. })
+    }
+
+    /// The job directory (or store path, or redacted Redis URL) the error is about.
     pub fn path(&self) -> &Path {
         match &self.0 {
             Repr::InUse { path, .. }
@@ -88,6 +112,9 @@ impl Error {
             | Repr::Io { path, .. }
             | Repr::Sled { path, .. }
             | Repr::Encode { path, .. } => path,
+            Repr::RedisConfig { url, .. }
+            | Repr::Redis { url, .. }
+            | Repr::RedisReply { url, .. } => url,
         }
     }
 
@@ -124,6 +151,37 @@ impl Error {
             path: path.to_owned(),
             action,
             source,
+        }
+        .into()
+    }
+
+    pub(crate) fn redis_config(url: &str, source: redis::RedisError) -> Self {
+        Repr::RedisConfig {
+            url: url.into(),
+            source,
+        }
+        .into()
+    }
+
+    pub(crate) fn redis(
+        url: &str,
+        action: &'static str,
+        waited: std::time::Duration,
+        source: redis::RedisError,
+    ) -> Self {
+        Repr::Redis {
+            url: url.into(),
+            action,
+            waited,
+            source,
+        }
+        .into()
+    }
+
+    pub(crate) fn redis_reply(url: &str, detail: impl Into<String>) -> Self {
+        Repr::RedisReply {
+            url: url.into(),
+            detail: detail.into(),
         }
         .into()
     }

@@ -6,7 +6,6 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crawler_core::Request;
 use crawler_sched::{Entry, Fingerprint, QueueStore};
-use sled::Batch;
 
 use crate::cache::CacheStore;
 use crate::db::{open_db, open_tree};
@@ -294,11 +293,12 @@ fn check_job(meta: &sled::Tree, dir: &Path, spider: &str, settings: &str) -> Res
         }
         Some(_) => {}
         None => {
-            let mut b = Batch::default();
-            b.insert(META_SPIDER, spider.as_bytes());
-            b.insert(META_SETTINGS, settings.as_bytes());
-            meta.apply_batch(b)
-                .map_err(|e| Error::sled(dir, "write the job metadata", e))?;
+            // Settings first: the spider name is what marks the directory as claimed, so a
+            // crash between the two writes leaves a directory that is claimed afresh.
+            let write = |e| Error::sled(dir, "write the job metadata", e);
+            meta.insert(META_SETTINGS, settings.as_bytes())
+                .map_err(write)?;
+            meta.insert(META_SPIDER, spider.as_bytes()).map_err(write)?;
             return Ok(());
         }
     }
