@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! cargo bench --bench crawl -- [BOOKS] [CONCURRENCY] [URL]   # defaults: 10000 books, 64
+//! cargo bench --bench crawl -- chaos [BOOKS] [CONCURRENCY]   # the chaos site: peak RSS
 //! ```
 //!
 //! The lab runs in a child process (this same binary with `--serve`), so the CPU and memory
@@ -43,13 +44,17 @@ fn peak_rss_mib() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-fn serve(books: usize) -> std::result::Result<(), Box<dyn std::error::Error>> {
+fn serve(books: usize, chaos: bool) -> std::result::Result<(), Box<dyn std::error::Error>> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let lab = crawler::lab::Lab::builder().books(books).start().await?;
+        let mut lab = crawler::lab::Lab::builder().books(books);
+        if chaos {
+            lab = lab.scenario(crawler::lab::Scenario::chaos());
+        }
+        let lab = lab.start().await?;
         println!("{}", lab.url());
         // Serve until the parent closes our stdin (or dies).
         let mut line = String::new();
@@ -70,9 +75,17 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         .collect();
     if args.first().map(String::as_str) == Some("--serve") {
         let books = args.get(1).and_then(|b| b.parse().ok()).unwrap_or(10_000);
-        return serve(books);
+        return serve(books, args.get(2).map(String::as_str) == Some("chaos"));
     }
-    let books: usize = args.first().and_then(|b| b.parse().ok()).unwrap_or(10_000);
+    // `chaos` crawls the lab's chaos site (2,000 books, a fifth of them faults: bombs,
+    // endless and trickling bodies, resets, redirect loops) to measure memory under hostile
+    // input.
+    let chaos = args.first().map(String::as_str) == Some("chaos");
+    let args: Vec<String> = if chaos { args[1..].to_vec() } else { args };
+    let books: usize = args
+        .first()
+        .and_then(|b| b.parse().ok())
+        .unwrap_or(if chaos { 2_000 } else { 10_000 });
     let concurrency: usize = args.get(1).and_then(|c| c.parse().ok()).unwrap_or(64);
 
     // A third argument points at a lab already running (to compare with another crawler on
@@ -82,7 +95,11 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         Some(url) => url.clone(),
         None => {
             let mut c = Command::new(std::env::current_exe()?)
-                .args(["--serve", &books.to_string()])
+                .args([
+                    "--serve",
+                    &books.to_string(),
+                    if chaos { "chaos" } else { "open" },
+                ])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()?;
@@ -98,15 +115,19 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         .build()?;
     let cpu0 = cpu_seconds();
     let t0 = Instant::now();
-    let stats = rt.block_on(
-        Crawl::new(books::Books { start: url })
-            .set("concurrency", concurrency.to_string())
-            .set("concurrency_per_host", concurrency.to_string())
-            .set("throttle", "fixed")
-            .set("download_delay", "0s")
-            .progress(false)
-            .run(),
-    )?;
+    let mut crawl = Crawl::new(books::Books { start: url })
+        .set("concurrency", concurrency.to_string())
+        .set("concurrency_per_host", concurrency.to_string())
+        .set("throttle", "fixed")
+        .set("download_delay", "0s")
+        .progress(false);
+    if chaos {
+        crawl = crawl
+            .set("download_timeout", "2s")
+            .set("retry_times", "1")
+            .set("retry_backoff_base", "100ms");
+    }
+    let stats = rt.block_on(crawl.run())?;
     let wall = t0.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu0;
     if let Some(mut c) = child {
@@ -126,6 +147,15 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         cpu / pages.max(1) as f64 * 1000.0
     );
     println!("peak_rss_mib={:.1}", peak_rss_mib());
+    if chaos {
+        println!(
+            "failed={:?} retries={} reconciles={}",
+            stats.failed,
+            stats.retries,
+            stats.reconciles()
+        );
+        return Ok(());
+    }
     if stats.items_scraped as usize != books {
         return Err(format!("expected {books} items, got {}", stats.items_scraped).into());
     }

@@ -58,7 +58,7 @@ pub use runner::{Contract, Runner};
 
 use crawler_core::{ConditionalStore, Engine, FeedSpec, Pipeline, Settings, Spider, Stats};
 use crawler_http::HttpDownloader;
-use crawler_sched::{Frontier, FrontierConfig, MemoryStore, QueueStore};
+use crawler_sched::{FleetFrontier, Frontier, FrontierConfig, MemoryStore, QueueStore};
 
 /// Everything a spider file needs.
 pub mod prelude {
@@ -70,8 +70,9 @@ pub mod prelude {
     pub use serde::Serialize;
 }
 
-/// The engine type a [`Crawl`] builds: HTTP downloads, in-memory frontier.
-pub type HttpEngine<S> = Engine<S, HttpDownloader, Frontier<Box<dyn QueueStore>>>;
+/// The engine type a [`Crawl`] builds: HTTP downloads, and a frontier in memory, in a job
+/// directory, or shared by a fleet through Redis.
+pub type HttpEngine<S> = Engine<S, HttpDownloader, FleetFrontier<Box<dyn QueueStore>>>;
 
 /// Open (or resume) the job directory's persistent frontier. Settings that change what the
 /// frontier holds (allowed domains, depth and URL-length limits) are part of the job's
@@ -109,6 +110,61 @@ fn open_job(
         );
     }
     Ok((Box::new(store), resuming))
+}
+
+/// The pacing parameters of a shared budget for `settings`. The shared budget is always
+/// the adaptive policy; `throttle = "fixed"` pins it to one rate (`1 / download_delay`, or
+/// `max_rate` without a delay).
+fn budget_params(settings: &Settings) -> crawler_sched::BudgetParams {
+    let mut p = crawler_sched::BudgetParams::from_settings(settings);
+    if settings.throttle == crawler_core::ThrottleMode::Fixed {
+        let rate = if settings.download_delay.is_zero() {
+            settings.max_rate
+        } else {
+            1.0 / settings.download_delay.as_secs_f64()
+        };
+        p.start_rate = rate;
+        p.min_rate = rate;
+        p.max_rate = rate;
+    }
+    p
+}
+
+/// Join the Redis-backed crawl named by `job_name` (default: the spider's name): shared
+/// frontier and leases, and every host paced by the fleet's shared budget.
+fn open_fleet(
+    url: &str,
+    spider: &str,
+    allowed: Vec<String>,
+    settings: &Settings,
+) -> Result<FleetFrontier<Box<dyn QueueStore>>, Error> {
+    let job = settings
+        .job_name
+        .clone()
+        .unwrap_or_else(|| spider.to_owned());
+    let options = crawler_store::RedisOptions {
+        lease_timeout: settings.lease_timeout,
+        retry_for: settings.redis_retry_for,
+        budget: Some(budget_params(settings)),
+        ..crawler_store::RedisOptions::new(url, job)
+    };
+    let store =
+        crawler_store::RedisStore::open(options).map_err(|e| Error::from_message(e.to_string()))?;
+    let budget = store.budget();
+    let fleet = store.fleet();
+    let mut config = FrontierConfig::from_settings(settings, allowed);
+    let pacing = settings.clone();
+    config.throttle = Box::new(move |host, now| {
+        let params = budget_params(&pacing.for_host(host));
+        Box::new(crawler_sched::SharedThrottle::new(
+            host,
+            std::sync::Arc::clone(&budget),
+            params,
+            now,
+        ))
+    });
+    let frontier = Frontier::with_store(config, Box::new(store) as Box<dyn QueueStore>);
+    Ok(FleetFrontier::new(frontier, fleet))
 }
 
 type Stage<S> = Box<dyn FnOnce(HttpEngine<S>) -> HttpEngine<S> + Send>;
@@ -200,18 +256,24 @@ impl<S: Spider> Crawl<S> {
     /// Build the engine without running it (to get a shutdown handle or progress).
     pub fn build(self) -> Result<HttpEngine<S>, Error> {
         let settings = self.effective_settings()?;
-        let downloader = conditional::attach(
-            HttpDownloader::new(&settings)?,
-            &settings,
-            self.conditional,
-        )?;
+        let downloader =
+            conditional::attach(HttpDownloader::new(&settings)?, &settings, self.conditional)?;
         let allowed = self.spider.allowed_domains();
-        let (store, resuming) = match &settings.job_dir {
-            Some(dir) => open_job(dir, self.spider.name(), &allowed, &settings)?,
-            None => (Box::new(MemoryStore::new()) as Box<dyn QueueStore>, false),
+        let (frontier, resuming) = if let Some(url) = &settings.redis_url {
+            // Each worker of a fleet writes its own feeds from scratch.
+            (
+                open_fleet(url, self.spider.name(), allowed, &settings)?,
+                false,
+            )
+        } else {
+            let (store, resuming) = match &settings.job_dir {
+                Some(dir) => open_job(dir, self.spider.name(), &allowed, &settings)?,
+                None => (Box::new(MemoryStore::new()) as Box<dyn QueueStore>, false),
+            };
+            let frontier =
+                Frontier::with_store(FrontierConfig::from_settings(&settings, allowed), store);
+            (FleetFrontier::solo(frontier), resuming)
         };
-        let frontier =
-            Frontier::with_store(FrontierConfig::from_settings(&settings, allowed), store);
         let mut engine = Engine::new(self.spider, downloader, frontier, settings);
         for path in self.feeds {
             // A resumed job adds to the feeds of the runs before it.

@@ -120,9 +120,10 @@ pub const SECTIONS: &[Section] = &[
     },
     Section {
         name: "job",
-        about: "The job directory (pause, resume, survive a crash) and the failures file.",
-        keys: &["job_dir", "failures_file"],
-        prefixes: &["job_"],
+        about: "The job directory (pause, resume, survive a crash), the failures file, and \
+                a shared crawl on Redis (redis_url, job_name, lease_timeout).",
+        keys: &["job_dir", "failures_file", "lease_timeout"],
+        prefixes: &["job_", "redis_"],
     },
     Section {
         name: "logging",

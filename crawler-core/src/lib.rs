@@ -35,6 +35,7 @@ mod failures;
 mod feed;
 mod fetch;
 mod links;
+mod middleware;
 mod output;
 mod pipeline;
 mod request;
@@ -59,6 +60,12 @@ pub use fetch::{
     HostStats, Lease, Next, RateLimitReading, Scheduler,
 };
 pub use links::{Extracted, IGNORED_EXTENSIONS, Link, LinkExtractor, LinkExtractorBuilder};
+pub use middleware::{
+    Action, After, BoxedDownloaderMiddleware, BoxedSpiderMiddleware, DOWNLOADER_MIDDLEWARES,
+    DownloaderMiddleware, DynDownloaderMiddleware, MiddlewareStats, Middlewares, Page,
+    REFERER_POLICIES, RefererPolicy, SPIDER_MIDDLEWARES, SpiderMiddleware, SpiderWithMiddlewares,
+    order_stack,
+};
 pub use output::Output;
 pub use pipeline::{Pipeline, Processed};
 pub use request::{Request, parse_http_url};

@@ -97,6 +97,12 @@ impl<I> Output<I> {
         self.invalid_links
     }
 
+    /// The items and requests emitted so far, to filter or change in place (spider
+    /// middlewares do).
+    pub fn parts_mut(&mut self) -> (&mut Vec<I>, &mut Vec<Request>) {
+        (&mut self.items, &mut self.requests)
+    }
+
     /// Take the items and requests out.
     pub fn into_parts(self) -> (Vec<I>, Vec<Request>) {
         (self.items, self.requests)

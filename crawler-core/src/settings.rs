@@ -143,6 +143,22 @@ pub struct Settings {
     /// The most bytes of responses the HTTP cache keeps, oldest dropped first; 0 means no
     /// limit. Default 0.
     pub http_cache_max_bytes: u64,
+    /// Crawl as one of a fleet of workers sharing a frontier, seen set, leases and per-host
+    /// budgets in Redis: `redis://[:password@]host:port[/db]` or `rediss://` for TLS.
+    /// Workers with the same `job_name` join the same crawl; each writes items to its own
+    /// feeds. Unset: the crawl is local (in memory, or `job_dir`).
+    pub redis_url: Option<String>,
+    /// The name workers join a shared (Redis) crawl by. Unset: the spider's name.
+    pub job_name: Option<String>,
+    /// With `redis_url`: how long a request handed to a worker stays leased without the
+    /// worker renewing it (a live worker renews its leases); after that another worker
+    /// fetches it. So this is how long a killed worker's pages wait. Default 30s.
+    #[serde(with = "humantime_serde")]
+    pub lease_timeout: Duration,
+    /// With `redis_url`: how long workers pause and retry while Redis is unreachable
+    /// before the crawl stops with an error (nothing is lost either way). Default 60s.
+    #[serde(with = "humantime_serde")]
+    pub redis_retry_for: Duration,
 }
 
 /// Settings for the hosts whose names match a glob: written `[[hosts]]` in crawler.toml.
@@ -356,6 +372,10 @@ impl Default for Settings {
             cache_dir: None,
             http_cache_offline: false,
             http_cache_max_bytes: 0,
+            redis_url: None,
+            job_name: None,
+            lease_timeout: Duration::from_secs(30),
+            redis_retry_for: Duration::from_secs(60),
         }
     }
 }
@@ -412,6 +432,10 @@ impl Settings {
         }
         if self.concurrency_per_host == 0 {
             return bad(&["concurrency_per_host"], "must be at least 1");
+        }
+        if self.lease_timeout < Duration::from_millis(500) {
+            // Leases are renewed every quarter of the timeout; shorter would flood Redis.
+            return bad(&["lease_timeout"], "must be at least 500ms");
         }
         if self.download_timeout.is_zero() {
             return bad(&["download_timeout"], "must be longer than 0s");

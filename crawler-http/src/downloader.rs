@@ -475,7 +475,13 @@ impl HttpDownloader {
         let check = robots.check(&req.url).await;
         let rules = robots.rules(&req.url).await;
         let mut body = String::new();
-        for url in rules.sitemap_urls() {
+        // Relative lines are resolved against robots.txt: the RFC asks for absolute URLs,
+        // but sites write `Sitemap: /sitemap.xml` often enough.
+        let sitemaps = rules
+            .sitemaps()
+            .iter()
+            .filter_map(|s| req.url.join(s.trim()).ok());
+        for url in sitemaps.filter(|u| matches!(u.scheme(), "http" | "https")) {
             body.push_str("Sitemap: ");
             body.push_str(url.as_str());
             body.push('\n');

@@ -283,13 +283,20 @@ async fn route(
     reply: &mut Reply,
     shutdown: &mut watch::Receiver<bool>,
 ) {
+    let path = req.path();
+    // The members' area answers its own methods (the login form is POSTed).
+    if path == "/login" {
+        return crate::account::login(shared, req, reply);
+    }
+    if path == "/account" || path.starts_with("/account/") {
+        return crate::account::account(shared, req, reply);
+    }
     if req.method != "GET" && req.method != "HEAD" {
         reply.status = 405;
         reply.header("Allow", "GET, HEAD");
         return;
     }
     let cat = &shared.catalogue;
-    let path = req.path();
     if path == "/" || path == "/index.html" {
         if validate(req, cat.site_validators(1), reply) {
             cat.render_index(&mut reply.body);
@@ -337,6 +344,8 @@ async fn route(
         if validate(req, cat.site_validators(2), reply) {
             cat.render_private(&mut reply.body);
         }
+    } else if path == "/api/books" {
+        crate::api::books(shared, req, reply);
     } else if let Some(n) = path.strip_prefix("/blob/") {
         blob(n, req, reply);
     } else if let Some(rest) = path.strip_prefix("/fault/") {

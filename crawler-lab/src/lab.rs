@@ -278,6 +278,13 @@ impl Lab {
         })
     }
 
+    /// The ids of the books the members' area lists for [`crate::USERNAME`], in page order
+    /// (`/account/books/ID.html`).
+    pub fn account_books(&self) -> Vec<u32> {
+        let cat = &self.shared.catalogue;
+        crate::account::account_books(cat.seed, cat.books)
+    }
+
     /// Changes about `fraction` of the books (price, stock, description, and so their ETag and
     /// Last-Modified, and the listings and sitemaps that show them); returns the changed ids.
     /// Which books change depends only on the seed and how many mutations came before.

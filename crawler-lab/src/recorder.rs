@@ -33,6 +33,14 @@ pub struct RecordedRequest {
     pub if_none_match: Option<String>,
     /// `If-Modified-Since` request header.
     pub if_modified_since: Option<String>,
+    /// `Referer` request header.
+    pub referer: Option<String>,
+    /// `Cookie` request header.
+    pub cookie: Option<String>,
+    /// `Authorization` request header.
+    pub authorization: Option<String>,
+    /// `X-Crawl-Tag` request header (a tag clients may send to mark requests for tests).
+    pub tag: Option<String>,
     /// Body bytes the response carried (or was meant to carry, for faults and streams).
     pub bytes: u64,
     /// The end of the wait this response announced (`Retry-After`, or rate-limit headers
@@ -56,6 +64,10 @@ pub(crate) struct Observation<'a> {
     pub user_agent: Option<&'a str>,
     pub if_none_match: Option<&'a str>,
     pub if_modified_since: Option<&'a str>,
+    pub referer: Option<&'a str>,
+    pub cookie: Option<&'a str>,
+    pub authorization: Option<&'a str>,
+    pub tag: Option<&'a str>,
     pub bytes: u64,
     pub wait_until: Option<Duration>,
     pub fault: Option<FaultKind>,
@@ -75,6 +87,12 @@ struct Entry {
     client: u32,
     method: u32,
     user_agent: u32,
+    // Interned like the user agent: a crawl sends few distinct cookies, credentials and tags,
+    // and referers repeat (every link of a listing page names it).
+    referer: u32,
+    cookie: u32,
+    authorization: u32,
+    tag: u32,
     status: u16,
     fault: Option<FaultKind>,
     challenge: bool,
@@ -156,6 +174,10 @@ impl Recorder {
         let client = st.strings.intern(o.client);
         let method = st.strings.intern(o.method);
         let user_agent = o.user_agent.map_or(NONE, |ua| st.strings.intern(ua));
+        let referer = o.referer.map_or(NONE, |v| st.strings.intern(v));
+        let cookie = o.cookie.map_or(NONE, |v| st.strings.intern(v));
+        let authorization = o.authorization.map_or(NONE, |v| st.strings.intern(v));
+        let tag = o.tag.map_or(NONE, |v| st.strings.intern(v));
         st.entries.push(Entry {
             at: o.at,
             replied_at: o.replied_at,
@@ -167,6 +189,10 @@ impl Recorder {
             client,
             method,
             user_agent,
+            referer,
+            cookie,
+            authorization,
+            tag,
             status: o.status,
             fault: o.fault,
             challenge: o.challenge,
@@ -176,6 +202,7 @@ impl Recorder {
     /// A snapshot of every stored request, in the order responses were sent.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         let st = self.lock();
+        let opt = |id: u32| (id != NONE).then(|| st.strings.get(id).to_owned());
         st.entries
             .iter()
             .map(|e| RecordedRequest {
@@ -188,6 +215,10 @@ impl Recorder {
                 user_agent: (e.user_agent != NONE).then(|| st.strings.get(e.user_agent).to_owned()),
                 if_none_match: e.if_none_match.as_deref().map(str::to_owned),
                 if_modified_since: e.if_modified_since.as_deref().map(str::to_owned),
+                referer: opt(e.referer),
+                cookie: opt(e.cookie),
+                authorization: opt(e.authorization),
+                tag: opt(e.tag),
                 bytes: e.bytes,
                 wait_until: e.wait_until,
                 fault: e.fault,
@@ -422,6 +453,10 @@ mod tests {
             user_agent: Some("ua"),
             if_none_match: None,
             if_modified_since: None,
+            referer: None,
+            cookie: None,
+            authorization: None,
+            tag: None,
             bytes: 10,
             wait_until: wait_ms.map(|w| Duration::from_millis(at_ms + w)),
             fault: None,

@@ -24,7 +24,7 @@ use crate::util::put;
 
 /// Largest request head accepted.
 const MAX_HEAD: usize = 64 * 1024;
-/// Largest request body accepted (the lab serves GETs; bodies are read and dropped).
+/// Largest request body accepted (only the login form reads one; others are dropped).
 const MAX_BODY: u64 = 1 << 20;
 /// An idle keep-alive connection is closed after this long.
 const IDLE: Duration = Duration::from_secs(30);
@@ -39,6 +39,19 @@ pub(crate) struct Req<'a> {
     pub if_none_match: Option<&'a str>,
     pub if_modified_since: Option<&'a str>,
     pub client: &'a str,
+    /// `Cookie` request header.
+    pub cookie: Option<&'a str>,
+    /// `Content-Type` request header (the login form's POST).
+    pub content_type: Option<&'a str>,
+    /// `Authorization` request header.
+    pub authorization: Option<&'a str>,
+    /// `Referer` request header.
+    pub referer: Option<&'a str>,
+    /// `X-Crawl-Tag` request header: a free-form tag a client may send so tests can see
+    /// which requests a middleware touched.
+    pub tag: Option<&'a str>,
+    /// The request body (at most `MAX_BODY` bytes).
+    pub body: &'a [u8],
 }
 
 impl Req<'_> {
@@ -130,6 +143,7 @@ fn reason(status: u16) -> &'static str {
         200 => "OK",
         301 => "Moved Permanently",
         302 => "Found",
+        303 => "See Other",
         304 => "Not Modified",
         400 => "Bad Request",
         401 => "Unauthorized",
@@ -207,6 +221,11 @@ struct Head {
     if_none_match: Option<Range<usize>>,
     if_modified_since: Option<Range<usize>>,
     lab_client: Option<Range<usize>>,
+    cookie: Option<Range<usize>>,
+    content_type: Option<Range<usize>>,
+    authorization: Option<Range<usize>>,
+    referer: Option<Range<usize>>,
+    tag: Option<Range<usize>>,
     content_length: u64,
     chunked: bool,
     keep_alive: bool,
@@ -248,6 +267,16 @@ fn parse_head(buf: &[u8]) -> Parsed {
             head.if_modified_since = Some(span(buf, value));
         } else if name.eq_ignore_ascii_case("x-lab-client") {
             head.lab_client = Some(span(buf, value));
+        } else if name.eq_ignore_ascii_case("cookie") {
+            head.cookie = Some(span(buf, value));
+        } else if name.eq_ignore_ascii_case("content-type") {
+            head.content_type = Some(span(buf, value));
+        } else if name.eq_ignore_ascii_case("authorization") {
+            head.authorization = Some(span(buf, value));
+        } else if name.eq_ignore_ascii_case("referer") {
+            head.referer = Some(span(buf, value));
+        } else if name.eq_ignore_ascii_case("x-crawl-tag") {
+            head.tag = Some(span(buf, value));
         } else if name.eq_ignore_ascii_case("content-length") {
             match std::str::from_utf8(value)
                 .ok()
@@ -359,6 +388,12 @@ async fn connection(
             client: text(&rbuf, &head.lab_client)
                 .filter(|c| !c.is_empty())
                 .unwrap_or(&peer_ip),
+            cookie: text(&rbuf, &head.cookie),
+            content_type: text(&rbuf, &head.content_type),
+            authorization: text(&rbuf, &head.authorization),
+            referer: text(&rbuf, &head.referer),
+            tag: text(&rbuf, &head.tag),
+            body: &rbuf[head.len..consumed],
         };
         reply.clear();
         handler::handle(&shared, &req, &mut reply, &mut shutdown).await;
@@ -376,6 +411,10 @@ async fn connection(
                 user_agent: req.user_agent,
                 if_none_match: req.if_none_match,
                 if_modified_since: req.if_modified_since,
+                referer: req.referer,
+                cookie: req.cookie,
+                authorization: req.authorization,
+                tag: req.tag,
                 bytes: if head_only || reply.status == 304 {
                     0
                 } else {

@@ -245,7 +245,8 @@ pub struct FleetStatus {
 
 /// A shared frontier's view of the whole fleet.
 pub trait Fleet: Send + 'static {
-    /// The fleet's state as of the last synchronisation (no round trip).
+    /// The fleet's state now (one round trip). Asked only when this worker has nothing
+    /// to do, before it concludes the crawl is over.
     fn status(&self) -> FleetStatus;
 }
 
@@ -255,15 +256,33 @@ const POLL: Duration = Duration::from_millis(100);
 /// A [`Frontier`] over a store shared by several workers: finds work other workers queued
 /// and waits, rather than finishing, while any worker still holds leases that may yield
 /// more work or come back when they expire.
+///
+/// Built with [`FleetFrontier::solo`], it is the plain frontier (for a crawl that is not
+/// shared), so one engine type serves both.
 pub struct FleetFrontier<S: QueueStore> {
     inner: Frontier<S>,
-    fleet: Box<dyn Fleet>,
+    fleet: Option<Box<dyn Fleet>>,
+    /// When the fleet was last asked whether the crawl is over.
+    last_status: Option<Instant>,
 }
 
 impl<S: QueueStore> FleetFrontier<S> {
     /// Wrap `inner`, whose store is shared; `fleet` reports on the other workers.
     pub fn new(inner: Frontier<S>, fleet: Box<dyn Fleet>) -> Self {
-        Self { inner, fleet }
+        Self {
+            inner,
+            fleet: Some(fleet),
+            last_status: None,
+        }
+    }
+
+    /// A frontier that is not shared: every call goes straight to `inner`.
+    pub fn solo(inner: Frontier<S>) -> Self {
+        Self {
+            inner,
+            fleet: None,
+            last_status: None,
+        }
     }
 
     /// The wrapped frontier.
@@ -279,6 +298,9 @@ impl<S: QueueStore> Scheduler for FleetFrontier<S> {
 
     fn next(&mut self, now: Instant) -> Next {
         let first = self.inner.next(now);
+        let Some(fleet) = &self.fleet else {
+            return first;
+        };
         if matches!(first, Next::Ready(..)) {
             return first;
         }
@@ -292,12 +314,19 @@ impl<S: QueueStore> Scheduler for FleetFrontier<S> {
             Next::Ready(..) => next,
             Next::NotBefore(at) => Next::NotBefore(at.min(poll)),
             Next::Empty => {
-                let fleet = self.fleet.status();
-                if fleet.queued > 0 || fleet.leased > 0 {
-                    Next::NotBefore(poll)
-                } else {
-                    Next::Empty
+                // Only a fresh answer may end the crawl (a stale one may predate another
+                // worker's pushes); ask at most once per poll interval.
+                let stale = self
+                    .last_status
+                    .is_none_or(|at| now.saturating_duration_since(at) >= POLL);
+                if stale {
+                    self.last_status = Some(now);
+                    let fleet = fleet.status();
+                    if fleet.queued == 0 && fleet.leased == 0 {
+                        return Next::Empty;
+                    }
                 }
+                Next::NotBefore(poll)
             }
         }
     }
@@ -380,7 +409,11 @@ mod tests {
         };
         let now = Instant::now();
         let mut t = SharedThrottle::new("h", rec.clone(), BudgetParams::from_settings(&s), now);
-        assert_eq!(t.ready_at(), now, "ready at once before the backend has spoken");
+        assert_eq!(
+            t.ready_at(),
+            now,
+            "ready at once before the backend has spoken"
+        );
         let ok = Feedback {
             sent: true,
             status: Some(200),

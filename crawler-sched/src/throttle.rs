@@ -311,7 +311,7 @@ impl Adaptive {
                 self.set_rate(safe * SLACK, trigger);
                 return;
             }
-                        if self.learned_ceiling.is_finite() && self.rate >= 0.98 * self.learned_ceiling {
+            if self.learned_ceiling.is_finite() && self.rate >= 0.98 * self.learned_ceiling {
                 // Refused while holding at the limit learned from an earlier refusal: that
                 // limit is a little high, not wildly wrong; lower it instead of halving.
                 self.learned_ceiling *= 0.9;
@@ -849,9 +849,17 @@ mod ceiling_tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_refusal_at_the_learned_limit_lowers_it_a_little() {
-        let s = Settings { start_rate: 10.0, max_rate: 20.0, ..Default::default() };
+        let s = Settings {
+            start_rate: 10.0,
+            max_rate: 20.0,
+            ..Default::default()
+        };
         let mut t = Adaptive::new(Rules::from_settings(&s, "h", Instant::now()), &s);
-        let refuse = Feedback { sent: true, status: Some(429), ..Default::default() };
+        let refuse = Feedback {
+            sent: true,
+            status: Some(429),
+            ..Default::default()
+        };
         let now = Instant::now();
         t.on_send(now);
         t.on_feedback(&refuse, now);
@@ -859,6 +867,10 @@ mod ceiling_tests {
         let later = now + Duration::from_secs(5);
         t.on_send(later);
         t.on_feedback(&refuse, later);
-        assert!((t.rate() - 4.05).abs() < 1e-6, "90% of 4.5, not half: {}", t.rate());
+        assert!(
+            (t.rate() - 4.05).abs() < 1e-6,
+            "90% of 4.5, not half: {}",
+            t.rate()
+        );
     }
 }

@@ -110,6 +110,59 @@
 //! (`cache_capacity_bytes`, 64 MiB; sled's 1 GiB default is never used). Nothing grows
 //! with the number of queued URLs. Measured: a 10-million-URL frontier peaked at about
 //! 260 MiB RSS (see `benches/frontier.rs`).
+//!
+//! # Redis
+//!
+//! [`RedisStore`] is the backend for a fleet: several worker processes (on one machine or
+//! many) that open the same job name on one Redis server crawl as one crawler. They share
+//! the frontier, the seen set, leases with a visibility timeout, and one budget per host
+//! ([`RedisStore::budget`], a `crawler_sched::SharedBudget`), so N workers together stay
+//! within what one polite crawler would send.
+//!
+//! **Keys.** Everything lives under `crawler:{JOB}:` (the braces are a cluster hash tag):
+//! `seen` (a SET of 16-byte binary fingerprints), `hosts` (a SET of hosts with work),
+//! `q:HOST` (a ZSET whose members sort in serving order: flipped priority, seq, worker,
+//! request JSON), `leases` (a ZSET of lease id by expiry) and `lease` (a HASH of lease id
+//! to host and member), `b:HOST` (a HASH with the host's token bucket, adaptive rate,
+//! learned ceiling, holds and each worker's booked send slot), `stats` (each worker's
+//! last saved stats) and `meta` (worker and reclaim counters).
+//!
+//! **One script, one round trip.** Every exchange with Redis is one EVALSHA of a single
+//! Lua script (reloaded automatically after a Redis restart) that applies, atomically and
+//! in this order: buffered pushes (seen-set insert and queue insert together), buffered
+//! acknowledgements, lease renewals, budget feedback, reclaiming expired leases of dead
+//! workers, and then, if asked, a lease (budget check, token and the request in one step)
+//! or a read of the fleet's state. So a handed-out request costs one round trip, and
+//! acknowledgements, new links and ordinary feedback ride along with the next one. Holds
+//! (Retry-After, 429/503, an exhausted RateLimit quota, a challenge page) are sent at once,
+//! so every worker respects them from its next lease on. [`redis_round_trips`] counts them.
+//!
+//! **Budget.** The host's rate is the adaptive policy of `crawler_sched::Adaptive`
+//! (additive increase, multiplicative decrease on refusals, RateLimit steering, easing on
+//! rising latency, holds), run in Lua on the server's clock. A GCRA token bucket decides
+//! when the host's next send may start; a lease outside it is refused with the time to
+//! come back, and a granted lease books the worker's next slot, so workers interleave
+//! instead of racing for each token.
+//!
+//! **Seen set.** Fingerprints are stored as 16 raw bytes in a Redis SET: exact (no URL is
+//! ever wrongly dropped), about 70-90 bytes of Redis memory per URL (some 800 MB for 10
+//! million). A Bloom filter (a bitmap with k hashes, about 1.2 bytes per URL at 1% false
+//! positives) would cut that by 60x at the price of silently skipping ~1% of new URLs; it
+//! is not implemented. Each worker also remembers the fingerprints it has met (up to 2
+//! million, then it starts afresh), so links it sees again cost no round trip.
+//!
+//! **Failures.** A worker renews its leases while it runs; a killed worker's leases expire
+//! after `lease_timeout` and any worker returns them to their queues. While Redis is
+//! unreachable or restarting, every call retries with backoff (50 ms doubling to 2 s) and
+//! the crawl pauses; buffered pushes and acknowledgements stay in memory until Redis takes
+//! them. After `retry_for` the store gives up with an error naming the (password-redacted)
+//! URL, and the crawl stops with its leases open, to be taken back by the fleet. A retried
+//! round trip can apply twice; every part of the script is idempotent or errs towards
+//! fetching a page again, never towards losing one.
+//!
+//! **Items and stats.** Items go to each worker's own feeds (give each worker its own file);
+//! each worker's stats cover what it did and are saved under its worker number
+//! ([`RedisStore::worker_stats`]), so the fleet's totals are their sum.
 
 mod cache;
 mod conditional;
@@ -117,6 +170,9 @@ mod db;
 mod error;
 mod keys;
 mod options;
+mod redis_link;
+mod redis_lua;
+mod redis_store;
 mod seen;
 mod sled_store;
 mod validators;
@@ -125,5 +181,7 @@ pub use cache::{CacheStore, CachedResponse};
 pub use conditional::SledConditional;
 pub use error::Error;
 pub use options::StoreOptions;
+pub use redis_link::redis_round_trips;
+pub use redis_store::{RedisBudget, RedisFleet, RedisOptions, RedisStore};
 pub use sled_store::SledStore;
 pub use validators::{ValidatorStore, Validators};

@@ -54,7 +54,11 @@ pub(crate) fn redact(url: &str) -> String {
 
 impl Link {
     /// Parse `url` and connect (retrying for up to `retry_for`).
-    pub(crate) fn open(url: &str, retry_for: Duration, script: &'static str) -> Result<Self, Error> {
+    pub(crate) fn open(
+        url: &str,
+        retry_for: Duration,
+        script: &'static str,
+    ) -> Result<Self, Error> {
         let shown = redact(url);
         let client = redis::Client::open(url).map_err(|e| Error::redis_config(&shown, e))?;
         let mut link = Self {
@@ -70,22 +74,29 @@ impl Link {
         Ok(link)
     }
 
-    fn connect(&mut self) -> Result<&mut redis::Connection, RedisError> {
-        if self.conn.is_none() {
-            let conn = self.client.get_connection_with_timeout(IO_TIMEOUT)?;
-            conn.set_read_timeout(Some(IO_TIMEOUT))?;
-            conn.set_write_timeout(Some(IO_TIMEOUT))?;
+    /// Run `f` on the connection (made if needed); `f` counts the round trips it makes.
+    /// A connection that failed is dropped: after a restart the server needs a fresh one.
+    fn with_conn<T>(
+        &mut self,
+        f: impl FnOnce(&mut redis::Connection, &mut u64) -> Result<T, RedisError>,
+    ) -> Result<T, RedisError> {
+        let mut conn = match self.conn.take() {
+            Some(c) => c,
+            None => {
+                let c = self.client.get_connection_with_timeout(IO_TIMEOUT)?;
+                c.set_read_timeout(Some(IO_TIMEOUT))?;
+                c.set_write_timeout(Some(IO_TIMEOUT))?;
+                c
+            }
+        };
+        let mut trips = 0;
+        let out = f(&mut conn, &mut trips);
+        self.round_trips += trips;
+        PROCESS_ROUND_TRIPS.fetch_add(trips, Ordering::Relaxed);
+        if out.is_ok() {
             self.conn = Some(conn);
         }
-        match self.conn.as_mut() {
-            Some(c) => Ok(c),
-            None => Err(RedisError::from((ErrorKind::Io, "no connection"))),
-        }
-    }
-
-    fn count(&mut self) {
-        self.round_trips += 1;
-        PROCESS_ROUND_TRIPS.fetch_add(1, Ordering::Relaxed);
+        out
     }
 
     /// Run one command, retrying what a reconnection can fix for up to `retry_for`.
@@ -95,45 +106,42 @@ impl Link {
         what: &'static str,
     ) -> Result<T, Error> {
         self.retrying(what, |link| {
-            let conn = link.connect()?;
-            let out = cmd.query(conn);
-            link.count();
-            out
+            link.with_conn(|conn, trips| {
+                *trips += 1;
+                cmd.query(conn)
+            })
         })
     }
 
     /// Run the step script with `args` (EVALSHA, loading the script when the server lacks
     /// it: after a restart Redis has forgotten every script).
     pub(crate) fn step(&mut self, args: &[Vec<u8>], what: &'static str) -> Result<Value, Error> {
+        let hash = self.script.get_hash().to_owned();
+        let source = self.source;
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.script.get_hash()).arg(0);
+        cmd.arg(&hash).arg(0);
         for a in args {
             cmd.arg(a.as_slice());
         }
         self.retrying(what, |link| {
-            let conn = link.connect()?;
-            let out = cmd.query::<Value>(conn);
-            link.count();
-            match out {
-                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    let code = link.script.get_hash().to_owned();
-                    let loaded: String = redis::cmd("SCRIPT")
-                        .arg("LOAD")
-                        .arg(link.source)
-                        .query(conn)?;
-                    link.count();
-                    if loaded != code {
-                        return Err(RedisError::from((
-                            ErrorKind::Client,
-                            "the server hashed the script differently",
-                        )));
+            link.with_conn(|conn, trips| {
+                *trips += 1;
+                match cmd.query::<Value>(conn) {
+                    Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                        *trips += 2;
+                        let loaded: String =
+                            redis::cmd("SCRIPT").arg("LOAD").arg(source).query(conn)?;
+                        if loaded != hash {
+                            return Err(RedisError::from((
+                                ErrorKind::Client,
+                                "the server hashed the script differently",
+                            )));
+                        }
+                        cmd.query::<Value>(conn)
                     }
-                    let out = cmd.query::<Value>(conn);
-                    link.count();
-                    out
+                    other => other,
                 }
-                other => other,
-            }
+            })
         })
     }
 

@@ -1,0 +1,437 @@
+//! A fleet of worker processes sharing one crawl through Redis: one budget per host for all
+//! of them, leases that come back when a worker is killed, and a Redis restart that loses
+//! nothing.
+//!
+//! Each test starts its own `redis-server` on a free loopback port (the Debian package's
+//! binary; `.ci/run` installs it) and runs the workers as child processes: this test binary
+//! re-run on the ignored `child_worker` test. The lab serves every worker from this
+//! process, and since all of them connect from 127.0.0.1 it sees them as one client, so
+//! its per-client limit is the fleet's limit.
+
+#![allow(clippy::unwrap_used)]
+
+#[allow(dead_code)]
+#[path = "../examples/books.rs"]
+mod books;
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crawler::lab::{Lab, RetryAfter, Scenario};
+use crawler::prelude::*;
+
+/// The tests share two cores; running them one at a time keeps their timing honest.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// One worker of the fleet: crawls the lab's books into its own feed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "helper: run as a child process by the Redis fleet tests"]
+async fn child_worker() {
+    let env = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k}"));
+    let mut crawl = Crawl::new(books::Books {
+        start: env("CHILD_LAB_URL"),
+    })
+    .set("redis_url", env("CHILD_REDIS_URL"))
+    .set("job_name", env("CHILD_JOB"))
+    .feed(env("CHILD_FEED"))
+    .unwrap()
+    .progress(false);
+    // Extra settings as "key=value;key=value".
+    for kv in env("CHILD_SETTINGS").split(';').filter(|s| !s.is_empty()) {
+        let (k, v) = kv.split_once('=').unwrap();
+        crawl = crawl.set(k, v);
+    }
+    let stats = crawl.run().await.unwrap();
+    println!(
+        "CHILD_STATS fetched={} items={} pending={} round_trips={}",
+        stats.fetched,
+        stats.items_scraped,
+        stats.pending,
+        crawler::store::redis_round_trips()
+    );
+}
+
+/// A redis-server of our own on a free loopback port, killed on drop.
+struct Redis {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+    appendonly: bool,
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+impl Redis {
+    fn start(appendonly: bool) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let child = Self::spawn(port, dir.path(), appendonly);
+        let r = Self {
+            child,
+            port,
+            dir,
+            appendonly,
+        };
+        r.wait_ready();
+        r
+    }
+
+    fn spawn(port: u16, dir: &Path, appendonly: bool) -> Child {
+        Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(["--appendonly", if appendonly { "yes" } else { "no" }])
+            .args(["--appendfsync", "always"])
+            .arg("--dir")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (apt-get install redis-server)")
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn wait_ready(&self) {
+        for _ in 0..250 {
+            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
+                use std::io::{Read, Write};
+                let mut buf = [0u8; 64];
+                s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+                if s.write_all(b"PING\r\n").is_ok()
+                    && s.read(&mut buf)
+                        .is_ok_and(|n| buf[..n].starts_with(b"+PONG"))
+                {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server did not come up on port {}", self.port);
+    }
+
+    /// Stop the server the way an operator would (SIGTERM: it writes its data and exits),
+    /// stay down for `down`, then start it again on the same port with the same data.
+    fn restart(&mut self, down: Duration) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        self.child.wait().unwrap();
+        std::thread::sleep(down);
+        self.child = Self::spawn(self.port, self.dir.path(), self.appendonly);
+        self.wait_ready();
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn_worker(lab: &Lab, redis: &Redis, job: &str, feed: &Path, settings: &str) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_worker",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("CHILD_LAB_URL", lab.url())
+        .env("CHILD_REDIS_URL", redis.url())
+        .env("CHILD_JOB", job)
+        .env("CHILD_FEED", feed)
+        .env("CHILD_SETTINGS", settings)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(if std::env::var_os("FLEET_DEBUG").is_some() {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        })
+        .spawn()
+        .unwrap()
+}
+
+/// Wait for a worker to finish (bounded), returning its CHILD_STATS line.
+async fn finish(child: Child) -> String {
+    let out = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::task::spawn_blocking(move || child.wait_with_output()),
+    )
+    .await
+    .expect("a worker did not finish within 120 s")
+    .unwrap()
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "a worker failed: {stdout}");
+    stdout
+        .lines()
+        .find_map(|l| l.find("CHILD_STATS").map(|i| l[i..].to_owned()))
+        .unwrap_or_else(|| panic!("no stats line in: {stdout}"))
+}
+
+fn field(stats: &str, name: &str) -> u64 {
+    stats
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {stats}"))
+}
+
+/// Items per book URL across every worker's feed.
+fn union(feeds: &[PathBuf]) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for feed in feeds {
+        let text = std::fs::read_to_string(feed).unwrap_or_default();
+        for line in text.lines() {
+            // A line cut by a kill mid-write is not an item.
+            if let Ok(book) = serde_json::from_str::<books::Book>(line) {
+                *counts.entry(book.url).or_insert(0) += 1;
+            }
+        }
+    }
+    counts
+}
+
+fn feeds(dir: &Path, n: usize) -> Vec<PathBuf> {
+    (0..n)
+        .map(|i| dir.join(format!("worker-{i}.jsonl")))
+        .collect()
+}
+
+async fn wait_for_items(feed: &Path, at_least: usize) {
+    for _ in 0..1500 {
+        if union(&[feed.to_owned()]).len() >= at_least {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the worker made no progress");
+}
+
+/// Successful fetches per path, from the lab's side.
+fn fetches(lab: &Lab) -> HashMap<String, usize> {
+    let mut by_path = HashMap::new();
+    for r in lab.recorder().requests() {
+        if r.status == 200 {
+            *by_path.entry(r.path).or_insert(0) += 1;
+        }
+    }
+    by_path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_workers_share_one_budget_and_respect_retry_after() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let redis = Redis::start(false);
+    // The practice scenario scaled by 10: 50 requests/s per client with a burst of 50, and
+    // Retry-After: 3 on refusals. The fleet starts at 100/s, twice too fast, so it meets a
+    // refusal and must hold as one.
+    let scenario = Scenario::rate_limited(50.0, 50).retry_after(RetryAfter::Seconds(3));
+    let lab = Lab::builder()
+        .books(600)
+        .scenario(scenario)
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let feeds = feeds(dir.path(), 4);
+    let settings = "start_rate=100;max_rate=200;concurrency_per_host=4";
+    let workers: Vec<Child> = feeds
+        .iter()
+        .map(|f| spawn_worker(&lab, &redis, "budget", f, settings))
+        .collect();
+    let mut lines = Vec::new();
+    for w in workers {
+        lines.push(finish(w).await);
+    }
+
+    let report = lab.recorder().report();
+    assert_eq!(
+        report.clients.len(),
+        1,
+        "the lab sees the fleet as one client"
+    );
+    let fleet = report.clients.values().next().unwrap();
+    assert_eq!(
+        fleet.violations, 0,
+        "no request inside a Retry-After window: {:?}",
+        fleet.violation_samples
+    );
+    assert!(
+        fleet.status_429 >= 1,
+        "starting at twice the limit meets a refusal"
+    );
+    assert!(fleet.status_429 <= 8, "refusals: {}", fleet.status_429);
+    // Four workers each at the rate would send 4x; together they stay at the one limit.
+    assert!(
+        fleet.mean_rate <= 52.0,
+        "fleet mean rate {:.1}/s, limit 50/s",
+        fleet.mean_rate
+    );
+    let last_refusal = lab
+        .recorder()
+        .requests()
+        .iter()
+        .filter(|r| r.status == 429)
+        .map(|r| r.replied_at.as_secs_f64())
+        .fold(0.0, f64::max);
+    let after: Vec<f64> = lab
+        .recorder()
+        .requests()
+        .iter()
+        .map(|r| r.at.as_secs_f64())
+        .filter(|&t| t > last_refusal + 4.0)
+        .collect();
+    if after.len() > 50 {
+        let span = after.iter().fold(0.0, |a: f64, &b| a.max(b))
+            - after.iter().fold(f64::MAX, |a: f64, &b| a.min(b));
+        let steady = after.len() as f64 / span.max(1e-3);
+        assert!(
+            steady <= 51.0,
+            "steady fleet rate {steady:.1}/s, limit 50/s"
+        );
+        assert!(steady >= 30.0, "the fleet uses the budget: {steady:.1}/s");
+    }
+
+    // Every page fetched exactly once (no lease was reclaimed: nobody died). robots.txt is
+    // not a frontier request: each worker's downloader reads it for itself.
+    let by_path = fetches(&lab);
+    assert!(by_path.get("/robots.txt").is_some_and(|&n| n <= 8));
+    let twice: Vec<_> = by_path
+        .iter()
+        .filter(|(p, n)| **n > 1 && p.as_str() != "/robots.txt")
+        .collect();
+    assert!(twice.is_empty(), "fetched more than once: {twice:?}");
+    let items = union(&feeds);
+    assert_eq!(items.len(), 600, "every book is in the union of the feeds");
+    assert!(items.values().all(|&n| n == 1), "no item twice");
+    // And it really was a fleet: every worker fetched pages.
+    for l in &lines {
+        assert!(field(l, "fetched") > 0, "an idle worker: {lines:?}");
+    }
+    let pages: u64 = lines.iter().map(|l| field(l, "fetched")).sum();
+    let trips: u64 = lines.iter().map(|l| field(l, "round_trips")).sum();
+    println!(
+        "fleet: {pages} pages, {trips} Redis round trips ({:.2} per page), mean rate {:.1}/s, {} refusals",
+        trips as f64 / pages as f64,
+        fleet.mean_rate,
+        fleet.status_429
+    );
+    assert!(
+        trips as f64 / pages as f64 <= 4.0,
+        "{trips} round trips for {pages} pages"
+    );
+    lab.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_workers_leases_are_reclaimed_by_the_others() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let redis = Redis::start(false);
+    let lab = Lab::builder().books(400).start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let feeds = feeds(dir.path(), 4);
+    // 60 pages/s for the fleet, two in flight per worker, leases expire 2 s after the
+    // last renewal.
+    let settings = "throttle=fixed;download_delay=16ms;concurrency_per_host=2;lease_timeout=2s";
+    let mut workers: Vec<Child> = feeds
+        .iter()
+        .map(|f| spawn_worker(&lab, &redis, "kill", f, settings))
+        .collect();
+    wait_for_items(&feeds[0], 20).await;
+    let mut victim = workers.remove(0);
+    victim.kill().unwrap(); // SIGKILL: no goodbye, leases stay open
+    victim.wait().unwrap();
+    let mut lines = Vec::new();
+    for w in workers {
+        lines.push(finish(w).await);
+    }
+
+    let items = union(&feeds);
+    assert_eq!(items.len(), 400, "every book is in the union of the feeds");
+    let reclaimed: u64 = redis_meta(&redis, "kill", "reclaimed");
+    assert!(reclaimed >= 1, "the killed worker's leases came back");
+    // Only requests the killed worker held were fetched twice.
+    let twice = fetches(&lab)
+        .iter()
+        .filter(|(p, n)| **n > 1 && p.as_str() != "/robots.txt")
+        .count() as u64;
+    assert!(
+        twice <= reclaimed,
+        "{twice} pages fetched twice, {reclaimed} leases reclaimed"
+    );
+    for l in &lines {
+        assert_eq!(field(l, "pending"), 0, "{l}");
+    }
+    lab.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restart_mid_crawl_pauses_the_fleet_and_loses_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut redis = Redis::start(true);
+    let lab = Lab::builder().books(400).start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let feeds = feeds(dir.path(), 2);
+    let settings = "throttle=fixed;download_delay=16ms;concurrency_per_host=2;lease_timeout=5s";
+    let workers: Vec<Child> = feeds
+        .iter()
+        .map(|f| spawn_worker(&lab, &redis, "restart", f, settings))
+        .collect();
+    wait_for_items(&feeds[0], 40).await;
+    let before = lab.recorder().len();
+    redis.restart(Duration::from_millis(1500));
+    let mut lines = Vec::new();
+    for w in workers {
+        lines.push(finish(w).await);
+    }
+    assert!(
+        lab.recorder().len() > before + 100,
+        "the crawl went on after the restart"
+    );
+    let items = union(&feeds);
+    assert_eq!(items.len(), 400, "every book is in the union of the feeds");
+    let paths: HashSet<String> = fetches(&lab).into_keys().collect();
+    assert!(paths.iter().filter(|p| p.contains("/book-")).count() >= 400);
+    for l in &lines {
+        assert_eq!(field(l, "pending"), 0, "{l}");
+    }
+    lab.shutdown().await;
+}
+
+/// A counter of the job's `meta` hash, read with a raw RESP exchange (the test crate does
+/// not depend on a Redis client).
+fn redis_meta(redis: &Redis, job: &str, field: &str) -> u64 {
+    use std::io::{Read, Write};
+    let key = format!("crawler:{{{job}}}:meta");
+    let cmd = format!(
+        "*3\r\n$4\r\nHGET\r\n${}\r\n{key}\r\n${}\r\n{field}\r\n",
+        key.len(),
+        field.len()
+    );
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
+    s.write_all(cmd.as_bytes()).unwrap();
+    let mut buf = [0u8; 128];
+    let n = s.read(&mut buf).unwrap();
+    let reply = String::from_utf8_lossy(&buf[..n]);
+    // "$-1" (no such field) or "$N\r\nVALUE\r\n".
+    reply
+        .lines()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
