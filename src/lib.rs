@@ -57,6 +57,10 @@ pub use error::Error;
 pub use runner::{Contract, Runner};
 
 use crawler_core::{ConditionalStore, Engine, FeedSpec, Pipeline, Settings, Spider, Stats};
+use crawler_core::{
+    BoxedDownloaderMiddleware, BoxedSpiderMiddleware, DownloaderMiddleware, MiddlewareStats,
+    Middlewares, SpiderMiddleware, SpiderWithMiddlewares,
+};
 use crawler_http::HttpDownloader;
 use crawler_sched::{FleetFrontier, Frontier, FrontierConfig, MemoryStore, QueueStore};
 
@@ -72,7 +76,15 @@ pub mod prelude {
 
 /// The engine type a [`Crawl`] builds: HTTP downloads, and a frontier in memory, in a job
 /// directory, or shared by a fleet through Redis.
-pub type HttpEngine<S> = Engine<S, HttpDownloader, FleetFrontier<Box<dyn QueueStore>>>;
+///
+/// The spider and the downloader come wrapped in their middleware stacks
+/// ([`Crawl::spider_middleware`], [`Crawl::downloader_middleware`] and the
+/// `spider_middlewares` / `downloader_middlewares` settings).
+pub type HttpEngine<S> = Engine<
+    SpiderWithMiddlewares<S>,
+    Middlewares<HttpDownloader>,
+    FleetFrontier<Box<dyn QueueStore>>,
+>;
 
 /// Open (or resume) the job directory's persistent frontier. Settings that change what the
 /// frontier holds (allowed domains, depth and URL-length limits) are part of the job's
@@ -179,6 +191,12 @@ pub struct Crawl<S: Spider> {
     progress: bool,
     /// Validators and HTTP cache given in code; else opened from the settings.
     conditional: Option<Arc<dyn ConditionalStore>>,
+    /// Downloader middlewares added in code, in order.
+    downloader_middlewares: Vec<BoxedDownloaderMiddleware>,
+    /// Spider middlewares added in code, in order.
+    spider_middlewares: Vec<BoxedSpiderMiddleware<S::Item>>,
+    /// Where the middlewares of the built engine report their counters.
+    middleware_stats: MiddlewareStats,
 }
 
 impl<S: Spider> Crawl<S> {
@@ -192,6 +210,9 @@ impl<S: Spider> Crawl<S> {
             stages: Vec::new(),
             progress: true,
             conditional: None,
+            downloader_middlewares: Vec::new(),
+            spider_middlewares: Vec::new(),
+            middleware_stats: MiddlewareStats::new(),
         }
     }
 
@@ -221,6 +242,28 @@ impl<S: Spider> Crawl<S> {
         self.stages
             .push(Box::new(move |e: HttpEngine<S>| e.pipeline(stage)));
         self
+    }
+
+    /// Add a downloader middleware after the ones already added. Middlewares added in code
+    /// sit where `custom` is in the `downloader_middlewares` setting (by default after the
+    /// built-ins, nearest the network).
+    pub fn downloader_middleware(mut self, middleware: impl DownloaderMiddleware) -> Self {
+        self.downloader_middlewares.push(Box::new(middleware));
+        self
+    }
+
+    /// Add a spider middleware after the ones already added. Middlewares added in code sit
+    /// where `custom` is in the `spider_middlewares` setting (by default after the
+    /// built-ins, nearest the spider, so they see its output first).
+    pub fn spider_middleware(mut self, middleware: impl SpiderMiddleware<S::Item>) -> Self {
+        self.spider_middlewares.push(Box::new(middleware));
+        self
+    }
+
+    /// The counters of this crawl's middlewares, readable while and after it runs (
+    /// [`Crawl::run`] also puts them in [`Stats::middlewares`]).
+    pub fn middleware_stats(&self) -> MiddlewareStats {
+        self.middleware_stats.clone()
     }
 
     /// Show progress while running (default on).
@@ -258,23 +301,33 @@ impl<S: Spider> Crawl<S> {
         let settings = self.effective_settings()?;
         let downloader =
             conditional::attach(HttpDownloader::new(&settings)?, &settings, self.conditional)?;
-        let allowed = self.spider.allowed_domains();
+        let downloader = Middlewares::new(
+            downloader,
+            crawler_http::downloader_stack(&settings, self.downloader_middlewares)?,
+        );
+        downloader.register_stats(&self.middleware_stats);
+        let spider = SpiderWithMiddlewares::new(
+            self.spider,
+            crawler_core::spider_stack(&settings, self.spider_middlewares)?,
+        );
+        spider.register_stats(&self.middleware_stats);
+        let allowed = spider.allowed_domains();
         let (frontier, resuming) = if let Some(url) = &settings.redis_url {
             // Each worker of a fleet writes its own feeds from scratch.
             (
-                open_fleet(url, self.spider.name(), allowed, &settings)?,
+                open_fleet(url, spider.name(), allowed, &settings)?,
                 false,
             )
         } else {
             let (store, resuming) = match &settings.job_dir {
-                Some(dir) => open_job(dir, self.spider.name(), &allowed, &settings)?,
+                Some(dir) => open_job(dir, spider.name(), &allowed, &settings)?,
                 None => (Box::new(MemoryStore::new()) as Box<dyn QueueStore>, false),
             };
             let frontier =
                 Frontier::with_store(FrontierConfig::from_settings(&settings, allowed), store);
             (FleetFrontier::solo(frontier), resuming)
         };
-        let mut engine = Engine::new(self.spider, downloader, frontier, settings);
+        let mut engine = Engine::new(spider, downloader, frontier, settings);
         for path in self.feeds {
             // A resumed job adds to the feeds of the runs before it.
             let spec = FeedSpec::new(path)?;
@@ -291,9 +344,14 @@ impl<S: Spider> Crawl<S> {
         let show = self.progress;
         let settings = self.effective_settings()?;
         cli::warn_default_user_agent(&settings);
+        let middleware_stats = self.middleware_stats();
         let engine = self.build()?.handle_ctrl_c(true);
         let progress = show.then(|| progress::spawn(engine.progress(), settings.progress_interval));
-        let stats = engine.run().await?;
+        let mut stats = engine.run().await?;
+        stats.middlewares = middleware_stats.snapshot();
+        for (name, counters) in &stats.middlewares {
+            tracing::info!(middleware = %name, ?counters, "middleware stats");
+        }
         if let Some(p) = progress {
             let _ = p.await;
         }

@@ -30,6 +30,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "helper: run as a child process by the Redis fleet tests"]
 async fn child_worker() {
+    crawler::init_logging();
     let env = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k}"));
     let mut crawl = Crawl::new(books::Books {
         start: env("CHILD_LAB_URL"),
@@ -154,7 +155,10 @@ fn spawn_worker(lab: &Lab, redis: &Redis, job: &str, feed: &Path, settings: &str
         .env("CHILD_JOB", job)
         .env("CHILD_FEED", feed)
         .env("CHILD_SETTINGS", settings)
-        .env("RUST_LOG", "warn")
+        .env(
+            "RUST_LOG",
+            std::env::var("FLEET_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdout(Stdio::piped())
         .stderr(if std::env::var_os("FLEET_DEBUG").is_some() {
             Stdio::inherit()

@@ -126,6 +126,18 @@ pub const SECTIONS: &[Section] = &[
         prefixes: &["job_", "redis_"],
     },
     Section {
+        name: "middlewares",
+        about: "Downloader and spider middlewares: which built-ins run and in what order, \
+                default headers, cookies, HTTP auth for one domain, the referer policy.",
+        keys: &[
+            "downloader_middlewares",
+            "spider_middlewares",
+            "default_headers",
+            "referer_policy",
+        ],
+        prefixes: &["cookies_", "http_auth_"],
+    },
+    Section {
         name: "logging",
         about: "Log level and format, and progress lines.",
         keys: &["progress_interval"],

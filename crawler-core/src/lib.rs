@@ -64,7 +64,7 @@ pub use middleware::{
     Action, After, BoxedDownloaderMiddleware, BoxedSpiderMiddleware, DOWNLOADER_MIDDLEWARES,
     DownloaderMiddleware, DynDownloaderMiddleware, MiddlewareStats, Middlewares, Page,
     REFERER_POLICIES, RefererPolicy, SPIDER_MIDDLEWARES, SpiderMiddleware, SpiderWithMiddlewares,
-    order_stack,
+    order_stack, parse_header_line, spider_stack,
 };
 pub use output::Output;
 pub use pipeline::{Pipeline, Processed};

@@ -713,6 +713,29 @@ impl<I> SpiderMiddleware<I> for RefererPolicy {
     }
 }
 
+/// The spider middleware stack `settings.spider_middlewares` names, in order, with
+/// `custom` (the middlewares added in code, in the order given) where it is listed or at the
+/// end.
+pub fn spider_stack<I: 'static>(
+    settings: &crate::Settings,
+    custom: Vec<BoxedSpiderMiddleware<I>>,
+) -> Result<Vec<BoxedSpiderMiddleware<I>>> {
+    order_stack(
+        &settings.spider_middlewares,
+        SPIDER_MIDDLEWARES,
+        |name| {
+            Ok(match name {
+                "referer" => Some(
+                    Box::new(RefererPolicy::new(&settings.referer_policy)?)
+                        as BoxedSpiderMiddleware<I>,
+                ),
+                _ => None,
+            })
+        },
+        custom,
+    )
+}
+
 /// Order a stack: the built-ins in the order `names` lists them (`custom` standing for
 /// `custom`), each built by `make` (which may return `None` for one that is switched off),
 /// then the custom ones where `custom` is listed, or at the end.
@@ -747,4 +770,362 @@ pub fn order_stack<T>(
         out.extend(c);
     }
     Ok(out)
+}
+
+/// The first problem with the middleware settings: (keys to blame, why).
+pub(crate) fn settings_problem(s: &crate::Settings) -> Option<(Vec<&'static str>, String)> {
+    for (key, names, known) in [
+        (
+            "downloader_middlewares",
+            &s.downloader_middlewares,
+            DOWNLOADER_MIDDLEWARES,
+        ),
+        (
+            "spider_middlewares",
+            &s.spider_middlewares,
+            SPIDER_MIDDLEWARES,
+        ),
+    ] {
+        if let Some(bad) = names.iter().find(|n| !known.contains(&n.trim())) {
+            return Some((
+                vec![key],
+                format!(
+                    "names unknown middleware '{bad}'; built-in ones are {}",
+                    known.join(", ")
+                ),
+            ));
+        }
+    }
+    if let Some(bad) = s
+        .default_headers
+        .iter()
+        .find(|h| parse_header_line(h).is_none())
+    {
+        return Some((
+            vec!["default_headers"],
+            format!("entry '{bad}' is not written `Name: value`"),
+        ));
+    }
+    if let Err(e) = RefererPolicy::new(&s.referer_policy) {
+        return Some((vec!["referer_policy"], e.to_string()));
+    }
+    None
+}
+
+/// `Name: value` split into a valid header name and its trimmed value.
+pub fn parse_header_line(line: &str) -> Option<(String, String)> {
+    let (name, value) = line.split_once(':')?;
+    let name = name.trim();
+    let valid = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    valid.then(|| (name.to_owned(), value.trim().to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+
+    /// Answers every request with a 200 and counts what it was sent.
+    #[derive(Default)]
+    struct Net {
+        sent: AtomicUsize,
+        last_headers: Mutex<Vec<(String, String)>>,
+    }
+
+    fn ok(req: &Request) -> Response {
+        Response::new(
+            req.clone(),
+            req.url.clone(),
+            200,
+            http::HeaderMap::new(),
+            bytes::Bytes::from_static(b"<html></html>"),
+        )
+    }
+
+    impl Downloader for Arc<Net> {
+        async fn fetch(&self, request: &Request) -> Download {
+            self.sent.fetch_add(1, Ordering::SeqCst);
+            *self.last_headers.lock().unwrap() = request.headers.clone();
+            Download {
+                outcome: Fetched::Response(ok(request)),
+                feedback: Feedback {
+                    sent: true,
+                    status: Some(200),
+                    ..Feedback::default()
+                },
+            }
+        }
+    }
+
+    /// Logs its hooks to a shared journal, and does what it is told on one of them.
+    struct Logger {
+        name: &'static str,
+        log: Arc<Mutex<Vec<String>>>,
+        on_request: fn(&Request) -> Action,
+        on_response: fn(Response) -> After,
+    }
+
+    impl DownloaderMiddleware for Logger {
+        fn name(&self) -> &str {
+            self.name
+        }
+        async fn process_request(&self, request: &mut Request) -> Action {
+            self.log.lock().unwrap().push(format!("req:{}", self.name));
+            request.headers.push(("X-Seen".into(), self.name.into()));
+            (self.on_request)(request)
+        }
+        async fn process_response(&self, _request: &Request, response: Response) -> After {
+            self.log.lock().unwrap().push(format!("resp:{}", self.name));
+            (self.on_response)(response)
+        }
+    }
+
+    fn stack(
+        log: &Arc<Mutex<Vec<String>>>,
+        specs: &[(&'static str, fn(&Request) -> Action, fn(Response) -> After)],
+    ) -> Vec<BoxedDownloaderMiddleware> {
+        specs
+            .iter()
+            .map(|&(name, on_request, on_response)| {
+                Box::new(Logger {
+                    name,
+                    log: Arc::clone(log),
+                    on_request,
+                    on_response,
+                }) as BoxedDownloaderMiddleware
+            })
+            .collect()
+    }
+
+    fn go(_: &Request) -> Action {
+        Action::Continue
+    }
+    fn pass(r: Response) -> After {
+        After::Pass(r)
+    }
+
+    #[tokio::test]
+    async fn requests_run_in_order_and_responses_in_reverse() {
+        let log = Arc::default();
+        let net = Arc::new(Net::default());
+        let mw = Middlewares::new(
+            Arc::clone(&net),
+            stack(&log, &[("a", go, pass), ("b", go, pass), ("c", go, pass)]),
+        );
+        let req = Request::get("http://example.com/").unwrap();
+        let d = mw.fetch(&req).await;
+        assert!(matches!(d.outcome, Fetched::Response(_)));
+        assert!(d.feedback.sent);
+        assert_eq!(
+            *log.lock().unwrap(),
+            ["req:a", "req:b", "req:c", "resp:c", "resp:b", "resp:a"]
+        );
+        let seen: Vec<String> = net.last_headers.lock().unwrap().iter().map(|h| h.1.clone()).collect();
+        assert_eq!(seen, ["a", "b", "c"], "the network sees every change");
+        assert!(req.headers.is_empty(), "the engine's request is not changed");
+    }
+
+    #[tokio::test]
+    async fn respond_skips_the_network_and_later_request_hooks() {
+        fn answer(r: &Request) -> Action {
+            Action::Respond(ok(r))
+        }
+        let log = Arc::default();
+        let net = Arc::new(Net::default());
+        let mw = Middlewares::new(
+            Arc::clone(&net),
+            stack(&log, &[("a", go, pass), ("b", answer, pass), ("c", go, pass)]),
+        );
+        let stats = MiddlewareStats::new();
+        mw.register_stats(&stats);
+        let d = mw.fetch(&Request::get("http://example.com/").unwrap()).await;
+        assert!(matches!(d.outcome, Fetched::Response(ref r) if r.status() == 200));
+        assert!(!d.feedback.sent, "the host's slot must not learn from a local answer");
+        assert_eq!(net.sent.load(Ordering::SeqCst), 0);
+        assert_eq!(
+            *log.lock().unwrap(),
+            ["req:a", "req:b", "resp:c", "resp:b", "resp:a"]
+        );
+        let snap = stats.snapshot();
+        assert_eq!(snap["downloader:b"]["responded"], 1);
+        assert!(!snap["downloader:c"].contains_key("requests"));
+    }
+
+    #[tokio::test]
+    async fn drop_fails_the_request_with_the_reason() {
+        fn drop_it(_: &Request) -> Action {
+            Action::Drop("not today".into())
+        }
+        let log = Arc::default();
+        let net = Arc::new(Net::default());
+        let mw = Middlewares::new(
+            Arc::clone(&net),
+            stack(&log, &[("a", go, pass), ("gate", drop_it, pass)]),
+        );
+        let d = mw.fetch(&Request::get("http://example.com/").unwrap()).await;
+        let Fetched::Failed(f) = d.outcome else {
+            panic!("dropped requests fail")
+        };
+        assert_eq!(f.kind, FailureKind::Other);
+        assert_eq!(f.message, "dropped by middleware gate: not today");
+        assert_eq!(net.sent.load(Ordering::SeqCst), 0);
+        assert_eq!(*log.lock().unwrap(), ["req:a", "req:gate"], "no response hooks");
+    }
+
+    #[tokio::test]
+    async fn replace_short_circuits_and_retry_becomes_a_retryable_failure() {
+        fn replace(r: Response) -> After {
+            let req = r.request().clone();
+            After::Replace(Response::new(
+                req.clone(),
+                req.url.clone(),
+                203,
+                http::HeaderMap::new(),
+                bytes::Bytes::new(),
+            ))
+        }
+        fn retry(_: Response) -> After {
+            After::Retry("empty page".into())
+        }
+        let log = Arc::default();
+        let net = Arc::new(Net::default());
+        let mw = Middlewares::new(
+            Arc::clone(&net),
+            stack(&log, &[("a", go, pass), ("b", go, replace)]),
+        );
+        let d = mw.fetch(&Request::get("http://example.com/").unwrap()).await;
+        assert!(matches!(d.outcome, Fetched::Response(ref r) if r.status() == 203));
+        assert_eq!(
+            *log.lock().unwrap(),
+            ["req:a", "req:b", "resp:b"],
+            "a replaced response skips the hooks nearer the engine"
+        );
+
+        let log = Arc::default();
+        let mw = Middlewares::new(Arc::clone(&net), stack(&log, &[("r", go, retry)]));
+        let d = mw.fetch(&Request::get("http://example.com/").unwrap()).await;
+        let Fetched::Failed(f) = d.outcome else {
+            panic!("retry becomes a failure")
+        };
+        assert_eq!(f.kind, FailureKind::SoftBlock);
+        assert_eq!(f.status, Some(200));
+        assert!(f.message.contains("middleware r: empty page"));
+        assert!(d.feedback.sent && d.feedback.status == Some(200) && !d.feedback.soft_block);
+    }
+
+    #[tokio::test]
+    async fn empty_headers_are_not_sent() {
+        let net = Arc::new(Net::default());
+        let mw = Middlewares::new(Arc::clone(&net), Vec::new());
+        let req = Request::get("http://example.com/")
+            .unwrap()
+            .header("Referer", "")
+            .header("X-Keep", "1");
+        let _ = mw.fetch(&req).await;
+        assert_eq!(
+            *net.last_headers.lock().unwrap(),
+            [("X-Keep".to_owned(), "1".to_owned())]
+        );
+    }
+
+    #[test]
+    fn referer_policies() {
+        let page = Url::parse("https://user:pw@a.example/p?q=1#frag").unwrap();
+        let same = Url::parse("https://a.example/next").unwrap();
+        let other = Url::parse("https://b.example/x").unwrap();
+        let down = Url::parse("http://a.example/plain").unwrap();
+        let full = Some("https://a.example/p?q=1".to_owned());
+        let r = |name: &str, to: &Url| RefererPolicy::new(name).unwrap().referer_for(&page, to);
+        assert_eq!(r("default", &other), full);
+        assert_eq!(r("default", &down), None, "no referer on a downgrade");
+        assert_eq!(r("no-referrer", &same), None);
+        assert_eq!(r("same-origin", &same), full);
+        assert_eq!(r("same-origin", &other), None);
+        assert_eq!(r("origin", &other).as_deref(), Some("https://a.example/"));
+        assert_eq!(r("unsafe-url", &down), full);
+        assert!(RefererPolicy::new("sometimes").is_err());
+    }
+
+    struct Books;
+
+    impl Spider for Books {
+        type Item = u32;
+        fn name(&self) -> &str {
+            "books"
+        }
+        fn start_urls(&self) -> Vec<String> {
+            vec!["http://a.example/".into(), "http://a.example/skip".into()]
+        }
+        async fn parse(&self, _page: Response, out: &mut Output<u32>) -> Result<()> {
+            out.item(5);
+            out.item(50);
+            out.follow("http://a.example/next");
+            out.follow("http://b.example/away");
+            Ok(())
+        }
+    }
+
+    /// Drops items over a limit, and journals its calls.
+    struct Cap(u32, &'static str, Arc<Mutex<Vec<String>>>);
+
+    impl SpiderMiddleware<u32> for Cap {
+        fn name(&self) -> &str {
+            self.1
+        }
+        fn process_output(&self, page: &Page, items: &mut Vec<u32>, requests: &mut Vec<Request>) {
+            self.2.lock().unwrap().push(format!("{}:{}", self.1, page.url));
+            items.retain(|&i| i <= self.0);
+            requests.retain(|r| r.url.host_str() == page.url.host_str());
+        }
+        fn process_start_requests(&self, requests: &mut Vec<Request>) {
+            requests.retain(|r| !r.url.path().contains("skip"));
+        }
+    }
+
+    #[tokio::test]
+    async fn spider_middlewares_run_nearest_the_spider_first() {
+        let log: Arc<Mutex<Vec<String>>> = Arc::default();
+        let settings = crate::Settings {
+            referer_policy: "same-origin".into(),
+            ..crate::Settings::default()
+        };
+        let stack = spider_stack(
+            &settings,
+            vec![
+                Box::new(Cap(100, "outer", Arc::clone(&log))),
+                Box::new(Cap(10, "inner", Arc::clone(&log))),
+            ],
+        )
+        .unwrap();
+        let spider = SpiderWithMiddlewares::new(Books, stack);
+        assert_eq!(spider.names(), ["referer", "outer", "inner"]);
+        let stats = MiddlewareStats::new();
+        spider.register_stats(&stats);
+        assert_eq!(spider.start_requests().unwrap().len(), 1);
+
+        let req = Request::get("http://a.example/").unwrap();
+        let page = ok(&req);
+        let mut out = Output::new(req.url.clone(), 0);
+        spider.parse(page, &mut out).await.unwrap();
+        assert_eq!(out.items(), [5]);
+        assert_eq!(out.requests().len(), 1);
+        assert_eq!(
+            out.requests()[0].header_value("referer"),
+            Some("http://a.example/")
+        );
+        assert_eq!(
+            *log.lock().unwrap(),
+            ["inner:http://a.example/", "outer:http://a.example/"]
+        );
+        let snap = stats.snapshot();
+        assert_eq!(snap["spider:inner"]["items_dropped"], 1);
+        assert_eq!(snap["spider:inner"]["requests_dropped"], 1);
+        assert!(!snap["spider:outer"].contains_key("items_dropped"));
+    }
 }

@@ -159,6 +159,33 @@ pub struct Settings {
     /// before the crawl stops with an error (nothing is lost either way). Default 60s.
     #[serde(with = "humantime_serde")]
     pub redis_retry_for: Duration,
+    /// The built-in downloader middlewares to run, in order from the engine to the network
+    /// (`process_request` runs in this order, `process_response` in reverse): `http_auth`,
+    /// `default_headers`, `user_agent`, `cookies`, and `custom` for where the ones added in
+    /// code go (at the end when `custom` is not listed). Leave one out to switch it off.
+    /// Default `http_auth, default_headers, user_agent, cookies, custom`.
+    pub downloader_middlewares: Vec<String>,
+    /// The built-in spider middlewares to run, in order from the engine to the spider (the
+    /// spider's output passes them in reverse): `referer`, and `custom` for the ones added in
+    /// code. Default `referer, custom`.
+    pub spider_middlewares: Vec<String>,
+    /// Headers added to every request that does not set them, each written `Name: value`.
+    /// Default `Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8` and
+    /// `Accept-Language: en`.
+    pub default_headers: Vec<String>,
+    /// Keep cookies the sites set and send them back, one jar per spider (honouring Domain,
+    /// Path, Expires/Max-Age and Secure). Default true.
+    pub cookies_enabled: bool,
+    /// Send HTTP Basic credentials to this domain (and its subdomains) only. Unset: none.
+    pub http_auth_domain: Option<String>,
+    /// The user name for `http_auth_domain`.
+    pub http_auth_user: Option<String>,
+    /// The password for `http_auth_domain`.
+    pub http_auth_pass: Option<String>,
+    /// Which Referer follow-up requests carry: `default` (the page URL, but none from https
+    /// to http), `no-referrer`, `same-origin`, `origin` (scheme and host only) or
+    /// `unsafe-url` (always the page URL). Default `default`.
+    pub referer_policy: String,
 }
 
 /// Settings for the hosts whose names match a glob: written `[[hosts]]` in crawler.toml.
@@ -376,6 +403,24 @@ impl Default for Settings {
             job_name: None,
             lease_timeout: Duration::from_secs(30),
             redis_retry_for: Duration::from_secs(60),
+            downloader_middlewares: crate::middleware::DOWNLOADER_MIDDLEWARES
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect(),
+            spider_middlewares: crate::middleware::SPIDER_MIDDLEWARES
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect(),
+            default_headers: vec![
+                "Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+                    .to_owned(),
+                "Accept-Language: en".to_owned(),
+            ],
+            cookies_enabled: true,
+            http_auth_domain: None,
+            http_auth_user: None,
+            http_auth_pass: None,
+            referer_policy: "default".to_owned(),
         }
     }
 }
@@ -480,6 +525,9 @@ impl Settings {
                 &["metrics_addr"],
                 "must be an address like 127.0.0.1:9898 or a port",
             );
+        }
+        if let Some(why) = crate::middleware::settings_problem(self) {
+            return Some(why);
         }
         for rule in &self.hosts {
             if let Some((field, why)) = rule.problem() {

@@ -46,6 +46,10 @@ pub struct Stats {
     /// Wall time of the crawl.
     #[serde(with = "secs")]
     pub elapsed: Duration,
+    /// Counters of each downloader and spider middleware (`downloader:NAME`,
+    /// `spider:NAME`), filled in at the end by the crawl that ran them.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub middlewares: BTreeMap<String, BTreeMap<String, u64>>,
 }
 
 mod secs {
@@ -162,6 +166,10 @@ impl fmt::Display for Stats {
         }
         if self.hosts.len() > 10 {
             write!(f, "\n  ... and {} more hosts", self.hosts.len() - 10)?;
+        }
+        for (name, counters) in &self.middlewares {
+            let counters: Vec<String> = counters.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            write!(f, "\n  middleware {name}: {}", counters.join(" "))?;
         }
         Ok(())
     }

@@ -22,6 +22,7 @@ mod error;
 mod guard;
 mod headers;
 mod lastmod;
+mod middlewares;
 mod robots;
 mod sitemap;
 
@@ -30,6 +31,10 @@ pub use error::Error;
 pub use guard::is_private;
 pub use headers::{RETRY_AFTER_CEILING, parse_rate_limit, parse_retry_after};
 pub use lastmod::parse_lastmod;
+pub use middlewares::{
+    COOKIEJAR_META, Cookies, DONT_MERGE_COOKIES_META, DefaultHeaders, HttpAuth, UserAgent,
+    downloader_stack,
+};
 pub use robots::{
     Check, ROBOTS_MAX_BYTES, ROBOTS_MAX_REDIRECTS, RobotsCache, RobotsOptions, RobotsReport,
     RobotsRules, RobotsStatus, fetch_robots, product_token, robots_client,

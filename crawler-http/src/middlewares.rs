@@ -1,0 +1,586 @@
+//! The built-in downloader middlewares: default headers, User-Agent, cookies, HTTP auth.
+//!
+//! Each is a small [`DownloaderMiddleware`]; [`downloader_stack`] builds the stack the
+//! `downloader_middlewares` setting names, in its order, with the ones added in code where
+//! `custom` stands.
+//!
+//! ```
+//! use crawler_core::Settings;
+//! use crawler_http::downloader_stack;
+//!
+//! let mut settings = Settings::default();
+//! settings.set("downloader_middlewares", "cookies,custom").unwrap();
+//! let stack = downloader_stack(&settings, Vec::new()).unwrap();
+//! assert_eq!(stack.len(), 1);
+//! ```
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cookie_store::{CookieError, CookieStore, RawCookie};
+use crawler_core::{
+    Action, After, BoxedDownloaderMiddleware, DOWNLOADER_MIDDLEWARES, DownloaderMiddleware,
+    Request, Response, Result, Settings, order_stack, parse_header_line,
+};
+use url::Url;
+
+/// The stack `settings.downloader_middlewares` names, in order, with `custom` (the
+/// middlewares added in code, in the order given) where it is listed or at the end.
+pub fn downloader_stack(
+    settings: &Settings,
+    custom: Vec<BoxedDownloaderMiddleware>,
+) -> Result<Vec<BoxedDownloaderMiddleware>> {
+    order_stack(
+        &settings.downloader_middlewares,
+        DOWNLOADER_MIDDLEWARES,
+        |name| builtin(name, settings),
+        custom,
+    )
+}
+
+/// One built-in by name, or `None` when its settings switch it off.
+fn builtin(name: &str, s: &Settings) -> Result<Option<BoxedDownloaderMiddleware>> {
+    Ok(match name {
+        "default_headers" => Some(Box::new(DefaultHeaders::from_lines(&s.default_headers)?)),
+        "user_agent" => Some(Box::new(UserAgent::new(&s.user_agent))),
+        "cookies" => s
+            .cookies_enabled
+            .then(|| Box::new(Cookies::new()) as BoxedDownloaderMiddleware),
+        "http_auth" => match (&s.http_auth_domain, &s.http_auth_user) {
+            (Some(domain), Some(user)) => Some(Box::new(HttpAuth::new(
+                domain,
+                user,
+                s.http_auth_pass.as_deref().unwrap_or(""),
+            ))),
+            // Checked here rather than when each setting is set: layers set them one by one.
+            (Some(_), None) => {
+                return Err(crawler_core::Error::new(
+                    crawler_core::ErrorKind::Settings,
+                    "http_auth_domain is set but http_auth_user is not",
+                ));
+            }
+            (None, _) => None,
+        },
+        _ => None,
+    })
+}
+
+fn has_header(req: &Request, name: &str) -> bool {
+    req.header_value(name).is_some()
+}
+
+/// Adds headers to every request that does not set them (`default_headers`).
+#[derive(Debug, Clone)]
+pub struct DefaultHeaders {
+    headers: Vec<(String, String)>,
+}
+
+impl DefaultHeaders {
+    /// From `(name, value)` pairs.
+    pub fn new(headers: Vec<(String, String)>) -> Self {
+        Self { headers }
+    }
+
+    /// From `Name: value` lines, as the setting writes them.
+    pub fn from_lines(lines: &[String]) -> Result<Self> {
+        let headers = lines
+            .iter()
+            .map(|l| {
+                parse_header_line(l).ok_or_else(|| {
+                    crawler_core::Error::new(
+                        crawler_core::ErrorKind::Settings,
+                        format!("default_headers entry '{l}' is not written `Name: value`"),
+                    )
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self { headers })
+    }
+}
+
+impl DownloaderMiddleware for DefaultHeaders {
+    fn name(&self) -> &str {
+        "default_headers"
+    }
+
+    async fn process_request(&self, request: &mut Request) -> Action {
+        for (k, v) in &self.headers {
+            if !has_header(request, k) {
+                request.headers.push((k.clone(), v.clone()));
+            }
+        }
+        Action::Continue
+    }
+}
+
+/// Sends the crawl's User-Agent (`user_agent`, which a spider overrides with
+/// `custom_settings`) as an explicit header, unless a request sets its own.
+///
+/// The HTTP client already sends `user_agent`; the header makes it visible to the
+/// middlewares after this one, and lets one request (a request's own `User-Agent`) differ.
+#[derive(Debug, Clone)]
+pub struct UserAgent {
+    agent: String,
+}
+
+impl UserAgent {
+    /// A middleware sending `agent`.
+    pub fn new(agent: &str) -> Self {
+        Self {
+            agent: agent.to_owned(),
+        }
+    }
+}
+
+impl DownloaderMiddleware for UserAgent {
+    fn name(&self) -> &str {
+        "user_agent"
+    }
+
+    async fn process_request(&self, request: &mut Request) -> Action {
+        if !has_header(request, "user-agent") {
+            request
+                .headers
+                .push(("User-Agent".to_owned(), self.agent.clone()));
+        }
+        Action::Continue
+    }
+}
+
+/// HTTP Basic credentials for one domain and its subdomains, and nowhere else
+/// (`http_auth_domain`, `http_auth_user`, `http_auth_pass`). A request that sets its own
+/// `Authorization` keeps it.
+pub struct HttpAuth {
+    domain: String,
+    header: String,
+    sent: AtomicU64,
+}
+
+impl std::fmt::Debug for HttpAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The header is the password in thin disguise: keep it out of logs.
+        f.debug_struct("HttpAuth")
+            .field("domain", &self.domain)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpAuth {
+    /// Credentials `user:pass` for `domain` (a host name; its subdomains match too).
+    pub fn new(domain: &str, user: &str, pass: &str) -> Self {
+        Self {
+            domain: domain.trim().trim_start_matches('.').to_ascii_lowercase(),
+            header: format!("Basic {}", base64(format!("{user}:{pass}").as_bytes())),
+            sent: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether requests to `url` get the credentials.
+    pub fn applies_to(&self, url: &Url) -> bool {
+        let Some(host) = url.host_str() else {
+            return false;
+        };
+        let host = host.to_ascii_lowercase();
+        host == self.domain
+            || host
+                .strip_suffix(self.domain.as_str())
+                .is_some_and(|rest| rest.ends_with('.'))
+    }
+}
+
+impl DownloaderMiddleware for HttpAuth {
+    fn name(&self) -> &str {
+        "http_auth"
+    }
+
+    async fn process_request(&self, request: &mut Request) -> Action {
+        if self.applies_to(&request.url) && !has_header(request, "authorization") {
+            request
+                .headers
+                .push(("Authorization".to_owned(), self.header.clone()));
+            self.sent.fetch_add(1, Ordering::Relaxed);
+        }
+        Action::Continue
+    }
+
+    fn counters(&self) -> Vec<(String, u64)> {
+        vec![("auth_sent".to_owned(), self.sent.load(Ordering::Relaxed))]
+    }
+}
+
+/// Standard base64 with padding (RFC 4648), for Basic credentials.
+fn base64(input: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
+    for chunk in input.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Request meta key: the name of the cookie jar a request uses (any JSON value; requests
+/// without it share the spider's default jar), for crawls that keep several sessions.
+pub const COOKIEJAR_META: &str = "cookiejar";
+/// Request meta key: when `true`, the request neither sends nor stores cookies.
+pub const DONT_MERGE_COOKIES_META: &str = "dont_merge_cookies";
+
+/// A cookie jar per spider (one per crawl), honouring Domain, Path, Expires/Max-Age and
+/// Secure (RFC 6265, through the `cookie_store` crate). Cookies a request sets itself win
+/// over the jar's of the same name. `Set-Cookie` lines that do not parse, or that a host may
+/// not set (another domain, a bare top-level domain), are ignored and counted.
+///
+/// Cookies set on a redirect the HTTP client followed by itself are not seen (the client
+/// hands over only the final response); see the crawler's docs on redirects.
+#[derive(Debug, Default)]
+pub struct Cookies {
+    jars: Mutex<HashMap<String, CookieStore>>,
+    sent: AtomicU64,
+    stored: AtomicU64,
+    malformed: AtomicU64,
+    rejected: AtomicU64,
+}
+
+impl Cookies {
+    /// An empty jar.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn jar_key(req: &Request) -> String {
+        match req.meta.get(COOKIEJAR_META) {
+            None => String::new(),
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(v) => v.to_string(),
+        }
+    }
+
+    fn skip(req: &Request) -> bool {
+        req.meta
+            .get(DONT_MERGE_COOKIES_META)
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false)
+    }
+
+    fn jars(&self) -> std::sync::MutexGuard<'_, HashMap<String, CookieStore>> {
+        self.jars.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The `Cookie` header value the jar would send to `url` (default jar), if any.
+    pub fn header_for(&self, url: &Url) -> Option<String> {
+        let jars = self.jars();
+        let jar = jars.get("")?;
+        let pairs: Vec<String> = jar
+            .get_request_values(url)
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        (!pairs.is_empty()).then(|| pairs.join("; "))
+    }
+
+    /// Store one `Set-Cookie` line received from `url` in jar `key`; false if ignored.
+    fn store(&self, key: &str, line: &str, url: &Url) -> bool {
+        let raw = match RawCookie::parse(line.to_owned()) {
+            Ok(c) => c,
+            Err(_) => {
+                self.malformed.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(%url, "ignoring malformed Set-Cookie");
+                return false;
+            }
+        };
+        // Without a public-suffix list the jar would let a host set a cookie for a whole
+        // top-level domain (`Domain=com`); refuse any Domain without an inner dot.
+        if let Some(d) = raw.domain() {
+            let d = d.trim_start_matches('.');
+            if !d.contains('.') && url.host_str() != Some(d) {
+                self.rejected.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+        }
+        let mut jars = self.jars();
+        match jars.entry(key.to_owned()).or_default().insert_raw(&raw, url) {
+            Ok(_) => {
+                self.stored.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            // An expired cookie with nothing to expire is how servers delete cookies.
+            Err(CookieError::Expired) => true,
+            Err(CookieError::Parse) => {
+                self.malformed.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+            Err(e) => {
+                tracing::debug!(%url, "ignoring Set-Cookie: {e}");
+                self.rejected.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+        }
+    }
+}
+
+impl DownloaderMiddleware for Cookies {
+    fn name(&self) -> &str {
+        "cookies"
+    }
+
+    async fn process_request(&self, request: &mut Request) -> Action {
+        if Self::skip(request) {
+            return Action::Continue;
+        }
+        let key = Self::jar_key(request);
+        let from_jar: Vec<(String, String)> = {
+            let jars = self.jars();
+            match jars.get(&key) {
+                Some(jar) => jar
+                    .get_request_values(&request.url)
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                    .collect(),
+                None => Vec::new(),
+            }
+        };
+        if from_jar.is_empty() {
+            return Action::Continue;
+        }
+        let idx = request
+            .headers
+            .iter()
+            .position(|(k, _)| k.eq_ignore_ascii_case("cookie"));
+        let own: Vec<String> = idx
+            .map(|i| {
+                request.headers[i]
+                    .1
+                    .split(';')
+                    .filter_map(|p| p.split_once('=').map(|(k, _)| k.trim().to_owned()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut pairs: Vec<String> = idx
+            .map(|i| vec![request.headers[i].1.trim().to_owned()])
+            .unwrap_or_default();
+        pairs.retain(|p| !p.is_empty());
+        for (k, v) in from_jar {
+            if !own.contains(&k) {
+                pairs.push(format!("{k}={v}"));
+            }
+        }
+        let value = pairs.join("; ");
+        match idx {
+            Some(i) => request.headers[i].1 = value,
+            None => request.headers.push(("Cookie".to_owned(), value)),
+        }
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        Action::Continue
+    }
+
+    async fn process_response(&self, request: &Request, response: Response) -> After {
+        if Self::skip(request) {
+            return After::Pass(response);
+        }
+        let key = Self::jar_key(request);
+        for value in response.headers().get_all("set-cookie") {
+            match value.to_str() {
+                Ok(line) => {
+                    self.store(&key, line, response.url());
+                }
+                Err(_) => {
+                    self.malformed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        After::Pass(response)
+    }
+
+    fn counters(&self) -> Vec<(String, u64)> {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        vec![
+            ("cookie_headers_sent".to_owned(), load(&self.sent)),
+            ("cookies_stored".to_owned(), load(&self.stored)),
+            ("set_cookie_malformed".to_owned(), load(&self.malformed)),
+            ("set_cookie_rejected".to_owned(), load(&self.rejected)),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn url(s: &str) -> Url {
+        Url::parse(s).unwrap()
+    }
+
+    fn response(to: &str, set_cookies: &[&str]) -> Response {
+        let mut headers = http::HeaderMap::new();
+        for c in set_cookies {
+            headers.append("set-cookie", http::HeaderValue::from_str(c).unwrap());
+        }
+        Response::new(
+            Request::get(to).unwrap(),
+            url(to),
+            200,
+            headers,
+            bytes::Bytes::new(),
+        )
+    }
+
+    async fn cookie_for(jar: &Cookies, to: &str) -> Option<String> {
+        let mut r = Request::get(to).unwrap();
+        jar.process_request(&mut r).await;
+        r.header_value("cookie").map(str::to_owned)
+    }
+
+    #[test]
+    fn base64_matches_rfc_4648_vectors() {
+        for (plain, enc) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+            ("reader:books", "cmVhZGVyOmJvb2tz"),
+        ] {
+            assert_eq!(base64(plain.as_bytes()), enc, "{plain}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_jar_honours_domain_path_expiry_and_secure() {
+        let jar = Cookies::new();
+        let r = response(
+            // Without a Path a cookie's default is the URL's directory: "/" here.
+            "http://shop.example.com/login",
+            &[
+                "host_only=1",
+                "wide=2; Domain=example.com; Path=/",
+                "login_only=3; Path=/login",
+                "gone=4; Max-Age=0",
+                "old=5; Expires=Wed, 21 Oct 2015 07:28:00 GMT",
+                "secret=6; Secure; Path=/",
+                "=broken",
+                "evil=7; Domain=com",
+                "other=8; Domain=elsewhere.org",
+            ],
+        );
+        let _ = jar
+            .process_response(&Request::get("http://shop.example.com/").unwrap(), r)
+            .await;
+        let c = cookie_for(&jar, "http://shop.example.com/login/x").await.unwrap();
+        let mut got: Vec<&str> = c.split("; ").collect();
+        got.sort_unstable();
+        assert_eq!(got, ["host_only=1", "login_only=3", "wide=2"]);
+        // Path: /login cookies stay on /login; host-only cookies stay on their host.
+        assert_eq!(
+            cookie_for(&jar, "http://www.example.com/account").await.as_deref(),
+            Some("wide=2")
+        );
+        let c = cookie_for(&jar, "http://shop.example.com/account").await.unwrap();
+        assert!(!c.contains("login_only") && c.contains("host_only=1"), "{c}");
+        // Secure cookies go over https only.
+        let c = cookie_for(&jar, "https://shop.example.com/").await.unwrap();
+        assert!(c.contains("secret=6"), "{c}");
+        assert_eq!(cookie_for(&jar, "http://elsewhere.org/").await, None);
+        assert_eq!(cookie_for(&jar, "http://example.net/").await, None);
+        let counters: HashMap<String, u64> = jar.counters().into_iter().collect();
+        assert_eq!(counters["set_cookie_malformed"], 1);
+        assert_eq!(counters["set_cookie_rejected"], 2);
+        assert_eq!(counters["cookies_stored"], 4);
+    }
+
+    #[tokio::test]
+    async fn a_later_max_age_zero_deletes_and_own_cookies_win() {
+        let jar = Cookies::new();
+        let req = Request::get("http://a.test/").unwrap();
+        let _ = jar
+            .process_response(&req, response("http://a.test/", &["s=1", "t=2"]))
+            .await;
+        let _ = jar
+            .process_response(&req, response("http://a.test/", &["t=0; Max-Age=0"]))
+            .await;
+        let mut r = Request::get("http://a.test/x").unwrap().header("Cookie", "s=mine");
+        jar.process_request(&mut r).await;
+        assert_eq!(r.header_value("cookie"), Some("s=mine"));
+        // Separate jars by meta, and opting out.
+        let mut r = Request::get("http://a.test/x")
+            .unwrap()
+            .meta(COOKIEJAR_META, 2)
+            .unwrap();
+        jar.process_request(&mut r).await;
+        assert_eq!(r.header_value("cookie"), None);
+        let mut r = Request::get("http://a.test/x")
+            .unwrap()
+            .meta(DONT_MERGE_COOKIES_META, true)
+            .unwrap();
+        jar.process_request(&mut r).await;
+        assert_eq!(r.header_value("cookie"), None);
+        assert_eq!(jar.header_for(&url("http://a.test/")).as_deref(), Some("s=1"));
+    }
+
+    #[tokio::test]
+    async fn auth_goes_only_to_the_domain_and_its_subdomains() {
+        let auth = HttpAuth::new("Example.com", "reader", "books");
+        for (to, expect) in [
+            ("http://example.com/", true),
+            ("https://api.example.com/x", true),
+            ("http://badexample.com/", false),
+            ("http://example.com.evil.org/", false),
+            ("http://other.org/", false),
+        ] {
+            let mut r = Request::get(to).unwrap();
+            auth.process_request(&mut r).await;
+            let want = expect.then_some("Basic cmVhZGVyOmJvb2tz");
+            assert_eq!(r.header_value("authorization"), want, "{to}");
+        }
+        assert!(!format!("{auth:?}").contains("cmVh"), "no secret in Debug");
+    }
+
+    #[test]
+    fn the_stack_follows_the_setting_and_places_custom() {
+        struct Mine;
+        impl DownloaderMiddleware for Mine {
+            fn name(&self) -> &str {
+                "mine"
+            }
+        }
+        let mut s = Settings::default();
+        let names = |stack: Vec<BoxedDownloaderMiddleware>| {
+            stack
+                .iter()
+                .map(|m| m.name().to_owned())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            names(downloader_stack(&s, vec![Box::new(Mine)]).unwrap()),
+            ["default_headers", "user_agent", "cookies", "mine"]
+        );
+        s.set("downloader_middlewares", "custom,cookies").unwrap();
+        s.set("http_auth_domain", "example.com").unwrap();
+        s.set("http_auth_user", "u").unwrap();
+        assert_eq!(
+            names(downloader_stack(&s, vec![Box::new(Mine)]).unwrap()),
+            ["mine", "cookies"]
+        );
+        s.set("downloader_middlewares", "http_auth,cookies").unwrap();
+        s.set("cookies_enabled", "false").unwrap();
+        assert_eq!(
+            names(downloader_stack(&s, vec![Box::new(Mine)]).unwrap()),
+            ["http_auth", "mine"]
+        );
+        let e = s.set("downloader_middlewares", "cookie").unwrap_err();
+        assert!(e.to_string().contains("unknown middleware 'cookie'"), "{e}");
+    }
+}
