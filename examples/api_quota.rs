@@ -67,7 +67,11 @@ impl Spider for ApiBooks {
 
 /// The rate each host was paced at when the crawl ended, for printing.
 pub fn rates(stats: &Stats) -> Vec<(String, Option<f64>)> {
-    stats.hosts.iter().map(|h| (h.host.clone(), h.rate)).collect()
+    stats
+        .hosts
+        .iter()
+        .map(|h| (h.host.clone(), h.rate))
+        .collect()
 }
 
 #[allow(dead_code)] // tests include this file as a module and use only the spider
@@ -80,7 +84,10 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         .scenario(scenario)
         .start()
         .await?;
-    println!("lab API at {}api/books (quota: 50 requests per 10 s)", lab.url());
+    println!(
+        "lab API at {}api/books (quota: 50 requests per 10 s)",
+        lab.url()
+    );
     let stats = Crawl::new(ApiBooks {
         start: lab.url_for("/api/books?page=1"),
     })
@@ -96,7 +103,10 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     }
     let report = lab.recorder().report();
     let refused: u64 = report.clients.values().map(|c| c.status_429).sum();
-    println!("429 responses: {refused}, violations: {}", report.total_violations());
+    println!(
+        "429 responses: {refused}, violations: {}",
+        report.total_violations()
+    );
     lab.shutdown().await;
     Ok(())
 }

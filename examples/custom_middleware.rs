@@ -118,7 +118,10 @@ impl DownloaderMiddleware for Tag {
     fn counters(&self) -> Vec<(String, u64)> {
         vec![
             ("responses_2xx".to_owned(), self.ok.load(Ordering::Relaxed)),
-            ("responses_other".to_owned(), self.other.load(Ordering::Relaxed)),
+            (
+                "responses_other".to_owned(),
+                self.other.load(Ordering::Relaxed),
+            ),
         ]
     }
 }

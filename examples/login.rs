@@ -104,7 +104,10 @@ impl Spider for Login {
                     )));
                 };
                 for href in page.select("ul.your-books a").attrs("href") {
-                    let req = page.follow(&href)?.callback("book").meta("account", &user)?;
+                    let req = page
+                        .follow(&href)?
+                        .callback("book")
+                        .meta("account", &user)?;
                     out.request(req);
                 }
             }

@@ -52,8 +52,17 @@ impl Spider for Shop {
             return Ok(());
         }
         for card in page.select("article.book") {
-            let title = card.select("h3 a").attrs("title").next().unwrap_or_default();
-            let price = card.select("p.price").texts().into_iter().next().unwrap_or_default();
+            let title = card
+                .select("h3 a")
+                .attrs("title")
+                .next()
+                .unwrap_or_default();
+            let price = card
+                .select("p.price")
+                .texts()
+                .into_iter()
+                .next()
+                .unwrap_or_default();
             out.item(Book {
                 title,
                 price,
@@ -125,7 +134,10 @@ impl Pipeline<Book> for SledStore {
             .and_then(|p| p.split_once('.'))
             .is_some_and(|(a, b)| a.parse::<u32>().is_ok() && b.len() == 2);
         if !price_ok {
-            return Ok(Processed::Drop(format!("unreadable price '{}'", book.price)));
+            return Ok(Processed::Drop(format!(
+                "unreadable price '{}'",
+                book.price
+            )));
         }
         let value = serde_json::to_vec(&book).map_err(store_error)?;
         // Insert only if absent: atomic, so concurrent duplicates cannot both get in.

@@ -56,11 +56,11 @@ pub use crawler_store as store;
 pub use error::Error;
 pub use runner::{Contract, Runner};
 
-use crawler_core::{ConditionalStore, Engine, FeedSpec, Pipeline, Settings, Spider, Stats};
 use crawler_core::{
     BoxedDownloaderMiddleware, BoxedSpiderMiddleware, DownloaderMiddleware, MiddlewareStats,
     Middlewares, SpiderMiddleware, SpiderWithMiddlewares,
 };
+use crawler_core::{ConditionalStore, Engine, FeedSpec, Pipeline, Settings, Spider, Stats};
 use crawler_http::HttpDownloader;
 use crawler_sched::{FleetFrontier, Frontier, FrontierConfig, MemoryStore, QueueStore};
 
@@ -314,10 +314,7 @@ impl<S: Spider> Crawl<S> {
         let allowed = spider.allowed_domains();
         let (frontier, resuming) = if let Some(url) = &settings.redis_url {
             // Each worker of a fleet writes its own feeds from scratch.
-            (
-                open_fleet(url, spider.name(), allowed, &settings)?,
-                false,
-            )
+            (open_fleet(url, spider.name(), allowed, &settings)?, false)
         } else {
             let (store, resuming) = match &settings.job_dir {
                 Some(dir) => open_job(dir, spider.name(), &allowed, &settings)?,

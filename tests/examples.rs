@@ -69,7 +69,10 @@ async fn api_quota_adapts_to_the_ratelimit_headers_without_a_429() {
     assert_eq!(books.len(), 1000, "{stats}");
     let ids: HashSet<u32> = books.iter().map(|b| b.id).collect();
     assert_eq!(ids.len(), 1000);
-    assert_eq!(books.iter().find(|b| b.id == 7).unwrap().title, lab.book(7).unwrap().title);
+    assert_eq!(
+        books.iter().find(|b| b.id == 7).unwrap().title,
+        lab.book(7).unwrap().title
+    );
     let report = lab.recorder().report();
     let refused: u64 = report.clients.values().map(|c| c.status_429).sum();
     assert_eq!(refused, 0, "{report:?}");
@@ -124,9 +127,16 @@ async fn login_posts_the_form_and_keeps_the_session() {
     assert_eq!(stats.spider_errors, 0);
 
     let recorded = lab.recorder().requests();
-    let post = recorded.iter().find(|r| r.method == "POST").expect("the form was posted");
+    let post = recorded
+        .iter()
+        .find(|r| r.method == "POST")
+        .expect("the form was posted");
     assert_eq!(post.status, 303, "credentials and CSRF cookie accepted");
-    assert!(post.cookie.as_deref().is_some_and(|c| c.starts_with("csrftoken=")));
+    assert!(
+        post.cookie
+            .as_deref()
+            .is_some_and(|c| c.starts_with("csrftoken="))
+    );
     let account = recorded
         .iter()
         .find(|r| r.path.starts_with("/account?"))
@@ -141,7 +151,10 @@ async fn login_posts_the_form_and_keeps_the_session() {
     for r in &book_pages {
         assert_eq!(r.status, 200, "{r:?}");
         let cookie = r.cookie.as_deref().unwrap_or("");
-        assert!(cookie.contains("session=") && !cookie.contains("csrftoken"), "{cookie}");
+        assert!(
+            cookie.contains("session=") && !cookie.contains("csrftoken"),
+            "{cookie}"
+        );
     }
     let jar = &stats.middlewares["downloader:cookies"];
     assert!(jar["cookies_stored"] >= 2, "{jar:?}");
@@ -167,7 +180,10 @@ async fn custom_middleware_tags_requests_and_drops_pricey_books() {
         .filter(|b| custom_middleware::pence(&b.price).unwrap() <= limit)
         .map(|b| b.title)
         .collect();
-    assert!(!cheap.is_empty() && cheap.len() < 100, "the limit splits the shop");
+    assert!(
+        !cheap.is_empty() && cheap.len() < 100,
+        "the limit splits the shop"
+    );
     let got: HashSet<String> = books.iter().map(|b| b.title.clone()).collect();
     assert_eq!(got, cheap, "{stats}");
     assert!(books.iter().all(|b| b.pence <= limit));
@@ -175,7 +191,10 @@ async fn custom_middleware_tags_requests_and_drops_pricey_books() {
     // Every request the middleware stack sent carried the tag (robots.txt is fetched by the
     // downloader's robots cache, outside the stack).
     let recorded = lab.recorder().requests();
-    let pages: Vec<_> = recorded.iter().filter(|r| r.path != "/robots.txt").collect();
+    let pages: Vec<_> = recorded
+        .iter()
+        .filter(|r| r.path != "/robots.txt")
+        .collect();
     assert_eq!(pages.len(), 100 + 5);
     assert!(pages.iter().all(|r| r.tag.as_deref() == Some("test-tag")));
     let tag = &stats.middlewares["downloader:tag"];
@@ -205,7 +224,10 @@ async fn pipeline_dedup_stores_each_book_once() {
         price: "free".into(),
         url: "http://x/".into(),
     };
-    assert!(matches!(store.process(bad).await.unwrap(), Processed::Drop(_)));
+    assert!(matches!(
+        store.process(bad).await.unwrap(),
+        Processed::Drop(_)
+    ));
     assert_eq!(store.stored(), 0);
 
     let tree_dir = dir.path().join("store");

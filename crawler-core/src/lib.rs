@@ -75,5 +75,9 @@ pub use settings::{HOST_RULE_KEYS, HostRule, LogFormat, Settings, ThrottleMode};
 pub use spider::Spider;
 pub use stats::Stats;
 
+/// Re-exported so middlewares can build a [`Response`] without depending on these crates.
+pub use bytes::Bytes;
+/// Re-exported so middlewares can build a [`Response`] without depending on these crates.
+pub use http::{HeaderMap, HeaderValue};
 /// Re-exported so users and crates agree on one version.
 pub use url::Url;

@@ -725,10 +725,8 @@ pub fn spider_stack<I: 'static>(
         SPIDER_MIDDLEWARES,
         |name| {
             Ok(match name {
-                "referer" => Some(
-                    Box::new(RefererPolicy::new(&settings.referer_policy)?)
-                        as BoxedSpiderMiddleware<I>,
-                ),
+                "referer" => Some(Box::new(RefererPolicy::new(&settings.referer_policy)?)
+                    as BoxedSpiderMiddleware<I>),
                 _ => None,
             })
         },
@@ -886,10 +884,10 @@ mod tests {
         }
     }
 
-    fn stack(
-        log: &Arc<Mutex<Vec<String>>>,
-        specs: &[(&'static str, fn(&Request) -> Action, fn(Response) -> After)],
-    ) -> Vec<BoxedDownloaderMiddleware> {
+    /// A middleware's name and what it does on a request and on a response.
+    type Spec = (&'static str, fn(&Request) -> Action, fn(Response) -> After);
+
+    fn stack(log: &Arc<Mutex<Vec<String>>>, specs: &[Spec]) -> Vec<BoxedDownloaderMiddleware> {
         specs
             .iter()
             .map(|&(name, on_request, on_response)| {
@@ -926,9 +924,18 @@ mod tests {
             *log.lock().unwrap(),
             ["req:a", "req:b", "req:c", "resp:c", "resp:b", "resp:a"]
         );
-        let seen: Vec<String> = net.last_headers.lock().unwrap().iter().map(|h| h.1.clone()).collect();
+        let seen: Vec<String> = net
+            .last_headers
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|h| h.1.clone())
+            .collect();
         assert_eq!(seen, ["a", "b", "c"], "the network sees every change");
-        assert!(req.headers.is_empty(), "the engine's request is not changed");
+        assert!(
+            req.headers.is_empty(),
+            "the engine's request is not changed"
+        );
     }
 
     #[tokio::test]
@@ -940,13 +947,21 @@ mod tests {
         let net = Arc::new(Net::default());
         let mw = Middlewares::new(
             Arc::clone(&net),
-            stack(&log, &[("a", go, pass), ("b", answer, pass), ("c", go, pass)]),
+            stack(
+                &log,
+                &[("a", go, pass), ("b", answer, pass), ("c", go, pass)],
+            ),
         );
         let stats = MiddlewareStats::new();
         mw.register_stats(&stats);
-        let d = mw.fetch(&Request::get("http://example.com/").unwrap()).await;
+        let d = mw
+            .fetch(&Request::get("http://example.com/").unwrap())
+            .await;
         assert!(matches!(d.outcome, Fetched::Response(ref r) if r.status() == 200));
-        assert!(!d.feedback.sent, "the host's slot must not learn from a local answer");
+        assert!(
+            !d.feedback.sent,
+            "the host's slot must not learn from a local answer"
+        );
         assert_eq!(net.sent.load(Ordering::SeqCst), 0);
         assert_eq!(
             *log.lock().unwrap(),
@@ -968,14 +983,20 @@ mod tests {
             Arc::clone(&net),
             stack(&log, &[("a", go, pass), ("gate", drop_it, pass)]),
         );
-        let d = mw.fetch(&Request::get("http://example.com/").unwrap()).await;
+        let d = mw
+            .fetch(&Request::get("http://example.com/").unwrap())
+            .await;
         let Fetched::Failed(f) = d.outcome else {
             panic!("dropped requests fail")
         };
         assert_eq!(f.kind, FailureKind::Other);
         assert_eq!(f.message, "dropped by middleware gate: not today");
         assert_eq!(net.sent.load(Ordering::SeqCst), 0);
-        assert_eq!(*log.lock().unwrap(), ["req:a", "req:gate"], "no response hooks");
+        assert_eq!(
+            *log.lock().unwrap(),
+            ["req:a", "req:gate"],
+            "no response hooks"
+        );
     }
 
     #[tokio::test]
@@ -999,7 +1020,9 @@ mod tests {
             Arc::clone(&net),
             stack(&log, &[("a", go, pass), ("b", go, replace)]),
         );
-        let d = mw.fetch(&Request::get("http://example.com/").unwrap()).await;
+        let d = mw
+            .fetch(&Request::get("http://example.com/").unwrap())
+            .await;
         assert!(matches!(d.outcome, Fetched::Response(ref r) if r.status() == 203));
         assert_eq!(
             *log.lock().unwrap(),
@@ -1009,7 +1032,9 @@ mod tests {
 
         let log = Arc::default();
         let mw = Middlewares::new(Arc::clone(&net), stack(&log, &[("r", go, retry)]));
-        let d = mw.fetch(&Request::get("http://example.com/").unwrap()).await;
+        let d = mw
+            .fetch(&Request::get("http://example.com/").unwrap())
+            .await;
         let Fetched::Failed(f) = d.outcome else {
             panic!("retry becomes a failure")
         };
@@ -1079,7 +1104,10 @@ mod tests {
             self.1
         }
         fn process_output(&self, page: &Page, items: &mut Vec<u32>, requests: &mut Vec<Request>) {
-            self.2.lock().unwrap().push(format!("{}:{}", self.1, page.url));
+            self.2
+                .lock()
+                .unwrap()
+                .push(format!("{}:{}", self.1, page.url));
             items.retain(|&i| i <= self.0);
             requests.retain(|r| r.url.host_str() == page.url.host_str());
         }

@@ -309,7 +309,11 @@ impl Cookies {
             }
         }
         let mut jars = self.jars();
-        match jars.entry(key.to_owned()).or_default().insert_raw(&raw, url) {
+        match jars
+            .entry(key.to_owned())
+            .or_default()
+            .insert_raw(&raw, url)
+        {
             Ok(_) => {
                 self.stored.fetch_add(1, Ordering::Relaxed);
                 true
@@ -479,17 +483,26 @@ mod tests {
         let _ = jar
             .process_response(&Request::get("http://shop.example.com/").unwrap(), r)
             .await;
-        let c = cookie_for(&jar, "http://shop.example.com/login/x").await.unwrap();
+        let c = cookie_for(&jar, "http://shop.example.com/login/x")
+            .await
+            .unwrap();
         let mut got: Vec<&str> = c.split("; ").collect();
         got.sort_unstable();
         assert_eq!(got, ["host_only=1", "login_only=3", "wide=2"]);
         // Path: /login cookies stay on /login; host-only cookies stay on their host.
         assert_eq!(
-            cookie_for(&jar, "http://www.example.com/account").await.as_deref(),
+            cookie_for(&jar, "http://www.example.com/account")
+                .await
+                .as_deref(),
             Some("wide=2")
         );
-        let c = cookie_for(&jar, "http://shop.example.com/account").await.unwrap();
-        assert!(!c.contains("login_only") && c.contains("host_only=1"), "{c}");
+        let c = cookie_for(&jar, "http://shop.example.com/account")
+            .await
+            .unwrap();
+        assert!(
+            !c.contains("login_only") && c.contains("host_only=1"),
+            "{c}"
+        );
         // Secure cookies go over https only.
         let c = cookie_for(&jar, "https://shop.example.com/").await.unwrap();
         assert!(c.contains("secret=6"), "{c}");
@@ -511,7 +524,9 @@ mod tests {
         let _ = jar
             .process_response(&req, response("http://a.test/", &["t=0; Max-Age=0"]))
             .await;
-        let mut r = Request::get("http://a.test/x").unwrap().header("Cookie", "s=mine");
+        let mut r = Request::get("http://a.test/x")
+            .unwrap()
+            .header("Cookie", "s=mine");
         jar.process_request(&mut r).await;
         assert_eq!(r.header_value("cookie"), Some("s=mine"));
         // Separate jars by meta, and opting out.
@@ -527,7 +542,10 @@ mod tests {
             .unwrap();
         jar.process_request(&mut r).await;
         assert_eq!(r.header_value("cookie"), None);
-        assert_eq!(jar.header_for(&url("http://a.test/")).as_deref(), Some("s=1"));
+        assert_eq!(
+            jar.header_for(&url("http://a.test/")).as_deref(),
+            Some("s=1")
+        );
     }
 
     #[tokio::test]
@@ -574,7 +592,8 @@ mod tests {
             names(downloader_stack(&s, vec![Box::new(Mine)]).unwrap()),
             ["mine", "cookies"]
         );
-        s.set("downloader_middlewares", "http_auth,cookies").unwrap();
+        s.set("downloader_middlewares", "http_auth,cookies")
+            .unwrap();
         s.set("cookies_enabled", "false").unwrap();
         assert_eq!(
             names(downloader_stack(&s, vec![Box::new(Mine)]).unwrap()),

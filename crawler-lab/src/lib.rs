@@ -110,9 +110,9 @@
 //! ## Recorder
 //!
 //! Every request (except `/_lab/`) is stored small: arrival on the lab's monotonic clock,
-//! client key, method, path, `User-Agent`, `If-None-Match`, `If-Modified-Since`, status, body
-//! size, and the wait the response announced. [`Recorder::report`] derives per client: request
-//! count, the most requests in any one-second window, mean rate, 429/503 counts, conditional
+//! client key, method, path, `User-Agent`, `If-None-Match`, `If-Modified-Since`, `Referer`,
+//! `Cookie`, `Authorization`, `X-Crawl-Tag`, status, body size, and the wait the response
+//! announced. [`Recorder::report`] derives per client: request count, the most requests in any one-second window, mean rate, 429/503 counts, conditional
 //! requests and 304s, and *violations*: requests that arrived while a wait the server had
 //! announced to that client (`Retry-After`, or rate-limit headers with nothing remaining) was
 //! open, counted from when that response was sent plus a grace ([`LabBuilder::grace`], 100 ms

@@ -218,7 +218,7 @@ async fn login_sets_a_session_that_opens_the_account() {
             .iter()
             .map(|l| pair(l))
             .collect::<Vec<_>>(),
-        [session.clone()]
+        std::slice::from_ref(&session)
     );
 
     let recorded = lab.recorder().requests();

@@ -306,9 +306,16 @@ impl<S: QueueStore> Scheduler for FleetFrontier<S> {
         }
         // A refused lease or another worker's pushes: give every host with work (as the
         // store last heard) a place in the ready heap; the store limits how often this asks
-        // the shared backend.
-        self.inner.refresh_hosts(now);
-        let next = self.inner.next(now);
+        // the shared backend. Twice, because a lease refused by the shared budget takes its
+        // host out of the heap, and it must go back in at the slot the refusal booked.
+        let mut next = first;
+        for _ in 0..2 {
+            if matches!(next, Next::Ready(..)) {
+                return next;
+            }
+            self.inner.refresh_hosts(now);
+            next = self.inner.next(now);
+        }
         let poll = now + POLL;
         match next {
             Next::Ready(..) => next,

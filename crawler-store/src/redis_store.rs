@@ -371,6 +371,14 @@ impl Inner {
         };
         let code = int_at(&l, 0);
         let left = usize::try_from(int_at(&l, 3)).unwrap_or(0);
+        tracing::debug!(
+            worker = self.worker,
+            host,
+            code,
+            left,
+            ready_in_ms = int_at(&l, 4),
+            "lease answer"
+        );
         self.lens.insert(host.to_owned(), left);
         if code >= 0 && self.params_for(host).is_some() {
             let view = HostView {
