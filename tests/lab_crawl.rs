@@ -238,3 +238,35 @@ async fn private_addresses_are_refused_when_asked() {
     );
     lab.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_setting_routes_every_request_through_the_proxy() {
+    // The lab stands in for a forward proxy: books.invalid does not resolve, so every request
+    // that reaches the lab (robots.txt included) went through the proxy.
+    let proxy = Lab::builder().books(100).start().await.expect("lab starts");
+    let stats = Crawl::new(Books {
+        start: "http://books.invalid/".into(),
+    })
+    .set("proxy", proxy.url())
+    .set("throttle", "fixed")
+    .progress(false)
+    .run()
+    .await
+    .expect("crawl runs");
+    let seen = proxy.recorder().requests();
+    assert_eq!(seen.first().map(|r| r.path.as_str()), Some("/robots.txt"));
+    assert!(
+        seen.iter()
+            .any(|r| r.referer.as_deref() == Some("http://books.invalid/"))
+    );
+    assert_eq!(stats.items_scraped, 100, "{stats}");
+    assert!(stats.reconciles());
+    let e = Crawl::new(Books { start: proxy.url() })
+        .set("proxy", "not a url")
+        .progress(false)
+        .build()
+        .err()
+        .expect("a bad proxy is refused");
+    assert!(e.to_string().contains("invalid proxy URL"), "{e}");
+    proxy.shutdown().await;
+}

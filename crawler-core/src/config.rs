@@ -134,6 +134,7 @@ pub const SECTIONS: &[Section] = &[
             "spider_middlewares",
             "default_headers",
             "referer_policy",
+            "proxy",
         ],
         prefixes: &["cookies_", "http_auth_"],
     },

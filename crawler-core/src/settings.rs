@@ -186,6 +186,9 @@ pub struct Settings {
     /// to http), `no-referrer`, `same-origin`, `origin` (scheme and host only) or
     /// `unsafe-url` (always the page URL). Default `default`.
     pub referer_policy: String,
+    /// Send every request through this HTTP proxy (`http://host:port`, credentials in the
+    /// URL if needed). Unset: direct, or the `HTTP_PROXY` / `HTTPS_PROXY` environment.
+    pub proxy: Option<String>,
 }
 
 /// Settings for the hosts whose names match a glob: written `[[hosts]]` in crawler.toml.
@@ -421,6 +424,7 @@ impl Default for Settings {
             http_auth_user: None,
             http_auth_pass: None,
             referer_policy: "default".to_owned(),
+            proxy: None,
         }
     }
 }

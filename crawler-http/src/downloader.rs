@@ -199,6 +199,11 @@ fn build_client(settings: &Settings, max_redirects: usize) -> Result<reqwest::Cl
     if deny_private {
         builder = builder.dns_resolver(std::sync::Arc::new(PublicOnly));
     }
+    if let Some(proxy) = settings.proxy.as_deref().filter(|p| !p.trim().is_empty()) {
+        let proxy = reqwest::Proxy::all(proxy.trim())
+            .map_err(|e| Error::new(format!("invalid proxy URL '{proxy}'"), e))?;
+        builder = builder.proxy(proxy);
+    }
     builder
         .user_agent(settings.user_agent.as_str())
         .connect_timeout(settings.connect_timeout)
