@@ -17,14 +17,13 @@ mod books;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use crawler::lab::{Lab, RetryAfter, Scenario};
 use crawler::prelude::*;
 
 /// The tests share two cores; running them one at a time keeps their timing honest.
-static SERIAL: Mutex<()> = Mutex::new(());
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// One worker of the fleet: crawls the lab's books into its own feed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -239,7 +238,7 @@ fn fetches(lab: &Lab) -> HashMap<String, usize> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_workers_share_one_budget_and_respect_retry_after() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = SERIAL.lock().await;
     let redis = Redis::start(false);
     // The practice scenario scaled by 10: 50 requests/s per client with a burst of 50, and
     // Retry-After: 3 on refusals. The fleet starts at 100/s, twice too fast, so it meets a
@@ -344,7 +343,7 @@ async fn four_workers_share_one_budget_and_respect_retry_after() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_workers_leases_are_reclaimed_by_the_others() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = SERIAL.lock().await;
     let redis = Redis::start(false);
     let lab = Lab::builder().books(400).start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -386,7 +385,7 @@ async fn a_killed_workers_leases_are_reclaimed_by_the_others() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_restart_mid_crawl_pauses_the_fleet_and_loses_nothing() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = SERIAL.lock().await;
     let mut redis = Redis::start(true);
     let lab = Lab::builder().books(400).start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();

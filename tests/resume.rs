@@ -234,3 +234,55 @@ async fn a_job_directory_refuses_another_spider_and_a_second_process() {
     assert!(msg.contains("books") && msg.contains("other"), "{msg}");
     lab.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_running_hold_and_a_learned_rate_survive_a_restart() {
+    use crawler::core::{Feedback, Next, Scheduler, Settings};
+    use crawler::sched::{Frontier, FrontierConfig, QueueStore};
+    use crawler::store::{SledStore, StoreOptions};
+
+    let dir = tempfile::tempdir().unwrap();
+    let open = || {
+        let store =
+            SledStore::open_job(dir.path(), "books", "v1", StoreOptions::default()).unwrap();
+        let settings = Settings {
+            start_rate: 8.0,
+            ..Default::default()
+        };
+        Frontier::with_store(
+            FrontierConfig::from_settings(&settings, vec![]),
+            Box::new(store) as Box<dyn QueueStore>,
+        )
+    };
+    let now = tokio::time::Instant::now();
+    let mut f = open();
+    for i in 0..3 {
+        f.enqueue(Request::get(&format!("http://a.test/{i}")).unwrap(), now);
+    }
+    let Next::Ready(lease, _) = f.next(now) else {
+        panic!("nothing ready")
+    };
+    let refused = Feedback {
+        sent: true,
+        status: Some(429),
+        retry_after: Some(Duration::from_secs(120)),
+        ..Default::default()
+    };
+    f.complete(lease, &refused, now);
+    f.acknowledge(lease);
+    f.checkpoint(&crawler::core::Stats::default());
+    drop(f);
+
+    // A new process: the hold is still running, and the rate stays at what the refusal taught.
+    let mut f = open();
+    let now = tokio::time::Instant::now();
+    match f.next(now) {
+        Next::NotBefore(at) => assert!(at - now > Duration::from_secs(100), "{:?}", at - now),
+        other => panic!("the hold from the last run was forgotten: {other:?}"),
+    }
+    let rate = f.host_stats()[0].rate.unwrap();
+    assert!(
+        rate < 8.0 * 0.5 + 1e-6,
+        "the learned rate was forgotten: {rate}"
+    );
+}

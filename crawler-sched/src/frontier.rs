@@ -164,6 +164,8 @@ pub struct Frontier<S: QueueStore = MemoryStore> {
     leases: HashMap<u64, usize>,
     seq: u64,
     error: Option<Error>,
+    /// Politeness state kept by an earlier run, applied when a host's slot is created.
+    restored: HashMap<String, serde_json::Value>,
     /// Retries waiting for their time: (not before, tie-breaker, request).
     delayed: BinaryHeap<Reverse<(Instant, u64, DelayedRequest)>>,
     /// Requests of skipped hosts, waiting for the engine to count them.
@@ -212,7 +214,9 @@ impl<S: QueueStore> Frontier<S> {
             error: None,
             delayed: BinaryHeap::new(),
             skipped: Vec::new(),
+            restored: HashMap::new(),
         };
+        f.restored = f.store.host_states().into_iter().collect();
         let now = Instant::now();
         for host in f.store.hosts() {
             let id = f.host_id(host, now);
@@ -268,7 +272,10 @@ impl<S: QueueStore> Frontier<S> {
             return id;
         }
         let id = self.hosts.len();
-        let throttle = (self.config.throttle)(&key, now);
+        let mut throttle = (self.config.throttle)(&key, now);
+        if let Some(state) = self.restored.remove(&key) {
+            throttle.restore(&state, now);
+        }
         self.hosts.push(Host {
             key: key.clone(),
             in_flight: 0,
@@ -481,8 +488,21 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
     }
 
     fn checkpoint(&mut self, stats: &crawler_core::Stats) {
-        let saved = serde_json::to_value(stats)
-            .map_err(|e| Error::new("cannot serialise the stats", Some(Box::new(e))))
+        let now = Instant::now();
+        let states: Vec<(String, serde_json::Value)> = self
+            .hosts
+            .iter()
+            .map(|h| (h.key.clone(), h.throttle.save(now)))
+            .filter(|(_, v)| !v.is_null())
+            .collect();
+        // Host states first: the checkpoint's flush then makes both durable together.
+        let saved = self
+            .store
+            .save_host_states(&states)
+            .and_then(|()| {
+                serde_json::to_value(stats)
+                    .map_err(|e| Error::new("cannot serialise the stats", Some(Box::new(e))))
+            })
             .and_then(|v| self.store.checkpoint(&v));
         if let Err(e) = saved {
             self.failed(e);

@@ -73,6 +73,14 @@ pub trait QueueStore: Send + 'static {
     fn saved_stats(&self) -> Option<serde_json::Value> {
         None
     }
+    /// Keep each host's politeness state (running holds, learned rates) for a resume.
+    fn save_host_states(&mut self, _states: &[(String, serde_json::Value)]) -> Result<(), Error> {
+        Ok(())
+    }
+    /// Host states kept by an earlier run.
+    fn host_states(&self) -> Vec<(String, serde_json::Value)> {
+        Vec::new()
+    }
 }
 
 /// Lets a frontier choose its store at run time (memory, sled, Redis) behind one type.
@@ -106,6 +114,12 @@ impl QueueStore for Box<dyn QueueStore> {
     }
     fn saved_stats(&self) -> Option<serde_json::Value> {
         (**self).saved_stats()
+    }
+    fn save_host_states(&mut self, states: &[(String, serde_json::Value)]) -> Result<(), Error> {
+        (**self).save_host_states(states)
+    }
+    fn host_states(&self) -> Vec<(String, serde_json::Value)> {
+        (**self).host_states()
     }
 }
 

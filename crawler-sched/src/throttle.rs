@@ -32,6 +32,19 @@ pub trait Throttle: Send {
     fn rate(&self) -> f64;
     /// Holds placed so far and their total length.
     fn holds(&self) -> (u64, Duration);
+    /// What is worth keeping across a restart (a hold still running, what was learned about
+    /// the host), for a persistent frontier. `Null` when nothing is.
+    fn save(&self, _now: Instant) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+    /// Take back what [`Throttle::save`] kept.
+    fn restore(&mut self, _state: &serde_json::Value, _now: Instant) {}
+}
+
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Build the throttle `settings` ask for, for a new host.
@@ -126,6 +139,38 @@ impl Rules {
         verdict
     }
 
+    /// A running hold (as wall-clock time left, since a restart resets the monotonic clock)
+    /// and the Crawl-delay.
+    fn save(&self, now: Instant) -> serde_json::Value {
+        let left = self.hold_until.saturating_duration_since(now).as_millis() as i64;
+        serde_json::json!({
+            "hold_ms": left,
+            "saved_at_ms": unix_ms(),
+            "crawl_delay_ms": self.crawl_delay.as_millis() as u64,
+        })
+    }
+
+    fn restore(&mut self, state: &serde_json::Value, now: Instant) {
+        let num = |k: &str| {
+            state
+                .get(k)
+                .and_then(serde_json::Value::as_i64)
+                .unwrap_or(0)
+        };
+        // The time the process was down counts against the hold.
+        let left = num("hold_ms") - (unix_ms() - num("saved_at_ms")).max(0);
+        if left > 0 {
+            let until = now + Duration::from_millis(left as u64);
+            if until > self.hold_until {
+                self.hold_until = until;
+                tracing::info!(host = %self.host, left_ms = left, "hold from the last run still running");
+            }
+        }
+        self.crawl_delay = self
+            .crawl_delay
+            .max(Duration::from_millis(num("crawl_delay_ms").max(0) as u64));
+    }
+
     /// The gap floor from Crawl-delay and the given minimum.
     fn floor(&self, min_gap: Duration) -> Duration {
         self.crawl_delay.max(min_gap)
@@ -145,6 +190,14 @@ pub struct FixedDelay {
 }
 
 impl FixedDelay {
+    fn save_state(&self, now: Instant) -> serde_json::Value {
+        self.rules.save(now)
+    }
+
+    fn restore_state(&mut self, state: &serde_json::Value, now: Instant) {
+        self.rules.restore(state, now);
+    }
+
     /// A throttle that waits `delay` between sends with at most `concurrency` in flight.
     pub fn new(rules: Rules, delay: Duration, randomize: bool, concurrency: usize) -> Self {
         let now = rules.hold_until;
@@ -196,6 +249,14 @@ impl Throttle for FixedDelay {
 
     fn holds(&self) -> (u64, Duration) {
         (self.rules.holds, self.rules.held)
+    }
+
+    fn save(&self, now: Instant) -> serde_json::Value {
+        self.save_state(now)
+    }
+
+    fn restore(&mut self, state: &serde_json::Value, now: Instant) {
+        self.restore_state(state, now);
     }
 }
 
@@ -250,6 +311,48 @@ pub struct Adaptive {
 }
 
 impl Adaptive {
+    /// The rules' state plus what was learned: the rate, the ceiling and safe rate from
+    /// refusals, whether headers steer, how long to stay calm before probing.
+    fn save_state(&self, now: Instant) -> serde_json::Value {
+        let mut v = self.rules.save(now);
+        if let Some(map) = v.as_object_mut() {
+            map.insert("rate".into(), self.rate.into());
+            if self.learned_ceiling.is_finite() {
+                map.insert("ceiling".into(), self.learned_ceiling.into());
+            }
+            if let Some(safe) = self.safe_rate {
+                map.insert("safe".into(), safe.into());
+            }
+            map.insert("steered".into(), self.steered.into());
+            map.insert("probe_after_s".into(), self.probe_after.as_secs().into());
+        }
+        v
+    }
+
+    fn restore_state(&mut self, state: &serde_json::Value, now: Instant) {
+        self.rules.restore(state, now);
+        let num = |k: &str| {
+            state
+                .get(k)
+                .and_then(serde_json::Value::as_f64)
+                .filter(|n| n.is_finite() && *n > 0.0)
+        };
+        if let Some(c) = num("ceiling") {
+            self.learned_ceiling = c;
+        }
+        self.safe_rate = num("safe");
+        self.steered = state
+            .get("steered")
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false);
+        if let Some(p) = num("probe_after_s") {
+            self.probe_after = Duration::from_secs_f64(p).max(CALM);
+        }
+        if let Some(r) = num("rate") {
+            self.set_rate(r, "restored");
+        }
+    }
+
     /// An adaptive throttle starting at `start_rate`.
     pub fn new(rules: Rules, s: &Settings) -> Self {
         let now = rules.hold_until;
@@ -447,6 +550,14 @@ impl Throttle for Adaptive {
     fn holds(&self) -> (u64, Duration) {
         (self.rules.holds, self.rules.held)
     }
+
+    fn save(&self, now: Instant) -> serde_json::Value {
+        self.save_state(now)
+    }
+
+    fn restore(&mut self, state: &serde_json::Value, now: Instant) {
+        self.restore_state(state, now);
+    }
 }
 
 /// Scrapy's AutoThrottle: the delay moves halfway towards `latency / target_concurrency` on
@@ -464,6 +575,14 @@ pub struct AutoThrottle {
 }
 
 impl AutoThrottle {
+    fn save_state(&self, now: Instant) -> serde_json::Value {
+        self.rules.save(now)
+    }
+
+    fn restore_state(&mut self, state: &serde_json::Value, now: Instant) {
+        self.rules.restore(state, now);
+    }
+
     /// An AutoThrottle starting at a delay of `1 / start_rate`.
     pub fn new(rules: Rules, s: &Settings) -> Self {
         let now = rules.hold_until;
@@ -524,6 +643,14 @@ impl Throttle for AutoThrottle {
 
     fn holds(&self) -> (u64, Duration) {
         (self.rules.holds, self.rules.held)
+    }
+
+    fn save(&self, now: Instant) -> serde_json::Value {
+        self.save_state(now)
+    }
+
+    fn restore(&mut self, state: &serde_json::Value, now: Instant) {
+        self.restore_state(state, now);
     }
 }
 

@@ -798,4 +798,19 @@ impl QueueStore for SledStore {
         // Unreadable stats only cost the counters of the earlier run, never queued work.
         self.load_stats().ok().flatten()
     }
+
+    fn save_host_states(
+        &mut self,
+        states: &[(String, serde_json::Value)],
+    ) -> Result<(), crawler_sched::Error> {
+        for (host, state) in states {
+            self.save_host_state(host, state)?;
+        }
+        Ok(())
+    }
+
+    fn host_states(&self) -> Vec<(String, serde_json::Value)> {
+        // Unreadable host states only cost what was learned about the hosts.
+        self.load_host_states().unwrap_or_default()
+    }
 }
