@@ -438,3 +438,25 @@ fn redis_meta(redis: &Redis, job: &str, field: &str) -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_redis_is_a_clear_error_without_the_password() {
+    // Nothing listens on this port; the crawl pauses and retries for a second, then
+    // stops with a message naming the server but not its password.
+    let port = free_port();
+    let crawl = Crawl::new(books::Books {
+        start: "http://127.0.0.1:9/".into(),
+    })
+    .set("redis_url", format!("redis://:s3cret@127.0.0.1:{port}/"))
+    .set("redis_retry_for", "1s")
+    .progress(false);
+    let started = std::time::Instant::now();
+    let err = crawl.run().await.unwrap_err().to_string();
+    assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+    assert!(err.contains("gave up after"), "{err}");
+    assert!(!err.contains("s3cret"), "the password leaked: {err}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "it retried first"
+    );
+}

@@ -75,6 +75,7 @@ pub const SECTIONS: &[Section] = &[
             "download_delay",
             "randomize_delay",
             "start_rate",
+            "host_key",
             "min_rate",
             "max_rate",
             "burst",

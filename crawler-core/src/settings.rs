@@ -189,6 +189,21 @@ pub struct Settings {
     /// Send every request through this HTTP proxy (`http://host:port`, credentials in the
     /// URL if needed). Unset: direct, or the `HTTP_PROXY` / `HTTPS_PROXY` environment.
     pub proxy: Option<String>,
+    /// What one politeness slot covers: `host` (the host and any explicit port, the default)
+    /// or `domain` (the registrable domain, so `a.example.com` and `b.example.com` share one
+    /// budget; from the public suffix list).
+    pub host_key: HostKeyMode,
+}
+
+/// What one per-host politeness slot covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum HostKeyMode {
+    /// One slot per host (and explicit port).
+    #[default]
+    Host,
+    /// One slot per registrable domain.
+    Domain,
 }
 
 /// Settings for the hosts whose names match a glob: written `[[hosts]]` in crawler.toml.
@@ -425,6 +440,7 @@ impl Default for Settings {
             http_auth_pass: None,
             referer_policy: "default".to_owned(),
             proxy: None,
+            host_key: HostKeyMode::Host,
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
-use crawler_core::HostStats;
+use crawler_core::{HostKeyMode, HostStats};
 
 use crawler_core::{
     Admission, Feedback, FilterReason, Lease, Next, Request, Scheduler, Settings, Url,
@@ -18,6 +18,19 @@ use crate::throttle::{Throttle, Verdict, throttle_for};
 
 /// The slot key of a URL: the host, plus the port when it is not the scheme's default, since
 /// two ports on one address are often two servers with separate limits.
+/// The registrable domain of a URL's host (`example.co.uk` for `a.b.example.co.uk`), from the
+/// public suffix list; IP addresses and names without one keep their host key.
+pub fn domain_key(url: &Url) -> String {
+    match url.host() {
+        Some(url::Host::Domain(name)) => psl::domain_str(name)
+            .map(str::to_owned)
+            .unwrap_or_else(|| host_key(url)),
+        _ => host_key(url),
+    }
+}
+
+/// The default slot key of a URL: the host, plus the port when it is not the scheme's
+/// default.
 pub fn host_key(url: &Url) -> String {
     let host = url.host_str().unwrap_or("");
     match url.port() {
@@ -39,9 +52,19 @@ pub struct FrontierConfig {
     pub allowed_domains: Vec<String>,
     /// Makes each host's throttle.
     pub throttle: ThrottleFactory,
+    /// What one slot covers: a host, or a registrable domain.
+    pub key_mode: HostKeyMode,
 }
 
 impl FrontierConfig {
+    /// The slot key of a URL under this configuration.
+    pub fn key(&self, url: &Url) -> String {
+        match self.key_mode {
+            HostKeyMode::Host => host_key(url),
+            HostKeyMode::Domain => domain_key(url),
+        }
+    }
+
     /// Filters and fixed per-host pacing taken from the crawl settings.
     pub fn from_settings(settings: &Settings, allowed_domains: Vec<String>) -> Self {
         let pacing = settings.clone();
@@ -49,6 +72,7 @@ impl FrontierConfig {
             depth_limit: settings.depth_limit,
             max_url_length: settings.max_url_length,
             allowed_domains: normalise_domains(allowed_domains),
+            key_mode: settings.host_key,
             // [[hosts]] rules (rate, burst, concurrency, delay) apply from a host's first
             // request; hosts without a rule share the crawl's settings.
             throttle: Box::new(move |host, now| {
@@ -290,7 +314,7 @@ impl<S: QueueStore> Frontier<S> {
 
     /// Queue a request for its host, or set it aside if the host is skipped.
     fn push(&mut self, request: Request, now: Instant) {
-        let key = host_key(&request.url);
+        let key = self.config.key(&request.url);
         let id = self.host_id(key, now);
         if let Some(why) = self.hosts.get(id).and_then(|h| h.skipped.clone()) {
             self.skipped.push((request, why));
@@ -323,7 +347,7 @@ impl<S: QueueStore> Frontier<S> {
         // Retries waiting for their time go too: they would only wait to be skipped.
         let (mine, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.delayed)
             .into_iter()
-            .partition(|Reverse((_, _, DelayedRequest(r, _)))| host_key(&r.url) == key);
+            .partition(|Reverse((_, _, DelayedRequest(r, _)))| self.config.key(&r.url) == key);
         self.delayed = others.into_iter().collect();
         for Reverse((_, _, DelayedRequest(r, lease))) in mine {
             self.skipped.push((r, why.clone()));
@@ -469,7 +493,7 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
     fn retry(&mut self, lease: Lease, request: Request, not_before: Instant) {
         let skipped = self
             .host_ids
-            .get(&host_key(&request.url))
+            .get(&self.config.key(&request.url))
             .and_then(|&id| self.hosts.get(id))
             .and_then(|h| h.skipped.clone());
         if let Some(why) = skipped {
@@ -867,5 +891,41 @@ mod host_rule_tests {
             1,
             "{hosts:?}"
         );
+    }
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::*;
+
+    #[test]
+    fn domain_mode_shares_one_slot_per_registrable_domain() {
+        let url = |s: &str| Url::parse(s).unwrap();
+        assert_eq!(
+            domain_key(&url("http://a.b.example.co.uk/x")),
+            "example.co.uk"
+        );
+        assert_eq!(
+            domain_key(&url("https://www.example.com:8443/")),
+            "example.com"
+        );
+        assert_eq!(domain_key(&url("http://127.0.0.1:8080/")), "127.0.0.1:8080");
+        assert_eq!(
+            host_key(&url("https://www.example.com:8443/")),
+            "www.example.com:8443"
+        );
+
+        let s = Settings {
+            host_key: HostKeyMode::Domain,
+            ..Default::default()
+        };
+        let mut f = Frontier::new(FrontierConfig::from_settings(&s, vec![]));
+        let now = Instant::now();
+        f.enqueue(Request::get("http://a.example.com/1").unwrap(), now);
+        f.enqueue(Request::get("http://b.example.com/2").unwrap(), now);
+        // One slot, one request in flight: the second host waits for the first.
+        assert!(matches!(f.next(now), Next::Ready(..)));
+        assert!(!matches!(f.next(now), Next::Ready(..)));
+        assert_eq!(f.hosts().count(), 1);
     }
 }
