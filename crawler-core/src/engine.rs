@@ -406,7 +406,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
         if let Some(e) = fatal.or_else(|| scheduler.take_error()) {
             return Err(e);
         }
-        if !stats.reconciles() {
+        if !stats.reconciles() && !scheduler.is_shared() {
             tracing::error!(
                 ?stats,
                 "terminal states do not add up to the requests enqueued"

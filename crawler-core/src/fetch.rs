@@ -272,6 +272,11 @@ pub trait Scheduler: Send + 'static {
     fn host_stats(&self) -> Vec<HostStats> {
         Vec::new()
     }
+    /// Whether other processes share this frontier (then one worker's requests may be fetched
+    /// by another, and only the fleet's summed stats add up).
+    fn is_shared(&self) -> bool {
+        false
+    }
     /// A failure of the scheduler's storage since the last call. The engine stops the crawl
     /// (finishing what is in flight) and reports it.
     fn take_error(&mut self) -> Option<crate::Error> {

@@ -296,6 +296,10 @@ impl<S: QueueStore> Scheduler for FleetFrontier<S> {
         self.inner.enqueue(request, now)
     }
 
+    fn is_shared(&self) -> bool {
+        self.fleet.is_some()
+    }
+
     fn next(&mut self, now: Instant) -> Next {
         let first = self.inner.next(now);
         let Some(fleet) = &self.fleet else {
