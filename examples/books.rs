@@ -88,6 +88,7 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         // The lab is our own server on loopback, so this run raises the per-host budget,
         // as you would for a host you own. Other sites get the polite defaults.
         crawl = crawl
+            .set("throttle", "fixed")
             .set("concurrency_per_host", "16")
             .set("download_delay", "0s");
     }
