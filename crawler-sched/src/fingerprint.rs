@@ -41,9 +41,10 @@ pub fn fingerprint(request: &Request) -> Fingerprint {
     Fingerprint(h.digest128())
 }
 
-/// Fingerprints are already uniformly distributed; hashing them again is wasted work.
+/// A `Hasher` for fingerprints: they are already uniformly distributed, so hashing them
+/// again is wasted work. Use it through [`FingerprintBuildHasher`].
 #[derive(Default)]
-pub(crate) struct PassThrough(u64);
+pub struct PassThrough(u64);
 
 impl Hasher for PassThrough {
     fn finish(&self) -> u64 {
@@ -61,8 +62,9 @@ impl Hasher for PassThrough {
     }
 }
 
-/// A hash set builder for fingerprints.
-pub(crate) type FpBuild = BuildHasherDefault<PassThrough>;
+/// A `BuildHasher` for sets and maps keyed by fingerprints.
+pub type FingerprintBuildHasher = BuildHasherDefault<PassThrough>;
+pub(crate) type FpBuild = FingerprintBuildHasher;
 
 #[cfg(test)]
 mod tests {

@@ -30,7 +30,9 @@ mod store;
 mod throttle;
 
 pub use error::Error;
-pub use fingerprint::{Fingerprint, canonical_url, fingerprint};
+pub use fingerprint::{
+    Fingerprint, FingerprintBuildHasher, PassThrough, canonical_url, fingerprint,
+};
 pub use frontier::{Frontier, FrontierConfig, ThrottleFactory, host_key, is_allowed_domain};
 pub use shared::{
     BudgetParams, Fleet, FleetFrontier, FleetStatus, HostView, SharedBudget, SharedThrottle,

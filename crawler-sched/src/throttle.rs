@@ -190,14 +190,6 @@ pub struct FixedDelay {
 }
 
 impl FixedDelay {
-    fn save_state(&self, now: Instant) -> serde_json::Value {
-        self.rules.save(now)
-    }
-
-    fn restore_state(&mut self, state: &serde_json::Value, now: Instant) {
-        self.rules.restore(state, now);
-    }
-
     /// A throttle that waits `delay` between sends with at most `concurrency` in flight.
     pub fn new(rules: Rules, delay: Duration, randomize: bool, concurrency: usize) -> Self {
         let now = rules.hold_until;
@@ -252,11 +244,11 @@ impl Throttle for FixedDelay {
     }
 
     fn save(&self, now: Instant) -> serde_json::Value {
-        self.save_state(now)
+        self.rules.save(now)
     }
 
     fn restore(&mut self, state: &serde_json::Value, now: Instant) {
-        self.restore_state(state, now);
+        self.rules.restore(state, now);
     }
 }
 
@@ -575,14 +567,6 @@ pub struct AutoThrottle {
 }
 
 impl AutoThrottle {
-    fn save_state(&self, now: Instant) -> serde_json::Value {
-        self.rules.save(now)
-    }
-
-    fn restore_state(&mut self, state: &serde_json::Value, now: Instant) {
-        self.rules.restore(state, now);
-    }
-
     /// An AutoThrottle starting at a delay of `1 / start_rate`.
     pub fn new(rules: Rules, s: &Settings) -> Self {
         let now = rules.hold_until;
@@ -646,11 +630,11 @@ impl Throttle for AutoThrottle {
     }
 
     fn save(&self, now: Instant) -> serde_json::Value {
-        self.save_state(now)
+        self.rules.save(now)
     }
 
     fn restore(&mut self, state: &serde_json::Value, now: Instant) {
-        self.restore_state(state, now);
+        self.rules.restore(state, now);
     }
 }
 

@@ -17,7 +17,6 @@
 //! Answers are exact: a "maybe" from the filter is always checked against the bucket.
 
 use std::collections::HashSet;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::path::Path;
 
 use crate::error::Error;
@@ -28,27 +27,7 @@ const FP_LEN: usize = 16;
 const BLOOM_BITS_PER_KEY: u64 = 10;
 const BLOOM_PROBES: u64 = 7;
 
-/// Fingerprints are uniformly distributed already; hashing them again is wasted work.
-#[derive(Default)]
-pub(crate) struct PassThrough(u64);
-
-impl Hasher for PassThrough {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut b = [0u8; 8];
-            b[..chunk.len()].copy_from_slice(chunk);
-            self.0 ^= u64::from_le_bytes(b);
-        }
-    }
-    fn write_u128(&mut self, v: u128) {
-        self.0 = v as u64 ^ (v >> 64) as u64;
-    }
-}
-
-type FpSet = HashSet<u128, BuildHasherDefault<PassThrough>>;
+type FpSet = HashSet<u128, crawler_sched::FingerprintBuildHasher>;
 
 struct Bloom {
     bits: Vec<u64>,
