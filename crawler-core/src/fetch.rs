@@ -129,6 +129,9 @@ pub struct Feedback {
     pub rate_limit: Option<RateLimitReading>,
     /// The response was a challenge page (soft block) rather than content.
     pub soft_block: bool,
+    /// robots.txt could not be fetched (429, 5xx, timeout): nothing else was sent, the
+    /// request goes back to its queue and the host waits.
+    pub robots_unavailable: bool,
 }
 
 /// A server's statement of its remaining quota, normalised from any RateLimit dialect.
@@ -136,10 +139,13 @@ pub struct Feedback {
 pub struct RateLimitReading {
     /// Requests left in the current window.
     pub remaining: u64,
-    /// Time until the window resets (the quota refills).
-    pub reset: Duration,
+    /// Time until the quota refills, measured against the server's clock; `None` when the
+    /// server did not say.
+    pub reset: Option<Duration>,
     /// The window's quota, when the server said.
     pub limit: Option<u64>,
+    /// The policy window (`RateLimit-Policy: ...;w=`), when the server said.
+    pub window: Option<Duration>,
 }
 
 /// Per-host figures for the final summary and progress displays.

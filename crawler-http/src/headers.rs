@@ -114,8 +114,9 @@ fn reading(
     }
     Some(crawler_core::RateLimitReading {
         remaining: remaining.min(u64::MAX as f64) as u64,
-        reset: reset.min(RETRY_AFTER_CEILING),
+        reset: Some(reset.min(RETRY_AFTER_CEILING)),
         limit,
+        window: None,
     })
 }
 
@@ -186,7 +187,7 @@ fn structured(ratelimit: &str, policy: Option<&str>) -> Option<crawler_core::Rat
 }
 
 fn per_sec(r: &crawler_core::RateLimitReading) -> f64 {
-    r.remaining as f64 / r.reset.as_secs_f64().max(0.001)
+    r.remaining as f64 / r.reset.map_or(0.0, |d| d.as_secs_f64()).max(0.001)
 }
 
 #[cfg(test)]

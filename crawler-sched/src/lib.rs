@@ -25,6 +25,7 @@
 mod error;
 mod fingerprint;
 mod frontier;
+pub mod politeness;
 mod shared;
 mod store;
 mod throttle;
@@ -38,4 +39,4 @@ pub use shared::{
     BudgetParams, Fleet, FleetFrontier, FleetStatus, HostView, SharedBudget, SharedThrottle,
 };
 pub use store::{Entry, MemoryStore, QueueStore};
-pub use throttle::{Adaptive, AutoThrottle, FixedDelay, Rules, Throttle, Verdict, throttle_for};
+pub use throttle::{AuditRecord, Politeness, Throttle, Verdict, throttle_for};

@@ -1,0 +1,308 @@
+//! What the server accepted: a bounded log of recent sends and the limit it implies.
+//!
+//! A refusal says "too fast" but not "how fast is fine". The log of what was sent and
+//! what came back answers that from evidence instead of blind halving:
+//!
+//! - [`SendLog::accepted_rate`]: requests accepted per second over a recent window.
+//! - [`SendLog::fit_token_bucket`]: the range of refill rates `r` for which *some* token
+//!   bucket (any burst) would have accepted exactly what was accepted and refused exactly
+//!   what was refused. One refusal leaves that range wide (a large burst and a slow refill
+//!   explain it as well as a small burst and a fast one); a second episode after a hold
+//!   narrows it sharply, because the hold refilled the bucket at the true rate.
+//!
+//! nginx `limit_req`, most API gateways and CDN rate limits are token (leaky) buckets;
+//! sliding and fixed windows behave like a bucket whose burst is the whole window, so the
+//! fit brackets their sustainable rate too, if more loosely.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+/// How the server answered one send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Answer {
+    /// Anything but a refusal (the request counted against the budget and was served).
+    Accepted,
+    /// 429 or 503: the limiter said no.
+    Refused,
+}
+
+/// Recent sends of one host: (send time in ms on the machine's clock, answer), oldest
+/// first, bounded in count and age.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SendLog {
+    entries: VecDeque<(f64, Answer)>,
+}
+
+/// The refill rates (requests/s) a token bucket could have and still explain the log.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fit {
+    /// Slowest consistent refill rate.
+    pub lo: f64,
+    /// Fastest consistent refill rate.
+    pub hi: f64,
+    /// Slowest rate of the contiguous run of consistent rates that ends at `hi`: the
+    /// consistent set is a union of runs (one per bucket capacity, roughly), and the top
+    /// run is the explanation with the smallest burst.
+    pub top: f64,
+}
+
+impl SendLog {
+    /// Record a send answered with `answer`, forgetting what is beyond `capacity` entries
+    /// or older than `horizon_ms` before `at`.
+    pub fn record(&mut self, at: f64, answer: Answer, capacity: usize, horizon_ms: f64) {
+        // Answers arrive in completion order; keep the log in send order, since a bucket
+        // sees arrivals, and a late answer belongs a few places back at most.
+        let pos = self
+            .entries
+            .iter()
+            .rposition(|(t, _)| *t <= at)
+            .map_or(0, |p| p + 1);
+        self.entries.insert(pos, (at, answer));
+        while self.entries.len() > capacity.max(1) {
+            self.entries.pop_front();
+        }
+        while self
+            .entries
+            .front()
+            .is_some_and(|(t, _)| *t < at - horizon_ms)
+        {
+            self.entries.pop_front();
+        }
+    }
+
+    /// Number of sends remembered.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Move every send time by `delta` ms (a restored log on a new clock).
+    pub fn shift(&mut self, delta: f64) {
+        for (t, _) in &mut self.entries {
+            *t += delta;
+        }
+    }
+
+    /// Forget everything (a new server limit: a rate change announced by headers, say).
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+
+    /// Accepted sends per second in `(at - window_ms, at]`, with the window shortened to
+    /// start no earlier than `since` (the end of the last hold: idle time says nothing
+    /// about capacity). `None` when less than a second of evidence is left.
+    pub fn accepted_rate(&self, at: f64, window_ms: f64, since: f64) -> Option<f64> {
+        let start = (at - window_ms).max(since);
+        let span = at - start;
+        if span < 1_000.0 {
+            return None;
+        }
+        let n = self
+            .entries
+            .iter()
+            .filter(|(t, a)| *t > start && *t <= at && *a == Answer::Accepted)
+            .count();
+        Some(n as f64 * 1_000.0 / span)
+    }
+
+    /// Accepted sends logged in `(from, to)`.
+    pub fn accepted_between(&self, from: f64, to: f64) -> usize {
+        self.entries
+            .iter()
+            .filter(|(t, a)| *t > from && *t < to && *a == Answer::Accepted)
+            .count()
+    }
+
+    /// The range of token-bucket refill rates, within `[min, max]` requests/s, that
+    /// explain every answer in the log, or `None` when no bucket does (the limiter is of
+    /// another kind, or the log holds no refusal to learn from).
+    ///
+    /// `jitter_ms` is how far an arrival at the server may be from the logged send time;
+    /// it widens the tolerance, since a bucket judges arrivals.
+    pub fn fit_token_bucket(&self, min: f64, max: f64, jitter_ms: f64) -> Option<Fit> {
+        if !self.entries.iter().any(|(_, a)| *a == Answer::Refused) || min <= 0.0 || max <= min
+        {
+            return None;
+        }
+        // The consistent set can be very narrow (two long episodes pin the rate to a
+        // fraction of a percent), narrower than any affordable grid step. So a coarse
+        // geometric grid measures how close each rate comes to consistency (the margin
+        // between the burst the accepts need and the burst the refusals allow), and fine
+        // scans around its local maxima (a handful: the margin is piecewise smooth) find
+        // the consistent rates.
+        const COARSE: usize = 240;
+        const FINE: usize = 48;
+        let ratio = (max / min).powf(1.0 / (COARSE - 1) as f64);
+        let grid: Vec<(f64, f64)> = (0..COARSE)
+            .map(|i| {
+                let r = min * ratio.powi(i as i32);
+                (r, self.margin(r, jitter_ms))
+            })
+            .collect();
+        let mut peaks: Vec<(f64, f64)> = grid
+            .iter()
+            .enumerate()
+            .filter(|(i, (_, m))| {
+                let left = i.checked_sub(1).and_then(|j| grid.get(j)).map_or(f64::NEG_INFINITY, |g| g.1);
+                let right = grid.get(i + 1).map_or(f64::NEG_INFINITY, |g| g.1);
+                // Strictly above the left neighbour: a plateau counts once.
+                *m > left && *m >= right
+            })
+            .map(|(_, &g)| g)
+            .collect();
+        peaks.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let mut good: Vec<f64> = grid.iter().filter(|(_, m)| *m > 0.0).map(|(r, _)| *r).collect();
+        for &(r, _) in peaks.iter().take(16) {
+            let lo = r / ratio;
+            let step = (ratio * ratio).powf(1.0 / (FINE - 1) as f64);
+            for k in 0..FINE {
+                let x = lo * step.powi(k as i32);
+                if self.margin(x, jitter_ms) > 0.0 {
+                    good.push(x);
+                }
+            }
+        }
+        if good.is_empty() {
+            return None;
+        }
+        good.sort_by(f64::total_cmp);
+        let lo = good[0];
+        let hi = good[good.len() - 1];
+        // The top run: consistent rates down from `hi` with no gap wider than a coarse
+        // step between neighbours.
+        let mut top = hi;
+        for w in good.windows(2).rev() {
+            if w[1] / w[0] > ratio * 1.0001 {
+                break;
+            }
+            top = w[0];
+        }
+        Some(Fit { lo, hi, top })
+    }
+
+    /// How well a bucket refilling at `r`/s explains the log: positive when some burst
+    /// accepts every accepted send and refuses every refused one.
+    ///
+    /// The bucket is nginx's: `excess = max(0, excess - r x elapsed + 1)` per arrival, the
+    /// arrival refused when that exceeds the burst (and then nothing changes). `excess` 0
+    /// is a full bucket, which is what the first logged send meets.
+    fn margin(&self, r: f64, jitter_ms: f64) -> f64 {
+        let per_ms = r / 1_000.0;
+        // The excess after the last accepted arrival, and when that was: nginx measures
+        // from there, and clamps at zero only after adding the new request.
+        let mut e: f64 = 0.0;
+        let mut last: Option<f64> = None;
+        // Some burst b with need <= b < below. nginx's burst is an integer, but arrival
+        // times are only known to within the jitter, so a real b is asked for.
+        let mut need = 0.0f64;
+        let mut below = f64::INFINITY;
+        for &(t, answer) in &self.entries {
+            let dt = last.map_or(f64::INFINITY, |l| t - l);
+            // Arrivals may be `jitter_ms` away from the logged send times: judge each
+            // answer with the gap that favours it, and carry the nominal excess on.
+            match answer {
+                Answer::Accepted => {
+                    let lenient = (e - per_ms * (dt + jitter_ms) + 1.0).max(0.0);
+                    need = need.max(lenient);
+                    e = (e - per_ms * dt + 1.0).max(0.0);
+                    last = Some(t);
+                }
+                Answer::Refused => {
+                    let strict = (e - per_ms * (dt - jitter_ms).max(0.0) + 1.0).max(0.0);
+                    below = below.min(strict);
+                }
+            }
+        }
+        below - need
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Send at `rate` from `start` into an nginx bucket (r, burst) whose excess is `y`,
+    /// logging the answers, until the first refusal; returns its time and the excess.
+    fn episode(
+        log: &mut SendLog,
+        bucket: (f64, f64),
+        state: (f64, Option<f64>),
+        start: f64,
+        rate: f64,
+    ) -> (f64, (f64, Option<f64>)) {
+        let (r, burst) = bucket;
+        let (mut e, mut last) = state;
+        let mut t = start;
+        for _ in 0..100_000 {
+            let dt = last.map_or(f64::INFINITY, |l| t - l);
+            let cand = (e - r * dt / 1000.0 + 1.0).max(0.0);
+            if cand <= burst {
+                e = cand;
+                last = Some(t);
+                log.record(t, Answer::Accepted, 100_000, f64::INFINITY);
+            } else {
+                log.record(t, Answer::Refused, 100_000, f64::INFINITY);
+                return (t, (e, last));
+            }
+            t += 1000.0 / rate;
+        }
+        (t, (e, last))
+    }
+
+    #[test]
+    fn one_refusal_leaves_the_range_wide_a_second_episode_pins_the_rate() {
+        let bucket = (5.0, 20.0);
+        let mut log = SendLog::default();
+        let (t, x) = episode(&mut log, bucket, (0.0, None), 0.0, 8.0);
+        let one = log.fit_token_bucket(0.05, 20.0, 5.0).expect("a bucket fits");
+        assert!(
+            one.lo < 2.0 && one.hi > 5.0,
+            "one episode cannot tell: {one:?}"
+        );
+        // A 30 s hold, then a second episode at another rate.
+        episode(&mut log, bucket, x, t + 30_000.0, 6.0);
+        let two = log.fit_token_bucket(0.05, 20.0, 5.0).expect("a bucket fits");
+        assert!(two.lo > 4.6 && two.hi < 5.4, "{two:?}");
+    }
+
+    #[test]
+    fn a_short_hold_pins_the_rate_in_one_more_episode() {
+        // A hold shorter than the bucket's refill: the next episode starts part-full.
+        let bucket = (1.0, 20.0);
+        let mut log = SendLog::default();
+        let (t, x) = episode(&mut log, bucket, (0.0, None), 0.0, 3.0);
+        episode(&mut log, bucket, x, t + 4_000.0, 2.0);
+        let fit = log.fit_token_bucket(0.05, 20.0, 5.0).expect("a bucket fits");
+        assert!(fit.lo > 0.85 && fit.hi < 1.15, "{fit:?}");
+    }
+
+    #[test]
+    fn accepted_rate_ignores_time_before_the_last_hold() {
+        let mut log = SendLog::default();
+        for i in 0..50 {
+            log.record(f64::from(i) * 200.0, Answer::Accepted, 100, 1e9);
+        }
+        // 50 sends over 10 s at 5/s; measured since t = 5 s: 25 sends in 5 s.
+        let r = log.accepted_rate(10_000.0, 60_000.0, 5_000.0).unwrap_or(0.0);
+        assert!((r - 4.8).abs() < 0.3, "{r}");
+        assert_eq!(log.accepted_rate(10_000.0, 60_000.0, 9_500.0), None);
+    }
+
+    #[test]
+    fn the_log_is_bounded_in_count_and_age() {
+        let mut log = SendLog::default();
+        for i in 0..1000 {
+            log.record(f64::from(i) * 1000.0, Answer::Accepted, 64, 30_000.0);
+        }
+        assert!(log.len() <= 31, "{}", log.len());
+        for i in 0..1000 {
+            log.record(1e7 + f64::from(i), Answer::Accepted, 64, 1e9);
+        }
+        assert_eq!(log.len(), 64);
+    }
+}

@@ -1,0 +1,946 @@
+//! The per-host politeness state machine: time and feedback in, decisions out.
+//!
+//! One [`HostMachine`] per host key decides when the next request may go and how many may
+//! be in flight. It has no clock and does no I/O: every method takes the time as
+//! milliseconds on the caller's clock ([`Millis`]), so the same machine runs a local crawl
+//! (milliseconds since the slot was made), a fleet (the Redis server's clock) and the
+//! paused-clock tests, and its whole state serialises for resume and for the fleet's
+//! compare-and-set.
+//!
+//! The rules every mode obeys: holds (Retry-After on any status, an exhausted RateLimit
+//! quota, challenge pages, refusals without Retry-After by growing backoff, robots.txt
+//! outages), the Crawl-delay floor, skipping a host that asks for a wait beyond
+//! `max_retry_after`, a streak of 403s. The modes differ only in how the pacing rate moves:
+//! [`Mode::Adaptive`] learns the server's limit from what it accepted, [`Mode::AutoThrottle`]
+//! is Scrapy's latency rule, [`Mode::Fixed`] a fixed delay.
+
+use std::time::Duration;
+
+use crawler_core::{FailureKind, Feedback, Settings, ThrottleMode};
+use serde::{Deserialize, Serialize};
+
+use super::estimate::{Answer, SendLog};
+use super::tuning::Tuning;
+
+/// Milliseconds on the caller's clock (any origin; only differences matter).
+pub type Millis = f64;
+
+/// How the pacing rate moves; the rules around it are the same in every mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Mode {
+    /// Learn the server's limit from refusals, RateLimit headers and latency.
+    Adaptive,
+    /// Scrapy's AutoThrottle: the delay follows latency over a target concurrency.
+    AutoThrottle,
+    /// A fixed delay (optionally randomised) and a fixed concurrency.
+    Fixed,
+}
+
+/// What a host's machine is configured with: the crawl's settings after any `[[hosts]]`
+/// rule, in the machine's units.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Params {
+    /// How the rate moves.
+    pub mode: Mode,
+    /// Rate a new host starts at, requests/s.
+    pub start_rate: f64,
+    /// Floor of the adaptive rate (never above a budget the server declared).
+    pub min_rate: f64,
+    /// Ceiling of every rate; a generous server never pushes past it.
+    pub max_rate: f64,
+    /// Sends allowed back to back after an idle spell (never under a delay floor).
+    pub burst: u32,
+    /// `download_delay`: the smallest gap between sends, and the fixed mode's delay (ms).
+    pub min_gap_ms: f64,
+    /// Fixed mode: draw each gap from 0.5x to 1.5x the delay (never under a floor).
+    pub randomize: bool,
+    /// Most requests in flight to the host (for a fleet: across all workers).
+    pub concurrency: u32,
+    /// Margin added to each hold (ms), proportional for short holds.
+    pub hold_margin_ms: f64,
+    /// Longest wait a host may ask for before it is skipped for the run (ms).
+    pub max_wait_ms: f64,
+    /// How long a challenge page holds the host (ms).
+    pub soft_pause_ms: f64,
+    /// Fraction of the rate kept after a challenge page.
+    pub soft_resume: f64,
+    /// Latency rise tolerated before easing off (ms).
+    pub latency_tolerance_ms: f64,
+    /// AutoThrottle's target concurrency.
+    pub autothrottle_target: f64,
+    /// AutoThrottle's longest delay (ms).
+    pub autothrottle_max_delay_ms: f64,
+    /// How long robots.txt may stay unavailable before the host is skipped (ms).
+    pub robots_outage_max_ms: f64,
+    /// The machine's constants.
+    pub tuning: Tuning,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1_000.0
+}
+
+impl Params {
+    /// The parameters `settings` give (apply [`Settings::for_host`] first for host rules).
+    pub fn from_settings(s: &Settings) -> Self {
+        Self {
+            mode: match s.throttle {
+                ThrottleMode::Adaptive => Mode::Adaptive,
+                ThrottleMode::Autothrottle => Mode::AutoThrottle,
+                ThrottleMode::Fixed => Mode::Fixed,
+            },
+            start_rate: s.start_rate,
+            min_rate: s.min_rate,
+            max_rate: s.max_rate,
+            burst: s.burst.max(1),
+            min_gap_ms: ms(s.download_delay),
+            randomize: s.randomize_delay,
+            concurrency: u32::try_from(s.concurrency_per_host.max(1)).unwrap_or(u32::MAX),
+            hold_margin_ms: ms(s.hold_margin),
+            max_wait_ms: ms(s.max_retry_after),
+            soft_pause_ms: ms(s.soft_block_pause),
+            soft_resume: s.soft_block_resume,
+            latency_tolerance_ms: ms(s.latency_tolerance),
+            autothrottle_target: s.autothrottle_target_concurrency,
+            autothrottle_max_delay_ms: ms(s.autothrottle_max_delay),
+            robots_outage_max_ms: 600_000.0,
+            tuning: Tuning::default(),
+        }
+    }
+}
+
+/// Where the adaptive rate stands in its search for the server's limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Phase {
+    /// No refusal yet: the rate grows exponentially.
+    Discover,
+    /// After a refusal: settled under the estimate of the limit; probes after long calm.
+    Settled,
+    /// A probe above the last rate that held is running.
+    Probe,
+    /// RateLimit headers steer the rate.
+    Steered,
+}
+
+/// Why the machine changed something: every audit record names one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Trigger {
+    /// Clean responses: discovery growth.
+    Discover,
+    /// A 429 response.
+    Status429,
+    /// A 503 response.
+    Status503,
+    /// A request timed out.
+    Timeout,
+    /// A Retry-After header.
+    RetryAfter,
+    /// RateLimit headers steered the rate.
+    RateLimit,
+    /// RateLimit headers said the quota is spent.
+    RateLimitExhausted,
+    /// Latency rose above its baseline.
+    Latency,
+    /// A challenge (soft block) page.
+    Challenge,
+    /// Consecutive 403 responses.
+    Forbidden,
+    /// robots.txt could not be fetched.
+    RobotsUnavailable,
+    /// robots.txt Crawl-delay.
+    CrawlDelay,
+    /// A calm period passed: probe above the settled rate.
+    Probe,
+    /// State restored from an earlier run.
+    Restored,
+    /// AutoThrottle's latency rule.
+    AutoThrottle,
+}
+
+impl Trigger {
+    /// The stable name used in logs and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Discover => "discover",
+            Self::Status429 => "429",
+            Self::Status503 => "503",
+            Self::Timeout => "timeout",
+            Self::RetryAfter => "Retry-After",
+            Self::RateLimit => "RateLimit",
+            Self::RateLimitExhausted => "RateLimit exhausted",
+            Self::Latency => "latency",
+            Self::Challenge => "challenge page",
+            Self::Forbidden => "403 streak",
+            Self::RobotsUnavailable => "robots.txt unavailable",
+            Self::CrawlDelay => "crawl-delay",
+            Self::Probe => "probe",
+            Self::Restored => "restored",
+            Self::AutoThrottle => "autothrottle",
+        }
+    }
+}
+
+/// What changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum What {
+    /// The pacing rate moved (requests/s).
+    Rate {
+        /// Before.
+        old: f64,
+        /// After.
+        new: f64,
+    },
+    /// The host is held until `until` (a wait of `wait_ms` including the margin).
+    Hold {
+        /// End of the hold.
+        until: Millis,
+        /// Length of the hold.
+        wait_ms: f64,
+    },
+    /// The delay floor from robots.txt rose (ms).
+    CrawlDelay {
+        /// The new floor.
+        floor_ms: f64,
+    },
+    /// The learned estimate of the server's sustainable rate (requests/s).
+    Estimate {
+        /// The estimate.
+        rate: f64,
+    },
+    /// The host is skipped for the run.
+    Skip {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// One audit record: at `at`, `what` changed because of `trigger`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Change {
+    /// When (the machine's clock).
+    pub at: Millis,
+    /// The cause.
+    pub trigger: Trigger,
+    /// The change.
+    pub what: What,
+}
+
+/// What the slot should do after a feedback.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Keep crawling the host.
+    Continue,
+    /// Stop crawling the host for this run, for the given reason.
+    Skip(String),
+}
+
+/// The whole state of one host (serialisable: resume and the fleet keep it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostState {
+    /// The pacing rate, requests/s.
+    pub rate: f64,
+    /// GCRA theoretical arrival time: the next send is due at `tat - (burst - 1) x interval`.
+    pub tat: Millis,
+    /// No send before this.
+    pub hold_until: Millis,
+    /// Holds placed and their total length (ms).
+    pub holds: u64,
+    /// Total time held.
+    pub held_ms: f64,
+    /// robots.txt Crawl-delay (ms), a floor on the gap.
+    pub crawl_delay_ms: f64,
+    /// Consecutive backoff holds (refusals without Retry-After, robots outages).
+    pub backoff_level: u32,
+    /// Consecutive 403 responses.
+    pub forbidden: u32,
+    /// Since when robots.txt has been unavailable.
+    pub robots_down_since: Option<Millis>,
+    /// Requests in flight.
+    pub in_flight: u32,
+    /// Where the adaptive search stands.
+    pub phase: Phase,
+    /// Best estimate of the rate the server sustains, once a refusal taught one.
+    pub estimate: Option<f64>,
+    /// A budget the server declared in RateLimit headers (requests/s), the stricter of
+    /// it and the estimate wins.
+    pub declared: Option<f64>,
+    /// The lowest rate at which the server refused (an upper bound on its limit).
+    pub ceiling: Option<f64>,
+    /// Whether the estimate comes from a narrow fit (then the rate settles under it and
+    /// probes rarely) or is a guess (then the rate climbs towards the ceiling).
+    pub confident: bool,
+    /// The last rate that held through a calm period (a failed probe returns to it).
+    pub safe_rate: Option<f64>,
+    /// Responses to requests sent before this do not cut again (one episode, one cut).
+    pub last_cut: Option<Millis>,
+    /// Since when the host has been calm (no refusal, no easing): probes wait for it.
+    pub calm_since: Millis,
+    /// Calm needed before the next probe (doubles after a failed one).
+    pub probe_calm_ms: f64,
+    /// Fast and slow latency averages (seconds).
+    pub lat_fast: Option<f64>,
+    /// Baseline latency.
+    pub lat_slow: Option<f64>,
+    /// When the rate last grew (discovery growth is per elapsed time).
+    pub grown_at: Millis,
+    /// End of the last hold (the accepted rate is measured from here).
+    pub active_since: Millis,
+    /// What was sent and how it was answered.
+    pub log: SendLog,
+    /// Pseudo-random state for jitter (deterministic, so the machine stays pure).
+    pub seed: u64,
+}
+
+/// One host's politeness machine: [`Params`] plus [`HostState`], and the audit records of
+/// the changes not yet taken by the caller.
+#[derive(Debug, Clone)]
+pub struct HostMachine {
+    params: Params,
+    state: HostState,
+    audit: Vec<Change>,
+}
+
+impl HostMachine {
+    /// A fresh host at `now`.
+    pub fn new(params: Params, now: Millis) -> Self {
+        let rate = match params.mode {
+            Mode::Adaptive => params.start_rate,
+            Mode::AutoThrottle => params.start_rate.min(
+                1_000.0
+                    / params
+                        .min_gap_ms
+                        .max(1_000.0 / params.start_rate.max(1e-9))
+                        .max(1.0),
+            ),
+            Mode::Fixed => 0.0,
+        };
+        let mut m = Self {
+            state: HostState {
+                rate,
+                tat: now,
+                hold_until: now,
+                holds: 0,
+                held_ms: 0.0,
+                crawl_delay_ms: 0.0,
+                backoff_level: 0,
+                forbidden: 0,
+                robots_down_since: None,
+                in_flight: 0,
+                phase: Phase::Discover,
+                estimate: None,
+                ceiling: None,
+                confident: false,
+                declared: None,
+                safe_rate: None,
+                last_cut: None,
+                calm_since: now,
+                probe_calm_ms: params.tuning.probe_calm_ms,
+                lat_fast: None,
+                lat_slow: None,
+                grown_at: now,
+                active_since: now,
+                log: SendLog::default(),
+                seed: 0x9e37_79b9_7f4a_7c15,
+            },
+            params,
+            audit: Vec::new(),
+        };
+        if m.params.mode != Mode::Fixed {
+            m.state.rate = m.clamp(m.state.rate);
+        }
+        m
+    }
+
+    /// A machine with a known state (restored, or read from the fleet's store).
+    pub fn with_state(params: Params, state: HostState) -> Self {
+        Self {
+            params,
+            state,
+            audit: Vec::new(),
+        }
+    }
+
+    /// The parameters.
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// The state.
+    pub fn state(&self) -> &HostState {
+        &self.state
+    }
+
+    /// Take the audit records made since the last call.
+    pub fn take_audit(&mut self) -> Vec<Change> {
+        std::mem::take(&mut self.audit)
+    }
+
+    /// Move every instant of the state by `delta` ms (a restored state's clock origin
+    /// differs from the new run's).
+    pub fn shift(&mut self, delta: f64) {
+        let s = &mut self.state;
+        for t in [
+            &mut s.tat,
+            &mut s.hold_until,
+            &mut s.calm_since,
+            &mut s.grown_at,
+            &mut s.active_since,
+        ] {
+            *t += delta;
+        }
+        if let Some(t) = s.last_cut.as_mut() {
+            *t += delta;
+        }
+        if let Some(t) = s.robots_down_since.as_mut() {
+            *t += delta;
+        }
+        s.log.shift(delta);
+    }
+
+    /// The pacing rate, requests/s (for a fixed delay of zero: unlimited, reported as the
+    /// ceiling).
+    pub fn rate(&self) -> f64 {
+        let iv = self.interval();
+        if iv <= 0.0 {
+            self.params.max_rate
+        } else {
+            1_000.0 / iv
+        }
+    }
+
+    /// Holds placed so far and their total length (ms).
+    pub fn holds(&self) -> (u64, f64) {
+        (self.state.holds, self.state.held_ms)
+    }
+
+    /// Requests allowed in flight now.
+    pub fn concurrency(&self) -> u32 {
+        let max = self.params.concurrency.max(1);
+        match self.params.mode {
+            Mode::Adaptive => {
+                // Little's law: enough in flight to sustain the rate at the current latency,
+                // with headroom for jitter, but no more: a second request to a host that
+                // answers within the pacing interval would only be refused alongside the
+                // first.
+                let lat = self.state.lat_fast.unwrap_or(0.0);
+                let want = (self.params.tuning.concurrency_headroom * self.rate() * lat).ceil();
+                (want as u32).clamp(1, max)
+            }
+            Mode::AutoThrottle | Mode::Fixed => max,
+        }
+    }
+
+    /// Whether another request may be in flight now.
+    pub fn has_room(&self) -> bool {
+        self.state.in_flight < self.concurrency()
+    }
+
+    /// The gap floor: Crawl-delay and `download_delay`.
+    fn floor_ms(&self) -> f64 {
+        self.state.crawl_delay_ms.max(self.params.min_gap_ms)
+    }
+
+    /// The nominal gap between sends (ms).
+    fn interval(&self) -> f64 {
+        let pace = match self.params.mode {
+            Mode::Fixed => 0.0,
+            _ => 1_000.0 / self.state.rate.max(1e-9),
+        };
+        pace.max(self.floor_ms())
+    }
+
+    /// Sends allowed back to back: never under a delay floor, which would break it.
+    fn burst(&self) -> u32 {
+        if self.floor_ms() > 0.0 {
+            1
+        } else {
+            self.params.burst.max(1)
+        }
+    }
+
+    /// The earliest instant the next request may be sent.
+    pub fn ready_at(&self) -> Millis {
+        let slack = self.interval() * f64::from(self.burst() - 1);
+        (self.state.tat - slack).max(self.state.hold_until)
+    }
+
+    /// A request is being sent at `now`: book its slot.
+    pub fn on_send(&mut self, now: Millis) {
+        self.state.in_flight = self.state.in_flight.saturating_add(1);
+        let gap = self.gap();
+        self.state.tat = self.state.tat.max(now) + gap;
+    }
+
+    /// The gap booked for one send: the interval, randomised in fixed mode (0.5x to 1.5x,
+    /// never below the Crawl-delay floor).
+    fn gap(&mut self) -> f64 {
+        let iv = self.interval();
+        if self.params.mode == Mode::Fixed && self.params.randomize && iv > 0.0 {
+            let f = 0.5 + self.random();
+            (iv * f).max(self.state.crawl_delay_ms)
+        } else {
+            iv
+        }
+    }
+
+    /// A uniform draw in [0, 1) from the machine's own generator (splitmix64).
+    fn random(&mut self) -> f64 {
+        self.state.seed = self.state.seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.state.seed;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn clamp(&self, rate: f64) -> f64 {
+        // A declared budget caps the rate and also lowers the floor: min_rate never
+        // exceeds what the server said it allows.
+        let mut top = self.params.max_rate;
+        let mut bottom = self.params.min_rate;
+        if let Some(d) = self.state.declared {
+            top = top.min(d);
+            bottom = bottom.min(d);
+        }
+        rate.clamp(bottom.min(top), top)
+    }
+
+    fn set_rate(&mut self, new: f64, trigger: Trigger, now: Millis) {
+        let new = self.clamp(new);
+        let old = self.state.rate;
+        if (new - old).abs() <= 1e-9 {
+            return;
+        }
+        self.state.rate = new;
+        let routine = matches!(trigger, Trigger::Discover | Trigger::AutoThrottle)
+            && (new - old).abs() / old.max(1e-9) <= self.params.tuning.audit_min_step;
+        if !routine {
+            self.audit.push(Change {
+                at: now,
+                trigger,
+                what: What::Rate { old, new },
+            });
+        }
+    }
+
+    fn set_estimate(&mut self, est: f64, trigger: Trigger, now: Millis) {
+        self.state.estimate = Some(est);
+        self.audit.push(Change {
+            at: now,
+            trigger,
+            what: What::Estimate { rate: est },
+        });
+    }
+
+    /// Hold the whole host for `wait` ms (plus the margin) from `now`; a wait longer than
+    /// allowed skips the host instead.
+    fn hold(&mut self, wait: f64, now: Millis, trigger: Trigger) -> Verdict {
+        if wait > self.params.max_wait_ms {
+            let reason = format!(
+                "{} asked for a wait of {:.0}s, more than max_retry_after ({:.0}s)",
+                trigger.as_str(),
+                wait / 1_000.0,
+                self.params.max_wait_ms / 1_000.0
+            );
+            return self.skip(reason, trigger, now);
+        }
+        // The margin absorbs skew and transit; proportional for short waits, so a
+        // one-second quota window does not lose a quarter of its budget to it.
+        let margin = self.params.hold_margin_ms.min(wait / 50.0 + 5.0);
+        let until = now + wait + margin;
+        if until > self.state.hold_until {
+            let extra = until - self.state.hold_until.max(now);
+            self.state.holds += 1;
+            self.state.held_ms += extra;
+            self.state.hold_until = until;
+            self.state.active_since = until;
+            self.audit.push(Change {
+                at: now,
+                trigger,
+                what: What::Hold {
+                    until,
+                    wait_ms: wait + margin,
+                },
+            });
+        }
+        Verdict::Continue
+    }
+
+    /// A backoff hold: base x 2^level, capped, with jitter; the level grows on repeats.
+    fn backoff(&mut self, now: Millis, trigger: Trigger) -> Verdict {
+        let t = &self.params.tuning;
+        let nominal = (t.backoff_base_ms * 2f64.powi(self.state.backoff_level.min(30) as i32))
+            .min(t.backoff_cap_ms);
+        let jitter = t.backoff_jitter.clamp(0.0, 1.0);
+        let wait = nominal * (1.0 - jitter * self.random());
+        self.state.backoff_level = self.state.backoff_level.saturating_add(1);
+        self.hold(wait, now, trigger)
+    }
+
+    fn skip(&mut self, reason: String, trigger: Trigger, now: Millis) -> Verdict {
+        self.audit.push(Change {
+            at: now,
+            trigger,
+            what: What::Skip {
+                reason: reason.clone(),
+            },
+        });
+        Verdict::Skip(reason)
+    }
+
+    /// A request ended at `now`: learn from it. `fb.latency` dates the send.
+    pub fn on_feedback(&mut self, fb: &Feedback, now: Millis) -> Verdict {
+        self.state.in_flight = self.state.in_flight.saturating_sub(1);
+        if !fb.sent {
+            // Nothing reached the host (a robots refusal from cache): give the slot back.
+            let iv = self.interval();
+            self.state.tat = (self.state.tat - iv).max(now);
+            return Verdict::Continue;
+        }
+        let sent_at = now - ms(fb.latency);
+        if let Some(cd) = fb.crawl_delay {
+            let cd = ms(cd);
+            if cd > self.state.crawl_delay_ms {
+                self.state.crawl_delay_ms = cd;
+                self.audit.push(Change {
+                    at: now,
+                    trigger: Trigger::CrawlDelay,
+                    what: What::CrawlDelay { floor_ms: cd },
+                });
+            }
+        }
+        if fb.robots_unavailable {
+            return self.robots_unavailable(fb, now);
+        }
+        self.state.robots_down_since = None;
+
+        let refused = matches!(fb.status, Some(429 | 503));
+        if refused && self.params.mode == Mode::Adaptive {
+            // Learn from the refusal before its hold moves the start of the active period.
+            self.record(sent_at, Answer::Refused);
+            self.refused(sent_at, now, refusal_trigger(fb.status));
+        }
+        let mut verdict = Verdict::Continue;
+        if let Some(wait) = fb.retry_after {
+            verdict = self.hold(ms(wait), now, Trigger::RetryAfter);
+        } else if refused {
+            let trigger = refusal_trigger(fb.status);
+            verdict = self.backoff(now, trigger);
+        }
+        if verdict != Verdict::Continue {
+            return verdict;
+        }
+        if let Some(rl) = fb.rate_limit
+            && rl.remaining == 0
+        {
+            verdict = match rl.reset.or(rl.window) {
+                Some(reset) => self.hold(ms(reset), now, Trigger::RateLimitExhausted),
+                None => self.backoff(now, Trigger::RateLimitExhausted),
+            };
+            if verdict != Verdict::Continue {
+                return verdict;
+            }
+        }
+        if fb.soft_block {
+            verdict = self.hold(self.params.soft_pause_ms, now, Trigger::Challenge);
+            if verdict != Verdict::Continue {
+                return verdict;
+            }
+            self.challenge(sent_at, now);
+            return Verdict::Continue;
+        }
+        if fb.status == Some(403) {
+            self.state.forbidden = self.state.forbidden.saturating_add(1);
+            let t = &self.params.tuning;
+            if self.state.forbidden >= t.forbidden_skip_after {
+                let reason = format!(
+                    "{} consecutive 403 responses: the host blocks this crawler",
+                    self.state.forbidden
+                );
+                return self.skip(reason, Trigger::Forbidden, now);
+            }
+            if self.state.forbidden % t.forbidden_slow_after.max(1) == 0 {
+                let rate = self.state.rate * 0.5;
+                if self.params.mode == Mode::Adaptive {
+                    self.set_rate(rate, Trigger::Forbidden, now);
+                }
+                return self.backoff(now, Trigger::Forbidden);
+            }
+        } else if fb.status.is_some() {
+            self.state.forbidden = 0;
+        }
+        if !refused && fb.status.is_some() && fb.retry_after.is_none() {
+            self.state.backoff_level = 0;
+        }
+        match self.params.mode {
+            Mode::Adaptive => self.adapt(fb, refused, sent_at, now),
+            Mode::AutoThrottle => self.autothrottle(fb, now),
+            Mode::Fixed => {}
+        }
+        Verdict::Continue
+    }
+
+    fn robots_unavailable(&mut self, fb: &Feedback, now: Millis) -> Verdict {
+        let since = *self.state.robots_down_since.get_or_insert(now);
+        let down = now - since;
+        if down > self.params.robots_outage_max_ms {
+            let reason = format!(
+                "robots.txt unavailable for {:.0}s (robots_outage_max is {:.0}s)",
+                down / 1_000.0,
+                self.params.robots_outage_max_ms / 1_000.0
+            );
+            return self.skip(reason, Trigger::RobotsUnavailable, now);
+        }
+        match fb.retry_after {
+            Some(wait) => self.hold(ms(wait), now, Trigger::RobotsUnavailable),
+            None => self.backoff(now, Trigger::RobotsUnavailable),
+        }
+    }
+
+    fn challenge(&mut self, sent_at: Millis, now: Millis) {
+        if self.params.mode != Mode::Adaptive || self.state.last_cut.is_some_and(|c| sent_at < c)
+        {
+            return;
+        }
+        // Growing back to the rate that tripped the block would trip it again.
+        let resumed = self.state.rate * self.params.soft_resume;
+        let est = self.state.estimate.map_or(resumed, |e| e.min(resumed));
+        self.set_estimate(est, Trigger::Challenge, now);
+        self.state.last_cut = Some(now);
+        self.state.calm_since = now;
+        if self.state.phase != Phase::Steered {
+            self.state.phase = Phase::Settled;
+        }
+        self.set_rate(resumed, Trigger::Challenge, now);
+    }
+
+    /// Scrapy's AutoThrottle: the delay moves halfway towards `latency / target`; a non-200
+    /// response may raise the delay but never lower it.
+    fn autothrottle(&mut self, fb: &Feedback, now: Millis) {
+        let Some(status) = fb.status else {
+            return;
+        };
+        let delay = 1_000.0 / self.state.rate.max(1e-9);
+        let target = ms(fb.latency) / self.params.autothrottle_target.max(1e-3);
+        let max = self.params.autothrottle_max_delay_ms.max(self.params.min_gap_ms);
+        let mut new = ((delay + target) / 2.0).clamp(self.params.min_gap_ms, max);
+        if status != 200 && new < delay {
+            new = delay;
+        }
+        self.set_rate(1_000.0 / new.max(1e-3), Trigger::AutoThrottle, now);
+    }
+
+    fn adapt(&mut self, fb: &Feedback, refused: bool, sent_at: Millis, now: Millis) {
+        let tuning = self.params.tuning.clone();
+        let timed_out = fb.failure == Some(FailureKind::Timeout);
+        if refused {
+            // Learned before the hold (see `on_feedback`).
+            return;
+        }
+        if fb.status.is_some() {
+            self.record(sent_at, Answer::Accepted);
+        }
+        if timed_out {
+            if self.state.last_cut.is_none_or(|c| sent_at >= c) {
+                self.state.last_cut = Some(now);
+                self.state.calm_since = now;
+                let rate = self.state.rate * tuning.cut;
+                self.set_rate(rate, Trigger::Timeout, now);
+            }
+            return;
+        }
+        if fb.status.is_none() || fb.failure.is_some() {
+            return;
+        }
+        // Latency is tracked whatever steers the rate.
+        let lat = fb.latency.as_secs_f64();
+        let fast = self
+            .state
+            .lat_fast
+            .map_or(lat, |f| (1.0 - tuning.latency_fast) * f + tuning.latency_fast * lat);
+        let slow = self
+            .state
+            .lat_slow
+            .map_or(lat, |s| (1.0 - tuning.latency_slow) * s + tuning.latency_slow * lat);
+        self.state.lat_fast = Some(fast);
+        self.state.lat_slow = Some(slow);
+        if fast > 2.0 * slow && (fast - slow) * 1_000.0 > self.params.latency_tolerance_ms {
+            let spacing = fast.max(1.0) * 1_000.0;
+            if self.state.last_cut.is_none_or(|c| now - spacing >= c && sent_at >= c) {
+                self.state.last_cut = Some(now);
+                self.state.calm_since = now;
+                if self.state.phase == Phase::Discover {
+                    // The server slows down before it refuses: its capacity is near.
+                    self.state.phase = Phase::Settled;
+                    self.set_estimate(self.state.rate, Trigger::Latency, now);
+                }
+                let rate = self.state.rate * tuning.ease;
+                self.set_rate(rate, Trigger::Latency, now);
+            }
+            return;
+        }
+        if let Some(rl) = fb.rate_limit {
+            self.steer(rl, now);
+            return;
+        }
+        match self.state.phase {
+            Phase::Steered => {}
+            Phase::Discover => {
+                // Exponential growth per elapsed time while the host keeps up; a gap longer
+                // than two intervals (an idle queue) earns no growth.
+                let dt = (now - self.state.grown_at).clamp(0.0, 2.0 * self.interval());
+                self.state.grown_at = now;
+                let rate = self.state.rate * 2f64.powf(dt / tuning.discover_doubling_ms);
+                self.set_rate(rate, Trigger::Discover, now);
+            }
+            Phase::Settled | Phase::Probe => {
+                let dt = (now - self.state.grown_at).clamp(0.0, 2.0 * self.interval());
+                self.state.grown_at = now;
+                let est = self.state.estimate.unwrap_or(self.state.rate);
+                let ceiling = self
+                    .state
+                    .ceiling
+                    .map_or(self.params.max_rate, |c| c * tuning.ceiling_margin);
+                // Confident: settle just under the estimate. Not yet: climb towards the
+                // lowest rate that was refused, where the next refusal (if any) will
+                // teach the fit what it lacks.
+                let target = if self.state.confident {
+                    (est * tuning.slack).min(ceiling)
+                } else {
+                    ceiling
+                };
+                if self.state.rate < target {
+                    let per_min = if self.state.confident {
+                        tuning.recover_per_min
+                    } else {
+                        tuning.climb_per_min
+                    };
+                    let step = est * per_min * dt / 60_000.0;
+                    let rate = (self.state.rate + step).min(target);
+                    self.set_rate(rate, Trigger::Discover, now);
+                } else if now - self.state.calm_since >= self.state.probe_calm_ms {
+                    // The rate held through a calm period: it is safe. Probe a little above
+                    // it in case the server allows more than was learned.
+                    self.state.safe_rate = Some(self.state.rate);
+                    self.state.phase = Phase::Probe;
+                    self.state.calm_since = now;
+                    let probe = self.state.rate * (1.0 + tuning.probe_step);
+                    if let Some(c) = self.state.ceiling.as_mut() {
+                        *c = c.max(probe / tuning.ceiling_margin);
+                    }
+                    self.set_estimate(probe / tuning.slack, Trigger::Probe, now);
+                    self.set_rate(probe, Trigger::Probe, now);
+                }
+            }
+        }
+    }
+
+    fn record(&mut self, sent_at: Millis, answer: Answer) {
+        let t = &self.params.tuning;
+        self.state
+            .log
+            .record(sent_at, answer, t.log_capacity, t.log_horizon_ms);
+    }
+
+    /// RateLimit headers: pace to `remaining / seconds-to-reset`, never above a limit
+    /// learned from refusals.
+    fn steer(&mut self, rl: crawler_core::RateLimitReading, now: Millis) {
+        let Some(reset) = rl.reset.or(rl.window) else {
+            return;
+        };
+        let mut secs = reset.as_secs_f64();
+        // Whole-second resets are rounded up by servers (the IETF fields are integers):
+        // the true time left is half a second less on average. An exhausted quota still
+        // holds for the full stated reset.
+        if reset.subsec_nanos() == 0 && secs >= 1.0 {
+            secs -= 0.5;
+        }
+        if rl.remaining == 0 || secs <= 0.0 {
+            return;
+        }
+        // Requests already in flight will spend quota too.
+        let left = rl.remaining.saturating_sub(u64::from(self.state.in_flight)) as f64;
+        let budget = left / secs;
+        self.state.phase = Phase::Steered;
+        self.state.declared = Some(budget.max(1e-3));
+        let learned = self
+            .state
+            .estimate
+            .map_or(f64::INFINITY, |e| e * self.params.tuning.slack);
+        self.set_rate(budget.min(learned), Trigger::RateLimit, now);
+    }
+
+    /// A 429 or 503: estimate the server's limit from what it accepted.
+    fn refused(&mut self, sent_at: Millis, now: Millis, trigger: Trigger) {
+        if self.state.last_cut.is_some_and(|c| sent_at < c) {
+            // Sent before the last cut: the same episode, already answered.
+            return;
+        }
+        let t = self.params.tuning.clone();
+        let sent_rate = self.state.rate;
+        self.state.last_cut = Some(now);
+        self.state.calm_since = now;
+        let accepted_since_hold = self.state.log.accepted_between(self.state.active_since, sent_at);
+        if accepted_since_hold < 2 {
+            // Refused as soon as the last hold ended: the limiter has not recovered yet (a
+            // window still full, a bucket still empty). That is about the hold, not the
+            // rate; the backoff grows, the estimate stays.
+            return;
+        }
+        self.state.ceiling = Some(self.state.ceiling.map_or(sent_rate, |c| c.min(sent_rate)));
+        if self.state.phase == Phase::Probe
+            && let Some(safe) = self.state.safe_rate
+        {
+            // A probe failed: the limit lies between the safe rate and the probe. Go back
+            // to the rate that held, and probe half as often.
+            self.state.probe_calm_ms *= 2.0;
+            self.state.phase = Phase::Settled;
+            self.set_estimate(safe / t.slack, trigger, now);
+            self.set_rate(safe, trigger, now);
+            return;
+        }
+        let fit = self.state.log.fit_token_bucket(
+            (self.params.min_rate * 0.5).max(0.01),
+            sent_rate.max(self.params.max_rate) * 1.5,
+            t.fit_jitter_ms,
+        );
+        let recent = self
+            .state
+            .log
+            .accepted_rate(sent_at, t.recent_window_ms, self.state.active_since)
+            .map(|a| a.min(sent_rate));
+        if std::env::var_os("POLITENESS_DEBUG").is_some() {
+            eprintln!("fit {fit:?} recent {recent:?} sent_rate {sent_rate}");
+        }
+        // A narrow token-bucket fit is the limit, unless it explains a sustained rate
+        // with a huge burst and a trickle of refill: that is a window limiter seen through
+        // the bucket model, and the recent accepted rate is the better witness.
+        let narrow = fit.filter(|f| {
+            f.hi <= t.narrow_fit * f.top && recent.is_none_or(|r| f.top >= t.fit_floor * r)
+        });
+        let est = match (narrow, recent) {
+            (Some(f), _) => f.top,
+            // What the server accepted recently; a burst inflates it, so keep a margin
+            // below, and the climb that follows finds the rest.
+            (None, Some(r)) => r * t.guess,
+            (None, None) => sent_rate * t.cut,
+        };
+        self.state.confident = narrow.is_some();
+        if self.state.phase != Phase::Steered {
+            self.state.phase = Phase::Settled;
+        }
+        self.set_estimate(est, trigger, now);
+        let rate = (est * t.slack).min(sent_rate);
+        self.set_rate(rate, trigger, now);
+    }
+}
+
+fn refusal_trigger(status: Option<u16>) -> Trigger {
+    if status == Some(503) {
+        Trigger::Status503
+    } else {
+        Trigger::Status429
+    }
+}

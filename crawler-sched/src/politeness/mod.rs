@@ -1,0 +1,27 @@
+//! One politeness engine: the per-host state machine every crawl runs, local or fleet.
+//!
+//! - [`HostMachine`] (in `machine`): pure and typed, time in, decisions out. Holds
+//!   (Retry-After, exhausted quotas, challenge pages, refusals without Retry-After, robots.txt
+//!   outages), pacing (a GCRA token bucket under a ceiling), the learned limit and probing
+//!   above it, RateLimit steering, the Crawl-delay floor, concurrency, and the audit record
+//!   of every change with its trigger.
+//! - [`Tuning`] (in `tuning`): every constant, documented, in one struct.
+//! - [`SendLog`] (in `estimate`): what the server accepted, and the limit it implies.
+//!
+//! The local frontier runs a machine per host on tokio's clock
+//! ([`Politeness`](crate::Politeness)); a fleet runs the same machine with its state in
+//! Redis, committed by compare-and-set, so there is one source of truth for the rules.
+
+mod estimate;
+mod machine;
+#[cfg(test)]
+mod sim;
+#[cfg(test)]
+mod tests;
+mod tuning;
+
+pub use estimate::{Answer, Fit, SendLog};
+pub use machine::{
+    Change, HostMachine, HostState, Millis, Mode, Params, Phase, Trigger, Verdict, What,
+};
+pub use tuning::Tuning;

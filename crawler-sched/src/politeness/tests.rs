@@ -1,0 +1,69 @@
+//! The machine judged on virtual time.
+
+use super::machine::Params;
+use super::sim::{self, Outcome};
+use crawler_core::Settings;
+
+fn defaults() -> Params {
+    Params::from_settings(&Settings::default())
+}
+
+fn table(cells: &[sim::Cell], minutes: f64) -> Vec<(String, f64, Outcome)> {
+    let params = defaults();
+    cells
+        .iter()
+        .map(|c| {
+            let o = sim::run(c, &params, minutes * 60_000.0);
+            println!(
+                "| {} | {} | {} | {} | {:.1} | {} | {:.2} | {:.0}% |",
+                c.name,
+                o.sent,
+                o.accepted,
+                o.refused,
+                o.refusals_per_1000(),
+                o.violations,
+                o.steady,
+                100.0 * o.steady / c.allowed
+            );
+            (c.name.clone(), c.allowed, o)
+        })
+        .collect()
+}
+
+#[test]
+fn matrix_of_limiters_reaches_ninety_percent_with_few_refusals() {
+    let rows = table(&sim::matrix(), 10.0);
+    let mut failed = Vec::new();
+    for (name, allowed, o) in &rows {
+        if o.violations > 0 || o.refusals_per_1000() > 3.0 || o.steady < 0.9 * allowed || o.skipped {
+            failed.push(name.clone());
+        }
+    }
+    assert!(failed.is_empty(), "cells failing the goal: {failed:?}");
+}
+
+#[test]
+fn rate_limit_headers_mean_no_refusals_and_ninety_seven_percent() {
+    let rows = table(&sim::gateways(), 10.0);
+    for (name, allowed, o) in &rows {
+        assert_eq!(o.refused, 0, "{name}");
+        assert!(o.steady >= 0.97 * allowed, "{name}: {:.2}", o.steady);
+    }
+}
+
+/// Print one cell's audit (run with `--ignored --nocapture CELL=...`).
+#[test]
+#[ignore = "a debugging aid"]
+fn audit_of_one_cell() {
+    let want = std::env::var("CELL").unwrap_or_default();
+    let params = defaults();
+    for c in sim::matrix().into_iter().chain(sim::gateways()) {
+        if c.name == want {
+            let (o, audit) = sim::run_audited(&c, &params, 600_000.0);
+            for a in audit {
+                println!("{:>9.1}s {:<14} {:?}", a.at / 1e3, a.trigger.as_str(), a.what);
+            }
+            println!("{o:?}");
+        }
+    }
+}
