@@ -812,12 +812,16 @@ impl HostMachine {
                     ceiling
                 };
                 if self.state.rate < target {
+                    // Close a share of the gap per minute (quick from far below, careful
+                    // near the ceiling), and never slower than a floor speed.
                     let per_min = if self.state.confident {
                         tuning.recover_per_min
                     } else {
                         tuning.climb_per_min
                     };
-                    let step = est * per_min * dt / 60_000.0;
+                    let gap = target - self.state.rate;
+                    let step = (gap * tuning.climb_share_per_min).max(est * per_min) * dt
+                        / 60_000.0;
                     let rate = (self.state.rate + step).min(target);
                     self.set_rate(rate, Trigger::Discover, now);
                 } else if now - self.state.calm_since >= self.state.probe_calm_ms {

@@ -36,7 +36,10 @@ pub struct Tuning {
     /// Without a trusted estimate, the rate climbs towards this fraction of the lowest
     /// refused rate.
     pub ceiling_margin: f64,
-    /// Climb speed without a trusted estimate: this fraction of the estimate per minute.
+    /// While climbing, this share of the distance to the target is closed per minute.
+    pub climb_share_per_min: f64,
+    /// Climb speed without a trusted estimate: at least this fraction of the estimate per
+    /// minute.
     pub climb_per_min: f64,
     /// After a refusal, climbing back is linear: this fraction of the estimated limit per
     /// minute of calm, until the rate is back at `slack` of the estimate.
@@ -90,7 +93,8 @@ impl Default for Tuning {
             narrow_fit: 1.15,
             fit_floor: 0.5,
             ceiling_margin: 0.97,
-            climb_per_min: 0.15,
+            climb_per_min: 0.05,
+            climb_share_per_min: 0.7,
             recover_per_min: 0.10,
             probe_calm_ms: 300_000.0,
             probe_step: 0.03,
