@@ -245,6 +245,9 @@ pub struct HostState {
     pub tat: Millis,
     /// No send before this.
     pub hold_until: Millis,
+    /// The gap booked by the last send (given back when that send did not happen).
+    #[serde(default)]
+    pub last_gap: f64,
     /// Holds placed and their total length (ms).
     pub holds: u64,
     /// Total time held.
@@ -321,6 +324,7 @@ impl HostMachine {
                 rate,
                 tat: now,
                 hold_until: now,
+                last_gap: 0.0,
                 holds: 0,
                 held_ms: 0.0,
                 crawl_delay_ms: 0.0,
@@ -470,6 +474,7 @@ impl HostMachine {
     pub fn on_send(&mut self, now: Millis) {
         self.state.in_flight = self.state.in_flight.saturating_add(1);
         let gap = self.gap();
+        self.state.last_gap = gap;
         self.state.tat = self.state.tat.max(now) + gap;
     }
 
@@ -595,8 +600,8 @@ impl HostMachine {
         self.state.in_flight = self.state.in_flight.saturating_sub(1);
         if !fb.sent {
             // Nothing reached the host (a robots refusal from cache): give the slot back.
-            let iv = self.interval();
-            self.state.tat = (self.state.tat - iv).max(now);
+            self.state.tat = (self.state.tat - self.state.last_gap).max(now);
+            self.state.last_gap = 0.0;
             return Verdict::Continue;
         }
         let sent_at = now - ms(fb.latency);
