@@ -124,23 +124,16 @@ fn open_job(
     Ok((Box::new(store), resuming))
 }
 
-/// The pacing parameters of a shared budget for `settings`. The shared budget is always
-/// the adaptive policy; `throttle = "fixed"` pins it to one rate (`1 / download_delay`, or
-/// `max_rate` without a delay).
-fn budget_params(settings: &Settings) -> crawler_sched::BudgetParams {
-    let mut p = crawler_sched::BudgetParams::from_settings(settings);
-    if settings.throttle == crawler_core::ThrottleMode::Fixed {
-        let rate = if settings.download_delay.is_zero() {
-            settings.max_rate
-        } else {
-            1.0 / settings.download_delay.as_secs_f64()
-        };
-        p.start_rate = rate;
-        p.min_rate = rate;
-        p.max_rate = rate;
-    }
+/// The politeness parameters of a fleet's hosts: the same machine and modes as a local
+/// crawl, with a shorter send log (it travels with every commit of the shared state).
+fn fleet_params(settings: &Settings) -> crawler_sched::politeness::Params {
+    let mut p = crawler_sched::politeness::Params::from_settings(settings);
+    p.tuning.log_capacity = p.tuning.log_capacity.min(FLEET_LOG);
     p
 }
+
+/// Sends remembered per host in a fleet's shared state (about two minutes at 5 r/s).
+const FLEET_LOG: usize = 600;
 
 /// Join the Redis-backed crawl named by `job_name` (default: the spider's name): shared
 /// frontier and leases, and every host paced by the fleet's shared budget.
@@ -157,7 +150,8 @@ fn open_fleet(
     let options = crawler_store::RedisOptions {
         lease_timeout: settings.lease_timeout,
         retry_for: settings.redis_retry_for,
-        budget: Some(budget_params(settings)),
+        budget: Some(fleet_params(settings)),
+        idle_ttl: settings.redis_idle_ttl,
         ..crawler_store::RedisOptions::new(url, job)
     };
     let store =
@@ -166,13 +160,12 @@ fn open_fleet(
     let fleet = store.fleet();
     let mut config = FrontierConfig::from_settings(settings, allowed);
     let pacing = settings.clone();
-    config.throttle = Box::new(move |host, now| {
-        let params = budget_params(&pacing.for_host(host));
+    config.throttle = Box::new(move |host, _now| {
+        let params = fleet_params(&pacing.for_host(host));
         Box::new(crawler_sched::SharedThrottle::new(
             host,
             std::sync::Arc::clone(&budget),
             params,
-            now,
         ))
     });
     let frontier = Frontier::with_store(config, Box::new(store) as Box<dyn QueueStore>);

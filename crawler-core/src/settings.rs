@@ -159,6 +159,11 @@ pub struct Settings {
     /// before the crawl stops with an error (nothing is lost either way). Default 60s.
     #[serde(with = "humantime_serde")]
     pub redis_retry_for: Duration,
+    /// With `redis_url`: how long the job's keys (frontier, seen set, leases, per-host
+    /// politeness state) live in Redis after the last worker touched them, so a job that
+    /// nobody resumes leaves nothing behind. Default 7 days.
+    #[serde(with = "humantime_serde")]
+    pub redis_idle_ttl: Duration,
     /// The built-in downloader middlewares to run, in order from the engine to the network
     /// (`process_request` runs in this order, `process_response` in reverse): `http_auth`,
     /// `default_headers`, `user_agent`, `cookies`, and `custom` for where the ones added in
@@ -421,6 +426,7 @@ impl Default for Settings {
             job_name: None,
             lease_timeout: Duration::from_secs(30),
             redis_retry_for: Duration::from_secs(60),
+            redis_idle_ttl: Duration::from_secs(7 * 24 * 3600),
             downloader_middlewares: crate::middleware::DOWNLOADER_MIDDLEWARES
                 .iter()
                 .map(|s| (*s).to_owned())

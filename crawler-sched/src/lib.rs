@@ -36,7 +36,7 @@ pub use fingerprint::{
 };
 pub use frontier::{Frontier, FrontierConfig, ThrottleFactory, host_key, is_allowed_domain};
 pub use shared::{
-    BudgetParams, Fleet, FleetFrontier, FleetStatus, HostView, SharedBudget, SharedThrottle,
+    Fleet, FleetFrontier, FleetStatus, SharedBudget, SharedThrottle, Versioned,
 };
 pub use store::{Entry, MemoryStore, QueueStore};
 pub use throttle::{AuditRecord, Politeness, Throttle, Verdict, throttle_for};

@@ -113,39 +113,44 @@ impl Politeness {
 
     /// Log the machine's changes with their triggers and keep the latest.
     fn drain_audit(&mut self) {
-        for Change { trigger, what, .. } in self.machine.take_audit() {
-            let host = &self.host;
-            match &what {
-                What::Rate { old, new } => tracing::info!(
-                    host = %host, trigger = trigger.as_str(),
-                    old = format!("{old:.3}"), new = format!("{new:.3}"), "rate changed"
-                ),
-                What::Hold { wait_ms, .. } => tracing::info!(
-                    host = %host, trigger = trigger.as_str(),
-                    wait = ?Duration::from_secs_f64(wait_ms / 1_000.0), "host held"
-                ),
-                What::CrawlDelay { floor_ms } => tracing::info!(
-                    host = %host, trigger = trigger.as_str(),
-                    floor = ?Duration::from_secs_f64(floor_ms / 1_000.0), "host delay floor raised"
-                ),
-                What::Estimate { rate } => tracing::info!(
-                    host = %host, trigger = trigger.as_str(),
-                    estimate = format!("{rate:.3}"), "server limit estimated"
-                ),
-                What::Skip { reason } => tracing::warn!(
-                    host = %host, trigger = trigger.as_str(), "skipping host for this run: {reason}"
-                ),
-            }
-            if self.audit.len() >= AUDIT_KEPT {
-                self.audit.pop_front();
-            }
-            self.audit.push_back(AuditRecord {
-                host: self.host.clone(),
-                unix_ms: unix_ms(),
-                trigger: trigger.as_str().to_owned(),
-                what,
-            });
+        let changes = self.machine.take_audit();
+        log_changes(&self.host, changes, &mut self.audit);
+    }
+}
+
+/// Log each change with its trigger, and keep the latest `AUDIT_KEPT` in `kept`.
+pub(crate) fn log_changes(host: &str, changes: Vec<Change>, kept: &mut VecDeque<AuditRecord>) {
+    for Change { trigger, what, .. } in changes {
+        match &what {
+            What::Rate { old, new } => tracing::info!(
+                host = %host, trigger = trigger.as_str(),
+                old = format!("{old:.3}"), new = format!("{new:.3}"), "rate changed"
+            ),
+            What::Hold { wait_ms, .. } => tracing::info!(
+                host = %host, trigger = trigger.as_str(),
+                wait = ?Duration::from_secs_f64(wait_ms / 1_000.0), "host held"
+            ),
+            What::CrawlDelay { floor_ms } => tracing::info!(
+                host = %host, trigger = trigger.as_str(),
+                floor = ?Duration::from_secs_f64(floor_ms / 1_000.0), "host delay floor raised"
+            ),
+            What::Estimate { rate } => tracing::info!(
+                host = %host, trigger = trigger.as_str(),
+                estimate = format!("{rate:.3}"), "server limit estimated"
+            ),
+            What::Skip { reason } => tracing::warn!(
+                host = %host, trigger = trigger.as_str(), "skipping host for this run: {reason}"
+            ),
         }
+        if kept.len() >= AUDIT_KEPT {
+            kept.pop_front();
+        }
+        kept.push_back(AuditRecord {
+            host: host.to_owned(),
+            unix_ms: unix_ms(),
+            trigger: trigger.as_str().to_owned(),
+            what,
+        });
     }
 }
 

@@ -5,13 +5,12 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use crawler_core::{FailureKind, Feedback, Request};
+use crawler_core::Request;
+use crawler_sched::politeness::{HostMachine, HostState, Params};
 use crawler_sched::{
-    BudgetParams, Entry, Fingerprint, Fleet, FleetStatus, HostView, QueueStore, SharedBudget,
-    fingerprint,
+    Entry, Fingerprint, Fleet, FleetStatus, QueueStore, SharedBudget, Versioned, fingerprint,
 };
 use redis::Value;
-use tokio::time::Instant;
 
 use crate::error::Error;
 use crate::redis_link::Link;
@@ -44,7 +43,9 @@ pub struct RedisOptions {
     pub sync_every: Duration,
     /// Enforce a shared per-host budget with these default parameters (hosts may register
     /// their own through [`SharedBudget::register`]). `None`: leases ignore pacing.
-    pub budget: Option<BudgetParams>,
+    pub budget: Option<Params>,
+    /// How long the job's keys live after the last step that touched them. Default 7 days.
+    pub idle_ttl: Duration,
 }
 
 impl RedisOptions {
@@ -58,16 +59,17 @@ impl RedisOptions {
             retry_for: Duration::from_secs(60),
             sync_every: Duration::from_millis(200),
             budget: None,
+            idle_ttl: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }
 
-/// One budget outcome waiting to be sent.
-struct Report {
+/// One politeness state commit waiting to be sent.
+struct Commit {
     host: String,
+    expected: u64,
+    state: HostState,
     skip: String,
-    nums: [f64; 9],
-    params: BudgetParams,
 }
 
 struct Inner {
@@ -75,17 +77,21 @@ struct Inner {
     prefix: String,
     worker: u32,
     timeout: Duration,
+    idle_ttl: Duration,
     sync_every: Duration,
-    default_params: Option<BudgetParams>,
-    params: HashMap<String, BudgetParams>,
+    default_params: Option<Params>,
+    params: HashMap<String, Params>,
     pushes: Vec<(String, Option<[u8; 16]>, Vec<u8>)>,
     acks: Vec<u64>,
-    reports: Vec<Report>,
+    commits: Vec<Commit>,
     stats: Option<String>,
     open_leases: HashSet<u64>,
     last_renew: std::time::Instant,
     lens: HashMap<String, usize>,
-    views: HashMap<String, HostView>,
+    /// Each host's politeness state as last heard, and its requests in flight fleet-wide.
+    states: HashMap<String, (Versioned, u64)>,
+    /// Results of the commits of the last step, by host: committed or not.
+    committed: HashMap<String, bool>,
     skipped_here: HashSet<String>,
     fleet: FleetStatus,
     last_sync: Option<std::time::Instant>,
@@ -93,12 +99,25 @@ struct Inner {
     reclaimed: u64,
     seen: HashSet<u128>,
     last_fp: Option<u128>,
+    /// Local clock origin, and the Redis server's clock minus ours (ms).
+    epoch: std::time::Instant,
+    offset_ms: f64,
+}
+
+/// A lease to ask for, with the send it books.
+struct LeaseAsk<'a> {
+    host: &'a str,
+    budget: bool,
+    expected: u64,
+    claim: f64,
+    state: String,
+    concurrency: u32,
 }
 
 /// What one step asks for besides flushing.
 #[derive(Default)]
 struct Ask<'a> {
-    lease: Option<&'a str>,
+    lease: Option<LeaseAsk<'a>>,
     sync: bool,
 }
 
@@ -139,6 +158,12 @@ impl RedisStore {
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
         let mut link = Link::open(&options.url, options.retry_for, STEP)?;
+        let epoch = std::time::Instant::now();
+        let time: Vec<String> = link.query(&mut redis::cmd("TIME"), "read the server's clock")?;
+        let local = epoch.elapsed().as_secs_f64() * 1_000.0;
+        let server = server_ms(&time).ok_or_else(|| {
+            Error::redis_reply(&link.shown, "TIME did not answer seconds and microseconds")
+        })?;
         let prefix = format!("crawler:{{{}}}:", options.job);
         let worker: i64 = link.query(
             redis::cmd("HINCRBY")
@@ -153,17 +178,19 @@ impl RedisStore {
             prefix,
             worker: u32::try_from(worker).unwrap_or(u32::MAX),
             timeout: options.lease_timeout.max(Duration::from_millis(100)),
+            idle_ttl: options.idle_ttl,
             sync_every: options.sync_every,
             default_params: options.budget,
             params: HashMap::new(),
             pushes: Vec::new(),
             acks: Vec::new(),
-            reports: Vec::new(),
+            commits: Vec::new(),
             stats: None,
             open_leases: HashSet::new(),
             last_renew: std::time::Instant::now(),
             lens: HashMap::new(),
-            views: HashMap::new(),
+            states: HashMap::new(),
+            committed: HashMap::new(),
             skipped_here: HashSet::new(),
             fleet: FleetStatus::default(),
             last_sync: None,
@@ -171,14 +198,16 @@ impl RedisStore {
             reclaimed: 0,
             seen: HashSet::new(),
             last_fp: None,
+            epoch,
+            offset_ms: server - local,
         };
         Ok(Self {
             inner: Arc::new(Mutex::new(inner)),
         })
     }
 
-    /// The job's shared per-host budget, for [`crawler_sched::SharedThrottle`]. It is
-    /// enforced by this store's leases only when [`RedisOptions::budget`] was set.
+    /// The job's shared per-host politeness state, for [`crawler_sched::SharedThrottle`].
+    /// Sends are booked by this store's leases only when [`RedisOptions::budget`] was set.
     pub fn budget(&self) -> Arc<dyn SharedBudget> {
         Arc::new(RedisBudget {
             inner: Arc::clone(&self.inner),
@@ -241,8 +270,41 @@ impl Inner {
         ]
     }
 
-    fn params_for(&self, host: &str) -> Option<&BudgetParams> {
+    fn params_for(&self, host: &str) -> Option<&Params> {
         self.params.get(host).or(self.default_params.as_ref())
+    }
+
+    /// The Redis server's clock now, as estimated from the last reply (ms).
+    fn now_ms(&self) -> f64 {
+        self.epoch.elapsed().as_secs_f64() * 1_000.0 + self.offset_ms
+    }
+
+    /// The host's state as last heard, or a fresh one on the fleet's clock.
+    fn machine(&self, host: &str, params: &Params) -> (HostMachine, u64, u64) {
+        match self.states.get(host) {
+            Some((v, fl)) => (
+                HostMachine::with_state(params.clone(), v.state.clone()),
+                v.version,
+                *fl,
+            ),
+            None => (HostMachine::new(params.clone(), self.now_ms()), 0, 0),
+        }
+    }
+
+    fn remember(&mut self, host: &str, version: u64, state: &str, in_flight: Option<u64>) {
+        if state.is_empty() {
+            return;
+        }
+        match serde_json::from_str::<HostState>(state) {
+            Ok(state) => {
+                let fl = in_flight
+                    .or_else(|| self.states.get(host).map(|(_, fl)| *fl))
+                    .unwrap_or(0);
+                self.states
+                    .insert(host.to_owned(), (Versioned { state, version }, fl));
+            }
+            Err(e) => tracing::warn!(host, "unreadable politeness state in Redis: {e}"),
+        }
     }
 
     /// One round trip: send what is buffered, plus a lease or a sync if asked; apply the
@@ -251,6 +313,7 @@ impl Inner {
         let renew = self.last_renew.elapsed() >= self.timeout / 4 && !self.open_leases.is_empty();
         let mut args = self.key_arg();
         args.push(self.stats.clone().unwrap_or_default().into_bytes());
+        args.push(self.idle_ttl.as_millis().to_string().into_bytes());
         args.push(self.pushes.len().to_string().into_bytes());
         for (host, fp, member) in &self.pushes {
             args.push(host.clone().into_bytes());
@@ -265,23 +328,34 @@ impl Inner {
         } else {
             args.push(b"0".to_vec());
         }
-        args.push(self.reports.len().to_string().into_bytes());
-        for r in &self.reports {
-            args.push(r.host.clone().into_bytes());
-            args.push(r.skip.clone().into_bytes());
-            args.extend(r.nums.iter().map(|n| n.to_string().into_bytes()));
-            push_params(&mut args, &r.params);
+        args.push(self.commits.len().to_string().into_bytes());
+        let mut states = Vec::with_capacity(self.commits.len());
+        for c in &self.commits {
+            let json = serde_json::to_string(&c.state)
+                .map_err(|e| self.bad(&format!("cannot encode a politeness state: {e}")))?;
+            args.push(c.host.clone().into_bytes());
+            args.push(c.expected.to_string().into_bytes());
+            args.push(json.clone().into_bytes());
+            args.push(c.skip.clone().into_bytes());
+            states.push((c.host.clone(), c.expected, json));
         }
-        let lease_params = ask.lease.and_then(|h| self.params_for(h).cloned());
-        let drain = ask.lease.is_some_and(|h| self.skipped_here.contains(h));
-        args.push(ask.lease.unwrap_or("").as_bytes().to_vec());
-        args.push(if drain { b"1".to_vec() } else { b"0".to_vec() });
-        args.push(if lease_params.is_some() {
-            b"1".to_vec()
-        } else {
-            b"0".to_vec()
-        });
-        push_params(&mut args, &lease_params.unwrap_or_else(neutral_params));
+        match &ask.lease {
+            Some(l) => {
+                let drain = self.skipped_here.contains(l.host);
+                args.push(l.host.as_bytes().to_vec());
+                args.push(if drain { b"1".to_vec() } else { b"0".to_vec() });
+                args.push(if l.budget { b"1".to_vec() } else { b"0".to_vec() });
+                args.push(l.expected.to_string().into_bytes());
+                args.push(format!("{:.3}", l.claim).into_bytes());
+                args.push(l.state.clone().into_bytes());
+                args.push(l.concurrency.to_string().into_bytes());
+            }
+            None => {
+                for a in ["", "0", "0", "0", "0", "", "0"] {
+                    args.push(a.as_bytes().to_vec());
+                }
+            }
+        }
         args.push(if ask.sync {
             b"1".to_vec()
         } else {
@@ -295,28 +369,41 @@ impl Inner {
         } else {
             "write buffered updates"
         };
+        let before = self.epoch.elapsed().as_secs_f64() * 1_000.0;
         let reply = self.link.step(&args, what)?;
-        let sent_at = Instant::now();
+        let after = self.epoch.elapsed().as_secs_f64() * 1_000.0;
         self.pushes.clear();
         self.acks.clear();
-        self.reports.clear();
+        self.commits.clear();
         self.stats = None;
         if renew {
             self.last_renew = std::time::Instant::now();
         }
-        self.apply(reply, ask, sent_at)
+        self.apply(reply, ask, (before + after) / 2.0, &states)
     }
 
     fn bad(&self, detail: &str) -> Error {
         Error::redis_reply(&self.link.shown, detail)
     }
 
-    fn apply(&mut self, reply: Value, ask: Ask<'_>, at: Instant) -> Result<Option<Leased>, Error> {
+    fn apply(
+        &mut self,
+        reply: Value,
+        ask: Ask<'_>,
+        local_mid: f64,
+        sent_states: &[(String, u64, String)],
+    ) -> Result<Option<Leased>, Error> {
         let Value::Array(parts) = reply else {
             return Err(self.bad("the step script did not return an array"));
         };
-        let [dups, reclaimed, lease, views, sync] = <[Value; 5]>::try_from(parts)
+        let [dups, reclaimed, lease, cas, sync, now] = <[Value; 6]>::try_from(parts)
             .map_err(|_| self.bad("the step script returned the wrong number of parts"))?;
+        // The server's clock at the middle of the round trip: half the round trip is the
+        // most the estimate can be off by.
+        let server_now = float_at(std::slice::from_ref(&now), 0);
+        if server_now > 0.0 {
+            self.offset_ms = server_now - local_mid;
+        }
         self.dups += int(&dups).unsigned_abs();
         let reclaimed = int(&reclaimed).unsigned_abs();
         if reclaimed > 0 {
@@ -326,18 +413,23 @@ impl Inner {
             );
             self.reclaimed += reclaimed;
         }
-        if let Value::Array(views) = views {
-            for v in views {
-                if let Value::Array(f) = v {
-                    let host = text(f.first());
-                    let view = HostView {
-                        ready_at: at + ms(int_at(&f, 1)),
-                        rate: float_at(&f, 2),
-                        holds: int_at(&f, 3).unsigned_abs(),
-                        held: ms(int_at(&f, 4)),
-                    };
-                    self.views.insert(host, view);
+        self.committed.clear();
+        if let Value::Array(results) = cas {
+            for r in results {
+                let Value::Array(f) = r else { continue };
+                let host = text(f.first());
+                let ok = int_at(&f, 1) == 1;
+                let version = int_at(&f, 2).unsigned_abs();
+                if ok {
+                    if let Some((_, _, json)) = sent_states.iter().rev().find(|(h, _, _)| *h == host) {
+                        let json = json.clone();
+                        self.remember(&host, version, &json, None);
+                    }
+                } else {
+                    let state = text(f.get(3));
+                    self.remember(&host, version, &state, None);
                 }
+                self.committed.insert(host, ok);
             }
         }
         if ask.sync {
@@ -363,31 +455,26 @@ impl Inner {
                 self.fleet = FleetStatus { queued, leased };
             }
         }
-        let Some(host) = ask.lease else {
+        let Some(ask) = ask.lease else {
             return Ok(None);
         };
+        let host = ask.host;
         let Value::Array(l) = lease else {
             return Err(self.bad("the lease answer is not an array"));
         };
         let code = int_at(&l, 0);
         let left = usize::try_from(int_at(&l, 3)).unwrap_or(0);
-        tracing::debug!(
-            worker = self.worker,
-            host,
-            code,
-            left,
-            ready_in_ms = int_at(&l, 4),
-            "lease answer"
-        );
+        let version = int_at(&l, 4).unsigned_abs();
+        let in_flight = int_at(&l, 6).unsigned_abs();
+        tracing::debug!(worker = self.worker, host, code, left, "lease answer");
         self.lens.insert(host.to_owned(), left);
-        if code >= 0 && self.params_for(host).is_some() {
-            let view = HostView {
-                ready_at: at + ms(int_at(&l, 4)) + Duration::from_millis(1),
-                rate: float_at(&l, 5),
-                holds: int_at(&l, 6).unsigned_abs(),
-                held: ms(int_at(&l, 7)),
-            };
-            self.views.insert(host.to_owned(), view);
+        if ask.budget {
+            if code == 1 {
+                self.remember(host, version, &ask.state, Some(in_flight));
+            } else {
+                let state = text(l.get(5));
+                self.remember(host, version, &state, Some(in_flight));
+            }
         }
         let member = match l.get(2) {
             Some(Value::BulkString(b)) => b.clone(),
@@ -416,27 +503,11 @@ impl Inner {
     }
 }
 
-fn neutral_params() -> BudgetParams {
-    BudgetParams::from_settings(&crawler_core::Settings::default())
-}
-
-fn push_params(args: &mut Vec<Vec<u8>>, p: &BudgetParams) {
-    let nums = [
-        p.start_rate,
-        p.min_rate,
-        p.max_rate,
-        f64::from(p.burst.max(1)),
-        p.min_gap.as_secs_f64() * 1000.0,
-        p.hold_margin.as_secs_f64() * 1000.0,
-        p.soft_block_pause.as_secs_f64() * 1000.0,
-        p.soft_block_resume,
-        p.latency_tolerance.as_secs_f64() * 1000.0,
-    ];
-    args.extend(nums.iter().map(|n| n.to_string().into_bytes()));
-}
-
-fn ms(n: i64) -> Duration {
-    Duration::from_millis(n.max(0).unsigned_abs())
+/// Milliseconds from a `TIME` reply (seconds, microseconds).
+fn server_ms(time: &[String]) -> Option<f64> {
+    let secs: f64 = time.first()?.parse().ok()?;
+    let micros: f64 = time.get(1)?.parse().ok()?;
+    Some(secs * 1_000.0 + micros / 1_000.0)
 }
 
 fn int(v: &Value) -> i64 {
@@ -521,13 +592,62 @@ impl QueueStore for RedisStore {
         Ok(())
     }
 
+    /// With a budget, the send is booked in the host's shared state in the same atomic
+    /// step as the lease: the worker runs the host's machine on the state it last heard,
+    /// and Redis commits the result only if nobody changed the state in between and its
+    /// own clock agrees the send is due (otherwise the fresher state comes back and the
+    /// worker decides again).
     fn lease(&mut self, host: &str) -> Result<Option<(u64, Request)>, crawler_sched::Error> {
         let mut inner = lock(&self.inner);
-        let Some(leased) = inner.step(Ask {
-            lease: Some(host),
-            sync: false,
-        })?
-        else {
+        let mut leased = None;
+        for _ in 0..8 {
+            let params = inner.params_for(host).cloned();
+            let ask = match &params {
+                Some(params) if !inner.skipped_here.contains(host) => {
+                    let (mut m, expected, in_flight) = inner.machine(host, params);
+                    let now = inner.now_ms();
+                    let claim = m.ready_at();
+                    let concurrency = m.concurrency();
+                    if claim > now + 1.0 || in_flight >= u64::from(concurrency) {
+                        // Not due by what this worker last heard; the throttle's ready time
+                        // says when to come back.
+                        return Ok(None);
+                    }
+                    m.on_send(now.max(claim));
+                    let state = serde_json::to_string(m.state()).map_err(|e| {
+                        inner.bad(&format!("cannot encode a politeness state: {e}"))
+                    })?;
+                    LeaseAsk {
+                        host,
+                        budget: true,
+                        expected,
+                        claim,
+                        state,
+                        concurrency,
+                    }
+                }
+                _ => LeaseAsk {
+                    host,
+                    budget: false,
+                    expected: 0,
+                    claim: 0.0,
+                    state: String::new(),
+                    concurrency: u32::MAX,
+                },
+            };
+            let answer = inner.step(Ask {
+                lease: Some(ask),
+                sync: false,
+            })?;
+            match answer {
+                Some(l) if l.code == 4 => continue,
+                other => {
+                    leased = other;
+                    break;
+                }
+            }
+        }
+        let Some(leased) = leased else {
             return Ok(None);
         };
         if leased.code != 1 {
@@ -604,59 +724,44 @@ impl QueueStore for RedisStore {
 }
 
 impl SharedBudget for RedisBudget {
-    fn register(&self, host: &str, params: &BudgetParams) {
+    fn register(&self, host: &str, params: &Params) {
         let mut inner = lock(&self.inner);
         if inner.default_params.is_some() {
             inner.params.insert(host.to_owned(), params.clone());
         }
     }
 
-    fn view(&self, host: &str) -> Option<HostView> {
-        lock(&self.inner).views.get(host).copied()
+    fn cached(&self, host: &str) -> Option<Versioned> {
+        lock(&self.inner).states.get(host).map(|(v, _)| v.clone())
     }
 
-    fn report(
+    fn now_ms(&self) -> f64 {
+        lock(&self.inner).now_ms()
+    }
+
+    fn commit(
         &self,
         host: &str,
-        fb: &Feedback,
-        urgent: bool,
+        expected: u64,
+        state: &HostState,
         skip: Option<&str>,
-    ) -> Result<(), crawler_sched::Error> {
+    ) -> Result<bool, crawler_sched::Error> {
         let mut inner = lock(&self.inner);
-        let Some(params) = inner.params_for(host).cloned() else {
-            return Ok(());
-        };
-        let msf = |d: Duration| d.as_secs_f64() * 1000.0;
-        let (rl_rem, rl_reset) = fb
-            .rate_limit
-            .map_or((0.0, -1.0), |rl| {
-                (rl.remaining as f64, rl.reset.or(rl.window).map_or(-1.0, msf))
-            });
-        let nums = [
-            f64::from(u8::from(fb.sent)),
-            f64::from(fb.status.unwrap_or(0)),
-            msf(fb.latency),
-            f64::from(u8::from(fb.failure == Some(FailureKind::Timeout))),
-            fb.retry_after.map_or(-1.0, msf),
-            rl_rem,
-            rl_reset,
-            f64::from(u8::from(fb.soft_block)),
-            fb.crawl_delay.map_or(0.0, msf),
-        ];
+        if inner.params_for(host).is_none() {
+            return Ok(true);
+        }
         if let Some(why) = skip {
             inner.skipped_here.insert(host.to_owned());
             tracing::warn!(host, "host skipped for the whole fleet: {why}");
         }
-        inner.reports.push(Report {
+        inner.commits.push(Commit {
             host: host.to_owned(),
+            expected,
+            state: state.clone(),
             skip: skip.unwrap_or("").to_owned(),
-            nums,
-            params,
         });
-        if urgent {
-            inner.step(Ask::default())?;
-        }
-        Ok(())
+        inner.step(Ask::default())?;
+        Ok(inner.committed.get(host).copied().unwrap_or(false))
     }
 }
 

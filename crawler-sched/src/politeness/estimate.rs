@@ -29,9 +29,56 @@ pub enum Answer {
 
 /// Recent sends of one host: (send time in ms on the machine's clock, answer), oldest
 /// first, bounded in count and age.
+///
+/// Serialised compactly (it travels with every commit of a fleet's shared state): send
+/// times in tenths of a millisecond, and the positions of the refused sends.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(from = "CompactLog", into = "CompactLog")]
 pub struct SendLog {
     entries: VecDeque<(f64, Answer)>,
+}
+
+/// The wire form of a [`SendLog`].
+#[derive(Serialize, Deserialize)]
+struct CompactLog {
+    /// Send times, tenths of a millisecond.
+    t: Vec<i64>,
+    /// Indexes into `t` of the refused sends.
+    r: Vec<u32>,
+}
+
+impl From<SendLog> for CompactLog {
+    fn from(log: SendLog) -> Self {
+        let mut r = Vec::new();
+        let t = log
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, (at, a))| {
+                if *a == Answer::Refused {
+                    r.push(u32::try_from(i).unwrap_or(u32::MAX));
+                }
+                (at * 10.0).round() as i64
+            })
+            .collect();
+        Self { t, r }
+    }
+}
+
+impl From<CompactLog> for SendLog {
+    fn from(c: CompactLog) -> Self {
+        let mut entries: VecDeque<(f64, Answer)> = c
+            .t
+            .iter()
+            .map(|&t| (t as f64 / 10.0, Answer::Accepted))
+            .collect();
+        for i in c.r {
+            if let Some(e) = entries.get_mut(i as usize) {
+                e.1 = Answer::Refused;
+            }
+        }
+        Self { entries }
+    }
 }
 
 /// The refill rates (requests/s) a token bucket could have and still explain the log.

@@ -893,9 +893,13 @@ impl HostMachine {
         self.state.calm_since = now;
         let accepted_since_hold = self.state.log.accepted_between(self.state.active_since, sent_at);
         if accepted_since_hold < 2 {
-            // Refused as soon as the last hold ended: the limiter has not recovered yet (a
-            // window still full, a bucket still empty). That is about the hold, not the
-            // rate; the backoff grows, the estimate stays.
+            // Refused as soon as the last hold ended (or at the very start): no evidence
+            // about the rate, only that the limiter had not recovered (a window still
+            // full, a bucket still empty). The backoff grows and the estimate stays; the
+            // rate is halved, blindly but once per hold, so that an unknown host is not
+            // met again at the pace that was refused.
+            let rate = self.state.rate * t.cut;
+            self.set_rate(rate, trigger, now);
             return;
         }
         self.state.ceiling = Some(self.state.ceiling.map_or(sent_rate, |c| c.min(sent_rate)));

@@ -67,3 +67,25 @@ fn audit_of_one_cell() {
         }
     }
 }
+
+#[test]
+#[ignore = "a debugging aid"]
+fn audit_of_the_practice_test() {
+    let params = Params::from_settings(&Settings {
+        start_rate: 100.0,
+        max_rate: 200.0,
+        concurrency_per_host: 8,
+        ..Settings::default()
+    });
+    let cell = sim::Cell {
+        name: "practice".into(),
+        limiter: sim::Limiter::nginx(50.0, 200),
+        allowed: 50.0,
+        retry_after: Some(3_000.0),
+    };
+    let (o, audit) = sim::run_audited(&cell, &params, 30_000.0);
+    for a in audit {
+        println!("{:>9.3}s {:<14} {:?}", a.at / 1e3, a.trigger.as_str(), a.what);
+    }
+    println!("{o:?}");
+}
