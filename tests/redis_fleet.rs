@@ -245,7 +245,7 @@ async fn four_workers_share_one_budget_and_respect_retry_after() {
     // refusal and must hold as one.
     let scenario = Scenario::rate_limited(50.0, 50).retry_after(RetryAfter::Seconds(3));
     let lab = Lab::builder()
-        .books(600)
+        .books(2000)
         .scenario(scenario)
         .start()
         .await
@@ -320,7 +320,7 @@ async fn four_workers_share_one_budget_and_respect_retry_after() {
         .collect();
     assert!(twice.is_empty(), "fetched more than once: {twice:?}");
     let items = union(&feeds);
-    assert_eq!(items.len(), 600, "every book is in the union of the feeds");
+    assert_eq!(items.len(), 2000, "every book is in the union of the feeds");
     assert!(items.values().all(|&n| n == 1), "no item twice");
     // And it really was a fleet: every worker fetched pages.
     for l in &lines {
@@ -334,8 +334,10 @@ async fn four_workers_share_one_budget_and_respect_retry_after() {
         fleet.mean_rate,
         fleet.status_429
     );
+    // A lease and its booked send are one round trip, routine outcomes ride with the next
+    // lease, and workers whose compare-and-set lost to another's retry: about five.
     assert!(
-        trips as f64 / pages as f64 <= 4.0,
+        trips as f64 / pages as f64 <= 6.0,
         "{trips} round trips for {pages} pages"
     );
     lab.shutdown().await;

@@ -204,8 +204,13 @@ mod rate_limit_tests {
 
     fn read(pairs: &[(&'static str, &str)]) -> Option<(u64, f64, Option<u64>)> {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-        parse_rate_limit(&headers(pairs), now)
-            .map(|r| (r.remaining, r.reset.map_or(0.0, |d| d.as_secs_f64()), r.limit))
+        parse_rate_limit(&headers(pairs), now).map(|r| {
+            (
+                r.remaining,
+                r.reset.map_or(0.0, |d| d.as_secs_f64()),
+                r.limit,
+            )
+        })
     }
 
     #[test]

@@ -35,8 +35,6 @@ pub use fingerprint::{
     Fingerprint, FingerprintBuildHasher, PassThrough, canonical_url, fingerprint,
 };
 pub use frontier::{Frontier, FrontierConfig, ThrottleFactory, host_key, is_allowed_domain};
-pub use shared::{
-    Fleet, FleetFrontier, FleetStatus, SharedBudget, SharedThrottle, Versioned,
-};
+pub use shared::{Fleet, FleetFrontier, FleetStatus, SharedBudget, SharedThrottle, Versioned};
 pub use store::{Entry, MemoryStore, QueueStore};
 pub use throttle::{AuditRecord, Politeness, Throttle, Verdict, throttle_for};

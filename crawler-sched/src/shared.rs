@@ -53,6 +53,10 @@ pub trait SharedBudget: Send + Sync + 'static {
     fn cached(&self, host: &str) -> Option<Versioned>;
     /// The fleet's clock now (the shared store's time, in ms), as estimated locally.
     fn now_ms(&self) -> f64;
+    /// Queue a routine outcome (nothing every worker must know at once) that happened at
+    /// fleet time `at`: the backend folds it into the host's state with its next commit
+    /// (the next lease of the host, typically), saving a round trip per request.
+    fn defer(&self, host: &str, feedback: &Feedback, at: f64);
     /// Replace version `expected` of the host's state with `state` (and mark the host
     /// skipped for the whole fleet with `skip`), atomically. `Ok(false)` when another
     /// worker committed first; the cache then holds the fresher state.
@@ -108,6 +112,21 @@ impl SharedThrottle {
     }
 }
 
+/// Whether an outcome can wait for the host's next commit: a plain answer that neither
+/// holds the host nor changes a floor or a budget.
+fn routine(fb: &Feedback) -> bool {
+    fb.sent
+        && fb.failure.is_none()
+        && fb.retry_after.is_none()
+        && fb.rate_limit.is_none()
+        && fb.crawl_delay.is_none()
+        && !fb.soft_block
+        && !fb.robots_unavailable
+        && fb
+            .status
+            .is_some_and(|s| s < 500 && s != 429 && s != 403 && s != 408)
+}
+
 impl Throttle for SharedThrottle {
     fn concurrency(&self) -> usize {
         // The store enforces the fleet-wide limit at lease time; locally the same bound.
@@ -121,7 +140,10 @@ impl Throttle for SharedThrottle {
         if wait > 0.0 {
             now + Duration::from_secs_f64(wait / 1_000.0)
         } else {
-            now
+            // Due already: a time in the past, so that a caller comparing with the `now`
+            // it took a moment ago sees the host as ready.
+            now.checked_sub(Duration::from_secs_f64(1.0 - wait / 1_000.0))
+                .unwrap_or(now)
         }
     }
 
@@ -130,6 +152,15 @@ impl Throttle for SharedThrottle {
     }
 
     fn on_feedback(&mut self, feedback: &Feedback, _now: Instant) -> Verdict {
+        if routine(feedback) {
+            let (mut m, _) = self.machine();
+            let at = self.budget.now_ms();
+            let verdict = m.on_feedback(feedback, at);
+            if verdict == Verdict::Continue {
+                self.budget.defer(&self.host, feedback, at);
+                return verdict;
+            }
+        }
         let mut verdict = Verdict::Continue;
         for _ in 0..COMMIT_TRIES {
             let (mut m, version) = self.machine();
@@ -316,4 +347,3 @@ impl<S: QueueStore> Scheduler for FleetFrontier<S> {
         self.inner.take_error()
     }
 }
-

@@ -346,7 +346,11 @@ mod tests {
             Verdict::Skip(why) => assert!(why.contains("max_retry_after"), "{why}"),
             v => panic!("expected a skip, got {v:?}"),
         }
-        assert!(t.audit().iter().any(|a| matches!(a.what, What::Skip { .. })));
+        assert!(
+            t.audit()
+                .iter()
+                .any(|a| matches!(a.what, What::Skip { .. }))
+        );
     }
 
     fn reading(remaining: u64, reset: Option<u64>, window: Option<u64>) -> Feedback {
@@ -384,11 +388,17 @@ mod tests {
         let now = Instant::now();
         t.on_send(now);
         t.on_feedback(&reading(0, None, Some(60)), now);
-        assert!(t.ready_at() >= now + Duration::from_secs(60), "the policy window");
+        assert!(
+            t.ready_at() >= now + Duration::from_secs(60),
+            "the policy window"
+        );
         let mut t = throttle(&settings());
         t.on_send(now);
         t.on_feedback(&reading(0, None, None), now);
-        assert!(t.ready_at() >= now + Duration::from_secs(3), "a backoff hold");
+        assert!(
+            t.ready_at() >= now + Duration::from_secs(3),
+            "a backoff hold"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -585,7 +595,10 @@ mod tests {
             },
             now,
         );
-        assert!((1.0 / t.rate() - 0.6).abs() < 1e-6, "a 500 cannot lower the delay");
+        assert!(
+            (1.0 / t.rate() - 0.6).abs() < 1e-6,
+            "a 500 cannot lower the delay"
+        );
         t.on_feedback(&ok(10), now);
         assert!((1.0 / t.rate() - 0.305).abs() < 1e-6);
     }
@@ -647,7 +660,10 @@ mod tests {
         // The calm period keeps counting from where it was.
         let calm_before = back.at(at) - after.calm_since;
         let calm_saved = t.at(at) - before.calm_since;
-        assert!((calm_before - calm_saved).abs() < 50.0, "{calm_before} vs {calm_saved}");
+        assert!(
+            (calm_before - calm_saved).abs() < 50.0,
+            "{calm_before} vs {calm_saved}"
+        );
         assert!((back.rate() - t.rate()).abs() < 1e-9);
     }
 }

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use crawler_core::Request;
+use crawler_core::{Feedback, Request};
 use crawler_sched::politeness::{HostMachine, HostState, Params};
 use crawler_sched::{
     Entry, Fingerprint, Fleet, FleetStatus, QueueStore, SharedBudget, Versioned, fingerprint,
@@ -70,6 +70,8 @@ struct Commit {
     expected: u64,
     state: HostState,
     skip: String,
+    /// Routine outcomes folded into this state: queued again if the commit loses.
+    folded: Vec<(Feedback, f64)>,
 }
 
 struct Inner {
@@ -92,6 +94,11 @@ struct Inner {
     states: HashMap<String, (Versioned, u64)>,
     /// Results of the commits of the last step, by host: committed or not.
     committed: HashMap<String, bool>,
+    /// Routine outcomes not yet committed, by host, with the fleet time they happened:
+    /// folded into the next commit of the host's state (the next lease, or the next step).
+    deferred: HashMap<String, Vec<(Feedback, f64)>>,
+    /// The folded outcomes of the commits in flight in the current step.
+    commits_sent: Vec<(String, Vec<(Feedback, f64)>)>,
     skipped_here: HashSet<String>,
     fleet: FleetStatus,
     last_sync: Option<std::time::Instant>,
@@ -191,6 +198,8 @@ impl RedisStore {
             lens: HashMap::new(),
             states: HashMap::new(),
             committed: HashMap::new(),
+            deferred: HashMap::new(),
+            commits_sent: Vec::new(),
             skipped_here: HashSet::new(),
             fleet: FleetStatus::default(),
             last_sync: None,
@@ -307,9 +316,40 @@ impl Inner {
         }
     }
 
+    /// Turn the routine outcomes waiting for each host (but `except`, whose lease will
+    /// carry them) into state commits for this step.
+    fn fold_deferred(&mut self, except: Option<&str>) {
+        let hosts: Vec<String> = self
+            .deferred
+            .keys()
+            .filter(|h| Some(h.as_str()) != except)
+            .cloned()
+            .collect();
+        for host in hosts {
+            let Some(params) = self.params_for(&host).cloned() else {
+                self.deferred.remove(&host);
+                continue;
+            };
+            let folded = self.deferred.remove(&host).unwrap_or_default();
+            let (mut m, expected, _) = self.machine(&host, &params);
+            for (fb, at) in &folded {
+                let _ = m.on_feedback(fb, *at);
+            }
+            self.commits.push(Commit {
+                host,
+                expected,
+                state: m.state().clone(),
+                skip: String::new(),
+                folded,
+            });
+        }
+    }
+
     /// One round trip: send what is buffered, plus a lease or a sync if asked; apply the
     /// answer. Buffers are cleared only after Redis confirmed, so an outage loses nothing.
     fn step(&mut self, ask: Ask<'_>) -> Result<Option<Leased>, Error> {
+        let lease_host = ask.lease.as_ref().map(|l| l.host.to_owned());
+        self.fold_deferred(lease_host.as_deref());
         let renew = self.last_renew.elapsed() >= self.timeout / 4 && !self.open_leases.is_empty();
         let mut args = self.key_arg();
         args.push(self.stats.clone().unwrap_or_default().into_bytes());
@@ -344,7 +384,11 @@ impl Inner {
                 let drain = self.skipped_here.contains(l.host);
                 args.push(l.host.as_bytes().to_vec());
                 args.push(if drain { b"1".to_vec() } else { b"0".to_vec() });
-                args.push(if l.budget { b"1".to_vec() } else { b"0".to_vec() });
+                args.push(if l.budget {
+                    b"1".to_vec()
+                } else {
+                    b"0".to_vec()
+                });
                 args.push(l.expected.to_string().into_bytes());
                 args.push(format!("{:.3}", l.claim).into_bytes());
                 args.push(l.state.clone().into_bytes());
@@ -374,7 +418,7 @@ impl Inner {
         let after = self.epoch.elapsed().as_secs_f64() * 1_000.0;
         self.pushes.clear();
         self.acks.clear();
-        self.commits.clear();
+        self.commits_sent = self.commits.drain(..).map(|c| (c.host, c.folded)).collect();
         self.stats = None;
         if renew {
             self.last_renew = std::time::Instant::now();
@@ -421,13 +465,25 @@ impl Inner {
                 let ok = int_at(&f, 1) == 1;
                 let version = int_at(&f, 2).unsigned_abs();
                 if ok {
-                    if let Some((_, _, json)) = sent_states.iter().rev().find(|(h, _, _)| *h == host) {
+                    if let Some((_, _, json)) =
+                        sent_states.iter().rev().find(|(h, _, _)| *h == host)
+                    {
                         let json = json.clone();
                         self.remember(&host, version, &json, None);
                     }
                 } else {
                     let state = text(f.get(3));
                     self.remember(&host, version, &state, None);
+                }
+                if !ok && let Some(pos) = self.commits_sent.iter().position(|(h, _)| *h == host) {
+                    let (_, folded) = self.commits_sent.swap_remove(pos);
+                    if !folded.is_empty() {
+                        // Lost the race: fold them into the fresher state next time.
+                        self.deferred
+                            .entry(host.clone())
+                            .or_default()
+                            .extend(folded);
+                    }
                 }
                 self.committed.insert(host, ok);
             }
@@ -604,13 +660,21 @@ impl QueueStore for RedisStore {
             let params = inner.params_for(host).cloned();
             let ask = match &params {
                 Some(params) if !inner.skipped_here.contains(host) => {
-                    let (mut m, expected, in_flight) = inner.machine(host, params);
+                    let (mut m, expected, _) = inner.machine(host, params);
                     let now = inner.now_ms();
+                    // Routine outcomes waiting for this host ride with the lease.
+                    for (fb, at) in inner.deferred.get(host).into_iter().flatten() {
+                        let _ = m.on_feedback(fb, *at);
+                    }
                     let claim = m.ready_at();
-                    let concurrency = m.concurrency();
-                    if claim > now + 1.0 || in_flight >= u64::from(concurrency) {
+                    // The configured cap, fleet-wide: pacing keeps the rate, and every
+                    // worker gets a share of the host's requests to parse.
+                    let concurrency = params.concurrency.max(1);
+                    if claim > now + 1.0 {
                         // Not due by what this worker last heard; the throttle's ready time
-                        // says when to come back.
+                        // says when to come back. (Requests in flight fleet-wide are
+                        // counted by Redis, which also gets this worker's acknowledgements
+                        // in the same step.)
                         return Ok(None);
                     }
                     m.on_send(now.max(claim));
@@ -639,6 +703,10 @@ impl QueueStore for RedisStore {
                 lease: Some(ask),
                 sync: false,
             })?;
+            if answer.as_ref().is_some_and(|l| l.code == 1) {
+                // The lease's commit carried them.
+                inner.deferred.remove(host);
+            }
             match answer {
                 Some(l) if l.code == 4 => continue,
                 other => {
@@ -739,6 +807,17 @@ impl SharedBudget for RedisBudget {
         lock(&self.inner).now_ms()
     }
 
+    fn defer(&self, host: &str, feedback: &Feedback, at: f64) {
+        let mut inner = lock(&self.inner);
+        if inner.params_for(host).is_some() {
+            inner
+                .deferred
+                .entry(host.to_owned())
+                .or_default()
+                .push((feedback.clone(), at));
+        }
+    }
+
     fn commit(
         &self,
         host: &str,
@@ -759,6 +838,7 @@ impl SharedBudget for RedisBudget {
             expected,
             state: state.clone(),
             skip: skip.unwrap_or("").to_owned(),
+            folded: Vec::new(),
         });
         inner.step(Ask::default())?;
         Ok(inner.committed.get(host).copied().unwrap_or(false))

@@ -67,11 +67,10 @@ impl From<SendLog> for CompactLog {
 
 impl From<CompactLog> for SendLog {
     fn from(c: CompactLog) -> Self {
-        let mut entries: VecDeque<(f64, Answer)> = c
-            .t
-            .iter()
-            .map(|&t| (t as f64 / 10.0, Answer::Accepted))
-            .collect();
+        let mut entries: VecDeque<(f64, Answer)> =
+            c.t.iter()
+                .map(|&t| (t as f64 / 10.0, Answer::Accepted))
+                .collect();
         for i in c.r {
             if let Some(e) = entries.get_mut(i as usize) {
                 e.1 = Answer::Refused;
@@ -172,8 +171,7 @@ impl SendLog {
     /// `jitter_ms` is how far an arrival at the server may be from the logged send time;
     /// it widens the tolerance, since a bucket judges arrivals.
     pub fn fit_token_bucket(&self, min: f64, max: f64, jitter_ms: f64) -> Option<Fit> {
-        if !self.entries.iter().any(|(_, a)| *a == Answer::Refused) || min <= 0.0 || max <= min
-        {
+        if !self.entries.iter().any(|(_, a)| *a == Answer::Refused) || min <= 0.0 || max <= min {
             return None;
         }
         // The consistent set can be very narrow (two long episodes pin the rate to a
@@ -195,7 +193,10 @@ impl SendLog {
             .iter()
             .enumerate()
             .filter(|(i, (_, m))| {
-                let left = i.checked_sub(1).and_then(|j| grid.get(j)).map_or(f64::NEG_INFINITY, |g| g.1);
+                let left = i
+                    .checked_sub(1)
+                    .and_then(|j| grid.get(j))
+                    .map_or(f64::NEG_INFINITY, |g| g.1);
                 let right = grid.get(i + 1).map_or(f64::NEG_INFINITY, |g| g.1);
                 // Strictly above the left neighbour: a plateau counts once.
                 *m > left && *m >= right
@@ -203,7 +204,11 @@ impl SendLog {
             .map(|(_, &g)| g)
             .collect();
         peaks.sort_by(|a, b| b.1.total_cmp(&a.1));
-        let mut good: Vec<f64> = grid.iter().filter(|(_, m)| *m > 0.0).map(|(r, _)| *r).collect();
+        let mut good: Vec<f64> = grid
+            .iter()
+            .filter(|(_, m)| *m > 0.0)
+            .map(|(r, _)| *r)
+            .collect();
         for &(r, _) in peaks.iter().take(16) {
             let lo = r / ratio;
             let step = (ratio * ratio).powf(1.0 / (FINE - 1) as f64);
@@ -306,14 +311,18 @@ mod tests {
         let bucket = (5.0, 20.0);
         let mut log = SendLog::default();
         let (t, x) = episode(&mut log, bucket, (0.0, None), 0.0, 8.0);
-        let one = log.fit_token_bucket(0.05, 20.0, 5.0).expect("a bucket fits");
+        let one = log
+            .fit_token_bucket(0.05, 20.0, 5.0)
+            .expect("a bucket fits");
         assert!(
             one.lo < 2.0 && one.hi > 5.0,
             "one episode cannot tell: {one:?}"
         );
         // A 30 s hold, then a second episode at another rate.
         episode(&mut log, bucket, x, t + 30_000.0, 6.0);
-        let two = log.fit_token_bucket(0.05, 20.0, 5.0).expect("a bucket fits");
+        let two = log
+            .fit_token_bucket(0.05, 20.0, 5.0)
+            .expect("a bucket fits");
         assert!(two.lo > 4.6 && two.hi < 5.4, "{two:?}");
     }
 
@@ -324,7 +333,9 @@ mod tests {
         let mut log = SendLog::default();
         let (t, x) = episode(&mut log, bucket, (0.0, None), 0.0, 3.0);
         episode(&mut log, bucket, x, t + 4_000.0, 2.0);
-        let fit = log.fit_token_bucket(0.05, 20.0, 5.0).expect("a bucket fits");
+        let fit = log
+            .fit_token_bucket(0.05, 20.0, 5.0)
+            .expect("a bucket fits");
         assert!(fit.lo > 0.85 && fit.hi < 1.15, "{fit:?}");
     }
 
@@ -335,7 +346,9 @@ mod tests {
             log.record(f64::from(i) * 200.0, Answer::Accepted, 100, 1e9);
         }
         // 50 sends over 10 s at 5/s; measured since t = 5 s: 25 sends in 5 s.
-        let r = log.accepted_rate(10_000.0, 60_000.0, 5_000.0).unwrap_or(0.0);
+        let r = log
+            .accepted_rate(10_000.0, 60_000.0, 5_000.0)
+            .unwrap_or(0.0);
         assert!((r - 4.8).abs() < 0.3, "{r}");
         assert_eq!(log.accepted_rate(10_000.0, 60_000.0, 9_500.0), None);
     }

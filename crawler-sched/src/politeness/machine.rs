@@ -705,8 +705,7 @@ impl HostMachine {
     }
 
     fn challenge(&mut self, sent_at: Millis, now: Millis) {
-        if self.params.mode != Mode::Adaptive || self.state.last_cut.is_some_and(|c| sent_at < c)
-        {
+        if self.params.mode != Mode::Adaptive || self.state.last_cut.is_some_and(|c| sent_at < c) {
             return;
         }
         // Growing back to the rate that tripped the block would trip it again.
@@ -729,7 +728,10 @@ impl HostMachine {
         };
         let delay = 1_000.0 / self.state.rate.max(1e-9);
         let target = ms(fb.latency) / self.params.autothrottle_target.max(1e-3);
-        let max = self.params.autothrottle_max_delay_ms.max(self.params.min_gap_ms);
+        let max = self
+            .params
+            .autothrottle_max_delay_ms
+            .max(self.params.min_gap_ms);
         let mut new = ((delay + target) / 2.0).clamp(self.params.min_gap_ms, max);
         if status != 200 && new < delay {
             new = delay;
@@ -761,19 +763,21 @@ impl HostMachine {
         }
         // Latency is tracked whatever steers the rate.
         let lat = fb.latency.as_secs_f64();
-        let fast = self
-            .state
-            .lat_fast
-            .map_or(lat, |f| (1.0 - tuning.latency_fast) * f + tuning.latency_fast * lat);
-        let slow = self
-            .state
-            .lat_slow
-            .map_or(lat, |s| (1.0 - tuning.latency_slow) * s + tuning.latency_slow * lat);
+        let fast = self.state.lat_fast.map_or(lat, |f| {
+            (1.0 - tuning.latency_fast) * f + tuning.latency_fast * lat
+        });
+        let slow = self.state.lat_slow.map_or(lat, |s| {
+            (1.0 - tuning.latency_slow) * s + tuning.latency_slow * lat
+        });
         self.state.lat_fast = Some(fast);
         self.state.lat_slow = Some(slow);
         if fast > 2.0 * slow && (fast - slow) * 1_000.0 > self.params.latency_tolerance_ms {
             let spacing = fast.max(1.0) * 1_000.0;
-            if self.state.last_cut.is_none_or(|c| now - spacing >= c && sent_at >= c) {
+            if self
+                .state
+                .last_cut
+                .is_none_or(|c| now - spacing >= c && sent_at >= c)
+            {
                 self.state.last_cut = Some(now);
                 self.state.calm_since = now;
                 if self.state.phase == Phase::Discover {
@@ -825,8 +829,8 @@ impl HostMachine {
                         tuning.climb_per_min
                     };
                     let gap = target - self.state.rate;
-                    let step = (gap * tuning.climb_share_per_min).max(est * per_min) * dt
-                        / 60_000.0;
+                    let step =
+                        (gap * tuning.climb_share_per_min).max(est * per_min) * dt / 60_000.0;
                     let rate = (self.state.rate + step).min(target);
                     self.set_rate(rate, Trigger::Discover, now);
                 } else if now - self.state.calm_since >= self.state.probe_calm_ms {
@@ -891,7 +895,10 @@ impl HostMachine {
         let sent_rate = self.state.rate;
         self.state.last_cut = Some(now);
         self.state.calm_since = now;
-        let accepted_since_hold = self.state.log.accepted_between(self.state.active_since, sent_at);
+        let accepted_since_hold = self
+            .state
+            .log
+            .accepted_between(self.state.active_since, sent_at);
         if accepted_since_hold < 2 {
             // Refused as soon as the last hold ended (or at the very start): no evidence
             // about the rate, only that the limiter had not recovered (a window still

@@ -226,10 +226,7 @@ pub(crate) fn run_audited(
     let mut t = 0.0;
     let mut steady_accepted = 0u64;
     for _ in 0..10_000_000 {
-        let next_answer = pending
-            .iter()
-            .map(|p| p.0)
-            .fold(f64::INFINITY, f64::min);
+        let next_answer = pending.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
         let send_at = if machine.has_room() {
             machine.ready_at().max(t)
         } else {
@@ -257,10 +254,7 @@ pub(crate) fn run_audited(
             let latency = 15.0 + (seed >> 33) as f64 / (1u64 << 31) as f64 * 25.0;
             pending.push((t + latency, t, ok, reading));
         } else {
-            let i = pending
-                .iter()
-                .position(|p| p.0 == next_answer)
-                .unwrap_or(0);
+            let i = pending.iter().position(|p| p.0 == next_answer).unwrap_or(0);
             let (at, sent, ok, reading) = pending.swap_remove(i);
             t = at;
             let mut fb = Feedback {
@@ -305,8 +299,14 @@ pub(crate) fn matrix() -> Vec<Cell> {
         for ra in [Some(30_000.0), None] {
             let tag = if ra.is_some() { "RA 30s" } else { "no RA" };
             let kinds: [(String, Limiter); 5] = [
-                (format!("nginx b0 {rate} r/s {tag}"), Limiter::nginx(rate, 0)),
-                (format!("nginx b5 {rate} r/s {tag}"), Limiter::nginx(rate, 5)),
+                (
+                    format!("nginx b0 {rate} r/s {tag}"),
+                    Limiter::nginx(rate, 0),
+                ),
+                (
+                    format!("nginx b5 {rate} r/s {tag}"),
+                    Limiter::nginx(rate, 5),
+                ),
                 (
                     format!("nginx b20 {rate} r/s {tag}"),
                     Limiter::nginx(rate, 20),

@@ -35,7 +35,8 @@ fn matrix_of_limiters_reaches_ninety_percent_with_few_refusals() {
     let rows = table(&sim::matrix(), 10.0);
     let mut failed = Vec::new();
     for (name, allowed, o) in &rows {
-        if o.violations > 0 || o.refusals_per_1000() > 3.0 || o.steady < 0.9 * allowed || o.skipped {
+        if o.violations > 0 || o.refusals_per_1000() > 3.0 || o.steady < 0.9 * allowed || o.skipped
+        {
             failed.push(name.clone());
         }
     }
@@ -61,7 +62,12 @@ fn audit_of_one_cell() {
         if c.name == want {
             let (o, audit) = sim::run_audited(&c, &params, 600_000.0);
             for a in audit {
-                println!("{:>9.1}s {:<14} {:?}", a.at / 1e3, a.trigger.as_str(), a.what);
+                println!(
+                    "{:>9.1}s {:<14} {:?}",
+                    a.at / 1e3,
+                    a.trigger.as_str(),
+                    a.what
+                );
             }
             println!("{o:?}");
         }
@@ -79,13 +85,18 @@ fn audit_of_the_practice_test() {
     });
     let cell = sim::Cell {
         name: "practice".into(),
-        limiter: sim::Limiter::nginx(50.0, 200),
+        limiter: sim::Limiter::nginx(50.0, 50),
         allowed: 50.0,
         retry_after: Some(3_000.0),
     };
     let (o, audit) = sim::run_audited(&cell, &params, 30_000.0);
     for a in audit {
-        println!("{:>9.3}s {:<14} {:?}", a.at / 1e3, a.trigger.as_str(), a.what);
+        println!(
+            "{:>9.3}s {:<14} {:?}",
+            a.at / 1e3,
+            a.trigger.as_str(),
+            a.what
+        );
     }
     println!("{o:?}");
 }
