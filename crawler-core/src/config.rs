@@ -62,6 +62,7 @@ pub const SECTIONS: &[Section] = &[
             "depth_limit",
             "max_url_length",
             "deny_private_addresses",
+            "allow_unchecked_proxy",
         ],
         prefixes: &[],
     },

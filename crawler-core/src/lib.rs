@@ -71,7 +71,9 @@ pub use pipeline::{Pipeline, Processed};
 pub use request::{Request, parse_http_url};
 pub use response::{BodyOrigin, Element, Response, Selection};
 pub use rules::{FOLLOW_CALLBACK, RULE_META_KEY, Rule, RuleRequests, Rules};
-pub use settings::{HOST_RULE_KEYS, HostKeyMode, HostRule, LogFormat, Settings, ThrottleMode};
+pub use settings::{
+    FeedFsync, HOST_RULE_KEYS, HostKeyMode, HostRule, LogFormat, Settings, ThrottleMode,
+};
 pub use spider::Spider;
 pub use stats::Stats;
 

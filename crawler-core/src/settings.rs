@@ -100,6 +100,11 @@ pub struct Settings {
     /// Refuse requests to private, loopback and link-local addresses (for crawls that follow
     /// untrusted links). Off by default so local servers (like the lab) can be crawled.
     pub deny_private_addresses: bool,
+    /// With `deny_private_addresses`: run even though a proxy is configured (`proxy`, or
+    /// `HTTP_PROXY` / `HTTPS_PROXY` / `ALL_PROXY` in the environment). The proxy resolves
+    /// names itself, so the crawler cannot check where requests go; without this the crawl
+    /// refuses to start. Default false.
+    pub allow_unchecked_proxy: bool,
     /// The job directory: persistent frontier, seen set, validators and stats, so a crawl can
     /// be paused, resumed and survive a crash. Unset: everything is in memory.
     pub job_dir: Option<String>,
@@ -118,6 +123,12 @@ pub struct Settings {
     /// Feed files items are written to (format by extension: .jsonl, .json, .csv), in
     /// addition to any `-o FILE` given to `crawl`. Default none.
     pub feeds: Vec<String>,
+    /// When feed files reach the disk: `group` (flushed and fsynced at most every 50 ms,
+    /// always before the requests whose items they hold are acknowledged, so an
+    /// acknowledgement that survives a power failure never outlives its items) or `off`
+    /// (handed to the operating system only: safe from a crash of the crawler, not from a
+    /// power failure). Default `group`.
+    pub feed_fsync: FeedFsync,
     /// The least severe log level shown: `error`, `warn`, `info`, `debug` or `trace`, or a
     /// `RUST_LOG`-style filter such as `info,crawler_sched=debug`. Default `info`.
     pub log_level: String,
@@ -350,6 +361,18 @@ fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
     pattern[p..].iter().all(|&c| c == b'*')
 }
 
+/// When feed files are synced to the disk (the `feed_fsync` setting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum FeedFsync {
+    /// Group commit: fsync at most every 50 ms, before acknowledging the requests whose
+    /// items were written.
+    #[default]
+    Group,
+    /// Flush to the operating system only.
+    Off,
+}
+
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -404,12 +427,14 @@ impl Default for Settings {
             max_url_length: 2083,
             robots_ttl: Duration::from_secs(24 * 3600),
             deny_private_addresses: false,
+            allow_unchecked_proxy: false,
             job_dir: None,
             conditional_requests: true,
             http_cache: false,
             failures_file: None,
             progress_interval: Duration::from_secs(5),
             feeds: Vec::new(),
+            feed_fsync: FeedFsync::Group,
             log_level: "info".to_owned(),
             log_format: LogFormat::Text,
             metrics_addr: None,
