@@ -270,7 +270,8 @@ impl Resolved {
                 } else {
                     section_of(key)
                 },
-                value: display_value(value),
+                // Secrets never reach the listing (one rule: crate::redact).
+                value: crate::redact::redact_setting(key, &display_value(value)),
                 source: self.sources.get(key).cloned().unwrap_or(Source::Default),
             })
             .collect()

@@ -26,6 +26,12 @@ use crate::stats::Stats;
 
 /// How often the progress snapshot is refreshed.
 const PROGRESS_TICK: Duration = Duration::from_millis(250);
+/// Hosts in each progress snapshot (and so in the live display, the metrics and the saved
+/// stats): the busiest ones. A crawl touching 100,000 hosts must not copy 100,000 records
+/// four times a second, nor export 100,000 metric series.
+pub const PROGRESS_HOSTS: usize = 50;
+/// Hosts in the final stats: the busiest ones, a generous cap that still bounds the report.
+pub const FINAL_HOSTS: usize = 1000;
 /// Items buffered between the workers and the feed writer; a slow disk slows the crawl
 /// instead of growing memory.
 const FEED_BUFFER: usize = 1024;
@@ -373,7 +379,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                     if last_checkpoint.elapsed() >= CHECKPOINT_EVERY {
                         // Per-host figures feed the live display and metrics; once a second
                         // is plenty and keeps the cost off the hot path.
-                        stats.hosts = scheduler.host_stats();
+                        stats.hosts = busiest(scheduler.host_stats(), PROGRESS_HOSTS);
                         scheduler.checkpoint(&stats);
                         if let Some(log) = failures.as_mut() {
                             log.flush();
@@ -455,7 +461,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
             );
         }
         stats.pending = scheduler.queued() as u64 + abandoned;
-        stats.hosts = scheduler.host_stats();
+        stats.hosts = busiest(scheduler.host_stats(), FINAL_HOSTS);
         stats.elapsed = elapsed_before + started.elapsed();
         debug_assert!(written <= stats.items_scraped);
         // The final checkpoint keeps pending counts out: they are recomputed on resume.
@@ -480,6 +486,19 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
         }
         Ok(stats)
     }
+}
+
+/// The `n` busiest hosts (most queued, then most requests, then most holds), in that order.
+fn busiest(mut hosts: Vec<crate::fetch::HostStats>, n: usize) -> Vec<crate::fetch::HostStats> {
+    let key = |h: &crate::fetch::HostStats| std::cmp::Reverse((h.queued, h.requests, h.holds));
+    if hosts.len() > n {
+        // Partition in linear time, then sort only what is kept.
+        hosts.select_nth_unstable_by_key(n, key);
+        hosts.truncate(n);
+        hosts.shrink_to_fit();
+    }
+    hosts.sort_by_key(key);
+    hosts
 }
 
 /// Resolves once a stop has been asked for twice (at once if it already has been).

@@ -38,6 +38,7 @@ mod links;
 mod middleware;
 mod output;
 mod pipeline;
+pub mod redact;
 mod request;
 mod response;
 mod rules;
@@ -52,7 +53,7 @@ pub use config::{
     Resolved, SECTIONS, Section, SettingRow, SettingsLayers, Source, find_settings_file,
     section_of, settings_markdown,
 };
-pub use engine::{Engine, Progress, Shutdown};
+pub use engine::{Engine, FINAL_HOSTS, PROGRESS_HOSTS, Progress, Shutdown};
 pub use error::{Error, ErrorKind, Result};
 pub use feed::{FeedFormat, FeedSpec};
 pub use fetch::{

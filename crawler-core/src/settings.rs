@@ -10,7 +10,9 @@ use crate::error::{Error, ErrorKind, Result};
 ///
 /// Durations are written as `"500ms"`, `"2s"`, `"1m"`. Settings are set in code, or by key
 /// and text value with [`Settings::set`] (what `-s key=value` and `custom_settings` use).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// `Debug` shows secrets (`http_auth_pass`, passwords in `redis_url` and `proxy`) as `***`.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Settings {
     /// The User-Agent sent with every request and matched against robots.txt groups.
@@ -470,6 +472,21 @@ impl Default for Settings {
     }
 }
 
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("Settings");
+        for (key, value) in self.to_map().unwrap_or_default() {
+            match value {
+                serde_json::Value::String(text) => {
+                    d.field(&key, &crate::redact::redact_setting(&key, &text))
+                }
+                other => d.field(&key, &format_args!("{other}")),
+            };
+        }
+        d.finish()
+    }
+}
+
 impl Settings {
     /// The names of all settings, in declaration order.
     pub fn keys() -> Vec<String> {
@@ -571,6 +588,18 @@ impl Settings {
                 "must be an address like 127.0.0.1:9898 or a port",
             );
         }
+        if let Some(proxy) = self.proxy.as_deref().filter(|p| !p.trim().is_empty())
+            && !proxy_url_ok(proxy.trim())
+        {
+            // The value is echoed redacted: a proxy URL often carries a password.
+            return Some((
+                vec!["proxy"],
+                format!(
+                    "must be an http:// or https:// proxy URL like http://host:3128 (got '{}')",
+                    crate::redact::redact_url(proxy)
+                ),
+            ));
+        }
         if let Some(why) = crate::middleware::settings_problem(self) {
             return Some(why);
         }
@@ -598,6 +627,21 @@ impl Settings {
     }
 }
 
+/// Whether `proxy` is a URL the HTTP client takes as a proxy: http or https with a host
+/// (a bare `host:port` means http, as for the client).
+fn proxy_url_ok(proxy: &str) -> bool {
+    let parsed = match url::Url::parse(proxy) {
+        Ok(u) if u.has_host() => Ok(u),
+        Ok(_) | Err(url::ParseError::RelativeUrlWithoutBase) => {
+            url::Url::parse(&format!("http://{proxy}"))
+        }
+        Err(e) => Err(e),
+    };
+    parsed.is_ok_and(|u| {
+        matches!(u.scheme(), "http" | "https") && u.host_str().is_some_and(|h| !h.is_empty())
+    })
+}
+
 /// Set `key` in a settings map from its text form, keeping the JSON type of the current value
 /// (so "10" for a string stays text). Errors name the key and the value.
 pub(crate) fn set_text(
@@ -619,7 +663,9 @@ pub(crate) fn set_text(
     Err(Error::new(
         ErrorKind::Settings,
         format!(
-            "invalid value '{value}' for {key}: {why}{}",
+            "invalid value '{}' for {key}: {}{}",
+            crate::redact::redact_setting(key, value),
+            crate::redact::redact_setting(key, &why),
             type_hint(&current)
         ),
     ))

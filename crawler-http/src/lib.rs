@@ -28,7 +28,7 @@ mod sitemap;
 
 pub use downloader::{HttpDownloader, MAX_BODY_META, ROBOTS_SITEMAPS_META};
 pub use error::Error;
-pub use guard::is_private;
+pub use guard::{PROXY_ENV_VARS, is_private, unchecked_proxy};
 pub use headers::{RETRY_AFTER_CEILING, parse_rate_limit, parse_retry_after};
 pub use lastmod::parse_lastmod;
 pub use middlewares::{

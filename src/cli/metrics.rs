@@ -3,6 +3,12 @@
 //! Enabled by the `metrics_addr` setting (a bare port binds 127.0.0.1). Every request on
 //! the socket, whatever its path, gets the current figures; the server is a few lines of
 //! tokio rather than a web framework because it serves one document.
+//!
+//! It must never take the crawl down or grow without bound: an accept error (out of file
+//! descriptors, a connection reset before accept) is logged and retried after a short
+//! pause, and at most [`MAX_CONNECTIONS`] clients are served at once (others wait in the
+//! listen backlog). Per-host series cover the busiest hosts only (see
+//! `crawler_core::PROGRESS_HOSTS`).
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -18,6 +24,11 @@ use crate::Error;
 
 /// Longest a client may take to send its request before the connection is dropped.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Clients served at once; a scraper needs one.
+pub const MAX_CONNECTIONS: usize = 16;
+/// Pause after a failed accept: long enough not to spin on a persistent error (EMFILE),
+/// short enough that scrapes resume quickly.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Bind `addr` and serve the snapshots of `rx` until the returned task is aborted.
 pub async fn serve(
@@ -29,21 +40,40 @@ pub async fn serve(
         .map_err(|e| Error::from_message(format!("cannot serve metrics on {addr}: {e}")))?;
     let bound = listener.local_addr().unwrap_or(addr);
     tracing::info!("metrics at http://{bound}/metrics");
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     Ok(tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let body = exposition(&rx.borrow().clone());
+        loop {
+            // Wait for a free slot before accepting, so a flood of idle connections waits
+            // in the kernel's backlog instead of holding tasks and buffers here.
+            let Ok(slot) = std::sync::Arc::clone(&slots).acquire_owned().await else {
+                return;
+            };
+            let mut stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!("metrics endpoint: accept failed: {e}; retrying");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            };
+            let body = crawler_core::redact::scrub(&exposition(&rx.borrow().clone())).into_owned();
             tokio::spawn(async move {
-                // Read (and ignore) the request head so the client sees a normal exchange.
-                let mut buf = [0u8; 2048];
-                let _ = tokio::time::timeout(READ_TIMEOUT, stream.read(&mut buf)).await;
-                let head = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\n\
-                     content-length: {}\r\nconnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = stream.write_all(head.as_bytes()).await;
-                let _ = stream.write_all(body.as_bytes()).await;
-                let _ = stream.shutdown().await;
+                let _slot = slot;
+                // A client that never reads must not hold its slot for ever.
+                let _ = tokio::time::timeout(2 * READ_TIMEOUT, async {
+                    // Read (and ignore) the request head so the client sees a normal exchange.
+                    let mut buf = [0u8; 2048];
+                    let _ = tokio::time::timeout(READ_TIMEOUT, stream.read(&mut buf)).await;
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\n\
+                         content-length: {}\r\nconnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = stream.write_all(head.as_bytes()).await;
+                    let _ = stream.write_all(body.as_bytes()).await;
+                    let _ = stream.shutdown().await;
+                })
+                .await;
             });
         }
     }))
