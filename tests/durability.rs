@@ -162,7 +162,8 @@ async fn a_full_disk_stops_the_crawl_and_the_resumed_job_writes_every_item() {
     // Without validators: the downloader stores a page's validators when it arrives, before
     // its items are on disk, so a page whose item was lost would come back as a 304 with no
     // item (a known gap of the request path, not of the feed writer).
-    let set = "conditional_requests=false";
+    // Many pages in flight when the disk fills: their items are the ones at risk.
+    let set = "conditional_requests=false;download_delay=0s;concurrency_per_host=16";
     let (ok, stdout) = finish(spawn_child(&lab, &job, &feed, set)).await;
     assert!(
         !ok,
