@@ -595,7 +595,7 @@ impl Settings {
             return Some((
                 vec!["proxy"],
                 format!(
-                    "must be an http:// or https:// proxy URL like http://host:3128 (got '{}')",
+                    "is an invalid proxy URL '{}': use http://host:port or https://host:port",
                     crate::redact::redact_url(proxy)
                 ),
             ));
