@@ -32,8 +32,8 @@ pub use guard::{PROXY_ENV_VARS, is_private, unchecked_proxy};
 pub use headers::{RETRY_AFTER_CEILING, parse_rate_limit, parse_retry_after};
 pub use lastmod::parse_lastmod;
 pub use middlewares::{
-    COOKIEJAR_META, Cookies, DONT_MERGE_COOKIES_META, DefaultHeaders, HttpAuth, UserAgent,
-    downloader_stack,
+    COOKIEJAR_META, Cookies, DONT_MERGE_COOKIES_META, DefaultHeaders, HttpAuth, MAX_COOKIE_BYTES,
+    MAX_COOKIES_PER_DOMAIN, MAX_COOKIES_TOTAL, UserAgent, downloader_stack,
 };
 pub use robots::{
     Check, ROBOTS_MAX_BYTES, ROBOTS_MAX_REDIRECTS, RobotsCache, RobotsOptions, RobotsReport,
