@@ -40,8 +40,14 @@ pub async fn serve(
         .map_err(|e| Error::from_message(format!("cannot serve metrics on {addr}: {e}")))?;
     let bound = listener.local_addr().unwrap_or(addr);
     tracing::info!("metrics at http://{bound}/metrics");
+    Ok(serve_on(listener, rx))
+}
+
+/// Serve the snapshots of `rx` on an already bound `listener` until the returned task is
+/// aborted.
+pub fn serve_on(listener: TcpListener, rx: watch::Receiver<Progress>) -> JoinHandle<()> {
     let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    Ok(tokio::spawn(async move {
+    tokio::spawn(async move {
         loop {
             // Wait for a free slot before accepting, so a flood of idle connections waits
             // in the kernel's backlog instead of holding tasks and buffers here.
@@ -76,7 +82,7 @@ pub async fn serve(
                 .await;
             });
         }
-    }))
+    })
 }
 
 /// Escape a label value (backslash, quote, newline).
@@ -191,7 +197,37 @@ pub fn exposition(p: &Progress) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
+
+    #[tokio::test]
+    async fn idle_clients_cannot_take_more_than_their_share() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (_tx, rx) = watch::channel(Progress::default());
+        let server = serve_on(listener, rx);
+        // Clients that connect and never send a request hold every slot...
+        let mut idle = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        let mut late = tokio::net::TcpStream::connect(addr).await.unwrap();
+        late.write_all(b"GET /metrics HTTP/1.1\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = vec![0u8; 64 * 1024];
+        let early = tokio::time::timeout(Duration::from_millis(500), late.read(&mut buf)).await;
+        assert!(early.is_err(), "served past the cap");
+        // ...until they go away: then the waiting client is served.
+        drop(idle);
+        let n = tokio::time::timeout(Duration::from_secs(3), late.read(&mut buf))
+            .await
+            .expect("served once slots are free")
+            .unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200 OK"));
+        server.abort();
+    }
 
     #[test]
     fn exposition_has_queue_status_and_host_series() {
