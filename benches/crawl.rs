@@ -4,6 +4,10 @@
 //! ```text
 //! cargo bench --bench crawl -- [BOOKS] [CONCURRENCY] [URL]   # defaults: 10000 books, 64
 //! cargo bench --bench crawl -- chaos [BOOKS] [CONCURRENCY]   # the chaos site: peak RSS
+//! cargo bench --bench crawl -- hosts [HOSTS] [CONCURRENCY]   # one page on each of HOSTS
+//!                                                            # host names: RSS over time
+//! CRAWL_BENCH_FEED=/tmp/b.jsonl CRAWL_BENCH_SET="job_dir=/tmp/job;feed_fsync=off" \
+//!     cargo bench --bench crawl                             # a feed, more settings
 //! ```
 //!
 //! The lab runs in a child process (this same binary with `--serve`), so the CPU and memory
@@ -32,6 +36,98 @@ fn cpu_seconds() -> f64 {
             .unwrap_or(0.0)
     };
     (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Current resident set size in MiB (VmRSS).
+fn rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// One page on each of many host names (`h1.hosts.test` ...). No DNS is involved: the
+/// lab is the crawl's HTTP proxy, so every name reaches it (it serves by path).
+struct ManyHosts {
+    hosts: usize,
+}
+
+impl Spider for ManyHosts {
+    type Item = ();
+
+    fn name(&self) -> &str {
+        "many-hosts"
+    }
+
+    fn start_requests(&self) -> Result<Vec<Request>> {
+        (0..self.hosts)
+            .map(|i| Request::get(&format!("http://h{i}.hosts.test/")))
+            .collect()
+    }
+
+    async fn parse(&self, _page: Response, _out: &mut Output<()>) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Crawl one page on each of `hosts` host names and print RSS every tenth of the way: once
+/// a host is done it is idle for good, so RSS should stop growing with the hosts touched.
+fn many_hosts(
+    hosts: usize,
+    concurrency: usize,
+    proxy: &str,
+) -> std::result::Result<(), Box<dyn std::error::Error>> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let mut crawl = Crawl::new(ManyHosts { hosts })
+        .set("concurrency", concurrency.to_string())
+        .set("proxy", proxy)
+        .set("throttle", "fixed")
+        .set("download_delay", "0s")
+        .set("log_level", "warn")
+        .progress(false);
+    for pair in std::env::var("CRAWL_BENCH_SET")
+        .unwrap_or_default()
+        .split(';')
+    {
+        if let Some((k, v)) = pair.split_once('=') {
+            crawl = crawl.set(k.trim(), v.trim());
+        }
+    }
+    let t0 = Instant::now();
+    let stats = rt.block_on(async move {
+        let engine = crawl.build()?;
+        let mut progress = engine.progress();
+        let run = tokio::spawn(engine.run());
+        let step = (hosts / 10).max(1) as u64;
+        let mut next = step;
+        println!("hosts_done rss_mib");
+        println!("0 {:.1}", rss_mib());
+        while progress.changed().await.is_ok() {
+            let p = progress.borrow_and_update().clone();
+            let done = p.stats.fetched + p.stats.failed.values().sum::<u64>();
+            if done >= next {
+                println!("{done} {:.1}", rss_mib());
+                next += step;
+            }
+            if p.finished {
+                break;
+            }
+        }
+        Ok::<_, Box<dyn std::error::Error>>(run.await??)
+    })?;
+    println!(
+        "hosts={hosts} fetched={} failed={:?} wall={:.1}s peak_rss_mib={:.1} final_rss_mib={:.1}",
+        stats.fetched,
+        stats.failed,
+        t0.elapsed().as_secs_f64(),
+        peak_rss_mib(),
+        rss_mib()
+    );
+    Ok(())
 }
 
 /// Peak resident set size in MiB (VmHWM).
@@ -81,11 +177,22 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     // endless and trickling bodies, resets, redirect loops) to measure memory under hostile
     // input.
     let chaos = args.first().map(String::as_str) == Some("chaos");
-    let args: Vec<String> = if chaos { args[1..].to_vec() } else { args };
+    let hosts_mode = args.first().map(String::as_str) == Some("hosts");
+    let args: Vec<String> = if chaos || hosts_mode {
+        args[1..].to_vec()
+    } else {
+        args
+    };
     let books: usize = args
         .first()
         .and_then(|b| b.parse().ok())
-        .unwrap_or(if chaos { 2_000 } else { 10_000 });
+        .unwrap_or(if chaos {
+            2_000
+        } else if hosts_mode {
+            100_000
+        } else {
+            10_000
+        });
     let concurrency: usize = args.get(1).and_then(|c| c.parse().ok()).unwrap_or(64);
 
     // A third argument points at a lab already running (to compare with another crawler on
@@ -97,7 +204,8 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
             let mut c = Command::new(std::env::current_exe()?)
                 .args([
                     "--serve",
-                    &books.to_string(),
+                    // Hosts mode needs one page, the index, on every name.
+                    &(if hosts_mode { 100 } else { books }).to_string(),
                     if chaos { "chaos" } else { "open" },
                 ])
                 .stdin(Stdio::piped())
@@ -110,6 +218,16 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         }
     };
 
+    if hosts_mode {
+        let hosts = books;
+        let result = many_hosts(hosts, concurrency, &url);
+        if let Some(mut c) = child {
+            drop(c.stdin.take());
+            let _ = c.wait();
+        }
+        return result;
+    }
+
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -121,6 +239,19 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         .set("throttle", "fixed")
         .set("download_delay", "0s")
         .progress(false);
+    // A feed and settings from the environment, to measure durability costs (a job
+    // directory, feed_fsync) on the same crawl.
+    if let Ok(feed) = std::env::var("CRAWL_BENCH_FEED") {
+        crawl = crawl.feed(feed)?;
+    }
+    for pair in std::env::var("CRAWL_BENCH_SET")
+        .unwrap_or_default()
+        .split(';')
+    {
+        if let Some((k, v)) = pair.split_once('=') {
+            crawl = crawl.set(k.trim(), v.trim());
+        }
+    }
     if chaos {
         crawl = crawl
             .set("download_timeout", "2s")

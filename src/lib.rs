@@ -172,6 +172,18 @@ fn open_fleet(
     Ok(FleetFrontier::new(frontier, fleet))
 }
 
+/// Refuse settings the private-address guard cannot enforce (a proxy, set or in the
+/// environment, with `deny_private_addresses` on): a clear error at startup rather than a
+/// crawl that silently reaches private addresses through the proxy.
+pub(crate) fn check_guard(settings: &Settings) -> Result<(), Error> {
+    let env = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+    match crawler_http::unchecked_proxy(settings, env) {
+        Some(why) => Err(Error::from_message(why)),
+        None => Ok(()),
+    }
+}
+
 type Stage<S> = Box<dyn FnOnce(HttpEngine<S>) -> HttpEngine<S> + Send>;
 
 /// Sets up a crawl of one spider: settings, feeds, pipelines.
@@ -292,6 +304,9 @@ impl<S: Spider> Crawl<S> {
     /// Build the engine without running it (to get a shutdown handle or progress).
     pub fn build(self) -> Result<HttpEngine<S>, Error> {
         let settings = self.effective_settings()?;
+        // Known from here on, so the crawl's logs and errors never show them.
+        crawler_core::redact::register_secrets(&settings);
+        check_guard(&settings)?;
         let downloader =
             conditional::attach(HttpDownloader::new(&settings)?, &settings, self.conditional)?;
         let downloader = Middlewares::new(
@@ -367,12 +382,13 @@ impl Error {
     }
 }
 
-/// Send a `tracing` subscriber to stderr with `RUST_LOG`-style filtering (default `info`).
+/// Send a `tracing` subscriber to stderr with `RUST_LOG`-style filtering (default `info`),
+/// secrets redacted.
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(progress::LogWriter::default)
         .try_init();
 }

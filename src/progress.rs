@@ -129,17 +129,22 @@ pub fn spawn_with(
     })
 }
 
-/// A `tracing-subscriber` writer to stderr that prints above the live display rather than
-/// through it (use with `tracing_subscriber::fmt().with_writer(LogWriter::default)`).
+/// A `tracing-subscriber` writer to stderr that redacts secrets (see
+/// [`crawler_core::redact`]) and prints above the live display rather than through it (use with `tracing_subscriber::fmt().with_writer(LogWriter::default)`).
 #[derive(Debug, Default)]
 pub struct LogWriter;
 
 impl Write for LogWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // Every log line passes the one redaction rule (crawler_core::redact): URL
+        // passwords and the crawl's configured secrets never reach the logs.
+        let text = String::from_utf8_lossy(buf);
+        let clean = crawler_core::redact::scrub(&text);
+        let bytes = clean.as_bytes();
         let bar = ACTIVE_BAR.lock().ok().and_then(|b| b.clone());
         match bar {
-            Some(bar) => bar.suspend(|| std::io::stderr().write_all(buf))?,
-            None => std::io::stderr().write_all(buf)?,
+            Some(bar) => bar.suspend(|| std::io::stderr().write_all(bytes))?,
+            None => std::io::stderr().write_all(bytes)?,
         }
         Ok(buf.len())
     }

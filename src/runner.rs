@@ -176,6 +176,7 @@ async fn run_contract<S: Spider>(
     if let Some(cb) = &contract.callback {
         req = req.callback(cb.clone());
     }
+    crate::check_guard(settings)?;
     let downloader = HttpDownloader::new(settings)?;
     let page = match downloader.fetch(&req).await.outcome {
         Fetched::Response(page) => page,
@@ -444,6 +445,7 @@ impl Runner {
                             Ok(summary) => println!("{sname}: ok   {summary}"),
                             Err(e) => {
                                 failures += 1;
+                                let e = crawler_core::redact::scrub(&e.to_string()).into_owned();
                                 println!("{sname}: FAIL {e}");
                             }
                         }

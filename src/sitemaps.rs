@@ -86,6 +86,7 @@ pub struct SitemapSpiderBuilder {
     filter: Option<Arc<EntryFilter>>,
     alternates: bool,
     max_depth: Option<u32>,
+    max_sitemaps: Option<usize>,
     keep_unchanged: bool,
     priority: i32,
 }
@@ -148,6 +149,14 @@ impl SitemapSpiderBuilder {
         self
     }
 
+    /// Request at most this many sitemap files in all (start sitemaps, those robots.txt
+    /// lists and those indexes list), so a site with endless sitemap indexes cannot grow the
+    /// frontier without bound. Default 1,000 (`SitemapLimits::max_sitemaps`).
+    pub fn max_sitemaps(mut self, n: usize) -> Self {
+        self.max_sitemaps = Some(n);
+        self
+    }
+
     /// Request entries even when their `<lastmod>` says they have not changed since the
     /// last fetch (default: skip them, when the crawl keeps validators).
     pub fn keep_unchanged(mut self, keep: bool) -> Self {
@@ -197,8 +206,15 @@ impl SitemapSpiderBuilder {
         let limits = SitemapLimits {
             alternates: self.alternates,
             max_depth: self.max_depth.unwrap_or(defaults.max_depth),
+            max_sitemaps: self.max_sitemaps.unwrap_or(defaults.max_sitemaps),
             ..defaults
         };
+        let counters = Counters::default();
+        let roots = starts
+            .iter()
+            .filter(|s| matches!(s, Start::Sitemap(_)))
+            .count();
+        counters.issued.store(roots as u64, Ordering::Relaxed);
         Ok(SitemapSpider {
             starts,
             rules,
@@ -207,7 +223,7 @@ impl SitemapSpiderBuilder {
             skip_unchanged: !self.keep_unchanged,
             priority: self.priority,
             limits,
-            counters: Arc::default(),
+            counters: Arc::new(counters),
         })
     }
 }
@@ -299,6 +315,22 @@ impl SitemapSpider {
         self.counters.snapshot()
     }
 
+    /// Take one of the `max_sitemaps` sitemap requests, if any is left.
+    fn reserve_sitemap(&self) -> bool {
+        let max = self.limits.max_sitemaps as u64;
+        let taken = self
+            .counters
+            .issued
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_ok();
+        if !taken {
+            self.counters.too_many.fetch_add(1, Ordering::Relaxed);
+        }
+        taken
+    }
+
     fn sitemap_request(&self, url: Url, depth: u32) -> Request {
         let mut r = Request::new(url)
             .callback(SITEMAP_CALLBACK)
@@ -321,7 +353,8 @@ impl SitemapSpider {
                 continue;
             }
             match page.urljoin(value.trim()) {
-                Ok(url) => out.request(self.sitemap_request(url, 0)),
+                Ok(url) if self.reserve_sitemap() => out.request(self.sitemap_request(url, 0)),
+                Ok(_) => {}
                 Err(e) => self
                     .counters
                     .error(format!("robots.txt {}: {e}", page.url())),
@@ -395,7 +428,8 @@ impl SitemapSpider {
         // A sitemap's own lastmod is not trusted for skipping: skipping a file would hide
         // every entry in it, including changed ones whose file date was not updated.
         match Url::parse(&entry.loc) {
-            Ok(url) => out.request(self.sitemap_request(url, depth + 1)),
+            Ok(url) if self.reserve_sitemap() => out.request(self.sitemap_request(url, depth + 1)),
+            Ok(_) => {}
             Err(_) => {
                 c.invalid.fetch_add(1, Ordering::Relaxed);
             }
@@ -475,6 +509,9 @@ struct Counters {
     invalid: AtomicU64,
     dropped: AtomicU64,
     too_deep: AtomicU64,
+    /// Sitemap requests made so far (start sitemaps included), against `max_sitemaps`.
+    issued: AtomicU64,
+    too_many: AtomicU64,
     errors: AtomicU64,
     messages: Mutex<Vec<String>>,
 }
@@ -502,6 +539,7 @@ impl Counters {
             invalid: n(&self.invalid),
             dropped: n(&self.dropped),
             too_deep: n(&self.too_deep),
+            too_many: n(&self.too_many),
             errors: self
                 .messages
                 .lock()
@@ -553,6 +591,8 @@ pub struct SitemapStats {
     pub dropped: u64,
     /// Sitemaps of indexes nested deeper than the depth limit.
     pub too_deep: u64,
+    /// Sitemaps not requested because `max_sitemaps` were requested already.
+    pub too_many: u64,
     /// Sitemaps that could not be read to their end (malformed, too large, too many URLs).
     pub error_count: u64,
     /// The first error messages, each naming the sitemap (and the byte position for
@@ -658,6 +698,43 @@ mod tests {
         assert!(e.contains("at byte"), "{e}");
         assert_eq!(out.requests().len(), 1, "entries before the fault are kept");
         assert_eq!(s.stats().error_count, 1);
+    }
+
+    #[tokio::test]
+    async fn an_endless_index_stops_at_max_sitemaps() {
+        let s = SitemapSpider::builder()
+            .sitemap("http://s.test/index-0.xml")
+            .max_depth(1000)
+            .max_sitemaps(25)
+            .build()
+            .unwrap();
+        // Every index lists ten more indexes: without the cap the requests grow tenfold a level.
+        let mut pending = s.start_requests();
+        let mut requested = pending.len();
+        for level in 0..4 {
+            let mut next = Vec::new();
+            for req in pending.drain(..) {
+                let body: String = (0..10)
+                    .map(|i| {
+                        format!(
+                            "<sitemap><loc>http://s.test/index-{level}-{i}-{}.xml</loc></sitemap>",
+                            req.url.path().len()
+                        )
+                    })
+                    .collect();
+                let xml = format!(
+                    r#"<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{body}</sitemapindex>"#
+                );
+                let p = page(req, &xml);
+                let mut out: Output<()> = Output::new(p.url().clone(), 0);
+                s.handle(&p, &mut out).await.unwrap();
+                next.extend(out.requests().iter().cloned());
+            }
+            requested += next.len();
+            pending = next;
+        }
+        assert_eq!(requested, 25);
+        assert!(s.stats().too_many > 0);
     }
 
     #[tokio::test]

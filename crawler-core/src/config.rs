@@ -62,6 +62,7 @@ pub const SECTIONS: &[Section] = &[
             "depth_limit",
             "max_url_length",
             "deny_private_addresses",
+            "allow_unchecked_proxy",
         ],
         prefixes: &[],
     },
@@ -269,7 +270,8 @@ impl Resolved {
                 } else {
                     section_of(key)
                 },
-                value: display_value(value),
+                // Secrets never reach the listing (one rule: crate::redact).
+                value: crate::redact::redact_setting(key, &display_value(value)),
                 source: self.sources.get(key).cloned().unwrap_or(Source::Default),
             })
             .collect()

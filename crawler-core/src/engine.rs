@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
@@ -19,20 +20,33 @@ use crate::fetch::{
 use crate::output::Output;
 use crate::pipeline::{DynPipeline, Pipeline, Processed};
 use crate::request::Request;
-use crate::settings::Settings;
+use crate::settings::{FeedFsync, Settings};
 use crate::spider::Spider;
 use crate::stats::Stats;
 
 /// How often the progress snapshot is refreshed.
 const PROGRESS_TICK: Duration = Duration::from_millis(250);
+/// Hosts in each progress snapshot (and so in the live display, the metrics and the saved
+/// stats): the busiest ones. A crawl touching 100,000 hosts must not copy 100,000 records
+/// four times a second, nor export 100,000 metric series.
+pub const PROGRESS_HOSTS: usize = 50;
+/// Hosts in the final stats: the busiest ones, a generous cap that still bounds the report.
+pub const FINAL_HOSTS: usize = 1000;
 /// Items buffered between the workers and the feed writer; a slow disk slows the crawl
 /// instead of growing memory.
 const FEED_BUFFER: usize = 1024;
 /// How often stats are saved and a persistent frontier is made durable.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+/// The feed writer's group commit: how long written items may wait for their fsync (and
+/// their requests for their acknowledgement). The job store hands its own writes to the disk
+/// every 50 ms as well, so an acknowledgement is durable about 100 ms after its items were
+/// written at most.
+const GROUP_COMMIT: Duration = Duration::from_millis(50);
 
 /// Asks a running crawl to stop. The first request stops scheduling and lets requests in
-/// flight finish; the second abandons them (they stay counted as pending).
+/// flight finish; the second abandons them (they stay counted as pending), and during the
+/// final drain it stops writing the feeds at once (the requests whose items were not yet
+/// written stay unacknowledged, so a resumed job fetches them again).
 #[derive(Debug, Clone)]
 pub struct Shutdown(Arc<watch::Sender<u32>>);
 
@@ -119,7 +133,9 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
         self
     }
 
-    /// Stop gracefully on Ctrl-C (once: finish in-flight requests; twice: stop at once).
+    /// Stop gracefully on Ctrl-C, and on SIGTERM (how systemd, Docker and Kubernetes stop
+    /// a service) on Unix: the first signal finishes the requests in flight and leaves a
+    /// resumable job; a second one, at any point (the final drain included), stops at once.
     pub fn handle_ctrl_c(mut self, yes: bool) -> Self {
         self.handle_ctrl_c = yes;
         self
@@ -170,31 +186,31 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                 )
             })?;
         }
+        let restored = scheduler.restored_stats();
         let mut failures = match &settings.failures_file {
-            Some(path) => Some(FailureLog::create(std::path::Path::new(path))?),
+            // A resumed job keeps the failures of the runs before it.
+            Some(path) => Some(FailureLog::open(
+                std::path::Path::new(path),
+                restored.is_some(),
+            )?),
             None => None,
         };
         let (items_tx, items_rx) = mpsc::channel::<FeedMsg<S::Item>>(FEED_BUFFER);
         let (acks_tx, mut acks_rx) = mpsc::unbounded_channel::<Lease>();
-        let feed_task =
-            tokio::task::spawn_blocking(move || write_feeds(writers, items_rx, acks_tx));
-
-        let signals = handle_ctrl_c.then(|| {
-            let shutdown = shutdown.clone();
-            tokio::spawn(async move {
-                while tokio::signal::ctrl_c().await.is_ok() {
-                    shutdown.request();
-                    if shutdown.requested() == 1 {
-                        tracing::warn!(
-                            "stopping: finishing requests in flight (Ctrl-C again to stop now)"
-                        );
-                    }
-                }
+        // Set on a second stop request: the writer stops at once, acknowledging nothing more.
+        let feed_abort = Arc::new(AtomicBool::new(false));
+        let feed_task = {
+            let fsync = settings.feed_fsync == FeedFsync::Group;
+            let abort = Arc::clone(&feed_abort);
+            tokio::task::spawn_blocking(move || {
+                write_feeds(writers, items_rx, acks_tx, fsync, &abort)
             })
-        });
+        };
+
+        let signals = handle_ctrl_c.then(|| tokio::spawn(listen_for_signals(shutdown.clone())));
 
         let now = Instant::now();
-        let mut stats = match scheduler.restored_stats() {
+        let mut stats = match restored {
             Some(mut saved) => {
                 // The frontier is the truth about what is still to do; counters saved a
                 // moment before a crash may lag it.
@@ -237,6 +253,8 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
         let mut stopping = shutdown.requested() > 0;
         let mut abandoned = 0u64;
         let mut fatal: Option<Error> = None;
+        // The feed writer ended before the crawl did: it failed, and the crawl stops.
+        let mut feed_gone = false;
         let retry = RetryPolicy::from(&settings);
         let mut ticker = tokio::time::interval(PROGRESS_TICK);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -284,6 +302,16 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                     let now = Instant::now();
                     let Some(lease) = leases.remove(&id) else { continue };
                     scheduler.complete(lease, &done.feedback, now);
+                    if done.feed_closed {
+                        // Some of its items never reached the feeds: the lease stays open,
+                        // so a persistent frontier fetches the page again on resume.
+                        if !stopping {
+                            tracing::error!("the feed writer stopped; stopping the crawl");
+                        }
+                        stopping = true;
+                        abandoned += 1;
+                        continue;
+                    }
                     if let Some((req, at)) = retry.plan(&mut done, now) {
                         scheduler.retry(lease, req, at);
                         stats.retries += 1;
@@ -301,10 +329,6 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                             });
                         }
                     }
-                    if done.feed_closed {
-                        tracing::error!("the feed writer stopped; stopping the crawl");
-                        stopping = true;
-                    }
                     let terminal = !matches!(done.terminal, Terminal::Retrying);
                     let wrote_items = done.items > 0;
                     account(&mut scheduler, &mut stats, &mut failures, done);
@@ -318,12 +342,28 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                         }
                     }
                 }
-                permit = items_tx.reserve(), if !marks.is_empty() => {
-                    if let (Ok(permit), Some(lease)) = (permit, marks.pop_front()) {
-                        permit.send(FeedMsg::Flushed(lease));
+                permit = items_tx.reserve(), if !marks.is_empty() => match permit {
+                    Ok(permit) => {
+                        if let Some(lease) = marks.pop_front() {
+                            permit.send(FeedMsg::Flushed(lease));
+                        }
                     }
-                }
-                Some(lease) = acks_rx.recv() => scheduler.acknowledge(lease),
+                    // The writer is gone: whether these items reached the disk is unknown,
+                    // so their leases stay open and a resume fetches the pages again.
+                    Err(_) => marks.clear(),
+                },
+                lease = acks_rx.recv(), if !feed_gone => match lease {
+                    Some(lease) => scheduler.acknowledge(lease),
+                    None => {
+                        // Only a failure ends the writer while the crawl still holds the
+                        // items channel open.
+                        feed_gone = true;
+                        if !stopping {
+                            tracing::error!("the feed writer stopped; stopping the crawl");
+                        }
+                        stopping = true;
+                    }
+                },
                 _ = sleep_until(wake), if wake.is_some() => {}
                 changed = stop_rx.changed() => {
                     let asked = if changed.is_ok() { *stop_rx.borrow_and_update() } else { 1 };
@@ -331,15 +371,19 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                     if asked >= 2 {
                         tracing::warn!(in_flight = tasks.len(), "stopping now; requests in flight stay pending");
                         tasks.abort_all();
+                        feed_abort.store(true, Ordering::Relaxed);
                     }
                 }
-                                _ = ticker.tick() => {
+                _ = ticker.tick() => {
                     stats.elapsed = elapsed_before + started.elapsed();
                     if last_checkpoint.elapsed() >= CHECKPOINT_EVERY {
                         // Per-host figures feed the live display and metrics; once a second
                         // is plenty and keeps the cost off the hot path.
-                        stats.hosts = scheduler.host_stats();
+                        stats.hosts = busiest(scheduler.host_stats(), PROGRESS_HOSTS);
                         scheduler.checkpoint(&stats);
+                        if let Some(log) = failures.as_mut() {
+                            log.flush();
+                        }
                         last_checkpoint = Instant::now();
                     }
                     progress.send_replace(Progress {
@@ -353,9 +397,6 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
             }
         }
 
-        if let Some(s) = signals {
-            s.abort();
-        }
         drop(items_tx);
         let Ok(ctx) = Arc::try_unwrap(ctx) else {
             return Err(Error::msg("internal error: a worker outlived the crawl"));
@@ -367,18 +408,49 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
         } = ctx;
         // Closing the channel lets the feed writer drain, close the JSON array and sync.
         drop(items_tx);
-        let written = feed_task
-            .await
-            .map_err(|e| Error::msg(format!("the feed writer crashed: {e}")))?;
+        if shutdown.requested() >= 2 {
+            feed_abort.store(true, Ordering::Relaxed);
+        }
+        let mut feed_task = feed_task;
+        let joined = tokio::select! {
+            joined = &mut feed_task => joined,
+            () = second_stop(&mut stop_rx) => {
+                tracing::warn!("stopping now: items not yet written are dropped, and their requests stay unacknowledged for a resume");
+                feed_abort.store(true, Ordering::Relaxed);
+                // The writer checks the flag between items, so this is quick.
+                feed_task.await
+            }
+        };
         // Leases whose items reached the disk before the writer stopped.
         while let Ok(lease) = acks_rx.try_recv() {
             scheduler.acknowledge(lease);
         }
-        let written = written?;
-        for p in &pipelines {
-            if let Err(e) = p.close().await {
-                tracing::error!(pipeline = p.name(), "pipeline failed to close: {e}");
+        let written = match joined {
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) => {
+                tracing::error!("{e}");
+                fatal.get_or_insert(e);
+                0
             }
+            Err(e) => {
+                fatal.get_or_insert(Error::msg(format!("the feed writer crashed: {e}")));
+                0
+            }
+        };
+        for p in &pipelines {
+            tokio::select! {
+                closed = p.close() => {
+                    if let Err(e) = closed {
+                        tracing::error!(pipeline = p.name(), "pipeline failed to close: {e}");
+                    }
+                }
+                () = second_stop(&mut stop_rx) => {
+                    tracing::warn!(pipeline = p.name(), "stopping now: not waiting for the pipeline to close");
+                }
+            }
+        }
+        if let Some(s) = signals {
+            s.abort();
         }
         if let Some(log) = failures {
             let n = log.finish()?;
@@ -389,7 +461,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
             );
         }
         stats.pending = scheduler.queued() as u64 + abandoned;
-        stats.hosts = scheduler.host_stats();
+        stats.hosts = busiest(scheduler.host_stats(), FINAL_HOSTS);
         stats.elapsed = elapsed_before + started.elapsed();
         debug_assert!(written <= stats.items_scraped);
         // The final checkpoint keeps pending counts out: they are recomputed on resume.
@@ -413,6 +485,63 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
             );
         }
         Ok(stats)
+    }
+}
+
+/// The `n` busiest hosts (most queued, then most requests, then most holds), in that order.
+fn busiest(mut hosts: Vec<crate::fetch::HostStats>, n: usize) -> Vec<crate::fetch::HostStats> {
+    let key = |h: &crate::fetch::HostStats| std::cmp::Reverse((h.queued, h.requests, h.holds));
+    if hosts.len() > n {
+        // Partition in linear time, then sort only what is kept.
+        hosts.select_nth_unstable_by_key(n, key);
+        hosts.truncate(n);
+        hosts.shrink_to_fit();
+    }
+    hosts.sort_by_key(key);
+    hosts
+}
+
+/// Resolves once a stop has been asked for twice (at once if it already has been).
+async fn second_stop(rx: &mut watch::Receiver<u32>) {
+    while *rx.borrow_and_update() < 2 {
+        if rx.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Turn Ctrl-C and (on Unix) SIGTERM into stop requests, for as long as the crawl runs.
+async fn listen_for_signals(shutdown: Shutdown) {
+    #[cfg(unix)]
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    loop {
+        #[cfg(unix)]
+        let name = tokio::select! {
+            r = tokio::signal::ctrl_c() => match r {
+                Ok(()) => "interrupt",
+                Err(_) => return,
+            },
+            Some(()) = async {
+                match term.as_mut() {
+                    Some(t) => t.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => "SIGTERM",
+        };
+        #[cfg(not(unix))]
+        let name = match tokio::signal::ctrl_c().await {
+            Ok(()) => "interrupt",
+            Err(_) => return,
+        };
+        shutdown.request();
+        if shutdown.requested() == 1 {
+            tracing::warn!(
+                "{name}: stopping: finishing requests in flight, then the job can be resumed \
+                 (send it again to stop now)"
+            );
+        } else {
+            tracing::warn!("{name} again: stopping now");
+        }
     }
 }
 
@@ -710,32 +839,74 @@ enum FeedMsg<I> {
     Flushed(Lease),
 }
 
-/// The feed writer thread: write items as they come, flush whenever the queue runs dry so the
-/// files on disk trail the crawl by as little as possible, and after each flush hand back the
-/// leases whose items are now on disk.
+/// The feed writer thread: write items as they come and hand back the leases whose items
+/// are on disk, in group commits: at most every [`GROUP_COMMIT`] (at once when the queue
+/// runs dry and `fsync` is off) the files are flushed and, with `fsync`, synced, and only
+/// then are the leases collected since the last commit released for acknowledgement. So an
+/// acknowledgement never reaches the job store before the items of its request reach the
+/// disk. On an error nothing more is released: those requests are fetched again on resume.
 fn write_feeds<I: serde::Serialize>(
     mut writers: Vec<FeedWriter>,
     mut rx: mpsc::Receiver<FeedMsg<I>>,
     acks: mpsc::UnboundedSender<Lease>,
+    fsync: bool,
+    abort: &AtomicBool,
 ) -> Result<u64> {
+    let runtime = tokio::runtime::Handle::current();
     let mut written = 0u64;
     let mut done: Vec<Lease> = Vec::new();
+    let mut last_commit = std::time::Instant::now();
+    let commit = |writers: &mut Vec<FeedWriter>, done: &mut Vec<Lease>| -> Result<()> {
+        for w in writers.iter_mut() {
+            if fsync { w.sync()? } else { w.flush()? }
+        }
+        for lease in done.drain(..) {
+            let _ = acks.send(lease);
+        }
+        Ok(())
+    };
     loop {
+        if abort.load(Ordering::Relaxed) {
+            // Stop now: what is buffered is flushed when the files close; the leases not
+            // yet released stay open.
+            return Ok(written);
+        }
+        let due = !done.is_empty() && last_commit.elapsed() >= GROUP_COMMIT;
+        if due {
+            commit(&mut writers, &mut done)?;
+            last_commit = std::time::Instant::now();
+        }
         let msg = match rx.try_recv() {
             Ok(msg) => msg,
-            Err(mpsc::error::TryRecvError::Empty) => {
+            Err(mpsc::error::TryRecvError::Disconnected) => break,
+            Err(mpsc::error::TryRecvError::Empty) if done.is_empty() => {
+                // Idle: the files on disk trail the crawl by as little as possible.
                 for w in &mut writers {
                     w.flush()?;
-                }
-                for lease in done.drain(..) {
-                    let _ = acks.send(lease);
                 }
                 match rx.blocking_recv() {
                     Some(msg) => msg,
                     None => break,
                 }
             }
-            Err(mpsc::error::TryRecvError::Disconnected) => break,
+            Err(mpsc::error::TryRecvError::Empty) if !fsync => {
+                commit(&mut writers, &mut done)?;
+                last_commit = std::time::Instant::now();
+                continue;
+            }
+            Err(mpsc::error::TryRecvError::Empty) => {
+                // Leases are waiting for the next group commit: wait for more items until
+                // it is due, so one fsync covers them all.
+                for w in &mut writers {
+                    w.flush()?;
+                }
+                let wait = GROUP_COMMIT.saturating_sub(last_commit.elapsed());
+                match runtime.block_on(tokio::time::timeout(wait, rx.recv())) {
+                    Ok(Some(msg)) => msg,
+                    Ok(None) => break,
+                    Err(_) => continue,
+                }
+            }
         };
         match msg {
             FeedMsg::Item(item) => {

@@ -1,13 +1,14 @@
 //! The failures file: one JSON line per request that ended without a usable response, so a
 //! user can see why and re-run exactly those URLs.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::feed::{FeedFormat, repair_tail};
 
 /// One line of the failures file.
 #[derive(Debug, Serialize)]
@@ -26,14 +27,27 @@ pub(crate) struct FailureLog {
 }
 
 impl FailureLog {
-    pub(crate) fn create(path: &Path) -> Result<Self> {
-        let file = File::create(path).map_err(|e| {
+    /// Create the file, or, for a resumed crawl (`append`), keep the failures of the runs
+    /// before it (cutting a line torn by a crash) and add to them.
+    pub(crate) fn open(path: &Path, append: bool) -> Result<Self> {
+        let cannot = |e: std::io::Error| {
             Error::new(
                 ErrorKind::Io,
                 format!("cannot create failures file '{}'", path.display()),
             )
             .with_source(e)
-        })?;
+        };
+        let mut file = OpenOptions::new()
+            .create(true)
+            .read(append)
+            .write(true)
+            .truncate(!append)
+            .open(path)
+            .map_err(cannot)?;
+        if append {
+            let keep = repair_tail(&mut file, FeedFormat::JsonLines, path)?;
+            file.seek(SeekFrom::Start(keep)).map_err(cannot)?;
+        }
         Ok(Self {
             path: path.to_owned(),
             out: BufWriter::new(file),
@@ -54,6 +68,14 @@ impl FailureLog {
         }
     }
 
+    /// Hand buffered lines to the operating system (at each checkpoint), so a crash loses
+    /// at most the last second of them.
+    pub(crate) fn flush(&mut self) {
+        if let Err(e) = self.out.flush() {
+            tracing::error!(file = %self.path.display(), "could not write to the failures file: {e}");
+        }
+    }
+
     pub(crate) fn finish(mut self) -> Result<u64> {
         self.out.flush().map_err(|e| {
             Error::new(
@@ -63,5 +85,46 @@ impl FailureLog {
             .with_source(e)
         })?;
         Ok(self.written)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn record(log: &mut FailureLog, url: &str) {
+        log.record(&FailureRecord {
+            url,
+            reason: "status",
+            attempts: 1,
+            status: Some(500),
+            message: "HTTP 500",
+        });
+    }
+
+    #[test]
+    fn a_resumed_crawl_appends_and_cuts_a_torn_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("failures.jsonl");
+        let mut log = FailureLog::open(&path, false).unwrap();
+        record(&mut log, "http://a.test/1");
+        log.finish().unwrap();
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"{\"url\":\"http://a.te").unwrap();
+        drop(f);
+        let mut log = FailureLog::open(&path, true).unwrap();
+        record(&mut log, "http://a.test/2");
+        log.finish().unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let urls: Vec<String> = text
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["url"].to_string())
+            .collect();
+        assert_eq!(urls, ["\"http://a.test/1\"", "\"http://a.test/2\""]);
+        // A fresh crawl starts the file again.
+        FailureLog::open(&path, false).unwrap().finish().unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "");
     }
 }

@@ -38,6 +38,7 @@ mod links;
 mod middleware;
 mod output;
 mod pipeline;
+pub mod redact;
 mod request;
 mod response;
 mod rules;
@@ -52,7 +53,7 @@ pub use config::{
     Resolved, SECTIONS, Section, SettingRow, SettingsLayers, Source, find_settings_file,
     section_of, settings_markdown,
 };
-pub use engine::{Engine, Progress, Shutdown};
+pub use engine::{Engine, FINAL_HOSTS, PROGRESS_HOSTS, Progress, Shutdown};
 pub use error::{Error, ErrorKind, Result};
 pub use feed::{FeedFormat, FeedSpec};
 pub use fetch::{
@@ -71,7 +72,9 @@ pub use pipeline::{Pipeline, Processed};
 pub use request::{Request, parse_http_url};
 pub use response::{BodyOrigin, Element, Response, Selection};
 pub use rules::{FOLLOW_CALLBACK, RULE_META_KEY, Rule, RuleRequests, Rules};
-pub use settings::{HOST_RULE_KEYS, HostKeyMode, HostRule, LogFormat, Settings, ThrottleMode};
+pub use settings::{
+    FeedFsync, HOST_RULE_KEYS, HostKeyMode, HostRule, LogFormat, Settings, ThrottleMode,
+};
 pub use spider::Spider;
 pub use stats::Stats;
 

@@ -10,7 +10,9 @@ use crate::error::{Error, ErrorKind, Result};
 ///
 /// Durations are written as `"500ms"`, `"2s"`, `"1m"`. Settings are set in code, or by key
 /// and text value with [`Settings::set`] (what `-s key=value` and `custom_settings` use).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// `Debug` shows secrets (`http_auth_pass`, passwords in `redis_url` and `proxy`) as `***`.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Settings {
     /// The User-Agent sent with every request and matched against robots.txt groups.
@@ -100,6 +102,11 @@ pub struct Settings {
     /// Refuse requests to private, loopback and link-local addresses (for crawls that follow
     /// untrusted links). Off by default so local servers (like the lab) can be crawled.
     pub deny_private_addresses: bool,
+    /// With `deny_private_addresses`: run even though a proxy is configured (`proxy`, or
+    /// `HTTP_PROXY` / `HTTPS_PROXY` / `ALL_PROXY` in the environment). The proxy resolves
+    /// names itself, so the crawler cannot check where requests go; without this the crawl
+    /// refuses to start. Default false.
+    pub allow_unchecked_proxy: bool,
     /// The job directory: persistent frontier, seen set, validators and stats, so a crawl can
     /// be paused, resumed and survive a crash. Unset: everything is in memory.
     pub job_dir: Option<String>,
@@ -118,6 +125,12 @@ pub struct Settings {
     /// Feed files items are written to (format by extension: .jsonl, .json, .csv), in
     /// addition to any `-o FILE` given to `crawl`. Default none.
     pub feeds: Vec<String>,
+    /// When feed files reach the disk: `group` (flushed and fsynced at most every 50 ms,
+    /// always before the requests whose items they hold are acknowledged, so an
+    /// acknowledgement that survives a power failure never outlives its items) or `off`
+    /// (handed to the operating system only: safe from a crash of the crawler, not from a
+    /// power failure). Default `group`.
+    pub feed_fsync: FeedFsync,
     /// The least severe log level shown: `error`, `warn`, `info`, `debug` or `trace`, or a
     /// `RUST_LOG`-style filter such as `info,crawler_sched=debug`. Default `info`.
     pub log_level: String,
@@ -355,6 +368,18 @@ fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
     pattern[p..].iter().all(|&c| c == b'*')
 }
 
+/// When feed files are synced to the disk (the `feed_fsync` setting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum FeedFsync {
+    /// Group commit: fsync at most every 50 ms, before acknowledging the requests whose
+    /// items were written.
+    #[default]
+    Group,
+    /// Flush to the operating system only.
+    Off,
+}
+
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -409,12 +434,14 @@ impl Default for Settings {
             max_url_length: 2083,
             robots_ttl: Duration::from_secs(24 * 3600),
             deny_private_addresses: false,
+            allow_unchecked_proxy: false,
             job_dir: None,
             conditional_requests: true,
             http_cache: false,
             failures_file: None,
             progress_interval: Duration::from_secs(5),
             feeds: Vec::new(),
+            feed_fsync: FeedFsync::Group,
             log_level: "info".to_owned(),
             log_format: LogFormat::Text,
             metrics_addr: None,
@@ -448,6 +475,21 @@ impl Default for Settings {
             proxy: None,
             host_key: HostKeyMode::Host,
         }
+    }
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("Settings");
+        for (key, value) in self.to_map().unwrap_or_default() {
+            match value {
+                serde_json::Value::String(text) => {
+                    d.field(&key, &crate::redact::redact_setting(&key, &text))
+                }
+                other => d.field(&key, &format_args!("{other}")),
+            };
+        }
+        d.finish()
     }
 }
 
@@ -552,6 +594,18 @@ impl Settings {
                 "must be an address like 127.0.0.1:9898 or a port",
             );
         }
+        if let Some(proxy) = self.proxy.as_deref().filter(|p| !p.trim().is_empty())
+            && !proxy_url_ok(proxy.trim())
+        {
+            // The value is echoed redacted: a proxy URL often carries a password.
+            return Some((
+                vec!["proxy"],
+                format!(
+                    "is an invalid proxy URL '{}': use http://host:port or https://host:port",
+                    crate::redact::redact_url(proxy)
+                ),
+            ));
+        }
         if let Some(why) = crate::middleware::settings_problem(self) {
             return Some(why);
         }
@@ -579,6 +633,21 @@ impl Settings {
     }
 }
 
+/// Whether `proxy` is a URL the HTTP client takes as a proxy: http or https with a host
+/// (a bare `host:port` means http, as for the client).
+fn proxy_url_ok(proxy: &str) -> bool {
+    let parsed = match url::Url::parse(proxy) {
+        Ok(u) if u.has_host() => Ok(u),
+        Ok(_) | Err(url::ParseError::RelativeUrlWithoutBase) => {
+            url::Url::parse(&format!("http://{proxy}"))
+        }
+        Err(e) => Err(e),
+    };
+    parsed.is_ok_and(|u| {
+        matches!(u.scheme(), "http" | "https") && u.host_str().is_some_and(|h| !h.is_empty())
+    })
+}
+
 /// Set `key` in a settings map from its text form, keeping the JSON type of the current value
 /// (so "10" for a string stays text). Errors name the key and the value.
 pub(crate) fn set_text(
@@ -600,7 +669,9 @@ pub(crate) fn set_text(
     Err(Error::new(
         ErrorKind::Settings,
         format!(
-            "invalid value '{value}' for {key}: {why}{}",
+            "invalid value '{}' for {key}: {}{}",
+            crate::redact::redact_setting(key, value),
+            crate::redact::redact_setting(key, &why),
             type_hint(&current)
         ),
     ))

@@ -41,7 +41,8 @@ pub struct Stats {
     pub spider_errors: u64,
     /// Links skipped because they were not valid http(s) URLs.
     pub invalid_links: u64,
-    /// Per-host figures (filled in at the end of the crawl).
+    /// Per-host figures of the busiest hosts: the 50 busiest while the crawl runs
+    /// (`PROGRESS_HOSTS`), the 1,000 busiest in the final stats (`FINAL_HOSTS`).
     pub hosts: Vec<crate::fetch::HostStats>,
     /// Wall time of the crawl.
     #[serde(with = "secs")]

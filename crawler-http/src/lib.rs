@@ -28,12 +28,12 @@ mod sitemap;
 
 pub use downloader::{HttpDownloader, MAX_BODY_META, ROBOTS_SITEMAPS_META};
 pub use error::Error;
-pub use guard::is_private;
+pub use guard::{PROXY_ENV_VARS, is_private, unchecked_proxy};
 pub use headers::{RETRY_AFTER_CEILING, parse_rate_limit, parse_retry_after};
 pub use lastmod::parse_lastmod;
 pub use middlewares::{
-    COOKIEJAR_META, Cookies, DONT_MERGE_COOKIES_META, DefaultHeaders, HttpAuth, UserAgent,
-    downloader_stack,
+    COOKIEJAR_META, Cookies, DONT_MERGE_COOKIES_META, DefaultHeaders, HttpAuth, MAX_COOKIE_BYTES,
+    MAX_COOKIES_PER_DOMAIN, MAX_COOKIES_TOTAL, UserAgent, downloader_stack,
 };
 pub use robots::{
     Check, ROBOTS_MAX_BYTES, ROBOTS_MAX_REDIRECTS, RobotsCache, RobotsOptions, RobotsReport,

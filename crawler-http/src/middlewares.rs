@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cookie_store::{CookieError, CookieStore, RawCookie};
+use cookie_store::{Cookie, CookieError, CookieStore, RawCookie};
 use crawler_core::{
     Action, After, BoxedDownloaderMiddleware, DOWNLOADER_MIDDLEWARES, DownloaderMiddleware,
     Request, Response, Result, Settings, order_stack, parse_header_line,
@@ -209,27 +209,7 @@ impl DownloaderMiddleware for HttpAuth {
     }
 }
 
-/// Standard base64 with padding (RFC 4648), for Basic credentials.
-fn base64(input: &[u8]) -> String {
-    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
-    for chunk in input.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
+use crawler_core::redact::base64;
 
 /// Request meta key: the name of the cookie jar a request uses (any JSON value; requests
 /// without it share the spider's default jar), for crawls that keep several sessions.
@@ -237,10 +217,21 @@ pub const COOKIEJAR_META: &str = "cookiejar";
 /// Request meta key: when `true`, the request neither sends nor stores cookies.
 pub const DONT_MERGE_COOKIES_META: &str = "dont_merge_cookies";
 
+/// The most cookies kept for one domain (RFC 6265 asks for at least 50; browsers keep about
+/// that many). New ones past it are refused, so a hostile site cannot grow the jar.
+pub const MAX_COOKIES_PER_DOMAIN: usize = 50;
+/// The most cookies kept in all jars together (RFC 6265 asks for at least 3,000).
+pub const MAX_COOKIES_TOTAL: usize = 3000;
+/// The longest `Set-Cookie` line accepted, in bytes (RFC 6265 asks for at least 4,096).
+pub const MAX_COOKIE_BYTES: usize = 4096;
+
 /// A cookie jar per spider (one per crawl), honouring Domain, Path, Expires/Max-Age and
 /// Secure (RFC 6265, through the `cookie_store` crate). Cookies a request sets itself win
 /// over the jar's of the same name. `Set-Cookie` lines that do not parse, or that a host may
-/// not set (another domain, a bare top-level domain), are ignored and counted.
+/// not set (another domain, or a public suffix such as `co.uk` from the public suffix list),
+/// are ignored and counted; so are cookies past the caps ([`MAX_COOKIES_PER_DOMAIN`],
+/// [`MAX_COOKIES_TOTAL`], [`MAX_COOKIE_BYTES`]), which bound the jar's memory whatever the
+/// sites send.
 ///
 /// Cookies set on a redirect the HTTP client followed by itself are not seen (the client
 /// hands over only the final response); see the crawler's docs on redirects.
@@ -251,6 +242,7 @@ pub struct Cookies {
     stored: AtomicU64,
     malformed: AtomicU64,
     rejected: AtomicU64,
+    over_cap: AtomicU64,
 }
 
 impl Cookies {
@@ -291,6 +283,11 @@ impl Cookies {
 
     /// Store one `Set-Cookie` line received from `url` in jar `key`; false if ignored.
     fn store(&self, key: &str, line: &str, url: &Url) -> bool {
+        if line.len() > MAX_COOKIE_BYTES {
+            self.over_cap.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%url, bytes = line.len(), "ignoring an oversized Set-Cookie");
+            return false;
+        }
         let raw = match RawCookie::parse(line.to_owned()) {
             Ok(c) => c,
             Err(_) => {
@@ -299,21 +296,41 @@ impl Cookies {
                 return false;
             }
         };
-        // Without a public-suffix list the jar would let a host set a cookie for a whole
-        // top-level domain (`Domain=com`); refuse any Domain without an inner dot.
+        // A cookie for a public suffix (`Domain=co.uk`, `Domain=com`) would go to every
+        // site under it; RFC 6265 section 5.3 step 5: refuse it unless the host is that name.
         if let Some(d) = raw.domain() {
-            let d = d.trim_start_matches('.');
-            if !d.contains('.') && url.host_str() != Some(d) {
+            let d = d.trim_start_matches('.').to_ascii_lowercase();
+            let host = url.host_str().map(str::to_ascii_lowercase);
+            if host.as_deref() != Some(d.as_str()) && is_public_suffix(&d) {
                 self.rejected.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(%url, domain = %d, "ignoring a Set-Cookie for a public suffix");
                 return false;
             }
         }
+        let cookie = match Cookie::try_from_raw_cookie(&raw, url) {
+            Ok(c) => c.into_owned(),
+            Err(CookieError::Parse) => {
+                self.malformed.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+            Err(e) => {
+                tracing::debug!(%url, "ignoring Set-Cookie: {e}");
+                self.rejected.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+        };
         let mut jars = self.jars();
-        match jars
-            .entry(key.to_owned())
-            .or_default()
-            .insert_raw(&raw, url)
-        {
+        let domain = String::from(&cookie.domain);
+        let path = String::from(&cookie.path);
+        let replaces = jars
+            .get(key)
+            .is_some_and(|jar| jar.get_any(&domain, &path, cookie.name()).is_some());
+        if !replaces && !cookie.is_expired() && !make_room(&mut jars, key, &domain) {
+            self.over_cap.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%url, %domain, "ignoring Set-Cookie: the jar is full");
+            return false;
+        }
+        match jars.entry(key.to_owned()).or_default().insert(cookie, url) {
             Ok(_) => {
                 self.stored.fetch_add(1, Ordering::Relaxed);
                 true
@@ -331,6 +348,58 @@ impl Cookies {
             }
         }
     }
+
+    /// Cookies held in all jars, expired ones included (they take memory until purged).
+    pub fn len(&self) -> usize {
+        self.jars().values().map(|j| j.iter_any().count()).sum()
+    }
+
+    /// Whether the jars hold no cookie.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Whether `name` is a public suffix (`com`, `co.uk`, `github.io`), by the public suffix
+/// list; unknown top-level names count as suffixes too (the list's `*` rule).
+fn is_public_suffix(name: &str) -> bool {
+    psl::suffix_str(name).is_some_and(|s| s.eq_ignore_ascii_case(name))
+}
+
+/// Whether one more cookie for `domain` fits in jar `key` under the caps, purging expired
+/// cookies (the store keeps them after a server deletes them) when a cap is reached.
+fn make_room(jars: &mut HashMap<String, CookieStore>, key: &str, domain: &str) -> bool {
+    let count = |jars: &HashMap<String, CookieStore>| {
+        let total: usize = jars.values().map(|j| j.iter_any().count()).sum();
+        let here = jars.get(key).map_or(0, |j| {
+            j.iter_any()
+                .filter(|c| String::from(&c.domain) == domain)
+                .count()
+        });
+        (total, here)
+    };
+    let (total, here) = count(jars);
+    if total < MAX_COOKIES_TOTAL && here < MAX_COOKIES_PER_DOMAIN {
+        return true;
+    }
+    for jar in jars.values_mut() {
+        let expired: Vec<(String, String, String)> = jar
+            .iter_any()
+            .filter(|c| c.is_expired())
+            .map(|c| {
+                (
+                    String::from(&c.domain),
+                    String::from(&c.path),
+                    c.name().to_owned(),
+                )
+            })
+            .collect();
+        for (d, p, n) in expired {
+            jar.remove(&d, &p, &n);
+        }
+    }
+    let (total, here) = count(jars);
+    total < MAX_COOKIES_TOTAL && here < MAX_COOKIES_PER_DOMAIN
 }
 
 impl DownloaderMiddleware for Cookies {
@@ -412,6 +481,7 @@ impl DownloaderMiddleware for Cookies {
             ("cookies_stored".to_owned(), load(&self.stored)),
             ("set_cookie_malformed".to_owned(), load(&self.malformed)),
             ("set_cookie_rejected".to_owned(), load(&self.rejected)),
+            ("set_cookie_over_cap".to_owned(), load(&self.over_cap)),
         ]
     }
 }
@@ -512,6 +582,80 @@ mod tests {
         assert_eq!(counters["set_cookie_malformed"], 1);
         assert_eq!(counters["set_cookie_rejected"], 2);
         assert_eq!(counters["cookies_stored"], 4);
+    }
+
+    #[tokio::test]
+    async fn public_suffixes_are_refused_and_the_jar_is_capped() {
+        let jar = Cookies::new();
+        let req = Request::get("http://shop.example.co.uk/").unwrap();
+        let _ = jar
+            .process_response(
+                &req,
+                response(
+                    "http://shop.example.co.uk/",
+                    &[
+                        "uk_wide=1; Domain=co.uk",
+                        "io_wide=1; Domain=.github.io",
+                        "fine=1; Domain=example.co.uk",
+                    ],
+                ),
+            )
+            .await;
+        assert_eq!(
+            cookie_for(&jar, "http://other.co.uk/").await,
+            None,
+            "a cookie for co.uk would reach every .co.uk site"
+        );
+        assert_eq!(
+            cookie_for(&jar, "http://www.example.co.uk/")
+                .await
+                .as_deref(),
+            Some("fine=1")
+        );
+        let counters: HashMap<String, u64> = jar.counters().into_iter().collect();
+        assert_eq!(counters["set_cookie_rejected"], 2);
+
+        // A hostile host sets cookie after cookie: the jar keeps a bounded number.
+        let jar = Cookies::new();
+        for page in 0..40 {
+            let lines: Vec<String> = (0..10).map(|i| format!("c{page}_{i}=v")).collect();
+            let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+            let _ = jar
+                .process_response(&req, response("http://evil.test/", &lines))
+                .await;
+        }
+        assert_eq!(jar.len(), MAX_COOKIES_PER_DOMAIN);
+        // Replacing one it holds still works, and deleted ones make room.
+        let _ = jar
+            .process_response(
+                &req,
+                response("http://evil.test/", &["c0_0=new", "c0_1=x; Max-Age=0"]),
+            )
+            .await;
+        let _ = jar
+            .process_response(&req, response("http://evil.test/", &["late=1"]))
+            .await;
+        let sent = cookie_for(&jar, "http://evil.test/").await.unwrap();
+        assert!(
+            sent.contains("c0_0=new") && sent.contains("late=1"),
+            "{sent}"
+        );
+        assert!(!sent.contains("c0_1="), "{sent}");
+        // Many hosts: the total cap holds.
+        for host in 0..(MAX_COOKIES_TOTAL / 10 + 20) {
+            let lines: Vec<String> = (0..10).map(|i| format!("k{i}=v")).collect();
+            let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+            let to = format!("http://h{host}.test/");
+            let _ = jar.process_response(&req, response(&to, &lines)).await;
+        }
+        assert!(jar.len() <= MAX_COOKIES_TOTAL, "{}", jar.len());
+        let big = format!("big={}", "x".repeat(MAX_COOKIE_BYTES));
+        let _ = jar
+            .process_response(&req, response("http://big.test/", &[big.as_str()]))
+            .await;
+        assert_eq!(cookie_for(&jar, "http://big.test/").await, None);
+        let counters: HashMap<String, u64> = jar.counters().into_iter().collect();
+        assert!(counters["set_cookie_over_cap"] > 0);
     }
 
     #[tokio::test]

@@ -3,6 +3,12 @@
 //! Enabled by the `metrics_addr` setting (a bare port binds 127.0.0.1). Every request on
 //! the socket, whatever its path, gets the current figures; the server is a few lines of
 //! tokio rather than a web framework because it serves one document.
+//!
+//! It must never take the crawl down or grow without bound: an accept error (out of file
+//! descriptors, a connection reset before accept) is logged and retried after a short
+//! pause, and at most [`MAX_CONNECTIONS`] clients are served at once (others wait in the
+//! listen backlog). Per-host series cover the busiest hosts only (see
+//! `crawler_core::PROGRESS_HOSTS`).
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -18,6 +24,11 @@ use crate::Error;
 
 /// Longest a client may take to send its request before the connection is dropped.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Clients served at once; a scraper needs one.
+pub const MAX_CONNECTIONS: usize = 16;
+/// Pause after a failed accept: long enough not to spin on a persistent error (EMFILE),
+/// short enough that scrapes resume quickly.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Bind `addr` and serve the snapshots of `rx` until the returned task is aborted.
 pub async fn serve(
@@ -29,24 +40,49 @@ pub async fn serve(
         .map_err(|e| Error::from_message(format!("cannot serve metrics on {addr}: {e}")))?;
     let bound = listener.local_addr().unwrap_or(addr);
     tracing::info!("metrics at http://{bound}/metrics");
-    Ok(tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let body = exposition(&rx.borrow().clone());
+    Ok(serve_on(listener, rx))
+}
+
+/// Serve the snapshots of `rx` on an already bound `listener` until the returned task is
+/// aborted.
+pub fn serve_on(listener: TcpListener, rx: watch::Receiver<Progress>) -> JoinHandle<()> {
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    tokio::spawn(async move {
+        loop {
+            // Wait for a free slot before accepting, so a flood of idle connections waits
+            // in the kernel's backlog instead of holding tasks and buffers here.
+            let Ok(slot) = std::sync::Arc::clone(&slots).acquire_owned().await else {
+                return;
+            };
+            let mut stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!("metrics endpoint: accept failed: {e}; retrying");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            };
+            let body = crawler_core::redact::scrub(&exposition(&rx.borrow().clone())).into_owned();
             tokio::spawn(async move {
-                // Read (and ignore) the request head so the client sees a normal exchange.
-                let mut buf = [0u8; 2048];
-                let _ = tokio::time::timeout(READ_TIMEOUT, stream.read(&mut buf)).await;
-                let head = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\n\
-                     content-length: {}\r\nconnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = stream.write_all(head.as_bytes()).await;
-                let _ = stream.write_all(body.as_bytes()).await;
-                let _ = stream.shutdown().await;
+                let _slot = slot;
+                // A client that never reads must not hold its slot for ever.
+                let _ = tokio::time::timeout(2 * READ_TIMEOUT, async {
+                    // Read (and ignore) the request head so the client sees a normal exchange.
+                    let mut buf = [0u8; 2048];
+                    let _ = tokio::time::timeout(READ_TIMEOUT, stream.read(&mut buf)).await;
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\n\
+                         content-length: {}\r\nconnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = stream.write_all(head.as_bytes()).await;
+                    let _ = stream.write_all(body.as_bytes()).await;
+                    let _ = stream.shutdown().await;
+                })
+                .await;
             });
         }
-    }))
+    })
 }
 
 /// Escape a label value (backslash, quote, newline).
@@ -161,7 +197,37 @@ pub fn exposition(p: &Progress) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
+
+    #[tokio::test]
+    async fn idle_clients_cannot_take_more_than_their_share() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (_tx, rx) = watch::channel(Progress::default());
+        let server = serve_on(listener, rx);
+        // Clients that connect and never send a request hold every slot...
+        let mut idle = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        let mut late = tokio::net::TcpStream::connect(addr).await.unwrap();
+        late.write_all(b"GET /metrics HTTP/1.1\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = vec![0u8; 64 * 1024];
+        let early = tokio::time::timeout(Duration::from_millis(500), late.read(&mut buf)).await;
+        assert!(early.is_err(), "served past the cap");
+        // ...until they go away: then the waiting client is served.
+        drop(idle);
+        let n = tokio::time::timeout(Duration::from_secs(3), late.read(&mut buf))
+            .await
+            .expect("served once slots are free")
+            .unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200 OK"));
+        server.abort();
+    }
 
     #[test]
     fn exposition_has_queue_status_and_host_series() {

@@ -71,6 +71,7 @@ impl SettingsArgs {
 /// Send `tracing` output to stderr at `settings.log_level` (`RUST_LOG` wins when set and the
 /// level was left at its default), as text or JSON, printed above any live progress display.
 pub fn init_logging(settings: &Settings) {
+    crawler_core::redact::register_secrets(settings);
     let default_level = settings.log_level == Settings::default().log_level;
     let filter = match std::env::var("RUST_LOG") {
         Ok(env) if default_level && !env.trim().is_empty() => EnvFilter::try_new(env),
@@ -145,7 +146,7 @@ impl Failure {
             Self::Usage(e) => (EXIT_USAGE, e),
             Self::Failed(e) => (EXIT_FAILED, e),
         };
-        eprintln!("error: {e}");
+        eprintln!("error: {}", crawler_core::redact::scrub(&e.to_string()));
         ExitCode::from(code)
     }
 }

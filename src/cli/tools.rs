@@ -177,6 +177,7 @@ async fn fetch(
     no_headers: bool,
 ) -> Result<ExitCode, Failure> {
     let req = Request::get(url).map_err(usage)?;
+    crate::check_guard(settings).map_err(usage)?;
     let downloader = HttpDownloader::new(settings).map_err(failed)?;
     let page = match downloader.fetch(&req).await.outcome {
         Fetched::Response(page) => page,
