@@ -143,6 +143,28 @@ fn client() -> reqwest::Client {
         .expect("a plain-HTTP client builds")
 }
 
+/// The share of the real server's logged verdicts that the lab's emulation reproduces when
+/// it is fed the arrival times the real server logged (its own clock, to the ms).
+fn replay_agreement(cfg: &Config, log: &[real::Logged]) -> (usize, usize) {
+    let Some(limit) = cfg.lab.rate_limit() else {
+        return (0, 0);
+    };
+    let Some(t0) = log.first().map(|l| l.at_ms) else {
+        return (0, 0);
+    };
+    let arrivals: Vec<Duration> = log
+        .iter()
+        .map(|l| Duration::from_millis(l.at_ms - t0))
+        .collect();
+    let verdicts = limit.verdicts(&arrivals);
+    let agree = log
+        .iter()
+        .zip(&verdicts)
+        .filter(|(l, v)| (l.status == 200) == **v)
+        .count();
+    (agree, log.len())
+}
+
 /// Sends the schedule to both URLs; returns each request's (real, lab) status, 0 on error.
 async fn drive(real_url: String, lab_url: String, s: &Schedule) -> Vec<(u16, u16)> {
     let (a, b) = (client(), client());
@@ -176,6 +198,8 @@ struct Row {
     real_ok: usize,
     lab_ok: usize,
     agree: usize,
+    replay_agree: usize,
+    replay_n: usize,
 }
 
 async fn run_one(cfg: &Config, s: &Schedule) -> Result<Row, String> {
@@ -203,6 +227,9 @@ async fn run_one(cfg: &Config, s: &Schedule) -> Result<Row, String> {
         s,
     )
     .await;
+    // Let the last log lines reach the file.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (replay_agree, replay_n) = replay_agreement(cfg, &server.log());
     lab.shutdown().await;
     if let Some(b) = _backend {
         b.shutdown().await;
@@ -215,6 +242,8 @@ async fn run_one(cfg: &Config, s: &Schedule) -> Result<Row, String> {
         real_ok: got.iter().filter(|g| ok(g.0)).count(),
         lab_ok: got.iter().filter(|g| ok(g.1)).count(),
         agree: got.iter().filter(|g| ok(g.0) == ok(g.1)).count(),
+        replay_agree,
+        replay_n,
     })
 }
 
@@ -237,10 +266,11 @@ async fn main() {
         );
     }
     println!(
-        "| config | schedule | requests | real accepted / refused | lab accepted / refused | verdicts agree |"
+        "| config | schedule | requests | real accepted / refused | lab accepted / refused | verdicts agree (live) | agree (replayed on the real log's times) |"
     );
-    println!("|---|---|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|");
     let (mut all, mut agree) = (0, 0);
+    let mut replay = (0, 0);
     for cfg in configs() {
         if !filter.is_empty() && !filter.iter().any(|f| cfg.name.contains(f.as_str())) {
             continue;
@@ -267,8 +297,10 @@ async fn main() {
                 Ok(Ok(row)) => {
                     all += row.n;
                     agree += row.agree;
+                    replay.0 += row.replay_agree;
+                    replay.1 += row.replay_n;
                     println!(
-                        "| {} | {} | {} | {} / {} | {} / {} | {:.1}% |",
+                        "| {} | {} | {} | {} / {} | {} / {} | {:.1}% | {:.1}% |",
                         row.config,
                         row.schedule,
                         row.n,
@@ -276,7 +308,8 @@ async fn main() {
                         row.n - row.real_ok,
                         row.lab_ok,
                         row.n - row.lab_ok,
-                        100.0 * row.agree as f64 / row.n.max(1) as f64
+                        100.0 * row.agree as f64 / row.n.max(1) as f64,
+                        100.0 * row.replay_agree as f64 / row.replay_n.max(1) as f64
                     );
                 }
                 Ok(Err(e)) => println!("| {} | error: {e} | | | | |", cfg.name),
@@ -288,6 +321,12 @@ async fn main() {
         println!(
             "\noverall: {agree} of {all} verdicts agree ({:.1}%)",
             100.0 * agree as f64 / all as f64
+        );
+        println!(
+            "replayed on the real servers' logged arrival times: {} of {} agree ({:.1}%)",
+            replay.0,
+            replay.1,
+            100.0 * replay.0 as f64 / replay.1.max(1) as f64
         );
     }
 }

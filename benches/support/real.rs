@@ -99,13 +99,20 @@ impl RealServer {
                 };
                 let status = it.next()?.parse().ok()?;
                 let path = it.next().unwrap_or("/").to_owned();
-                // nginx adds `$request_time` (seconds.millis): its `$msec` is the end.
-                let took = it
-                    .next()
-                    .and_then(|t| t.parse::<f64>().ok())
-                    .map_or(0, |t| (t * 1000.0).round() as u64);
+                let extra = it.next();
+                let at_ms = if self.kind == "nginx" {
+                    // `$request_time` (seconds.millis): nginx's `$msec` is the end.
+                    let took = extra
+                        .and_then(|t| t.parse::<f64>().ok())
+                        .map_or(0, |t| (t * 1000.0).round() as u64);
+                    at_ms.saturating_sub(took)
+                } else {
+                    // `%Ti` (ms): on a kept-alive connection HAProxy's accept date is the end
+                    // of the previous request, and the request arrived this much later.
+                    at_ms + extra.and_then(|t| t.parse::<u64>().ok()).unwrap_or(0)
+                };
                 Some(Logged {
-                    at_ms: at_ms.saturating_sub(took),
+                    at_ms,
                     status,
                     path,
                 })
@@ -124,6 +131,12 @@ impl RealServer {
             .map_err(|e| e.to_string())?;
         let port = free_port().map_err(|e| e.to_string())?;
         let mode = if limit.nodelay { " nodelay" } else { "" };
+        // nginx rejects `burst=0`; leaving it out is the same (its default).
+        let burst = if limit.burst == 0 {
+            String::new()
+        } else {
+            format!(" burst={}", limit.burst)
+        };
         let serve = match content {
             Content::Static => format!("root {};", d.display()),
             Content::Proxy(addr) => format!(
@@ -155,7 +168,7 @@ http {{
         listen 127.0.0.1:{port};
         access_log {d}/access.log lab;
         location / {{
-            limit_req zone=z burst={burst}{mode};
+            limit_req zone=z{burst}{mode};
             add_header Retry-After $retry_after always;
             {serve}
         }}
@@ -164,7 +177,6 @@ http {{
 "#,
             d = d.display(),
             rate = limit.rate,
-            burst = limit.burst,
         );
         let conf_path = d.join("nginx.conf");
         std::fs::write(&conf_path, conf).map_err(|e| e.to_string())?;
@@ -200,7 +212,8 @@ http {{
             .map_or(String::new(), |s| format!(" hdr Retry-After {s}"));
         let log = d.join("access.log");
         // HAProxy logs to a syslog target; a file is not one, so it logs to stdout and the
-        // child's stdout goes to the file. `%Ts%ms` is the accept date in ms.
+        // child's stdout goes to the file. `%Ts%ms` is the accept date in ms, `%Ti` the idle
+        // time before the request.
         let conf = format!(
             r#"global
     maxconn 512
@@ -214,7 +227,7 @@ defaults
     timeout server 30s
 frontend fe
     bind 127.0.0.1:{port}
-    log-format "%Ts%ms %ST %HP"
+    log-format "%Ts%ms %ST %HP %Ti"
     stick-table type ip size 1k expire 30s store http_req_rate({period}s)
     http-request track-sc0 src
     http-request deny deny_status 429{hdr} if {{ sc_http_req_rate(0) gt {max} }}

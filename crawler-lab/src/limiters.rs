@@ -113,7 +113,7 @@ impl LimitReq {
 /// HAProxy's `freq_ctr` over a period, as a stick table's `http_req_rate(period)` keeps it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct HttpReqRate {
-    /// Start of the current period; `None` for a new entry.
+    /// Start of the current period (even, as HAProxy stores it); `None` for a new entry.
     tick: Option<u64>,
     curr: u64,
     prev: u64,
@@ -126,7 +126,7 @@ impl HttpReqRate {
             // A new entry is zeroed, and HAProxy's clock is far from 0, so its first update
             // finds two periods missed: previous 0, the period starts now.
             *self = Self {
-                tick: Some(now_ms),
+                tick: Some(now_ms & !1),
                 curr: 1,
                 prev: 0,
             };
@@ -145,7 +145,10 @@ impl HttpReqRate {
             self.prev = 0;
             tick = now_ms;
         }
-        self.tick = Some(tick);
+        // HAProxy keeps the tick's lowest bit for a rotation lock and stores it cleared, so a
+        // period may start one ms before the request that opened it: at exactly the allowed
+        // rate this decides between a reading of N and N + 1.
+        self.tick = Some(tick & !1);
     }
 
     /// The rate HAProxy reports at `now_ms` (`read_freq_ctr_period`): events of the current
@@ -370,6 +373,20 @@ mod tests {
         assert_eq!(c.read(period, 5300), 1);
         // At 6300 both periods are gone.
         assert_eq!(c.read(period, 6300), 0);
+    }
+
+    #[test]
+    fn haproxy_periods_start_on_even_milliseconds() {
+        // deny if rate > 2 over 1000 ms. Two per period at exactly the rate, the first at
+        // 101: the period starts at 100, so the next period starts at 1100, where requests
+        // at 1101 and 1601 read (2 * 999 + 1000) / 1000 = 2 and (2 * 499 + 2000) / 1000 = 2.
+        // Were the period to start at 101, 1101 would read (2 * 1000 + 1000) / 1000 = 3.
+        let (period, max) = (1000, 2);
+        let mut c = HttpReqRate::default();
+        assert!(c.track_and_check(period, max, 101).0);
+        assert!(c.track_and_check(period, max, 601).0);
+        assert_eq!(c.track_and_check(period, max, 1101), (true, 2));
+        assert_eq!(c.track_and_check(period, max, 1601), (true, 2));
     }
 
     #[test]

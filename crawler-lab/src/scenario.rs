@@ -121,6 +121,19 @@ pub enum Limit {
     },
 }
 
+impl Limit {
+    /// The verdicts this limit gives one client key's requests arriving at these times
+    /// (from any common origin, in order): `true` for served. Lets a benchmark replay the
+    /// arrivals a real server logged and compare verdicts without network jitter.
+    pub fn verdicts(&self, arrivals: &[Duration]) -> Vec<bool> {
+        let mut st = crate::ratelimit::ClientState::new(Some(*self), Duration::ZERO);
+        arrivals
+            .iter()
+            .map(|&at| st.admit(*self, at).allowed)
+            .collect()
+    }
+}
+
 /// A server whose latency grows with its load: each request waits
 /// `base + per_request × (requests in flight − 1)` before it is answered, and a request that
 /// would make more than `capacity` in flight is refused at once with 503 (and the scenario's
@@ -424,6 +437,11 @@ impl Scenario {
     pub fn named(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
         self
+    }
+
+    /// The rate limit, if any.
+    pub fn rate_limit(&self) -> Option<Limit> {
+        self.limit
     }
 
     /// Sets or replaces the rate limit.
