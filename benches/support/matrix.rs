@@ -434,7 +434,7 @@ pub fn print_table(outcomes: &[Outcome]) {
             format!("FAIL: {}", misses.join("; "))
         };
         println!(
-            "| {} | {:.0} | {} | {} | {:.1} | {} | {:.2} | {:.0}% | {} | {} |",
+            "| {} | {:.0} | {} | {} | {:.1} | {} | {:.2} | {:.1}% | {} | {} |",
             o.name,
             o.allowed,
             o.requests,
