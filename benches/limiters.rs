@@ -209,7 +209,7 @@ async fn run_one(cfg: &Config, s: &Schedule) -> Result<Row, String> {
         .start()
         .await
         .map_err(|e| e.to_string())?;
-    let (server, _backend, real_path) = match cfg.real {
+    let (server, backend, real_path) = match cfg.real {
         Real::Nginx(l) => (RealServer::nginx(l, &Content::Static)?, None, "/index.html"),
         Real::Haproxy(l) => {
             let backend = Lab::builder()
@@ -231,7 +231,7 @@ async fn run_one(cfg: &Config, s: &Schedule) -> Result<Row, String> {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (replay_agree, replay_n) = replay_agreement(cfg, &server.log());
     lab.shutdown().await;
-    if let Some(b) = _backend {
+    if let Some(b) = backend {
         b.shutdown().await;
     }
     let ok = |s: u16| s == 200;

@@ -345,7 +345,8 @@ pub async fn run_lab(cell: Cell, secs: f64) -> Outcome {
 }
 
 /// Runs an nginx or HAProxy cell against the real server, proxying to an open lab with the
-/// book site; `None` for kinds with no real counterpart here.
+/// book site; `None` for kinds with no real counterpart here, or when the server is not
+/// installed.
 pub async fn run_real(cell: Cell, secs: f64) -> Option<Outcome> {
     let kind = match cell.kind {
         Kind::Nginx(_) => "nginx",
@@ -359,9 +360,8 @@ pub async fn run_real(cell: Cell, secs: f64) -> Option<Outcome> {
         error: Some(e),
         ..Outcome::default()
     };
-    if real::which(kind).is_none() {
-        return Some(failed(format!("{kind} not installed")));
-    }
+    // Skipped (the caller says so once) rather than failed: CI does not install them.
+    real::which(kind)?;
     let backend = match Lab::builder().books(BOOKS).start().await {
         Ok(lab) => lab,
         Err(e) => return Some(failed(e.to_string())),
