@@ -285,17 +285,17 @@ pub(crate) fn write_ratelimit(dialect: Dialect, v: &Verdict, out: &mut Vec<u8>) 
                 v.limit,
                 v.remaining
             );
-            let wait = if dialect == Dialect::XUnix {
-                let now = unix_now();
-                let at = (now + v.reset).ceil();
+            if dialect == Dialect::XUnix {
+                let at = (unix_now() + v.reset).ceil();
                 put!(out, "X-RateLimit-Reset: {}\r\n", at as u64);
-                at - now
             } else {
                 put!(out, "X-RateLimit-Reset: {reset}\r\n");
-                reset as f64
-            };
+            }
             put!(out, "X-RateLimit-Reset-After: {:.3}\r\n", v.reset);
-            wait
+            // The announced wait is the earlier, exact one: `X-RateLimit-Reset` is rounded up
+            // to a whole second, and a client that trusts `Reset-After` and comes back when the
+            // quota has really reset is served, so it must not count as a violation.
+            v.reset
         }
     };
     (v.remaining == 0).then_some(announced)
@@ -384,6 +384,29 @@ mod tests {
         assert!(!st.admit(haproxy, ms(1000)).allowed);
         // That refusal counted: at 1001 the rate reads (1 * 999 + 2 * 1000) / 1000 = 2.
         assert!(!st.admit(haproxy, ms(1001)).allowed);
+    }
+
+    #[test]
+    fn x_dialects_announce_the_exact_reset_after() {
+        let v = Verdict {
+            allowed: true,
+            limit: 50,
+            remaining: 0,
+            reset: 0.25,
+            retry_in: 0.25,
+            window: 10.0,
+            delay: Duration::ZERO,
+        };
+        for d in [Dialect::XUnix, Dialect::XDelta] {
+            let mut out = Vec::new();
+            // Reset rounds up to a whole second; the wait counted is the exact 0.25 s.
+            assert_eq!(write_ratelimit(d, &v, &mut out), Some(0.25), "{d:?}");
+            let text = String::from_utf8(out).expect("ascii");
+            assert!(text.contains("X-RateLimit-Reset-After: 0.250"), "{text}");
+        }
+        let mut out = Vec::new();
+        // The IETF trio has only whole seconds: that is the wait.
+        assert_eq!(write_ratelimit(Dialect::Ietf, &v, &mut out), Some(1.0));
     }
 
     #[test]
