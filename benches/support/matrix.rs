@@ -312,12 +312,6 @@ pub async fn run_lab(cell: Cell, secs: f64) -> Outcome {
         Ok(lab) => lab,
         Err(e) => return failed(e.to_string()),
     };
-    // The lab's clock started with the lab, a moment before the crawl.
-    let t0_ms = lab
-        .recorder()
-        .requests()
-        .first()
-        .map_or(0, |r| r.at.as_millis() as u64);
     let result = crawl_for(lab.url(), secs).await;
     let requests = lab.recorder().requests();
     lab.shutdown().await;
@@ -325,7 +319,8 @@ pub async fn run_lab(cell: Cell, secs: f64) -> Outcome {
         Ok(r) => r,
         Err(e) => return failed(e),
     };
-    let t0_ms = requests.first().map_or(t0_ms, |r| r.at.as_millis() as u64);
+    // The lab's clock starts with the lab; the crawl starts with its first request.
+    let t0_ms = requests.first().map_or(0, |r| r.at.as_millis() as u64);
     let seen: Vec<Seen> = requests
         .iter()
         .map(|r| Seen {
