@@ -188,6 +188,11 @@ pub(crate) async fn handle(
             verdict = Some(v);
         }
     }
+    // nginx's delayed mode: the request was accepted (and counted) on arrival, and is
+    // served once its share of the excess has drained.
+    if let Some(v) = verdict.filter(|v| !v.delay.is_zero()) {
+        sleep_unless_shutdown(v.delay, shutdown).await;
+    }
 
     let _in_flight = if let Some(o) = sc.overload {
         let n = live.in_flight.fetch_add(1, Ordering::Relaxed) + 1;

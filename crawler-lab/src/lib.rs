@@ -98,6 +98,12 @@
 //! | `robots-crawl-delay`, `robots-agents`, `robots-404`, `robots-403`, `robots-500`, `robots-503`, `robots-timeout`, `robots-oversized` | robots.txt variants ([`Robots`]) |
 //! | `chaos` | 2,000 books; about 20% of book pages fault, chosen per path from the seed; malformed sitemaps listed in the index |
 //!
+//! Limiter kinds ([`Limit`]): a token bucket, a fixed-window quota (refusals do not count),
+//! nginx `limit_req` ([`Scenario::nginx_limit_req`]: nginx's integer leaky bucket, `nodelay`
+//! or delayed) and HAProxy's stick-table `http_req_rate` with a deny rule
+//! ([`Scenario::haproxy_req_rate`]: a sliding window that counts refusals). The `limiters`
+//! benchmark compares the last two with the real servers, verdict by verdict.
+//!
 //! ## Faults
 //!
 //! [`FaultKind`] lists them: connection reset mid-body, trickling body, endless body, body
@@ -124,6 +130,7 @@ mod error;
 mod faults;
 mod handler;
 mod lab;
+mod limiters;
 mod ratelimit;
 mod recorder;
 mod robots;
@@ -142,4 +149,4 @@ pub use lab::{
     Book, DEFAULT_BOOKS, DEFAULT_GRACE, DEFAULT_RECORD_LIMIT, Lab, LabBuilder, MAX_BOOKS, MIN_BOOKS,
 };
 pub use recorder::{ClientReport, RecordedRequest, Recorder, Report, Violation};
-pub use scenario::{Block, Dialect, Limit, Overload, RetryAfter, Robots, Scenario};
+pub use scenario::{Block, Dialect, Limit, LimitReqDelay, Overload, RetryAfter, Robots, Scenario};

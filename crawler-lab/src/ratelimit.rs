@@ -3,6 +3,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::limiters::{HttpReqRate, LimitReq, LimitReqOutcome, LimitReqParams};
 use crate::scenario::{Block, Dialect, Limit, RetryAfter};
 use crate::util::put;
 
@@ -13,6 +14,10 @@ pub(crate) struct ClientState {
     refilled_at: Duration,
     window_index: u64,
     window_used: u32,
+    /// The client's node in an nginx `limit_req` zone.
+    limit_req: LimitReq,
+    /// The client's `http_req_rate` in a HAProxy stick table.
+    req_rate: HttpReqRate,
     /// Arrivals within the last second, for the block triggers (at most threshold + 1 kept).
     arrivals: VecDeque<Duration>,
     soft_until: Duration,
@@ -32,6 +37,8 @@ impl ClientState {
             refilled_at: now,
             window_index: u64::MAX,
             window_used: 0,
+            limit_req: LimitReq::default(),
+            req_rate: HttpReqRate::default(),
             arrivals: VecDeque::new(),
             soft_until: Duration::ZERO,
             hard_until: Duration::ZERO,
@@ -97,6 +104,8 @@ impl ClientState {
     }
 
     fn evaluate(&mut self, limit: Limit, now: Duration, consume: bool) -> Verdict {
+        // The real limiters count whole milliseconds of their event loop's clock.
+        let now_ms = now.as_millis() as u64;
         match limit {
             Limit::TokenBucket { rate, burst } => {
                 let burst_f = f64::from(burst);
@@ -118,6 +127,49 @@ impl ClientState {
                         (1.0 - self.tokens) / rate
                     },
                     window: burst_f / rate,
+                    delay: Duration::ZERO,
+                }
+            }
+            Limit::LimitReq { rate, burst, delay } => {
+                let p = LimitReqParams::new(rate, burst, delay.nginx());
+                let (allowed, delay_ms) = match self.limit_req.offer(&p, now_ms, consume) {
+                    LimitReqOutcome::Accept { delay_ms, .. } => (true, delay_ms),
+                    LimitReqOutcome::Refuse { .. } => (false, 0),
+                };
+                let left = self.limit_req.drained(&p, now_ms);
+                // Requests that would pass back to back now: each adds 1000 to the excess.
+                let remaining = ((p.burst - left).max(0) / 1000) as u32;
+                Verdict {
+                    allowed,
+                    limit: burst + 1,
+                    remaining,
+                    reset: left as f64 / p.rate as f64,
+                    retry_in: self.limit_req.retry_in_ms(&p, now_ms) as f64 / 1000.0,
+                    window: f64::from(burst + 1) * 1000.0 / p.rate as f64,
+                    delay: Duration::from_millis(delay_ms),
+                }
+            }
+            Limit::HttpReqRate { max, period } => {
+                let period_ms = (period.as_millis() as u64).max(2);
+                let max = u64::from(max);
+                let (allowed, rate) = if consume {
+                    self.req_rate.track_and_check(period_ms, max, now_ms)
+                } else {
+                    let mut probe = self.req_rate;
+                    probe.track_and_check(period_ms, max, now_ms)
+                };
+                Verdict {
+                    allowed,
+                    limit: max as u32,
+                    remaining: max.saturating_sub(rate) as u32,
+                    reset: self.req_rate.reset_in_ms(period_ms, now_ms) as f64 / 1000.0,
+                    retry_in: if allowed {
+                        0.0
+                    } else {
+                        self.req_rate.retry_in_ms(period_ms, max, now_ms) as f64 / 1000.0
+                    },
+                    window: period_ms as f64 / 1000.0,
+                    delay: Duration::ZERO,
                 }
             }
             Limit::Window { limit, window } => {
@@ -141,6 +193,7 @@ impl ClientState {
                     reset,
                     retry_in: if remaining > 0 { 0.0 } else { reset },
                     window: w,
+                    delay: Duration::ZERO,
                 }
             }
         }
@@ -159,6 +212,8 @@ pub(crate) struct Verdict {
     pub retry_in: f64,
     /// The policy's window in seconds.
     pub window: f64,
+    /// How long an accepted request waits before it is served (nginx's delayed mode).
+    pub delay: Duration,
 }
 
 fn unix_now() -> f64 {
@@ -230,17 +285,17 @@ pub(crate) fn write_ratelimit(dialect: Dialect, v: &Verdict, out: &mut Vec<u8>) 
                 v.limit,
                 v.remaining
             );
-            let wait = if dialect == Dialect::XUnix {
-                let now = unix_now();
-                let at = (now + v.reset).ceil();
+            if dialect == Dialect::XUnix {
+                let at = (unix_now() + v.reset).ceil();
                 put!(out, "X-RateLimit-Reset: {}\r\n", at as u64);
-                at - now
             } else {
                 put!(out, "X-RateLimit-Reset: {reset}\r\n");
-                reset as f64
-            };
+            }
             put!(out, "X-RateLimit-Reset-After: {:.3}\r\n", v.reset);
-            wait
+            // The announced wait is the earlier, exact one: `X-RateLimit-Reset` is rounded up
+            // to a whole second, and a client that trusts `Reset-After` and comes back when the
+            // quota has really reset is served, so it must not count as a violation.
+            v.reset
         }
     };
     (v.remaining == 0).then_some(announced)
@@ -279,6 +334,79 @@ mod tests {
         assert!((v.reset - 0.7).abs() < 1e-9);
         assert!(!st.admit(limit, t).allowed);
         assert!(st.admit(limit, Duration::from_millis(1000)).allowed);
+    }
+
+    #[test]
+    fn window_refusals_do_not_count() {
+        let limit = Limit::Window {
+            limit: 3,
+            window: Duration::from_secs(1),
+        };
+        let mut st = ClientState::new(Some(limit), Duration::ZERO);
+        let ms = Duration::from_millis;
+        let first: Vec<bool> = [0, 10, 20, 30, 40, 990]
+            .iter()
+            .map(|&t| st.admit(limit, ms(t)).allowed)
+            .collect();
+        assert_eq!(first, [true, true, true, false, false, false]);
+        // The next window starts fresh: three refusals above left no debt.
+        let next: Vec<bool> = [1000, 1001, 1002, 1003]
+            .iter()
+            .map(|&t| st.admit(limit, ms(t)).allowed)
+            .collect();
+        assert_eq!(next, [true, true, true, false]);
+    }
+
+    #[test]
+    fn limit_req_and_req_rate_verdicts_through_the_client_state() {
+        let ms = Duration::from_millis;
+        let nginx = Limit::LimitReq {
+            rate: 5.0,
+            burst: 0,
+            delay: crate::LimitReqDelay::NoDelay,
+        };
+        let mut st = ClientState::new(Some(nginx), Duration::ZERO);
+        assert!(st.admit(nginx, ms(0)).allowed);
+        let v = st.admit(nginx, ms(150));
+        assert!(!v.allowed);
+        assert!((v.retry_in - 0.05).abs() < 1e-9, "{v:?}");
+        // The refusal at 150 moved nothing: 200 is one full interval after 0.
+        assert!(st.admit(nginx, ms(200)).allowed);
+
+        let haproxy = Limit::HttpReqRate {
+            max: 1,
+            period: Duration::from_secs(1),
+        };
+        let mut st = ClientState::new(Some(haproxy), Duration::ZERO);
+        assert!(st.admit(haproxy, ms(0)).allowed);
+        // A peek counts nothing: the admit right after it reads the same rate.
+        assert!(!st.peek(haproxy, ms(1000)).allowed);
+        assert!(!st.admit(haproxy, ms(1000)).allowed);
+        // That refusal counted: at 1001 the rate reads (1 * 999 + 2 * 1000) / 1000 = 2.
+        assert!(!st.admit(haproxy, ms(1001)).allowed);
+    }
+
+    #[test]
+    fn x_dialects_announce_the_exact_reset_after() {
+        let v = Verdict {
+            allowed: true,
+            limit: 50,
+            remaining: 0,
+            reset: 0.25,
+            retry_in: 0.25,
+            window: 10.0,
+            delay: Duration::ZERO,
+        };
+        for d in [Dialect::XUnix, Dialect::XDelta] {
+            let mut out = Vec::new();
+            // Reset rounds up to a whole second; the wait counted is the exact 0.25 s.
+            assert_eq!(write_ratelimit(d, &v, &mut out), Some(0.25), "{d:?}");
+            let text = String::from_utf8(out).expect("ascii");
+            assert!(text.contains("X-RateLimit-Reset-After: 0.250"), "{text}");
+        }
+        let mut out = Vec::new();
+        // The IETF trio has only whole seconds: that is the wait.
+        assert_eq!(write_ratelimit(Dialect::Ietf, &v, &mut out), Some(1.0));
     }
 
     #[test]

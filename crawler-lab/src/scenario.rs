@@ -46,7 +46,29 @@ pub enum Dialect {
     XDelta,
 }
 
-/// What a client may send. Refused requests do not consume the allowance.
+/// How nginx `limit_req` treats requests within the burst.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitReqDelay {
+    /// `nodelay`: every request within the burst is served at once.
+    NoDelay,
+    /// `delay=N` (`Delay(0)` is plain `burst=B`): the first N requests of the excess are
+    /// served at once, later ones wait `(excess − N) / rate` before being served.
+    Delay(u32),
+}
+
+impl LimitReqDelay {
+    /// The excess served without delay, in requests; `None` for `nodelay`.
+    pub(crate) fn nginx(self) -> Option<u32> {
+        match self {
+            Self::NoDelay => None,
+            Self::Delay(n) => Some(n),
+        }
+    }
+}
+
+/// What a client may send, per client key. Every kind refuses with the scenario's status
+/// (429 by default) and Retry-After; which requests count differs, as it does between the
+/// servers they imitate.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Limit {
     /// A token bucket per client key: `burst` tokens, refilled at `rate` per second. Header
@@ -59,13 +81,57 @@ pub enum Limit {
         burst: u32,
     },
     /// A fixed-window quota per client key: `limit` requests per `window`, windows aligned to
-    /// the lab's start. Header dialects report exactly this quota.
+    /// the lab's start. Refused requests do not count against the quota (as API gateways
+    /// count only what they served), so a client that waits for the next window loses
+    /// nothing. Header dialects report exactly this quota.
     Window {
         /// Requests allowed per window.
         limit: u32,
         /// Window length.
         window: Duration,
     },
+    /// nginx `limit_req zone=... rate=R burst=B [nodelay | delay=N]`, emulated with nginx's
+    /// own integer arithmetic: the key's `excess` in thousandths of a request drains at
+    /// `rate` per millisecond-second, each request computes
+    /// `excess = max(excess − rate × ms / 1000 + 1000, 0)` and is refused when that exceeds
+    /// `burst × 1000`; a refused request changes nothing. A key's first request leaves excess
+    /// 0, as nginx's new node does. Header dialects report `limit = burst + 1`.
+    LimitReq {
+        /// Requests per second (`30r/m` is 0.5).
+        rate: f64,
+        /// `burst`: requests beyond the rate tolerated at once.
+        burst: u32,
+        /// `nodelay`, or the delay mode.
+        delay: LimitReqDelay,
+    },
+    /// HAProxy `stick-table type ip store http_req_rate(period)` with
+    /// `http-request track-sc0 src` and
+    /// `http-request deny deny_status 429 if { sc_http_req_rate(0) gt max }`: HAProxy's
+    /// sliding-window approximation (this period's count plus the previous period's count
+    /// times the fraction of this period still to come, floored). The request is counted
+    /// before the check, so refused requests count too: a client that keeps sending while
+    /// refused stays refused. Periods start at the key's first request and follow on from
+    /// it, except after two idle periods, when the next starts at the next request (as
+    /// HAProxy's counter does).
+    HttpReqRate {
+        /// The threshold: refused when the rate read is greater than this.
+        max: u32,
+        /// The counter's period (`http_req_rate(10s)`).
+        period: Duration,
+    },
+}
+
+impl Limit {
+    /// The verdicts this limit gives one client key's requests arriving at these times
+    /// (from any common origin, in order): `true` for served. Lets a benchmark replay the
+    /// arrivals a real server logged and compare verdicts without network jitter.
+    pub fn verdicts(&self, arrivals: &[Duration]) -> Vec<bool> {
+        let mut st = crate::ratelimit::ClientState::new(Some(*self), Duration::ZERO);
+        arrivals
+            .iter()
+            .map(|&at| st.admit(*self, at).allowed)
+            .collect()
+    }
 }
 
 /// A server whose latency grows with its load: each request waits
@@ -270,6 +336,23 @@ impl Scenario {
             .limit(Limit::TokenBucket { rate, burst })
     }
 
+    /// nginx `limit_req` per client key (see [`Limit::LimitReq`]): `rate` requests per
+    /// second, `burst`, `nodelay` or a delay mode; 429 with Retry-After from
+    /// [`RetryAfter::Auto`] unless changed.
+    pub fn nginx_limit_req(rate: f64, burst: u32, delay: LimitReqDelay) -> Self {
+        Self::open()
+            .named("nginx-limit-req")
+            .limit(Limit::LimitReq { rate, burst, delay })
+    }
+
+    /// HAProxy's stick-table request rate per client key (see [`Limit::HttpReqRate`]):
+    /// refused when more than `max` requests per `period` are counted, refusals included.
+    pub fn haproxy_req_rate(max: u32, period: Duration) -> Self {
+        Self::open()
+            .named("haproxy-req-rate")
+            .limit(Limit::HttpReqRate { max, period })
+    }
+
     /// A fixed-window quota per client key: `limit` requests per `window`.
     pub fn quota(limit: u32, window: Duration) -> Self {
         Self::open()
@@ -356,6 +439,11 @@ impl Scenario {
         self
     }
 
+    /// The rate limit, if any.
+    pub fn rate_limit(&self) -> Option<Limit> {
+        self.limit
+    }
+
     /// Sets or replaces the rate limit.
     pub fn limit(mut self, limit: Limit) -> Self {
         self.limit = Some(limit);
@@ -438,6 +526,20 @@ impl Scenario {
             {
                 return Err(Error::invalid(format!(
                     "scenario `{}`: a token bucket needs rate > 0 and burst >= 1 (got rate {rate}, burst {burst})",
+                    self.name
+                )));
+            }
+            Some(Limit::LimitReq { rate, .. }) if !(rate >= 0.001 && rate.is_finite()) => {
+                return Err(Error::invalid(format!(
+                    "scenario `{}`: limit_req needs a rate of at least 1 request per 1000 s (got {rate})",
+                    self.name
+                )));
+            }
+            Some(Limit::HttpReqRate { max, period })
+                if max == 0 || period < Duration::from_millis(2) =>
+            {
+                return Err(Error::invalid(format!(
+                    "scenario `{}`: http_req_rate needs max >= 1 and a period of at least 2 ms",
                     self.name
                 )));
             }
