@@ -62,7 +62,7 @@ impl Limiter {
         Self::Sliding {
             limit: (rate * period_s).round() as u32,
             period: period_s * 1_000.0,
-            tick: 0.0,
+            tick: -1.0,
             curr: 0,
             prev: 0,
         }
@@ -114,18 +114,32 @@ impl Limiter {
                 curr,
                 prev,
             } => {
-                let start = (t / *period).floor() * *period;
-                if start > *tick {
-                    *prev = if start - *tick >= 2.0 * *period {
-                        0
-                    } else {
-                        *curr
-                    };
-                    *curr = 0;
-                    *tick = start;
+                // HAProxy's freq_ctr: the period starts at the first event, stays aligned
+                // to it, restarts after two idle periods; the rate is read after counting
+                // the request (refused or not) and floored.
+                let now = t.floor();
+                let p = *period;
+                if *tick < 0.0 {
+                    *tick = now;
+                    *curr = 1;
+                    *prev = 0;
+                } else if now - *tick < p {
+                    *curr += 1;
+                } else {
+                    *prev = *curr;
+                    *curr = 1;
+                    *tick += p;
+                    if now - *tick >= p {
+                        *prev = 0;
+                        *tick = now;
+                    }
                 }
-                *curr += 1;
-                let rate = f64::from(*curr) + f64::from(*prev) * (*period - (t - *tick)) / *period;
+                let remain = (*tick + p - now).max(0.0);
+                let rate = if *curr == 0 && *prev <= 1 {
+                    f64::from(*prev)
+                } else {
+                    ((f64::from(*prev) * remain + f64::from(*curr) * p) / p).floor()
+                };
                 (rate <= f64::from(*limit), None)
             }
             Self::Fixed {

@@ -94,7 +94,7 @@ impl Default for Tuning {
             fit_floor: 0.5,
             ceiling_margin: 0.97,
             climb_per_min: 0.05,
-            climb_share_per_min: 0.7,
+            climb_share_per_min: 2.0,
             recover_per_min: 0.10,
             probe_calm_ms: 300_000.0,
             probe_step: 0.03,
