@@ -37,4 +37,4 @@ pub use fingerprint::{
 pub use frontier::{Frontier, FrontierConfig, ThrottleFactory, host_key, is_allowed_domain};
 pub use shared::{Fleet, FleetFrontier, FleetStatus, SharedBudget, SharedThrottle, Versioned};
 pub use store::{Entry, MemoryStore, QueueStore};
-pub use throttle::{AuditRecord, Politeness, Throttle, Verdict, throttle_for};
+pub use throttle::{AuditRecord, Politeness, Throttle, Verdict, log_changes, throttle_for};

@@ -119,7 +119,7 @@ impl Politeness {
 }
 
 /// Log each change with its trigger, and keep the latest `AUDIT_KEPT` in `kept`.
-pub(crate) fn log_changes(host: &str, changes: Vec<Change>, kept: &mut VecDeque<AuditRecord>) {
+pub fn log_changes(host: &str, changes: Vec<Change>, kept: &mut VecDeque<AuditRecord>) {
     for Change { trigger, what, .. } in changes {
         match &what {
             What::Rate { old, new } => tracing::info!(

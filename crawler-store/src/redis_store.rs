@@ -166,7 +166,7 @@ impl RedisStore {
         }
         let mut link = Link::open(&options.url, options.retry_for, STEP)?;
         let epoch = std::time::Instant::now();
-        let time: Vec<String> = link.query(&mut redis::cmd("TIME"), "read the server's clock")?;
+        let time: Vec<String> = link.query(&redis::cmd("TIME"), "read the server's clock")?;
         let local = epoch.elapsed().as_secs_f64() * 1_000.0;
         let server = server_ms(&time).ok_or_else(|| {
             Error::redis_reply(&link.shown, "TIME did not answer seconds and microseconds")
@@ -335,6 +335,9 @@ impl Inner {
             for (fb, at) in &folded {
                 let _ = m.on_feedback(fb, *at);
             }
+            // Routine outcomes change little (discovery growth), but every change is logged
+            // with its trigger, here as on a local crawl.
+            crawler_sched::log_changes(&host, m.take_audit(), &mut Default::default());
             self.commits.push(Commit {
                 host,
                 expected,
@@ -656,6 +659,8 @@ impl QueueStore for RedisStore {
     fn lease(&mut self, host: &str) -> Result<Option<(u64, Request)>, crawler_sched::Error> {
         let mut inner = lock(&self.inner);
         let mut leased = None;
+        // The changes of the outcomes this lease carries; logged once it is committed.
+        let mut audit = Vec::new();
         for _ in 0..8 {
             let params = inner.params_for(host).cloned();
             let ask = match &params {
@@ -666,6 +671,7 @@ impl QueueStore for RedisStore {
                     for (fb, at) in inner.deferred.get(host).into_iter().flatten() {
                         let _ = m.on_feedback(fb, *at);
                     }
+                    audit = m.take_audit();
                     let claim = m.ready_at();
                     // The configured cap, fleet-wide: pacing keeps the rate, and every
                     // worker gets a share of the host's requests to parse.
@@ -706,6 +712,11 @@ impl QueueStore for RedisStore {
             if answer.as_ref().is_some_and(|l| l.code == 1) {
                 // The lease's commit carried them.
                 inner.deferred.remove(host);
+                crawler_sched::log_changes(
+                    host,
+                    std::mem::take(&mut audit),
+                    &mut Default::default(),
+                );
             }
             match answer {
                 Some(l) if l.code == 4 => continue,

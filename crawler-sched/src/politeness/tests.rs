@@ -61,7 +61,10 @@ fn matrix_of_limiters_reaches_ninety_percent_with_few_refusals() {
 #[test]
 fn converged_crawls_refuse_at_most_once_per_five_minutes() {
     let params = defaults();
-    for cell in sim::matrix().into_iter().filter(|c| c.name.starts_with("nginx")) {
+    for cell in sim::matrix()
+        .into_iter()
+        .filter(|c| c.name.starts_with("nginx"))
+    {
         let (_, audit) = sim::run_audited(&cell, &params, 3_600_000.0);
         let late = audit
             .iter()
@@ -71,7 +74,11 @@ fn converged_crawls_refuse_at_most_once_per_five_minutes() {
                     && matches!(a.what, super::What::Estimate { .. })
             })
             .count();
-        assert!(late <= 10, "{}: {late} refusal episodes in 50 minutes", cell.name);
+        assert!(
+            late <= 10,
+            "{}: {late} refusal episodes in 50 minutes",
+            cell.name
+        );
     }
 }
 
