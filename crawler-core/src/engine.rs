@@ -230,6 +230,11 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
         });
         let mut tasks: JoinSet<Completion> = JoinSet::new();
         let mut leases: HashMap<tokio::task::Id, Lease> = HashMap::new();
+        // Workers report what a response told its host's slot the moment it arrives, before
+        // the spider parses it: with several requests in flight to one host, a `remaining=0`
+        // or a Retry-After must stop the next send even while a slow parse runs.
+        let (feedback_tx, mut feedback_rx) = mpsc::unbounded_channel::<(Lease, Feedback)>();
+        let mut reported: std::collections::HashSet<Lease> = std::collections::HashSet::new();
         // Fetched pages whose items must reach the feeds before their lease is acknowledged;
         // the marker goes through the same channel as the items, after them.
         let mut marks: VecDeque<Lease> = VecDeque::new();
@@ -248,7 +253,11 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                 while tasks.len() < settings.concurrency {
                     match scheduler.next(Instant::now()) {
                         Next::Ready(lease, req) => {
-                            let handle = tasks.spawn(work(Arc::clone(&ctx), req));
+                            let report = Report {
+                                lease,
+                                tx: feedback_tx.clone(),
+                            };
+                            let handle = tasks.spawn(work(Arc::clone(&ctx), req, report));
                             leases.insert(handle.id(), lease);
                         }
                         Next::NotBefore(at) => {
@@ -283,8 +292,22 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                     };
                     let now = Instant::now();
                     let Some(lease) = leases.remove(&id) else { continue };
-                    scheduler.complete(lease, &done.feedback, now);
-                    if let Some((req, at)) = retry.plan(&mut done, now) {
+                    // The worker's early report may still sit in the channel.
+                    while let Ok((early, fb)) = feedback_rx.try_recv() {
+                        if reported.insert(early) {
+                            scheduler.complete(early, &fb, now);
+                        }
+                    }
+                    if !reported.remove(&lease) {
+                        scheduler.complete(lease, &done.feedback, now);
+                    }
+                    if let Terminal::Requeued = done.terminal {
+                        // Not an attempt: the page was not sent (robots.txt went in its
+                        // place, or is unavailable and the host is held).
+                        if let Some(req) = done.request.take() {
+                            scheduler.retry(lease, req, now);
+                        }
+                    } else if let Some((req, at)) = retry.plan(&mut done, now) {
                         scheduler.retry(lease, req, at);
                         stats.retries += 1;
                     }
@@ -305,7 +328,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                         tracing::error!("the feed writer stopped; stopping the crawl");
                         stopping = true;
                     }
-                    let terminal = !matches!(done.terminal, Terminal::Retrying);
+                    let terminal = !matches!(done.terminal, Terminal::Retrying | Terminal::Requeued);
                     let wrote_items = done.items > 0;
                     account(&mut scheduler, &mut stats, &mut failures, done);
                     // Follow-up requests are queued now; items may still be on their way to
@@ -324,6 +347,11 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                     }
                 }
                 Some(lease) = acks_rx.recv() => scheduler.acknowledge(lease),
+                Some((lease, fb)) = feedback_rx.recv() => {
+                    if reported.insert(lease) {
+                        scheduler.complete(lease, &fb, Instant::now());
+                    }
+                }
                 _ = sleep_until(wake), if wake.is_some() => {}
                 changed = stop_rx.changed() => {
                     let asked = if changed.is_ok() { *stop_rx.borrow_and_update() } else { 1 };
@@ -451,7 +479,7 @@ fn account<Q: Scheduler>(
                 });
             }
         }
-        Terminal::Retrying => {}
+        Terminal::Retrying | Terminal::Requeued => {}
     }
     if let Some(status) = done.status {
         *stats.status.entry(status).or_default() += 1;
@@ -482,6 +510,14 @@ enum Terminal {
     Failed(FailureKind),
     /// Not terminal: queued again for another attempt.
     Retrying,
+    /// Not terminal and not an attempt: back to the host's queue (see [`Fetched::Requeue`]).
+    Requeued,
+}
+
+/// Where a worker reports its request's feedback as soon as the response arrives.
+struct Report {
+    lease: Lease,
+    tx: mpsc::UnboundedSender<(Lease, Feedback)>,
 }
 
 /// Which failures are worth another attempt, and how long to wait before it.
@@ -606,10 +642,22 @@ impl Completion {
 }
 
 /// Download one request, parse it, run the items through the pipelines into the feed.
-async fn work<S: Spider, D: Downloader>(ctx: Arc<Ctx<S, D>>, req: Request) -> Completion {
+async fn work<S: Spider, D: Downloader>(
+    ctx: Arc<Ctx<S, D>>,
+    req: Request,
+    report: Report,
+) -> Completion {
     let Download { outcome, feedback } = ctx.downloader.fetch(&req).await;
+    // The slot learns now; parsing and pipelines may take a while.
+    let _ = report.tx.send((report.lease, feedback.clone()));
     let response = match outcome {
         Fetched::Disallowed => return Completion::new(feedback, Terminal::Disallowed),
+        Fetched::Requeue(why) => {
+            tracing::debug!(url = %req.url, "back to the queue: {why}");
+            let mut c = Completion::new(feedback, Terminal::Requeued);
+            c.request = Some(req);
+            return c;
+        }
         Fetched::Failed(Failure {
             kind,
             message,

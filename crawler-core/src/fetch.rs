@@ -108,6 +108,10 @@ pub enum Fetched {
     Disallowed,
     /// No usable response.
     Failed(Failure),
+    /// Not fetched yet and not terminal: the request goes back to its host's queue for a
+    /// later send (robots.txt was fetched in its place, or is unavailable and the host is
+    /// held). Not a retry attempt.
+    Requeue(String),
 }
 
 /// What the host's slot learns from one request. Adaptive politeness reads this.
@@ -121,14 +125,33 @@ pub struct Feedback {
     pub latency: Duration,
     /// The failure class, if the request failed.
     pub failure: Option<FailureKind>,
-    /// A Retry-After the server asked for, already converted to a wait from now.
+    /// A Retry-After the server asked for (on any status), already converted to a wait
+    /// from now; an HTTP-date is read against the server's own `Date` when it sent one.
     pub retry_after: Option<Duration>,
     /// robots.txt Crawl-delay for this host, once known.
     pub crawl_delay: Option<Duration>,
     /// What the response's RateLimit headers said, in whichever dialect they came.
     pub rate_limit: Option<RateLimitReading>,
-    /// The response was a challenge page (soft block) rather than content.
+    /// The response was a challenge page (soft block) rather than content, on any status.
     pub soft_block: bool,
+    /// robots.txt could not be read for this host (429, 5xx, network error, timeout): the
+    /// page was not sent and goes back to the queue; the host should be held (by
+    /// `retry_after` when the robots.txt response carried one, else by a growing backoff)
+    /// and skipped once the outage outlasts `robots_outage_max`.
+    pub robots_unavailable: bool,
+    /// How far the server's clock (its `Date` header) is ahead of ours, negative when
+    /// behind; `None` without a usable `Date` or when the offset is implausible (over 24 h).
+    /// Waits above are already corrected with it; this is for logs and diagnostics.
+    pub server_clock_offset: Option<ClockOffset>,
+}
+
+/// A signed difference between a server's clock and ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockOffset {
+    /// The size of the difference.
+    pub amount: Duration,
+    /// Whether the server's clock is ahead of ours (else behind or equal).
+    pub ahead: bool,
 }
 
 /// A server's statement of its remaining quota, normalised from any RateLimit dialect.
@@ -136,10 +159,14 @@ pub struct Feedback {
 pub struct RateLimitReading {
     /// Requests left in the current window.
     pub remaining: u64,
-    /// Time until the window resets (the quota refills).
-    pub reset: Duration,
+    /// Time until the window resets (the quota refills), against the server's clock (a
+    /// Unix-time reset is read against the server's `Date` when it sent one); `None` when
+    /// the server did not say.
+    pub reset: Option<Duration>,
     /// The window's quota, when the server said.
     pub limit: Option<u64>,
+    /// The policy window, when stated (`RateLimit-Policy: 50;w=10`, structured `w=`).
+    pub window: Option<Duration>,
 }
 
 /// Per-host figures for the final summary and progress displays.

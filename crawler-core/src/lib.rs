@@ -57,7 +57,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use feed::{FeedFormat, FeedSpec};
 pub use fetch::{
     Admission, Download, Downloader, Failure, FailureKind, Feedback, Fetched, FilterReason,
-    HostStats, Lease, Next, RateLimitReading, Scheduler,
+    ClockOffset, HostStats, Lease, Next, RateLimitReading, Scheduler,
 };
 pub use links::{Extracted, IGNORED_EXTENSIONS, Link, LinkExtractor, LinkExtractorBuilder};
 pub use middleware::{

@@ -14,18 +14,22 @@ use tokio::time::Instant;
 
 use crate::error::Error;
 use crate::guard::{PublicOnly, is_private};
-use crate::headers::{parse_rate_limit, parse_retry_after};
+use crate::headers::{parse_rate_limit, retry_after, server_clock_offset};
 use crate::robots::{RobotsCache, RobotsOptions};
 
 /// Downloads requests with reqwest, politely and within limits.
 pub struct HttpDownloader {
     client: reqwest::Client,
     robots: Option<RobotsCache>,
+    /// The crawl's `obey_robots`; `[[hosts]]` rules may override it per host.
+    obey_robots: bool,
+    /// `[[hosts]]` rules, matched against each URL's own host (not its slot key).
+    host_rules: Vec<crawler_core::HostRule>,
     max_body: u64,
     timeout: Duration,
     deny_private: bool,
-    /// Lower-cased challenge-page markers.
-    soft_block_markers: Vec<String>,
+    /// Challenge-page markers, ASCII case-insensitive, built once; `None` without markers.
+    soft_block_markers: Option<aho_corasick::AhoCorasick>,
     /// Validators and cached responses of earlier runs, when the crawl keeps them.
     store: Option<Arc<dyn ConditionalStore>>,
     /// Send If-None-Match / If-Modified-Since (the `conditional_requests` setting).
@@ -55,13 +59,20 @@ impl HttpDownloader {
         // small; install ring's once per process (a second install is a harmless no-op).
         let _ = rustls::crypto::ring::default_provider().install_default();
         let client = build_client(settings, settings.max_redirects)?;
-        let robots = if settings.obey_robots {
+        // A host rule may turn robots on for one host of a crawl that ignores them.
+        let any_host_obeys = settings
+            .hosts
+            .iter()
+            .any(|r| r.ignore_robots == Some(false));
+        let robots = if settings.obey_robots || any_host_obeys {
             // RFC 9309 asks crawlers to follow at least five redirects for robots.txt.
             // The client shares the private-address guard with page fetches.
             let options = RobotsOptions {
                 ttl: settings.robots_ttl,
                 fetch_timeout: settings.download_timeout,
-                ..RobotsOptions::default()
+                // An unreadable robots.txt is not remembered: the host is held instead, and
+                // the next send after the hold asks for robots.txt again.
+                retry_unreachable: Duration::ZERO,
             };
             Some(RobotsCache::with_options(
                 build_client(settings, 5)?,
@@ -74,15 +85,12 @@ impl HttpDownloader {
         Ok(Self {
             client,
             robots,
+            obey_robots: settings.obey_robots,
+            host_rules: settings.hosts.clone(),
             max_body: settings.max_body_size,
             timeout: settings.download_timeout,
             deny_private: settings.deny_private_addresses,
-            soft_block_markers: settings
-                .soft_block_markers
-                .iter()
-                .map(|m| m.to_lowercase())
-                .filter(|m| !m.is_empty())
-                .collect(),
+            soft_block_markers: challenge_matcher(&settings.soft_block_markers)?,
             store: None,
             send_validators: settings.conditional_requests,
             offline: settings.http_cache && settings.http_cache_offline,
@@ -108,22 +116,86 @@ impl HttpDownloader {
         self.robots.as_ref()
     }
 
-    /// Whether a successful HTML response is really a challenge page.
-    fn is_challenge(&self, headers: &http::HeaderMap, body: &[u8]) -> bool {
-        if self.soft_block_markers.is_empty() {
-            return false;
+    /// Whether robots.txt applies to `url`: the first `[[hosts]]` rule matching the URL's
+    /// host (with its port when not the default) decides when it sets `ignore_robots`,
+    /// whatever slot key (`host_key`) groups the host.
+    fn obeys_robots(&self, url: &Url) -> bool {
+        let host = url.host_str().unwrap_or("");
+        let host = match url.port() {
+            Some(p) => format!("{host}:{p}"),
+            None => host.to_owned(),
+        };
+        self.host_rules
+            .iter()
+            .find(|r| r.matches(&host))
+            .and_then(|r| r.ignore_robots)
+            .map_or(self.obey_robots, |ignore| !ignore)
+    }
+
+    /// The robots.txt gate. `Ok(crawl_delay)` when the page may be sent in this slot;
+    /// otherwise the answer to give instead: a refusal, or the page back to the queue
+    /// because robots.txt took this slot's send (or is unavailable, and the host is held).
+    async fn robots_gate(
+        &self,
+        robots: &RobotsCache,
+        req: &Request,
+        feedback: &mut Feedback,
+    ) -> Result<(), Fetched> {
+        if let Some(rules) = robots.cached(&req.url).filter(|r| !r.is_unreachable()) {
+            feedback.crawl_delay = rules.crawl_delay();
+            return if rules.allowed(&req.url) {
+                Ok(())
+            } else {
+                Err(Fetched::Disallowed)
+            };
         }
+        // robots.txt goes out as this slot's send, so it is paced like any request to the
+        // host; the page waits for its own send.
+        let started = Instant::now();
+        let (rules, fetched) = robots.fetch_rules(&req.url).await;
+        feedback.sent = fetched;
+        if fetched {
+            feedback.latency = started.elapsed();
+            feedback.status = rules.http_status();
+        }
+        feedback.crawl_delay = rules.crawl_delay();
+        if rules.is_unreachable() {
+            // RFC 9309's "disallow for now" means wait: the host is held and the page keeps
+            // its place; it is not a refusal.
+            feedback.robots_unavailable = true;
+            feedback.retry_after = rules.retry_after();
+            let why = match rules.status() {
+                crate::RobotsStatus::Unreachable { reason, .. } => reason.clone(),
+                _ => String::new(),
+            };
+            return Err(Fetched::Requeue(format!("robots.txt unavailable: {why}")));
+        }
+        if !rules.allowed(&req.url) {
+            return Err(Fetched::Disallowed);
+        }
+        if fetched {
+            Err(Fetched::Requeue("robots.txt fetched first".to_owned()))
+        } else {
+            // Another request fetched it; this slot's send is still unused.
+            Ok(())
+        }
+    }
+
+    /// Whether a response (of any status: challenges come as 200, 403 and 503) is really a
+    /// challenge page. Only HTML-ish bodies are searched, and only their first
+    /// [`SOFT_BLOCK_SCAN`] bytes, raw: one pass of a prebuilt automaton, no copy.
+    fn is_challenge(&self, headers: &http::HeaderMap, body: &[u8]) -> bool {
+        let Some(markers) = &self.soft_block_markers else {
+            return false;
+        };
         let html = headers
             .get("content-type")
             .and_then(|v| v.to_str().ok())
-            .is_none_or(|ct| ct.to_ascii_lowercase().contains("html"));
-        if !html {
-            return false;
-        }
-        let head = String::from_utf8_lossy(&body[..body.len().min(SOFT_BLOCK_SCAN)]).to_lowercase();
-        self.soft_block_markers
-            .iter()
-            .any(|m| head.contains(m.as_str()))
+            .is_none_or(|ct| {
+                let ct = ct.to_ascii_lowercase();
+                ct.contains("html") || ct.starts_with("text/plain")
+            });
+        html && markers.is_match(body.get(..SOFT_BLOCK_SCAN).unwrap_or(body))
     }
 
     async fn send(
@@ -165,6 +237,24 @@ impl HttpDownloader {
         }
         Ok((url, status, headers, body.freeze()))
     }
+}
+
+/// One automaton for all markers: matching stays a single pass over the scanned bytes
+/// whatever the number of markers.
+fn challenge_matcher(markers: &[String]) -> Result<Option<aho_corasick::AhoCorasick>, Error> {
+    let markers: Vec<&str> = markers
+        .iter()
+        .map(|m| m.as_str())
+        .filter(|m| !m.is_empty())
+        .collect();
+    if markers.is_empty() {
+        return Ok(None);
+    }
+    aho_corasick::AhoCorasick::builder()
+        .ascii_case_insensitive(true)
+        .build(markers)
+        .map(Some)
+        .map_err(|e| Error::new("cannot build the soft_block_markers matcher", e))
 }
 
 fn too_large(cap: u64, status: u16) -> Failure {
@@ -266,6 +356,15 @@ fn classify(e: reqwest::Error) -> Failure {
         FailureKind::Timeout
     } else if lower.contains("dns error") || lower.contains("failed to lookup address") {
         FailureKind::Dns
+    } else if (lower.contains("tls") || lower.contains("handshake"))
+        && (lower.contains("reset")
+            || lower.contains("broken pipe")
+            || lower.contains("unexpected eof")
+            || lower.contains("connection closed"))
+    {
+        // The peer hung up mid-handshake (an overloaded TLS terminator): the network failed,
+        // not the certificate, and another attempt may well succeed.
+        FailureKind::Connection
     } else if lower.contains("certificate") || lower.contains("tls") || lower.contains("handshake")
     {
         FailureKind::Tls
@@ -298,6 +397,7 @@ impl Downloader for HttpDownloader {
         }
         if let Some(robots) = &self.robots
             && wants_robots_sitemaps(req)
+            && self.obeys_robots(&req.url)
         {
             return self.robots_sitemaps(robots, req).await;
         }
@@ -324,16 +424,11 @@ impl Downloader for HttpDownloader {
             ));
             return Download { outcome, feedback };
         }
-        if let Some(robots) = &self.robots {
-            let check = robots.check(&req.url).await;
-            feedback.crawl_delay = check.crawl_delay;
-            if !check.allowed {
-                feedback.sent = check.fetched;
-                return Download {
-                    outcome: Fetched::Disallowed,
-                    feedback,
-                };
-            }
+        if let Some(robots) = &self.robots
+            && self.obeys_robots(&req.url)
+            && let Err(outcome) = self.robots_gate(robots, req, &mut feedback).await
+        {
+            return Download { outcome, feedback };
         }
         let stored = store.and_then(|s| read_validators(s.as_ref(), &req.url));
         let conditional = if self.send_validators && store.is_some() {
@@ -376,14 +471,12 @@ impl Downloader for HttpDownloader {
             Ok((url, status, headers, body)) => {
                 feedback.status = Some(status);
                 let now = SystemTime::now();
-                if status == 429 || status == 503 {
-                    feedback.retry_after = headers
-                        .get("retry-after")
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| parse_retry_after(v, now));
-                }
+                // A Retry-After is an instruction on whatever status carries it (a 301 or 302
+                // during maintenance, a 413, a 5xx), read against the server's clock.
+                feedback.retry_after = retry_after(&headers, now);
+                feedback.server_clock_offset = server_clock_offset(&headers, now);
                 feedback.rate_limit = parse_rate_limit(&headers, now);
-                if (200..300).contains(&status) && self.is_challenge(&headers, &body) {
+                if status != 304 && self.is_challenge(&headers, &body) {
                     feedback.soft_block = true;
                     Fetched::Failed(Failure {
                         kind: FailureKind::SoftBlock,

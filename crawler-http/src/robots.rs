@@ -10,6 +10,12 @@
 //! | 4xx other than 429 | unavailable: allow all | the TTL |
 //! | 429, 5xx, network error, timeout | unreachable: disallow all **for now** | the retry interval (60 s), then fetched again |
 //!
+//! The crawl's downloader reads "disallow for now" as *wait*, never as a refusal: the page
+//! goes back to its host's queue, the host is held (by the robots.txt response's Retry-After,
+//! else a growing backoff) and robots.txt is asked again when the hold ends; only an outage
+//! longer than `robots_outage_max` skips the host. The cache keeps at most
+//! [`ROBOTS_MAX_ORIGINS`] origins, dropping the least recently used.
+//!
 //! Bodies over [`ROBOTS_MAX_BYTES`] are cut at the last line break before the limit, so a rule
 //! is never read half-way (`Disallow: /private` cut to `Disallow: /p` would forbid too much).
 
@@ -30,6 +36,10 @@ use crate::sitemap::error_chain;
 pub const ROBOTS_MAX_BYTES: usize = 500 * 1024;
 /// Redirects followed when fetching robots.txt (RFC 9309 asks for at least five).
 pub const ROBOTS_MAX_REDIRECTS: usize = 5;
+/// Origins whose verdicts a [`RobotsCache`] keeps; the least recently used goes first. At
+/// the body cap each verdict is small (parsed rules), so this bounds the cache's memory on
+/// crawls that touch millions of hosts.
+pub const ROBOTS_MAX_ORIGINS: usize = 10_000;
 
 /// How a [`RobotsCache`] fetches and how long it trusts what it fetched.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,6 +95,8 @@ pub struct RobotsRules {
     rules: Rules,
     status: RobotsStatus,
     expires: Instant,
+    /// The Retry-After of an unreachable robots.txt's response, if it sent one.
+    retry_after: Option<Duration>,
 }
 
 #[derive(Debug)]
@@ -142,6 +154,27 @@ impl RobotsRules {
     pub fn expires(&self) -> Instant {
         self.expires
     }
+
+    /// Whether robots.txt could not be read for now (429, 5xx, network error, timeout).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self.status, RobotsStatus::Unreachable { .. })
+    }
+
+    /// The HTTP status of the final robots.txt response, if one arrived.
+    pub fn http_status(&self) -> Option<u16> {
+        match &self.status {
+            RobotsStatus::Fetched { status } => Some(*status),
+            RobotsStatus::Unavailable { status, .. } | RobotsStatus::Unreachable { status, .. } => {
+                *status
+            }
+        }
+    }
+
+    /// The wait an unreachable robots.txt's response asked for (its Retry-After, read
+    /// against the server's clock).
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
 }
 
 /// The product token robots.txt groups are matched against: the User-Agent up to the first
@@ -153,6 +186,44 @@ pub fn product_token(user_agent: &str) -> &str {
 
 type Cell = Arc<OnceCell<Arc<RobotsRules>>>;
 
+/// One origin's cell and when it was last used (a counter, for LRU eviction).
+struct Slot {
+    cell: Cell,
+    used: u64,
+}
+
+#[derive(Default)]
+struct Origins {
+    map: HashMap<String, Slot>,
+    clock: u64,
+}
+
+impl Origins {
+    /// The origin's cell, marked used now; a new one (evicting the least recently used
+    /// origin when full) if it has none.
+    fn cell(&mut self, origin: &str, cap: usize) -> &mut Cell {
+        self.clock += 1;
+        let clock = self.clock;
+        if !self.map.contains_key(origin) && self.map.len() >= cap.max(1) {
+            // A scan per new origin once full: 10,000 comparisons, next to a network fetch.
+            if let Some(oldest) = self
+                .map
+                .iter()
+                .min_by_key(|(_, s)| s.used)
+                .map(|(k, _)| k.clone())
+            {
+                self.map.remove(&oldest);
+            }
+        }
+        let slot = self.map.entry(origin.to_owned()).or_insert_with(|| Slot {
+            cell: Cell::default(),
+            used: clock,
+        });
+        slot.used = clock;
+        &mut slot.cell
+    }
+}
+
 /// A per-origin cache of robots.txt verdicts. Each origin's robots.txt is fetched once per
 /// TTL, and concurrent checks for one origin share a single fetch.
 pub struct RobotsCache {
@@ -161,7 +232,9 @@ pub struct RobotsCache {
     options: RobotsOptions,
     /// One cell per origin; the lock is held only to find or replace a cell, never across a
     /// fetch, so checks for other origins are not blocked by a slow server.
-    origins: Mutex<HashMap<String, Cell>>,
+    origins: Mutex<Origins>,
+    /// Most origins kept.
+    capacity: usize,
 }
 
 impl std::fmt::Debug for RobotsCache {
@@ -211,7 +284,45 @@ impl RobotsCache {
             agent: product_token(user_agent).to_owned(),
             options,
             origins: Mutex::default(),
+            capacity: ROBOTS_MAX_ORIGINS,
         }
+    }
+
+    /// Keep at most `capacity` origins (default [`ROBOTS_MAX_ORIGINS`]).
+    pub fn with_capacity(mut self, capacity: usize) -> Self {
+        self.capacity = capacity.max(1);
+        self
+    }
+
+    /// Origins cached now.
+    pub fn len(&self) -> usize {
+        self.origins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .map
+            .len()
+    }
+
+    /// Whether no origin is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The verdict for `url`'s origin if one is cached and still trusted, without fetching.
+    pub fn cached(&self, url: &Url) -> Option<Arc<RobotsRules>> {
+        let origin = url.origin().ascii_serialization();
+        let mut origins = self.origins.lock().unwrap_or_else(|p| p.into_inner());
+        if !origins.map.contains_key(&origin) {
+            return None;
+        }
+        let rules = origins.cell(&origin, self.capacity).get()?;
+        (rules.expires > Instant::now()).then(|| Arc::clone(rules))
+    }
+
+    /// The verdict for `url`'s origin, fetching robots.txt if it is not cached (or no longer
+    /// trusted), and whether this call sent the request.
+    pub async fn fetch_rules(&self, url: &Url) -> (Arc<RobotsRules>, bool) {
+        self.rules_and_fetched(url).await
     }
 
     /// Check `url`, fetching its origin's robots.txt first if it is not cached. Concurrent
@@ -235,7 +346,7 @@ impl RobotsCache {
     pub fn cached_sitemaps(&self, url: &Url) -> Option<Vec<Url>> {
         let origin = url.origin().ascii_serialization();
         let map = self.origins.lock().unwrap_or_else(|p| p.into_inner());
-        let rules = map.get(&origin)?.get()?;
+        let rules = map.map.get(&origin)?.cell.get()?;
         (rules.expires > Instant::now()).then(|| rules.sitemap_urls())
     }
 
@@ -243,7 +354,7 @@ impl RobotsCache {
         let origin = url.origin().ascii_serialization();
         let cell = {
             let mut map = self.origins.lock().unwrap_or_else(|p| p.into_inner());
-            let cell = map.entry(origin.clone()).or_default();
+            let cell = map.cell(&origin, self.capacity);
             if cell.get().is_some_and(|r| r.expires <= Instant::now()) {
                 // Callers still holding the old cell keep its verdict; new callers share one
                 // new fetch.
@@ -273,6 +384,7 @@ enum Retrieved {
         status: u16,
         body: Vec<u8>,
         truncated: bool,
+        retry_after: Option<Duration>,
     },
     /// Redirects that cannot be followed (too many, a loop, a bad target).
     BadRedirect { status: Option<u16>, reason: String },
@@ -310,6 +422,8 @@ async fn retrieve_inner(client: &reqwest::Client, robots_url: &str) -> Retrieved
             Err(e) => return Retrieved::Failed(error_chain(&e)),
         };
         let status = resp.status().as_u16();
+        let retry_after =
+            crate::headers::retry_after(resp.headers(), std::time::SystemTime::now());
         if (300..400).contains(&status) && status != 304 {
             let next = resp
                 .headers()
@@ -373,6 +487,7 @@ async fn retrieve_inner(client: &reqwest::Client, robots_url: &str) -> Retrieved
             status,
             body,
             truncated,
+            retry_after,
         };
     }
     Retrieved::BadRedirect {
@@ -409,11 +524,13 @@ fn verdict(
     };
     let mut kept_body = None;
     let mut was_truncated = false;
+    let mut asked_wait = None;
     let (rules, status, ttl) = match got {
         Retrieved::Body {
             status,
             body,
             truncated,
+            ..
         } if (200..300).contains(&status) => {
             was_truncated = truncated;
             match Robot::new(agent, &body) {
@@ -432,7 +549,12 @@ fn verdict(
             }
         }
         // 429 says "come back later", like a 5xx: nothing may be fetched until it is read.
-        Retrieved::Body { status, .. } if status == 429 || status >= 500 => {
+        Retrieved::Body {
+            status,
+            retry_after,
+            ..
+        } if status == 429 || status >= 500 => {
+            asked_wait = retry_after;
             unreachable(Some(status), format!("HTTP {status}"))
         }
         // Any other 4xx (and odd statuses): no robots.txt, so everything is allowed.
@@ -445,6 +567,7 @@ fn verdict(
             rules,
             status,
             expires: now + ttl,
+            retry_after: asked_wait,
         },
         kept_body,
         was_truncated,
@@ -652,6 +775,7 @@ mod tests {
             rules: Rules::Parsed(Box::new(Robot::new(agent, txt).unwrap())),
             status: RobotsStatus::Fetched { status: 200 },
             expires: Instant::now(),
+            retry_after: None,
         }
     }
 

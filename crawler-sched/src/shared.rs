@@ -159,7 +159,8 @@ impl SharedThrottle {
             fb.retry_after.map(|w| (w, "Retry-After")),
             fb.rate_limit
                 .filter(|rl| rl.remaining == 0)
-                .map(|rl| (rl.reset, "RateLimit exhausted")),
+                .and_then(|rl| rl.reset.or(rl.window))
+                .map(|reset| (reset, "RateLimit exhausted")),
             fb.soft_block
                 .then_some((self.params.soft_block_pause, "challenge page")),
         ];

@@ -73,6 +73,31 @@ pub struct Rules {
     max_wait: Duration,
     crawl_delay: Duration,
     soft_block_pause: Duration,
+    /// 429/503 without Retry-After in a row (reset by a 2xx/3xx).
+    refusals: u32,
+    /// 403s in a row (reset by a 2xx/3xx).
+    forbidden: u32,
+    /// When robots.txt became unreadable, while it still is.
+    robots_down_since: Option<Instant>,
+    /// robots.txt failures in the current outage.
+    robots_failures: u32,
+    robots_outage_max: Duration,
+}
+
+/// 403s in a row after which a host is skipped for the run: the server has decided.
+const FORBIDDEN_STREAK: u32 = 8;
+/// First backoff after a refusal without a stated wait; it doubles on every repeat.
+const REFUSAL_BACKOFF: Duration = Duration::from_secs(2);
+/// The longest such backoff.
+const REFUSAL_BACKOFF_CAP: Duration = Duration::from_secs(60);
+
+/// 2 s, 4 s, ... up to 60 s for the `n`th failure in a row, with equal jitter (between half
+/// and all of it) so hosts held together do not all come back at once.
+fn jittered_backoff(n: u32) -> Duration {
+    let full = REFUSAL_BACKOFF
+        .saturating_mul(1u32 << n.saturating_sub(1).min(10))
+        .min(REFUSAL_BACKOFF_CAP);
+    full.mul_f64(rand::rng().random_range(0.5..=1.0))
 }
 
 impl Rules {
@@ -87,6 +112,11 @@ impl Rules {
             max_wait: settings.max_retry_after,
             crawl_delay: Duration::ZERO,
             soft_block_pause: settings.soft_block_pause,
+            refusals: 0,
+            forbidden: 0,
+            robots_down_since: None,
+            robots_failures: 0,
+            robots_outage_max: settings.robots_outage_max,
         }
     }
 
@@ -129,14 +159,75 @@ impl Rules {
             verdict = self.hold(wait, now, "Retry-After");
         }
         if let Some(rl) = fb.rate_limit {
-            if rl.remaining == 0 && verdict == Verdict::Continue {
-                verdict = self.hold(rl.reset, now, "RateLimit exhausted");
+            // Exhausted without a reset: the policy window is the honest wait; with neither,
+            // the refusal backoff below covers a following 429.
+            if let Some(reset) = rl.reset.or(rl.window)
+                && rl.remaining == 0
+                && verdict == Verdict::Continue
+            {
+                verdict = self.hold(reset, now, "RateLimit exhausted");
             }
         }
         if fb.soft_block && verdict == Verdict::Continue {
             verdict = self.hold(self.soft_block_pause, now, "challenge page");
         }
+        if verdict != Verdict::Continue {
+            return verdict;
+        }
+        verdict = self.observe_outages(fb, now);
         verdict
+    }
+
+    /// Refusals without a stated wait, streaks of 403s and robots.txt outages: each holds
+    /// the whole host by a backoff that grows while the condition lasts.
+    fn observe_outages(&mut self, fb: &Feedback, now: Instant) -> Verdict {
+        if fb.robots_unavailable {
+            let since = *self.robots_down_since.get_or_insert(now);
+            let down = now.saturating_duration_since(since);
+            if down > self.robots_outage_max {
+                let why = format!(
+                    "robots.txt unavailable for {:.0}s, more than robots_outage_max ({:.0}s)",
+                    down.as_secs_f64(),
+                    self.robots_outage_max.as_secs_f64()
+                );
+                tracing::warn!(host = %self.host, "skipping host for this run: {why}");
+                return Verdict::Skip(why);
+            }
+            self.robots_failures += 1;
+            if fb.retry_after.is_none() {
+                let wait = jittered_backoff(self.robots_failures);
+                return self.hold(wait, now, "robots.txt unavailable");
+            }
+            return Verdict::Continue;
+        }
+        if fb.sent && fb.status.is_some() {
+            // robots.txt (or a page) came through: the outage is over.
+            self.robots_down_since = None;
+            self.robots_failures = 0;
+        }
+        match fb.status {
+            Some(429 | 503) if fb.retry_after.is_none() && !fb.soft_block => {
+                self.refusals += 1;
+                let wait = jittered_backoff(self.refusals);
+                self.hold(wait, now, "refusal without Retry-After")
+            }
+            Some(403) if !fb.soft_block => {
+                self.forbidden += 1;
+                if self.forbidden >= FORBIDDEN_STREAK {
+                    let why = format!("{} responses in a row were 403 Forbidden", self.forbidden);
+                    tracing::warn!(host = %self.host, "skipping host for this run: {why}");
+                    return Verdict::Skip(why);
+                }
+                let wait = jittered_backoff(self.forbidden);
+                self.hold(wait, now, "403 streak")
+            }
+            Some(s) if (200..400).contains(&s) => {
+                self.refusals = 0;
+                self.forbidden = 0;
+                Verdict::Continue
+            }
+            _ => Verdict::Continue,
+        }
     }
 
     /// A running hold (as wall-clock time left, since a restart resets the monotonic clock)
@@ -485,12 +576,14 @@ impl Throttle for Adaptive {
             self.cut(sent_at, now, CUT, trigger);
         } else if let Some(rl) = fb.rate_limit {
             self.steered = true;
-            let mut secs = rl.reset.as_secs_f64();
+            // Without a stated reset, the policy window is the longest the quota can last.
+            let reset = rl.reset.or(rl.window).unwrap_or(Duration::ZERO);
+            let mut secs = reset.as_secs_f64();
             // Whole-second resets are rounded up by servers (the IETF fields are integers):
             // the true time left is half a second less on average. Pacing on the rounded
             // value would leave a sixth of a 3-second window unused; an exhausted quota
             // still holds for the full stated reset.
-            if rl.reset.subsec_nanos() == 0 && secs >= 1.0 {
+            if reset.subsec_nanos() == 0 && secs >= 1.0 {
                 secs -= 0.5;
             }
             if rl.remaining > 0 && secs > 0.0 {
@@ -774,8 +867,9 @@ mod tests {
         let rl = |remaining, reset| Feedback {
             rate_limit: Some(RateLimitReading {
                 remaining,
-                reset: Duration::from_secs(reset),
+                reset: Some(Duration::from_secs(reset)),
                 limit: Some(100),
+                window: None,
             }),
             ..ok(5)
         };
