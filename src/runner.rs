@@ -46,7 +46,7 @@ use std::pin::Pin;
 use std::process::ExitCode;
 
 use crawler_core::{
-    Downloader, Fetched, Output, Request, Settings, SettingsLayers, Spider, Stats,
+    Fetched, Output, Request, Settings, SettingsLayers, Spider, Stats,
     settings_markdown,
 };
 use crawler_http::HttpDownloader;
@@ -177,13 +177,7 @@ async fn run_contract<S: Spider>(
         req = req.callback(cb.clone());
     }
     let downloader = HttpDownloader::new(settings)?;
-    // robots.txt is fetched as a send of its own first (the page comes back to be sent
-    // again); a contract check asks twice at most, then gives up.
-    let mut outcome = downloader.fetch(&req).await.outcome;
-    if let Fetched::Requeue(_) = outcome {
-        outcome = downloader.fetch(&req).await.outcome;
-    }
-    let page = match outcome {
+    let page = match downloader.fetch_once(&req).await.outcome {
         Fetched::Response(page) => page,
         Fetched::Disallowed => return Err(fail("disallowed by robots.txt".into())),
         Fetched::Failed(f) => return Err(fail(format!("{}: {}", f.kind, f.message))),

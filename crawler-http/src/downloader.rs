@@ -116,6 +116,17 @@ impl HttpDownloader {
         self.robots.as_ref()
     }
 
+    /// Fetch one request outside a crawl (tools, contract checks), where no slot paces the
+    /// sends: robots.txt first when it is not cached, then the page, back to back. An
+    /// unavailable robots.txt gives [`Fetched::Requeue`] with its reason.
+    pub async fn fetch_once(&self, req: &Request) -> Download {
+        let first = self.fetch(req).await;
+        match &first.outcome {
+            Fetched::Requeue(_) if !first.feedback.robots_unavailable => self.fetch(req).await,
+            _ => first,
+        }
+    }
+
     /// Whether robots.txt applies to `url`: the first `[[hosts]]` rule matching the URL's
     /// host (with its port when not the default) decides when it sets `ignore_robots`,
     /// whatever slot key (`host_key`) groups the host.

@@ -98,6 +98,12 @@
 //! | `robots-crawl-delay`, `robots-agents`, `robots-404`, `robots-403`, `robots-500`, `robots-503`, `robots-timeout`, `robots-oversized` | robots.txt variants ([`Robots`]) |
 //! | `chaos` | 2,000 books; about 20% of book pages fault, chosen per path from the seed; malformed sitemaps listed in the index |
 //!
+//! ## Scripts
+//!
+//! [`LabBuilder::script`] lets a test answer any request itself ([`ScriptReply`]: status,
+//! headers, body, a skewed `Date`) before the scenario sees it: robots.txt outages, redirect
+//! farms, challenges on any status. Several labs on their ports are several hosts.
+//!
 //! ## Faults
 //!
 //! [`FaultKind`] lists them: connection reset mid-body, trickling body, endless body, body
@@ -128,6 +134,7 @@ mod ratelimit;
 mod recorder;
 mod robots;
 mod scenario;
+mod script;
 mod server;
 mod site;
 mod sitemap;
@@ -143,3 +150,4 @@ pub use lab::{
 };
 pub use recorder::{ClientReport, RecordedRequest, Recorder, Report, Violation};
 pub use scenario::{Block, Dialect, Limit, Overload, RetryAfter, Robots, Scenario};
+pub use script::{ScriptReply, ScriptRequest};
