@@ -411,3 +411,92 @@ async fn ignore_robots_for_one_host_fetches_its_disallowed_paths_and_not_another
     mine.shutdown().await;
     theirs.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirect_into_a_robots_disallowed_path_is_never_fetched_and_is_counted() {
+    let lab = Lab::builder()
+        .script(|req| match req.path {
+            "/go" => Some(ScriptReply::redirect(302, "/private/secret.html")),
+            "/moved" => Some(ScriptReply::redirect(301, "/catalogue/book-1.html")),
+            _ => None,
+        })
+        .start()
+        .await
+        .expect("lab");
+    let stats = crawl(Pages::new(vec![lab.url_for("/go"), lab.url_for("/moved")]))
+        .set("start_rate", "10")
+        .run()
+        .await
+        .expect("crawl");
+    let paths: Vec<String> = lab.recorder().requests().into_iter().map(|r| r.path).collect();
+    assert!(!paths.iter().any(|p| p.starts_with("/private/")), "{paths:?}");
+    assert!(paths.contains(&"/catalogue/book-1.html".to_owned()), "{paths:?}");
+    assert_eq!(stats.redirected, 2, "{stats}");
+    assert_eq!(stats.disallowed, 1, "{stats}");
+    assert_eq!(stats.items_scraped, 1, "{stats}");
+    assert!(stats.reconciles(), "{stats}");
+    lab.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_farm_of_twenty_hosts_redirecting_to_one_never_exceeds_its_limit() {
+    // The target allows 5 r/s with a burst of 5 and refuses with Retry-After: 2. Twenty
+    // source hosts (twenty labs, twenty ports) each redirect five pages to it. The target's
+    // own slot paces every hop, whichever host sent it there, and its 429s hold it alone.
+    let target = Lab::builder()
+        .books(200)
+        .scenario(Scenario::rate_limited(5.0, 5).retry_after(RetryAfter::Seconds(2)))
+        .start()
+        .await
+        .expect("target lab");
+    let mut sources = Vec::new();
+    for s in 0..20u32 {
+        let base = target.url();
+        let lab = Lab::builder()
+            .script(move |req| {
+                let n: u32 = req.path.strip_prefix("/p/")?.parse().ok()?;
+                Some(ScriptReply::redirect(
+                    301,
+                    format!("{base}catalogue/book-{}.html", s * 5 + n + 1),
+                ))
+            })
+            .start()
+            .await
+            .expect("source lab");
+        sources.push(lab);
+    }
+    let start: Vec<String> = sources
+        .iter()
+        .flat_map(|lab| (0..5).map(|n| lab.url_for(&format!("/p/{n}"))))
+        .collect();
+    let started = std::time::Instant::now();
+    let stats = crawl(Pages::new(start))
+        .set("start_rate", "10")
+        .set("max_rate", "20")
+        .set("concurrency", "32")
+        .run()
+        .await
+        .expect("crawl");
+    let wall = started.elapsed();
+    let report = target.recorder().report();
+    let t = report.clients.values().next().expect("the target saw us");
+    eprintln!(
+        "redirect farm: {} requests to the target ({} refused), max {} in any second, {} items of 100, wall {:.1}s",
+        t.requests,
+        t.status_429,
+        t.max_per_second,
+        stats.items_scraped,
+        wall.as_secs_f64()
+    );
+    assert_eq!(stats.items_scraped, 100, "{stats}");
+    assert_eq!(stats.redirected, 100, "{stats}");
+    assert_eq!(t.violations, 0, "{:?}", t.violation_samples);
+    // Rate 5/s plus the burst of 5, and the one robots.txt.
+    assert!(t.max_per_second <= 11, "target saw {} in one second", t.max_per_second);
+    assert!(t.status_429 <= 3, "{} refusals", t.status_429);
+    assert!(stats.reconciles(), "{stats}");
+    for lab in sources {
+        lab.shutdown().await;
+    }
+    target.shutdown().await;
+}

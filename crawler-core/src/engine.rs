@@ -227,6 +227,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
             downloader,
             pipelines,
             items_tx: items_tx.clone(),
+            max_redirects: settings.max_redirects,
         });
         let mut tasks: JoinSet<Completion> = JoinSet::new();
         let mut leases: HashMap<tokio::task::Id, Lease> = HashMap::new();
@@ -467,6 +468,7 @@ fn account<Q: Scheduler>(
         Terminal::Fetched => stats.fetched += 1,
         Terminal::NotModified => stats.not_modified += 1,
         Terminal::Disallowed => stats.disallowed += 1,
+        Terminal::Redirected => stats.redirected += 1,
         Terminal::Failed(kind) => {
             Stats::bump(&mut stats.failed, kind.as_str());
             if let (Some(log), Some(req)) = (failures.as_mut(), &done.request) {
@@ -501,12 +503,16 @@ struct Ctx<S: Spider, D> {
     downloader: Arc<D>,
     pipelines: Vec<Box<dyn DynPipeline<S::Item>>>,
     items_tx: mpsc::Sender<FeedMsg<S::Item>>,
+    /// Redirect hops allowed from one start request.
+    max_redirects: usize,
 }
 
 enum Terminal {
     Fetched,
     NotModified,
     Disallowed,
+    /// A 3xx whose next hop was queued as a new request.
+    Redirected,
     Failed(FailureKind),
     /// Not terminal: queued again for another attempt.
     Retrying,
@@ -682,6 +688,33 @@ async fn work<S: Spider, D: Downloader>(
         304 => Terminal::NotModified,
         _ => Terminal::Failed(FailureKind::Status),
     };
+    if !revalidated
+        && REDIRECTS.contains(&status)
+        && !req
+            .meta
+            .get(DONT_REDIRECT_META)
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false)
+    {
+        let mut done = match redirect(&req, &response, ctx.max_redirects) {
+            Ok(next) => {
+                tracing::debug!(from = %req.url, to = %next.url, status, "redirect");
+                let mut done = Completion::new(feedback, Terminal::Redirected);
+                done.requests = vec![next];
+                done
+            }
+            Err(failure) => {
+                tracing::debug!(url = %req.url, status, "redirect not followed: {}", failure.message);
+                let mut done = Completion::new(feedback, Terminal::Failed(failure.kind));
+                done.message = failure.message;
+                done.request = Some(req);
+                done
+            }
+        };
+        done.status = Some(status);
+        done.bytes = response.body().len() as u64;
+        return done;
+    }
     let mut done = Completion::new(feedback, terminal);
     done.status = Some(if revalidated { 304 } else { status });
     // Cached bodies did not cross the network; the stats count bytes received.
@@ -749,6 +782,86 @@ async fn work<S: Spider, D: Downloader>(
         done.items += 1;
     }
     done
+}
+
+/// Request meta key: when `true`, a 3xx answer is not followed (it ends as an HTTP status
+/// failure, as any non-2xx the spider does not handle).
+pub const DONT_REDIRECT_META: &str = "dont_redirect";
+
+/// Statuses whose `Location` is followed.
+const REDIRECTS: [u16; 5] = [301, 302, 303, 307, 308];
+
+/// The next hop of a redirect, as a new request that goes through the frontier (so the
+/// target's robots.txt and its host's slot apply), or why it cannot be followed. As Scrapy's
+/// RedirectMiddleware: 301/302/303 turn a POST into a GET without body (303 anything but
+/// HEAD), 307/308 keep method and body; credentials do not cross to another origin; the
+/// callback, meta, priority and depth carry over.
+fn redirect(req: &Request, response: &crate::Response, max: usize) -> std::result::Result<Request, Failure> {
+    let status = response.status();
+    let location = response
+        .headers()
+        .get(http::header::LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .ok_or_else(|| {
+            failure(FailureKind::BadRedirect, status, format!("HTTP {status} without a usable Location"))
+        })?;
+    let target = response.url().join(location).map_err(|e| {
+        failure(FailureKind::BadRedirect, status, format!("redirect to an invalid URL '{location}': {e}"))
+    })?;
+    if !matches!(target.scheme(), "http" | "https") || target.host().is_none() {
+        return Err(failure(
+            FailureKind::BadRedirect,
+            status,
+            format!("redirect to non-http URL '{target}'"),
+        ));
+    }
+    if target == req.url || req.redirect_urls.contains(&target) {
+        return Err(failure(
+            FailureKind::TooManyRedirects,
+            status,
+            format!("redirect loop at '{target}'"),
+        ));
+    }
+    if req.redirect_urls.len() + 1 > max {
+        return Err(failure(
+            FailureKind::TooManyRedirects,
+            status,
+            format!("more than {max} redirects"),
+        ));
+    }
+    let mut next = req.clone();
+    next.redirect_urls.push(req.url.clone());
+    let to_get = match status {
+        301 | 302 => req.method == "POST",
+        303 => req.method != "HEAD",
+        _ => false,
+    };
+    if to_get {
+        next.method = "GET".to_owned();
+        next.body = None;
+        next.headers.retain(|(k, _)| {
+            !k.eq_ignore_ascii_case("content-type") && !k.eq_ignore_ascii_case("content-length")
+        });
+    }
+    if target.origin() != req.url.origin() {
+        // Credentials given for one origin are not handed to another.
+        next.headers.retain(|(k, _)| {
+            !k.eq_ignore_ascii_case("authorization") && !k.eq_ignore_ascii_case("cookie")
+        });
+    }
+    next.url = target;
+    next.retries = 0;
+    Ok(next)
+}
+
+fn failure(kind: FailureKind, status: u16, message: String) -> Failure {
+    Failure {
+        kind,
+        message,
+        status: Some(status),
+    }
 }
 
 /// What flows to the feed writer: items, and markers saying "every item of this request

@@ -52,13 +52,13 @@ pub const ROBOTS_SITEMAPS_META: &str = "robots_sitemaps";
 const SOFT_BLOCK_SCAN: usize = 64 * 1024;
 
 impl HttpDownloader {
-    /// A downloader configured from the crawl settings (User-Agent, timeouts, redirect limit,
-    /// body cap, robots).
+    /// A downloader configured from the crawl settings (User-Agent, timeouts, body cap,
+    /// robots). Redirects are not followed here: the engine follows them as new requests.
     pub fn new(settings: &Settings) -> Result<Self, Error> {
         // reqwest is built without a bundled crypto provider so the dependency tree stays
         // small; install ring's once per process (a second install is a harmless no-op).
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = build_client(settings, settings.max_redirects)?;
+        let client = build_client(settings)?;
         // A host rule may turn robots on for one host of a crawl that ignores them.
         let any_host_obeys = settings
             .hosts
@@ -75,7 +75,7 @@ impl HttpDownloader {
                 retry_unreachable: Duration::ZERO,
             };
             Some(RobotsCache::with_options(
-                build_client(settings, 5)?,
+                build_client(settings)?,
                 &settings.user_agent,
                 options,
             ))
@@ -276,26 +276,11 @@ fn too_large(cap: u64, status: u16) -> Failure {
     }
 }
 
-fn build_client(settings: &Settings, max_redirects: usize) -> Result<reqwest::Client, Error> {
+/// The client for pages and robots.txt. It follows no redirect: a 3xx goes back to the
+/// engine, whose next hop is a new request through the target's robots.txt and its host's
+/// slot (robots.txt redirects are followed, counted and checked by the robots cache).
+fn build_client(settings: &Settings) -> Result<reqwest::Client, Error> {
     let deny_private = settings.deny_private_addresses;
-    let policy = reqwest::redirect::Policy::custom(move |attempt| {
-        if deny_private && private_literal(attempt.url()) {
-            let msg = format!("private address refused: redirect to '{}'", attempt.url());
-            attempt.error(RedirectError(msg))
-        } else if attempt.previous().len() > max_redirects {
-            attempt.error(RedirectError(format!(
-                "more than {max_redirects} redirects"
-            )))
-        } else if !matches!(attempt.url().scheme(), "http" | "https") {
-            let msg = format!("redirect to non-http URL '{}'", attempt.url());
-            attempt.error(RedirectError(msg))
-        } else if attempt.previous().contains(attempt.url()) {
-            let msg = format!("redirect loop at '{}'", attempt.url());
-            attempt.error(RedirectError(msg))
-        } else {
-            attempt.follow()
-        }
-    });
     let mut builder = reqwest::Client::builder();
     if deny_private {
         builder = builder.dns_resolver(std::sync::Arc::new(PublicOnly));
@@ -308,7 +293,7 @@ fn build_client(settings: &Settings, max_redirects: usize) -> Result<reqwest::Cl
     builder
         .user_agent(settings.user_agent.as_str())
         .connect_timeout(settings.connect_timeout)
-        .redirect(policy)
+        .redirect(reqwest::redirect::Policy::none())
         .gzip(true)
         .brotli(true)
         .deflate(true)
@@ -327,25 +312,11 @@ fn private_literal(url: &Url) -> bool {
     }
 }
 
-#[derive(Debug)]
-struct RedirectError(String);
-
-impl std::fmt::Display for RedirectError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-impl std::error::Error for RedirectError {}
-
 /// Put a reqwest error in the class the stats and the retry policy use.
 fn classify(e: reqwest::Error) -> Failure {
     let mut chain = String::new();
     let mut cause: Option<&dyn std::error::Error> = Some(&e);
-    let mut redirect: Option<String> = None;
     while let Some(c) = cause {
-        if let Some(r) = c.downcast_ref::<RedirectError>() {
-            redirect = Some(r.0.clone());
-        }
         if !chain.is_empty() {
             chain.push_str(": ");
         }
@@ -355,12 +326,6 @@ fn classify(e: reqwest::Error) -> Failure {
     let lower = chain.to_ascii_lowercase();
     let kind = if lower.contains("private address refused") {
         FailureKind::Forbidden
-    } else if let Some(r) = &redirect {
-        if r.starts_with("redirect to non-http") {
-            FailureKind::BadRedirect
-        } else {
-            FailureKind::TooManyRedirects
-        }
     } else if e.is_redirect() {
         FailureKind::TooManyRedirects
     } else if e.is_timeout() {
