@@ -472,12 +472,26 @@ fn account<Q: Scheduler>(
         Terminal::Failed(kind) => {
             Stats::bump(&mut stats.failed, kind.as_str());
             if let (Some(log), Some(req)) = (failures.as_mut(), &done.request) {
+                // A failed redirect hop is reported under the URL that was asked for; the hop
+                // that failed goes in the message.
+                let (url, message) = match req.redirect_urls.first() {
+                    Some(first) => (
+                        first.as_str(),
+                        format!(
+                            "{} (at {} after {} redirects)",
+                            done.message,
+                            req.url,
+                            req.redirect_urls.len()
+                        ),
+                    ),
+                    None => (req.url.as_str(), done.message.clone()),
+                };
                 log.record(&FailureRecord {
-                    url: req.url.as_str(),
+                    url,
                     reason: kind.as_str(),
                     attempts: req.retries + 1,
                     status: done.status,
-                    message: &done.message,
+                    message: &message,
                 });
             }
         }
@@ -853,6 +867,10 @@ fn redirect(req: &Request, response: &crate::Response, max: usize) -> std::resul
     }
     next.url = target;
     next.retries = 0;
+    // A hop belongs to its own chain: loops are caught above, per chain, and the chain
+    // length is bounded. Filtering a hop as a duplicate because another page redirected to
+    // the same place would end this page without its response or a failure to show.
+    next.dont_filter = true;
     Ok(next)
 }
 
