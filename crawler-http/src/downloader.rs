@@ -171,14 +171,23 @@ impl HttpDownloader {
         }
         feedback.crawl_delay = rules.crawl_delay();
         if rules.is_unreachable() {
-            // RFC 9309's "disallow for now" means wait: the host is held and the page keeps
-            // its place; it is not a refusal.
-            feedback.robots_unavailable = true;
-            feedback.retry_after = rules.retry_after();
             let why = match rules.status() {
                 crate::RobotsStatus::Unreachable { reason, .. } => reason.clone(),
                 _ => String::new(),
             };
+            let lower = why.to_ascii_lowercase();
+            if lower.contains("private address refused")
+                || lower.contains("dns error")
+                || lower.contains("failed to lookup address")
+            {
+                // Not an outage to wait out: the host cannot be reached at all, and the page
+                // fails the same way on its own (nothing is sent), with that reason.
+                return Ok(());
+            }
+            // RFC 9309's "disallow for now" means wait: the host is held and the page keeps
+            // its place; it is not a refusal.
+            feedback.robots_unavailable = true;
+            feedback.retry_after = rules.retry_after();
             return Err(Fetched::Requeue(format!("robots.txt unavailable: {why}")));
         }
         if !rules.allowed(&req.url) {
