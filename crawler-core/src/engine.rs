@@ -667,7 +667,10 @@ async fn work<S: Spider, D: Downloader>(
     req: Request,
     report: Report,
 ) -> Completion {
-    let Download { outcome, feedback } = ctx.downloader.fetch(&req).await;
+    let Download { outcome, feedback } = match ctx.downloader.gate(&req).await {
+        Some(answered) => answered,
+        None => ctx.downloader.fetch(&req).await,
+    };
     // The slot learns now; parsing and pipelines may take a while.
     let _ = report.tx.send((report.lease, feedback.clone()));
     let response = match outcome {

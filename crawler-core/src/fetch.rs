@@ -208,6 +208,14 @@ pub struct Download {
 pub trait Downloader: Send + Sync + 'static {
     /// Fetch one request: robots gate, HTTP, limits, classification.
     fn fetch(&self, request: &Request) -> impl Future<Output = Download> + Send;
+
+    /// What must happen before the request itself may be sent in its slot (robots.txt),
+    /// checked by the engine ahead of the middlewares: `Some` answers the request without
+    /// sending it (a refusal, or back to the queue because robots.txt took the slot's
+    /// send), so request middlewares only ever see requests that go out. `None` by default.
+    fn gate(&self, _request: &Request) -> impl Future<Output = Option<Download>> + Send {
+        std::future::ready(None)
+    }
 }
 
 /// Identifies one request handed out by a scheduler until the engine completes it.

@@ -368,6 +368,25 @@ fn classify(e: reqwest::Error) -> Failure {
 }
 
 impl Downloader for HttpDownloader {
+    async fn gate(&self, req: &Request) -> Option<Download> {
+        let robots = self.robots.as_ref()?;
+        if wants_robots_sitemaps(req) || !self.obeys_robots(&req.url) {
+            return None;
+        }
+        if self.offline
+            && let Some(store) = self.store.as_ref().filter(|s| s.keeps_responses())
+            && read_cached(store.as_ref(), &req.url).is_some()
+        {
+            // Replayed offline: nothing goes to the host, robots.txt included.
+            return None;
+        }
+        let mut feedback = Feedback::default();
+        match self.robots_gate(robots, req, &mut feedback).await {
+            Ok(()) => None,
+            Err(outcome) => Some(Download { outcome, feedback }),
+        }
+    }
+
     async fn fetch(&self, req: &Request) -> Download {
         let mut feedback = Feedback::default();
         if self.deny_private && private_literal(&req.url) {
