@@ -1079,3 +1079,152 @@ mod ceiling_tests {
         );
     }
 }
+
+#[cfg(test)]
+mod outage_tests {
+    use super::*;
+
+    fn fixed(s: &Settings) -> FixedDelay {
+        FixedDelay::new(
+            Rules::from_settings(s, "h", Instant::now()),
+            Duration::ZERO,
+            false,
+            4,
+        )
+    }
+
+    fn fb(status: u16) -> Feedback {
+        Feedback {
+            sent: true,
+            status: Some(status),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_without_retry_after_holds_by_a_growing_backoff_in_every_mode() {
+        let s = Settings::default();
+        for mode in [
+            ThrottleMode::Fixed,
+            ThrottleMode::Adaptive,
+            ThrottleMode::Autothrottle,
+        ] {
+            let s = Settings {
+                throttle: mode,
+                ..s.clone()
+            };
+            let mut t = throttle_for(&s, "h", Instant::now());
+            let now = Instant::now();
+            let mut last = Duration::ZERO;
+            for n in 1..=6u32 {
+                t.on_send(now);
+                assert_eq!(t.on_feedback(&fb(429), now), Verdict::Continue);
+                let held = t.ready_at() - now;
+                let full = Duration::from_secs(2 * (1 << (n - 1))).min(Duration::from_secs(60));
+                // Equal jitter: between half and all of 2 s x 2^(n-1), capped at 60 s, plus
+                // the hold margin.
+                assert!(held >= full / 2, "{mode:?} refusal {n}: {held:?}");
+                assert!(held <= full + s.hold_margin, "{mode:?} refusal {n}: {held:?}");
+                last = held;
+            }
+            assert!(last >= Duration::from_secs(30), "{mode:?}: grows to the cap");
+        }
+        // A success ends the streak: the next refusal starts from 2 s again.
+        let mut t = fixed(&s);
+        let now = Instant::now();
+        for _ in 0..5 {
+            t.on_send(now);
+            t.on_feedback(&fb(429), now);
+        }
+        let later = t.ready_at();
+        t.on_send(later);
+        t.on_feedback(&fb(200), later);
+        t.on_send(later);
+        t.on_feedback(&fb(503), later);
+        assert!(t.ready_at() - later <= Duration::from_secs(2) + s.hold_margin);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn robots_outage_holds_then_skips_after_the_bound() {
+        let s = Settings {
+            robots_outage_max: Duration::from_secs(60),
+            ..Settings::default()
+        };
+        let mut t = fixed(&s);
+        let down = Feedback {
+            robots_unavailable: true,
+            ..fb(503)
+        };
+        let start = Instant::now();
+        let mut now = start;
+        let mut holds = 0;
+        loop {
+            t.on_send(now);
+            match t.on_feedback(&down, now) {
+                Verdict::Continue => {
+                    assert!(t.ready_at() > now, "held after a robots.txt failure");
+                    holds += 1;
+                    now = t.ready_at();
+                }
+                Verdict::Skip(why) => {
+                    assert!(why.contains("robots.txt unavailable"), "{why}");
+                    assert!(now - start > Duration::from_secs(60));
+                    break;
+                }
+            }
+            assert!(holds < 50, "bounded");
+        }
+        // A Retry-After on the robots.txt response is the hold instead of the backoff.
+        let mut t = fixed(&s);
+        let now = Instant::now();
+        t.on_send(now);
+        let asked = Feedback {
+            retry_after: Some(Duration::from_secs(7)),
+            ..down.clone()
+        };
+        t.on_feedback(&asked, now);
+        let held = t.ready_at() - now;
+        assert!(held >= Duration::from_secs(7) && held < Duration::from_secs(8), "{held:?}");
+        // robots.txt readable again: the outage clock restarts.
+        t.on_send(t.ready_at());
+        t.on_feedback(&fb(200), t.ready_at());
+        assert!(t.rules.robots_down_since.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_streak_of_403s_slows_then_skips_the_host() {
+        let s = Settings::default();
+        let mut t = fixed(&s);
+        let now = Instant::now();
+        for n in 1..FORBIDDEN_STREAK {
+            t.on_send(now);
+            assert_eq!(t.on_feedback(&fb(403), now), Verdict::Continue, "403 #{n}");
+            assert!(t.ready_at() > now, "slowed after 403 #{n}");
+        }
+        t.on_send(now);
+        match t.on_feedback(&fb(403), now) {
+            Verdict::Skip(why) => assert!(why.contains("403"), "{why}"),
+            v => panic!("expected a skip, got {v:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_exhausted_quota_without_a_reset_holds_for_the_policy_window() {
+        let s = Settings::default();
+        let mut t = fixed(&s);
+        let now = Instant::now();
+        t.on_send(now);
+        let spent = Feedback {
+            rate_limit: Some(crawler_core::RateLimitReading {
+                remaining: 0,
+                reset: None,
+                limit: Some(50),
+                window: Some(Duration::from_secs(10)),
+            }),
+            ..fb(200)
+        };
+        t.on_feedback(&spent, now);
+        let held = t.ready_at() - now;
+        assert!(held >= Duration::from_secs(10), "{held:?}");
+    }
+}
