@@ -72,7 +72,9 @@ fn crawl(spider: Pages) -> Crawl<Pages> {
 }
 
 fn html(title: &str) -> String {
-    format!("<!DOCTYPE html><html><head><title>{title}</title></head><body><p>{title}</p></body></html>")
+    format!(
+        "<!DOCTYPE html><html><head><title>{title}</title></head><body><p>{title}</p></body></html>"
+    )
 }
 
 fn page_requests(lab: &Lab) -> Vec<RecordedRequest> {
@@ -152,7 +154,10 @@ async fn remaining_zero_on_the_first_2xx_stops_the_next_send_while_the_page_is_p
         .map(|r| r.at.as_secs_f64() - slow_reply)
         .filter(|&t| t < 2.9)
         .collect();
-    assert!(early.is_empty(), "sent inside the exhausted quota at {early:?}");
+    assert!(
+        early.is_empty(),
+        "sent inside the exhausted quota at {early:?}"
+    );
     assert!(stats.reconciles(), "{stats}");
     lab.shutdown().await;
 }
@@ -186,7 +191,10 @@ async fn robots_txt_503_for_a_while_holds_the_host_and_loses_no_page() {
     assert_eq!(stats.skipped_host, 0, "{stats}");
     let all = lab.recorder().requests();
     let robots: Vec<&RecordedRequest> = all.iter().filter(|r| r.path == "/robots.txt").collect();
-    assert!(robots.iter().any(|r| r.status == 503), "the outage was seen");
+    assert!(
+        robots.iter().any(|r| r.status == 503),
+        "the outage was seen"
+    );
     let first_ok = robots
         .iter()
         .find(|r| r.status == 200)
@@ -256,7 +264,10 @@ async fn a_429_without_retry_after_holds_the_host_and_every_item_arrives() {
     assert_eq!(stats.items_scraped, 60, "{stats}");
     let all = lab.recorder().requests();
     let refusals: Vec<&RecordedRequest> = all.iter().filter(|r| r.status == 429).collect();
-    assert!(!refusals.is_empty(), "starting at 3x the limit meets a refusal");
+    assert!(
+        !refusals.is_empty(),
+        "starting at 3x the limit meets a refusal"
+    );
     // After each refusal (and the grace for requests already in flight), nothing for at
     // least the shortest hold: 2 s with jitter down to half.
     for refusal in &refusals {
@@ -397,15 +408,30 @@ async fn ignore_robots_for_one_host_fetches_its_disallowed_paths_and_not_another
         .run()
         .await
         .expect("crawl");
-    let mine_paths: Vec<String> = mine.recorder().requests().into_iter().map(|r| r.path).collect();
-    let theirs_paths: Vec<String> =
-        theirs.recorder().requests().into_iter().map(|r| r.path).collect();
-    assert!(mine_paths.contains(&"/private/a.html".to_owned()), "{mine_paths:?}");
+    let mine_paths: Vec<String> = mine
+        .recorder()
+        .requests()
+        .into_iter()
+        .map(|r| r.path)
+        .collect();
+    let theirs_paths: Vec<String> = theirs
+        .recorder()
+        .requests()
+        .into_iter()
+        .map(|r| r.path)
+        .collect();
+    assert!(
+        mine_paths.contains(&"/private/a.html".to_owned()),
+        "{mine_paths:?}"
+    );
     assert!(
         !mine_paths.contains(&"/robots.txt".to_owned()),
         "robots.txt of an ignored host is not even asked: {mine_paths:?}"
     );
-    assert!(!theirs_paths.iter().any(|p| p.starts_with("/private/")), "{theirs_paths:?}");
+    assert!(
+        !theirs_paths.iter().any(|p| p.starts_with("/private/")),
+        "{theirs_paths:?}"
+    );
     assert_eq!(stats.disallowed, 1, "{stats}");
     assert_eq!(stats.items_scraped, 2, "{stats}");
     mine.shutdown().await;
@@ -428,9 +454,20 @@ async fn a_redirect_into_a_robots_disallowed_path_is_never_fetched_and_is_counte
         .run()
         .await
         .expect("crawl");
-    let paths: Vec<String> = lab.recorder().requests().into_iter().map(|r| r.path).collect();
-    assert!(!paths.iter().any(|p| p.starts_with("/private/")), "{paths:?}");
-    assert!(paths.contains(&"/catalogue/book-1.html".to_owned()), "{paths:?}");
+    let paths: Vec<String> = lab
+        .recorder()
+        .requests()
+        .into_iter()
+        .map(|r| r.path)
+        .collect();
+    assert!(
+        !paths.iter().any(|p| p.starts_with("/private/")),
+        "{paths:?}"
+    );
+    assert!(
+        paths.contains(&"/catalogue/book-1.html".to_owned()),
+        "{paths:?}"
+    );
     assert_eq!(stats.redirected, 2, "{stats}");
     assert_eq!(stats.disallowed, 1, "{stats}");
     assert_eq!(stats.items_scraped, 1, "{stats}");
@@ -492,11 +529,58 @@ async fn a_farm_of_twenty_hosts_redirecting_to_one_never_exceeds_its_limit() {
     assert_eq!(stats.redirected, 100, "{stats}");
     assert_eq!(t.violations, 0, "{:?}", t.violation_samples);
     // Rate 5/s plus the burst of 5, and the one robots.txt.
-    assert!(t.max_per_second <= 11, "target saw {} in one second", t.max_per_second);
+    assert!(
+        t.max_per_second <= 11,
+        "target saw {} in one second",
+        t.max_per_second
+    );
     assert!(t.status_429 <= 3, "{} refusals", t.status_429);
     assert!(stats.reconciles(), "{stats}");
     for lab in sources {
         lab.shutdown().await;
     }
     target.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_on_a_maintenance_redirect_holds_the_host() {
+    // A 302 to a maintenance page with `Retry-After: 3`: not a 429 or 503, still an
+    // instruction for the whole host.
+    let first = Arc::new(AtomicBool::new(true));
+    let lab = Lab::builder()
+        .script(move |req| {
+            if req.path.starts_with("/catalogue/") && first.swap(false, Ordering::SeqCst) {
+                return Some(
+                    ScriptReply::redirect(302, "/maintenance")
+                        .header("Retry-After", "3")
+                        .html(html("moved")),
+                );
+            }
+            (req.path == "/maintenance").then(|| ScriptReply::new(200).html(html("maintenance")))
+        })
+        .start()
+        .await
+        .expect("lab");
+    let start: Vec<String> = (1..=4)
+        .map(|i| lab.url_for(&format!("/catalogue/book-{i}.html")))
+        .collect();
+    let stats = crawl(Pages::new(start))
+        .set("obey_robots", "false")
+        .set("throttle", "fixed")
+        .set("download_delay", "100ms")
+        .set("randomize_delay", "false")
+        .run()
+        .await
+        .expect("crawl");
+    let gap = gap_after(&lab, |r| r.status == 302).expect("redirect served");
+    assert!(
+        (2.9..8.0).contains(&gap),
+        "next request {gap:.2}s after a Retry-After: 3"
+    );
+    let report = lab.recorder().report();
+    let me = report.clients.values().next().expect("one client");
+    assert_eq!(me.violations, 0, "{:?}", me.violation_samples);
+    assert_eq!(stats.redirected, 1, "{stats}");
+    assert_eq!(stats.items_scraped, 4, "{stats}");
+    lab.shutdown().await;
 }

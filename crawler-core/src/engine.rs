@@ -813,7 +813,11 @@ const REDIRECTS: [u16; 5] = [301, 302, 303, 307, 308];
 /// RedirectMiddleware: 301/302/303 turn a POST into a GET without body (303 anything but
 /// HEAD), 307/308 keep method and body; credentials do not cross to another origin; the
 /// callback, meta, priority and depth carry over.
-fn redirect(req: &Request, response: &crate::Response, max: usize) -> std::result::Result<Request, Failure> {
+fn redirect(
+    req: &Request,
+    response: &crate::Response,
+    max: usize,
+) -> std::result::Result<Request, Failure> {
     let status = response.status();
     let location = response
         .headers()
@@ -822,10 +826,18 @@ fn redirect(req: &Request, response: &crate::Response, max: usize) -> std::resul
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .ok_or_else(|| {
-            failure(FailureKind::BadRedirect, status, format!("HTTP {status} without a usable Location"))
+            failure(
+                FailureKind::BadRedirect,
+                status,
+                format!("HTTP {status} without a usable Location"),
+            )
         })?;
     let target = response.url().join(location).map_err(|e| {
-        failure(FailureKind::BadRedirect, status, format!("redirect to an invalid URL '{location}': {e}"))
+        failure(
+            FailureKind::BadRedirect,
+            status,
+            format!("redirect to an invalid URL '{location}': {e}"),
+        )
     })?;
     if !matches!(target.scheme(), "http" | "https") || target.host().is_none() {
         return Err(failure(
@@ -958,7 +970,13 @@ mod tests {
     #[test]
     fn only_what_can_succeed_is_retried() {
         let p = policy();
-        for code in [408, 429, 500, 502, 503, 504] {
+        let cdn = [520, 521, 522, 523, 524, 525, 526, 527, 530];
+        for code in [
+            408, 429, 500, 502, 503, 504, 505, 506, 507, 508, 509, 510, 511,
+        ]
+        .into_iter()
+        .chain(cdn)
+        {
             assert!(p.retryable(FailureKind::Status, Some(code)), "{code}");
         }
         for code in [400, 401, 403, 404, 501] {
@@ -988,6 +1006,87 @@ mod tests {
             // Full jitter spreads over the whole range, not just near the ceiling.
             assert!(draws.iter().any(|d| *d < ceiling / 2), "attempt {attempt}");
         }
+    }
+
+    fn answer(req: &Request, status: u16, location: Option<&str>) -> crate::Response {
+        let mut headers = http::HeaderMap::new();
+        if let Some(l) = location {
+            headers.insert(
+                http::header::LOCATION,
+                http::HeaderValue::from_str(l).unwrap(),
+            );
+        }
+        crate::Response::new(
+            req.clone(),
+            req.url.clone(),
+            status,
+            headers,
+            bytes::Bytes::new(),
+        )
+    }
+
+    #[test]
+    fn redirects_follow_scrapys_rules() {
+        let post = Request::get("http://a.example/form")
+            .unwrap()
+            .method("POST")
+            .body("q=1")
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .header("Authorization", "Basic eA==")
+            .callback("after")
+            .meta("k", 1)
+            .unwrap();
+        // 301/302/303: POST becomes GET without a body; 307/308 keep both.
+        for status in [301, 302, 303] {
+            let next = redirect(&post, &answer(&post, status, Some("/done")), 10).unwrap();
+            assert_eq!(next.method, "GET", "{status}");
+            assert_eq!(next.body, None, "{status}");
+            assert!(next.header_value("content-type").is_none(), "{status}");
+            assert_eq!(next.url.as_str(), "http://a.example/done");
+        }
+        for status in [307, 308] {
+            let next = redirect(&post, &answer(&post, status, Some("/done")), 10).unwrap();
+            assert_eq!(next.method, "POST", "{status}");
+            assert_eq!(next.body.as_deref(), Some(&b"q=1"[..]));
+        }
+        let next = redirect(&post, &answer(&post, 302, Some("/done")), 10).unwrap();
+        assert_eq!(next.redirect_urls, [post.url.clone()]);
+        assert_eq!(next.callback.as_deref(), Some("after"));
+        assert_eq!(next.meta.get("k"), Some(&serde_json::json!(1)));
+        assert!(next.dont_filter);
+        // Same origin keeps credentials; another origin does not get them.
+        assert!(next.header_value("authorization").is_some());
+        let away = redirect(&post, &answer(&post, 302, Some("http://b.example/")), 10).unwrap();
+        assert!(away.header_value("authorization").is_none());
+
+        let get = Request::get("http://a.example/x").unwrap();
+        let err = |status, loc: Option<&str>, req: &Request, max| {
+            redirect(req, &answer(req, status, loc), max)
+                .unwrap_err()
+                .kind
+        };
+        assert_eq!(err(302, None, &get, 10), FailureKind::BadRedirect);
+        assert_eq!(
+            err(302, Some("ftp://a.example/f"), &get, 10),
+            FailureKind::BadRedirect
+        );
+        assert_eq!(
+            err(302, Some("/x"), &get, 10),
+            FailureKind::TooManyRedirects
+        );
+        let mut hop = get.clone();
+        hop.redirect_urls = vec![url::Url::parse("http://a.example/y").unwrap()];
+        assert_eq!(
+            err(302, Some("/y"), &hop, 10),
+            FailureKind::TooManyRedirects,
+            "loop"
+        );
+        assert_eq!(
+            err(302, Some("/z"), &hop, 1),
+            FailureKind::TooManyRedirects,
+            "limit"
+        );
+        assert!(redirect(&hop, &answer(&hop, 302, Some("/z")), 2).is_ok());
     }
 
     #[tokio::test(start_paused = true)]

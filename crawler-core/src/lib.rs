@@ -56,8 +56,8 @@ pub use engine::{DONT_REDIRECT_META, Engine, Progress, Shutdown};
 pub use error::{Error, ErrorKind, Result};
 pub use feed::{FeedFormat, FeedSpec};
 pub use fetch::{
-    Admission, Download, Downloader, Failure, FailureKind, Feedback, Fetched, FilterReason,
-    ClockOffset, HostStats, Lease, Next, RateLimitReading, Scheduler,
+    Admission, ClockOffset, Download, Downloader, Failure, FailureKind, Feedback, Fetched,
+    FilterReason, HostStats, Lease, Next, RateLimitReading, Scheduler,
 };
 pub use links::{Extracted, IGNORED_EXTENSIONS, Link, LinkExtractor, LinkExtractorBuilder};
 pub use middleware::{

@@ -337,7 +337,10 @@ impl<D: Downloader> Middlewares<D> {
 }
 
 impl<D: Downloader> Downloader for Middlewares<D> {
-    fn gate(&self, request: &Request) -> impl std::future::Future<Output = Option<Download>> + Send {
+    fn gate(
+        &self,
+        request: &Request,
+    ) -> impl std::future::Future<Output = Option<Download>> + Send {
         // The gate (robots.txt) comes before every middleware, as the engine's own step.
         self.inner.gate(request)
     }

@@ -196,8 +196,15 @@ fn trio(
         let policy = policies.get(i).or_else(|| policies.first());
         reading(
             (*rem)?,
-            resets.get(i).or_else(|| resets.first()).copied().flatten().and_then(|r| reset_of(r, now)),
-            limit_item.and_then(first_number).or(policy.and_then(|p| p.quota)),
+            resets
+                .get(i)
+                .or_else(|| resets.first())
+                .copied()
+                .flatten()
+                .and_then(|r| reset_of(r, now)),
+            limit_item
+                .and_then(first_number)
+                .or(policy.and_then(|p| p.quota)),
             policy.and_then(|p| p.window).or(window_from_limit),
         )
     });
@@ -568,11 +575,7 @@ mod tests {
             Some((5, None, None))
         );
         // A reset far in the future is clamped, not overflowed.
-        let r = read(&[
-            ("ratelimit-remaining", "1"),
-            ("ratelimit-reset", "9999999"),
-        ])
-        .unwrap();
+        let r = read(&[("ratelimit-remaining", "1"), ("ratelimit-reset", "9999999")]).unwrap();
         assert_eq!(r.1, Some(RETRY_AFTER_CEILING.as_secs_f64()));
         // A Unix reset in the past means "now".
         assert_eq!(

@@ -422,8 +422,7 @@ async fn retrieve_inner(client: &reqwest::Client, robots_url: &str) -> Retrieved
             Err(e) => return Retrieved::Failed(error_chain(&e)),
         };
         let status = resp.status().as_u16();
-        let retry_after =
-            crate::headers::retry_after(resp.headers(), std::time::SystemTime::now());
+        let retry_after = crate::headers::retry_after(resp.headers(), std::time::SystemTime::now());
         if (300..400).contains(&status) && status != 304 {
             let next = resp
                 .headers()
@@ -762,6 +761,17 @@ fn pattern_matches(pattern: &str, path: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cache_drops_the_least_recently_used_origin() {
+        let mut o = Origins::default();
+        o.cell("http://a", 2);
+        o.cell("http://b", 2);
+        o.cell("http://a", 2); // a used again: b is now the oldest
+        o.cell("http://c", 2);
+        assert_eq!(o.map.len(), 2);
+        assert!(o.map.contains_key("http://a") && o.map.contains_key("http://c"));
+    }
 
     #[test]
     fn product_tokens() {

@@ -64,10 +64,7 @@ impl LabBuilder {
     /// `None` hands the request on to the scenario and the site. See the crate docs.
     pub fn script(
         mut self,
-        script: impl Fn(&crate::ScriptRequest<'_>) -> Option<crate::ScriptReply>
-        + Send
-        + Sync
-        + 'static,
+        script: impl Fn(&crate::ScriptRequest<'_>) -> Option<crate::ScriptReply> + Send + Sync + 'static,
     ) -> Self {
         self.script = Some(crate::script::Script::new(script));
         self

@@ -1124,10 +1124,16 @@ mod outage_tests {
                 // Equal jitter: between half and all of 2 s x 2^(n-1), capped at 60 s, plus
                 // the hold margin.
                 assert!(held >= full / 2, "{mode:?} refusal {n}: {held:?}");
-                assert!(held <= full + s.hold_margin, "{mode:?} refusal {n}: {held:?}");
+                assert!(
+                    held <= full + s.hold_margin,
+                    "{mode:?} refusal {n}: {held:?}"
+                );
                 last = held;
             }
-            assert!(last >= Duration::from_secs(30), "{mode:?}: grows to the cap");
+            assert!(
+                last >= Duration::from_secs(30),
+                "{mode:?}: grows to the cap"
+            );
         }
         // A success ends the streak: the next refusal starts from 2 s again.
         let mut t = fixed(&s);
@@ -1184,7 +1190,10 @@ mod outage_tests {
         };
         t.on_feedback(&asked, now);
         let held = t.ready_at() - now;
-        assert!(held >= Duration::from_secs(7) && held < Duration::from_secs(8), "{held:?}");
+        assert!(
+            held >= Duration::from_secs(7) && held < Duration::from_secs(8),
+            "{held:?}"
+        );
         // robots.txt readable again: the outage clock restarts.
         t.on_send(t.ready_at());
         t.on_feedback(&fb(200), t.ready_at());

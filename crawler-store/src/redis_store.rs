@@ -627,13 +627,11 @@ impl SharedBudget for RedisBudget {
             return Ok(());
         };
         let msf = |d: Duration| d.as_secs_f64() * 1000.0;
-        let (rl_rem, rl_reset) = fb
-            .rate_limit
-            .map_or((0.0, -1.0), |rl| {
-                // No stated reset: the policy window, or "unknown" as for no reading.
-                let reset = rl.reset.or(rl.window).map_or(-1.0, msf);
-                (rl.remaining as f64, reset)
-            });
+        let (rl_rem, rl_reset) = fb.rate_limit.map_or((0.0, -1.0), |rl| {
+            // No stated reset: the policy window, or "unknown" as for no reading.
+            let reset = rl.reset.or(rl.window).map_or(-1.0, msf);
+            (rl.remaining as f64, reset)
+        });
         let nums = [
             f64::from(u8::from(fb.sent)),
             f64::from(fb.status.unwrap_or(0)),
