@@ -1050,7 +1050,7 @@ mod tests {
             assert_eq!(next.body.as_deref(), Some(&b"q=1"[..]));
         }
         let next = redirect(&post, &answer(&post, 302, Some("/done")), 10).unwrap();
-        assert_eq!(next.redirect_urls, [post.url.clone()]);
+        assert_eq!(next.redirect_urls, std::slice::from_ref(&post.url));
         assert_eq!(next.callback.as_deref(), Some("after"));
         assert_eq!(next.meta.get("k"), Some(&serde_json::json!(1)));
         assert!(next.dont_filter);

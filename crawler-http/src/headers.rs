@@ -174,7 +174,7 @@ fn trio(
         all(name)
             .into_iter()
             .flat_map(|v| v.split(','))
-            .map(|item| first_number(item))
+            .map(first_number)
             .collect()
     };
     let remaining = numbers(&format!("{prefix}-remaining"));
