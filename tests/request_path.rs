@@ -389,14 +389,15 @@ async fn http_date_retry_after_is_read_against_a_server_clock_ten_minutes_ahead(
 async fn ignore_robots_for_one_host_fetches_its_disallowed_paths_and_not_anothers() {
     let mine = Lab::builder().start().await.expect("lab");
     let theirs = Lab::builder().start().await.expect("lab");
-    let mut settings = Settings::default();
-    settings.hosts = vec![
-        serde_json::from_value(serde_json::json!({
-            "match": format!("127.0.0.1:{}", mine.addr().port()),
-            "ignore_robots": true,
-        }))
-        .expect("host rule"),
-    ];
+    let rule = serde_json::from_value(serde_json::json!({
+        "match": format!("127.0.0.1:{}", mine.addr().port()),
+        "ignore_robots": true,
+    }))
+    .expect("host rule");
+    let settings = Settings {
+        hosts: vec![rule],
+        ..Settings::default()
+    };
     let start = vec![
         mine.url_for("/private/a.html"),
         theirs.url_for("/private/b.html"),
