@@ -52,8 +52,9 @@ pub struct Settings {
     /// Added to every wait a server asks for, to absorb clock and network skew. Default 250ms.
     #[serde(with = "humantime_serde")]
     pub hold_margin: Duration,
-    /// Text that marks a 200 response as a challenge or block page (case-insensitive,
-    /// searched in the first 64 KiB of HTML bodies).
+    /// Text that marks a response (of any status: challenges come as 200, 403 and 503) as a
+    /// challenge or block page (ASCII case-insensitive, searched in the first 64 KiB of HTML
+    /// bodies).
     pub soft_block_markers: Vec<String>,
     /// How long a host is paused after a challenge page. Default 5m.
     #[serde(with = "humantime_serde")]

@@ -213,7 +213,7 @@ impl HttpDownloader {
             .and_then(|v| v.to_str().ok())
             .is_none_or(|ct| {
                 let ct = ct.to_ascii_lowercase();
-                ct.contains("html") || ct.starts_with("text/plain")
+                ct.contains("html")
             });
         html && markers.is_match(body.get(..SOFT_BLOCK_SCAN).unwrap_or(body))
     }
