@@ -585,3 +585,40 @@ async fn retry_after_on_a_maintenance_redirect_holds_the_host() {
     assert_eq!(stats.items_scraped, 4, "{stats}");
     lab.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn robots_txt_is_a_paced_send_of_the_hosts_slot() {
+    // One request a second to the host: robots.txt and the first page are two sends a
+    // second apart, not back to back.
+    let lab = Lab::builder().start().await.expect("lab");
+    let start = vec![
+        lab.url_for("/catalogue/book-1.html"),
+        lab.url_for("/catalogue/book-2.html"),
+    ];
+    let stats = crawl(Pages::new(start))
+        .set("throttle", "fixed")
+        .set("download_delay", "1s")
+        .set("randomize_delay", "false")
+        .run()
+        .await
+        .expect("crawl");
+    assert_eq!(stats.items_scraped, 2, "{stats}");
+    let at: Vec<(String, f64)> = lab
+        .recorder()
+        .requests()
+        .into_iter()
+        .map(|r| (r.path, r.at.as_secs_f64()))
+        .collect();
+    assert_eq!(at.len(), 3, "{at:?}");
+    assert_eq!(at[0].0, "/robots.txt");
+    for pair in at.windows(2) {
+        let gap = pair[1].1 - pair[0].1;
+        assert!(
+            gap >= 0.95,
+            "{} then {} after {gap:.2}s",
+            pair[0].0,
+            pair[1].0
+        );
+    }
+    lab.shutdown().await;
+}
