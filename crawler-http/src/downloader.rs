@@ -74,11 +74,10 @@ impl HttpDownloader {
                 // the next send after the hold asks for robots.txt again.
                 retry_unreachable: Duration::ZERO,
             };
-            Some(RobotsCache::with_options(
-                build_client(settings)?,
-                &settings.user_agent,
-                options,
-            ))
+            Some(
+                RobotsCache::with_options(build_client(settings)?, &settings.user_agent, options)
+                    .deny_private_addresses(settings.deny_private_addresses),
+            )
         } else {
             None
         };
@@ -193,10 +192,12 @@ impl HttpDownloader {
         if !rules.allowed(&req.url) {
             return Err(Fetched::Disallowed);
         }
-        if fetched {
+        if fetched && rules.expires() > Instant::now() {
             Err(Fetched::Requeue("robots.txt fetched first".to_owned()))
         } else {
-            // Another request fetched it; this slot's send is still unused.
+            // Another request fetched it (this slot's send is still unused), or the verdict
+            // is trusted for no time at all (`robots_ttl = 0`), where sending the page back
+            // to the queue would only fetch robots.txt again, for ever.
             Ok(())
         }
     }
@@ -313,7 +314,7 @@ fn build_client(settings: &Settings) -> Result<reqwest::Client, Error> {
 
 /// Whether the URL's host is an IP literal in a private range (such hosts skip DNS, so the
 /// resolver cannot catch them).
-fn private_literal(url: &Url) -> bool {
+pub(crate) fn private_literal(url: &Url) -> bool {
     match url.host() {
         Some(url::Host::Ipv4(ip)) => is_private(ip.into()),
         Some(url::Host::Ipv6(ip)) => is_private(ip.into()),
@@ -370,7 +371,11 @@ fn classify(e: reqwest::Error) -> Failure {
 impl Downloader for HttpDownloader {
     async fn gate(&self, req: &Request) -> Option<Download> {
         let robots = self.robots.as_ref()?;
-        if wants_robots_sitemaps(req) || !self.obeys_robots(&req.url) {
+        if wants_robots_sitemaps(req)
+            || !self.obeys_robots(&req.url)
+            || (self.deny_private && private_literal(&req.url))
+        {
+            // A refused address gets nothing, robots.txt included: fetch() refuses it.
             return None;
         }
         if self.offline

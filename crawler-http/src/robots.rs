@@ -235,6 +235,9 @@ pub struct RobotsCache {
     origins: Mutex<Origins>,
     /// Most origins kept.
     capacity: usize,
+    /// Refuse robots.txt redirects to private IP literals (names are refused by the
+    /// client's resolver).
+    deny_private: bool,
 }
 
 impl std::fmt::Debug for RobotsCache {
@@ -285,7 +288,15 @@ impl RobotsCache {
             options,
             origins: Mutex::default(),
             capacity: ROBOTS_MAX_ORIGINS,
+            deny_private: false,
         }
+    }
+
+    /// Refuse robots.txt redirects to private, loopback and link-local IP literals (the
+    /// `deny_private_addresses` setting); such a redirect makes robots.txt unavailable.
+    pub fn deny_private_addresses(mut self, yes: bool) -> Self {
+        self.deny_private = yes;
+        self
     }
 
     /// Keep at most `capacity` origins (default [`ROBOTS_MAX_ORIGINS`]).
@@ -368,7 +379,13 @@ impl RobotsCache {
                 fetched = true;
                 async {
                     let robots_url = format!("{origin}/robots.txt");
-                    let got = retrieve(&self.client, &robots_url, self.options.fetch_timeout).await;
+                    let got = retrieve(
+                        &self.client,
+                        &robots_url,
+                        self.options.fetch_timeout,
+                        self.deny_private,
+                    )
+                    .await;
                     Arc::new(verdict(&robots_url, got, &self.agent, &self.options).0)
                 }
             })
@@ -394,14 +411,23 @@ enum Retrieved {
 
 /// Fetch `robots_url`, following up to [`ROBOTS_MAX_REDIRECTS`] redirects that the client
 /// hands back, within `timeout` in total.
-async fn retrieve(client: &reqwest::Client, robots_url: &str, timeout: Duration) -> Retrieved {
-    match tokio::time::timeout(timeout, retrieve_inner(client, robots_url)).await {
+async fn retrieve(
+    client: &reqwest::Client,
+    robots_url: &str,
+    timeout: Duration,
+    deny_private: bool,
+) -> Retrieved {
+    match tokio::time::timeout(timeout, retrieve_inner(client, robots_url, deny_private)).await {
         Ok(r) => r,
         Err(_) => Retrieved::Failed(format!("no complete response within {timeout:?}")),
     }
 }
 
-async fn retrieve_inner(client: &reqwest::Client, robots_url: &str) -> Retrieved {
+async fn retrieve_inner(
+    client: &reqwest::Client,
+    robots_url: &str,
+    deny_private: bool,
+) -> Retrieved {
     let mut url = match Url::parse(robots_url) {
         Ok(u) => u,
         Err(e) => return Retrieved::Failed(format!("invalid robots.txt URL: {e}")),
@@ -430,6 +456,12 @@ async fn retrieve_inner(client: &reqwest::Client, robots_url: &str) -> Retrieved
                 .and_then(|v| v.to_str().ok())
                 .and_then(|loc| url.join(loc).ok());
             match next {
+                Some(n) if deny_private && crate::downloader::private_literal(&n) => {
+                    return Retrieved::BadRedirect {
+                        status: Some(status),
+                        reason: format!("private address refused: redirect to '{n}'"),
+                    };
+                }
                 Some(n)
                     if matches!(n.scheme(), "http" | "https") && !visited.contains(n.as_str()) =>
                 {
@@ -604,7 +636,7 @@ pub async fn fetch_robots(client: &reqwest::Client, url: &Url, agent: &str) -> R
     let options = RobotsOptions::default();
     let token = product_token(agent).to_owned();
     let robots_url = format!("{}/robots.txt", url.origin().ascii_serialization());
-    let got = retrieve(client, &robots_url, options.fetch_timeout).await;
+    let got = retrieve(client, &robots_url, options.fetch_timeout, false).await;
     let (rules, body, truncated) = verdict(&robots_url, got, &token, &options);
     let allowed = rules.allowed(url);
     let (group, matched_rule) = match &body {
