@@ -806,14 +806,14 @@ async fn work<S: Spider, D: Downloader>(
 pub const DONT_REDIRECT_META: &str = "dont_redirect";
 
 /// Statuses whose `Location` is followed.
-const REDIRECTS: [u16; 5] = [301, 302, 303, 307, 308];
+pub const REDIRECTS: [u16; 5] = [301, 302, 303, 307, 308];
 
 /// The next hop of a redirect, as a new request that goes through the frontier (so the
 /// target's robots.txt and its host's slot apply), or why it cannot be followed. As Scrapy's
 /// RedirectMiddleware: 301/302/303 turn a POST into a GET without body (303 anything but
 /// HEAD), 307/308 keep method and body; credentials do not cross to another origin; the
 /// callback, meta, priority and depth carry over.
-fn redirect(
+pub fn redirect(
     req: &Request,
     response: &crate::Response,
     max: usize,

@@ -52,7 +52,7 @@ pub use config::{
     Resolved, SECTIONS, Section, SettingRow, SettingsLayers, Source, find_settings_file,
     section_of, settings_markdown,
 };
-pub use engine::{DONT_REDIRECT_META, Engine, Progress, Shutdown};
+pub use engine::{DONT_REDIRECT_META, Engine, Progress, REDIRECTS, Shutdown, redirect};
 pub use error::{Error, ErrorKind, Result};
 pub use feed::{FeedFormat, FeedSpec};
 pub use fetch::{

@@ -27,6 +27,8 @@ pub struct HttpDownloader {
     host_rules: Vec<crawler_core::HostRule>,
     max_body: u64,
     timeout: Duration,
+    /// Redirect hops [`HttpDownloader::fetch_once`] follows (crawls follow them in the engine).
+    max_redirects: usize,
     deny_private: bool,
     /// Challenge-page markers, ASCII case-insensitive, built once; `None` without markers.
     soft_block_markers: Option<aho_corasick::AhoCorasick>,
@@ -87,6 +89,7 @@ impl HttpDownloader {
             obey_robots: settings.obey_robots,
             host_rules: settings.hosts.clone(),
             max_body: settings.max_body_size,
+            max_redirects: settings.max_redirects,
             timeout: settings.download_timeout,
             deny_private: settings.deny_private_addresses,
             soft_block_markers: challenge_matcher(&settings.soft_block_markers)?,
@@ -116,13 +119,31 @@ impl HttpDownloader {
     }
 
     /// Fetch one request outside a crawl (tools, contract checks), where no slot paces the
-    /// sends: robots.txt first when it is not cached, then the page, back to back. An
-    /// unavailable robots.txt gives [`Fetched::Requeue`] with its reason.
+    /// sends: robots.txt first when it is not cached, then the page, back to back, and
+    /// redirects followed as a crawl would (robots.txt of each hop, at most
+    /// `max_redirects`). An unavailable robots.txt gives [`Fetched::Requeue`] with its reason.
     pub async fn fetch_once(&self, req: &Request) -> Download {
-        let first = self.fetch(req).await;
-        match &first.outcome {
-            Fetched::Requeue(_) if !first.feedback.robots_unavailable => self.fetch(req).await,
-            _ => first,
+        let mut req = req.clone();
+        loop {
+            let mut got = self.fetch(&req).await;
+            if matches!(&got.outcome, Fetched::Requeue(_)) && !got.feedback.robots_unavailable {
+                got = self.fetch(&req).await;
+            }
+            let Fetched::Response(response) = &got.outcome else {
+                return got;
+            };
+            if !crawler_core::REDIRECTS.contains(&response.status()) {
+                return got;
+            }
+            match crawler_core::redirect(&req, response, self.max_redirects) {
+                Ok(next) => req = next,
+                Err(failure) => {
+                    return Download {
+                        outcome: Fetched::Failed(failure),
+                        feedback: got.feedback,
+                    };
+                }
+            }
         }
     }
 
