@@ -18,11 +18,13 @@ struct Page {
 }
 
 /// Fetches its start URLs, follows book links on listings, and takes `slow` to parse pages
-/// whose path contains `/slow` (a heavy page or a slow pipeline).
+/// whose path contains `/slow` or that come with an `X-Slow` header (a heavy page or a slow
+/// pipeline), `parse` for the others.
 struct Pages {
     start: Vec<String>,
     follow: bool,
     slow: Duration,
+    parse: Duration,
 }
 
 impl Pages {
@@ -31,6 +33,7 @@ impl Pages {
             start,
             follow: false,
             slow: Duration::ZERO,
+            parse: Duration::ZERO,
         }
     }
 }
@@ -47,8 +50,10 @@ impl Spider for Pages {
     }
 
     async fn parse(&self, page: Response, out: &mut Output<Page>) -> Result<()> {
-        if page.url().path().contains("/slow") {
+        if page.url().path().contains("/slow") || page.headers().contains_key("x-slow") {
             tokio::time::sleep(self.slow).await;
+        } else if !self.parse.is_zero() {
+            tokio::time::sleep(self.parse).await;
         }
         if self.follow {
             for href in page.select("a").attrs("href") {
@@ -100,32 +105,36 @@ fn gap_after(lab: &Lab, pred: impl Fn(&RecordedRequest) -> bool) -> Option<f64> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn remaining_zero_on_the_first_2xx_stops_the_next_send_while_the_page_is_parsed() {
-    // Four in flight to one host. The first answer says the quota is spent for 3 s; the
-    // page takes 1.5 s to parse while the others parse fast. The slot must hear the quota
-    // when the answer arrives, not after the parse, so nothing else leaves inside the 3 s.
+    // Four in flight to one host. The first answer says the quota is spent for 3 s; that
+    // page takes 2 s to parse, the others 0.3 s. The slot must hear the quota when the answer
+    // arrives, not after the parse, so nothing else leaves inside the 3 s (a request that
+    // was already on its way when the answer left the server gets the lab's 0.1 s grace).
+    let first = Arc::new(AtomicBool::new(true));
     let lab = Lab::builder()
-        .script(|req| {
-            if req.path == "/slow" {
-                Some(
-                    ScriptReply::new(200)
-                        .header("RateLimit", "\"default\";r=0;t=3")
-                        .header("RateLimit-Policy", "\"default\";q=4;w=3")
-                        .announce(Duration::from_secs(3))
-                        .html(html("slow")),
-                )
-            } else {
-                req.path
-                    .starts_with("/fast-")
-                    .then(|| ScriptReply::new(200).html(html(req.path)))
+        .script(move |req| {
+            if !req.path.starts_with("/page-") {
+                return None;
             }
+            let reply = ScriptReply::new(200).html(html(req.path));
+            Some(if first.swap(false, Ordering::SeqCst) {
+                reply
+                    .header("RateLimit", "\"default\";r=0;t=3")
+                    .header("RateLimit-Policy", "\"default\";q=4;w=3")
+                    .header("X-Slow", "1")
+                    .announce(Duration::from_secs(3))
+            } else {
+                reply
+            })
         })
         .start()
         .await
         .expect("lab");
-    let mut start = vec![lab.url_for("/slow")];
-    start.extend((0..11).map(|i| lab.url_for(&format!("/fast-{i}"))));
+    let start: Vec<String> = (0..12)
+        .map(|i| lab.url_for(&format!("/page-{i}")))
+        .collect();
     let spider = Pages {
-        slow: Duration::from_millis(1500),
+        slow: Duration::from_millis(2000),
+        parse: Duration::from_millis(300),
         ..Pages::new(start)
     };
     let stats = crawl(spider)
@@ -141,23 +150,23 @@ async fn remaining_zero_on_the_first_2xx_stops_the_next_send_while_the_page_is_p
     let report = lab.recorder().report();
     let me = report.clients.values().next().expect("one client");
     assert_eq!(me.violations, 0, "{:?}", me.violation_samples);
-    // The three sent alongside the first are the only ones before the reset.
     let pages = page_requests(&lab);
-    let slow_reply = pages
+    let exhausted = pages
         .iter()
-        .find(|r| r.path == "/slow")
         .map(|r| r.replied_at.as_secs_f64())
-        .expect("slow page fetched");
-    let early: Vec<f64> = pages
+        .fold(f64::INFINITY, f64::min);
+    let after: Vec<f64> = pages
         .iter()
-        .skip(4)
-        .map(|r| r.at.as_secs_f64() - slow_reply)
-        .filter(|&t| t < 2.9)
+        .map(|r| r.at.as_secs_f64() - exhausted)
         .collect();
+    let early: Vec<&f64> = after.iter().filter(|&&t| t > 0.1 && t < 2.9).collect();
     assert!(
         early.is_empty(),
         "sent inside the exhausted quota at {early:?}"
     );
+    // Requests sent before the answer was read (within the lab's grace) are the only ones
+    // before the reset; the rest waited for it.
+    assert!(after.iter().any(|&t| t >= 2.9), "{after:?}");
     assert!(stats.reconciles(), "{stats}");
     lab.shutdown().await;
 }
