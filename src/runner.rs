@@ -46,8 +46,7 @@ use std::pin::Pin;
 use std::process::ExitCode;
 
 use crawler_core::{
-    Downloader, Fetched, Output, Request, Settings, SettingsLayers, Spider, Stats,
-    settings_markdown,
+    Fetched, Output, Request, Settings, SettingsLayers, Spider, Stats, settings_markdown,
 };
 use crawler_http::HttpDownloader;
 
@@ -178,10 +177,11 @@ async fn run_contract<S: Spider>(
     }
     crate::check_guard(settings)?;
     let downloader = HttpDownloader::new(settings)?;
-    let page = match downloader.fetch(&req).await.outcome {
+    let page = match downloader.fetch_once(&req).await.outcome {
         Fetched::Response(page) => page,
         Fetched::Disallowed => return Err(fail("disallowed by robots.txt".into())),
         Fetched::Failed(f) => return Err(fail(format!("{}: {}", f.kind, f.message))),
+        Fetched::Requeue(why) => return Err(fail(why)),
     };
     if !(200..300).contains(&page.status()) {
         return Err(fail(format!("HTTP status {}", page.status())));

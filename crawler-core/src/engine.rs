@@ -243,9 +243,15 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
             downloader,
             pipelines,
             items_tx: items_tx.clone(),
+            max_redirects: settings.max_redirects,
         });
         let mut tasks: JoinSet<Completion> = JoinSet::new();
         let mut leases: HashMap<tokio::task::Id, Lease> = HashMap::new();
+        // Workers report what a response told its host's slot the moment it arrives, before
+        // the spider parses it: with several requests in flight to one host, a `remaining=0`
+        // or a Retry-After must stop the next send even while a slow parse runs.
+        let (feedback_tx, mut feedback_rx) = mpsc::unbounded_channel::<(Lease, Feedback)>();
+        let mut reported: std::collections::HashSet<Lease> = std::collections::HashSet::new();
         // Fetched pages whose items must reach the feeds before their lease is acknowledged;
         // the marker goes through the same channel as the items, after them.
         let mut marks: VecDeque<Lease> = VecDeque::new();
@@ -266,7 +272,11 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                 while tasks.len() < settings.concurrency {
                     match scheduler.next(Instant::now()) {
                         Next::Ready(lease, req) => {
-                            let handle = tasks.spawn(work(Arc::clone(&ctx), req));
+                            let report = Report {
+                                lease,
+                                tx: feedback_tx.clone(),
+                            };
+                            let handle = tasks.spawn(work(Arc::clone(&ctx), req, report));
                             leases.insert(handle.id(), lease);
                         }
                         Next::NotBefore(at) => {
@@ -301,7 +311,15 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                     };
                     let now = Instant::now();
                     let Some(lease) = leases.remove(&id) else { continue };
-                    scheduler.complete(lease, &done.feedback, now);
+                    // The worker's early report may still sit in the channel.
+                    while let Ok((early, fb)) = feedback_rx.try_recv() {
+                        if reported.insert(early) {
+                            scheduler.complete(early, &fb, now);
+                        }
+                    }
+                    if !reported.remove(&lease) {
+                        scheduler.complete(lease, &done.feedback, now);
+                    }
                     if done.feed_closed {
                         // Some of its items never reached the feeds: the lease stays open,
                         // so a persistent frontier fetches the page again on resume.
@@ -312,7 +330,13 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                         abandoned += 1;
                         continue;
                     }
-                    if let Some((req, at)) = retry.plan(&mut done, now) {
+                    if let Terminal::Requeued = done.terminal {
+                        // Not an attempt: the page was not sent (robots.txt went in its
+                        // place, or is unavailable and the host is held).
+                        if let Some(req) = done.request.take() {
+                            scheduler.retry(lease, req, now);
+                        }
+                    } else if let Some((req, at)) = retry.plan(&mut done, now) {
                         scheduler.retry(lease, req, at);
                         stats.retries += 1;
                     }
@@ -329,7 +353,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                             });
                         }
                     }
-                    let terminal = !matches!(done.terminal, Terminal::Retrying);
+                    let terminal = !matches!(done.terminal, Terminal::Retrying | Terminal::Requeued);
                     let wrote_items = done.items > 0;
                     account(&mut scheduler, &mut stats, &mut failures, done);
                     // Follow-up requests are queued now; items may still be on their way to
@@ -364,6 +388,11 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                         stopping = true;
                     }
                 },
+                Some((lease, fb)) = feedback_rx.recv() => {
+                    if reported.insert(lease) {
+                        scheduler.complete(lease, &fb, Instant::now());
+                    }
+                }
                 _ = sleep_until(wake), if wake.is_some() => {}
                 changed = stop_rx.changed() => {
                     let asked = if changed.is_ok() { *stop_rx.borrow_and_update() } else { 1 };
@@ -568,19 +597,34 @@ fn account<Q: Scheduler>(
         Terminal::Fetched => stats.fetched += 1,
         Terminal::NotModified => stats.not_modified += 1,
         Terminal::Disallowed => stats.disallowed += 1,
+        Terminal::Redirected => stats.redirected += 1,
         Terminal::Failed(kind) => {
             Stats::bump(&mut stats.failed, kind.as_str());
             if let (Some(log), Some(req)) = (failures.as_mut(), &done.request) {
+                // A failed redirect hop is reported under the URL that was asked for; the hop
+                // that failed goes in the message.
+                let (url, message) = match req.redirect_urls.first() {
+                    Some(first) => (
+                        first.as_str(),
+                        format!(
+                            "{} (at {} after {} redirects)",
+                            done.message,
+                            req.url,
+                            req.redirect_urls.len()
+                        ),
+                    ),
+                    None => (req.url.as_str(), done.message.clone()),
+                };
                 log.record(&FailureRecord {
-                    url: req.url.as_str(),
+                    url,
                     reason: kind.as_str(),
                     attempts: req.retries + 1,
                     status: done.status,
-                    message: &done.message,
+                    message: &message,
                 });
             }
         }
-        Terminal::Retrying => {}
+        Terminal::Retrying | Terminal::Requeued => {}
     }
     if let Some(status) = done.status {
         *stats.status.entry(status).or_default() += 1;
@@ -602,15 +646,27 @@ struct Ctx<S: Spider, D> {
     downloader: Arc<D>,
     pipelines: Vec<Box<dyn DynPipeline<S::Item>>>,
     items_tx: mpsc::Sender<FeedMsg<S::Item>>,
+    /// Redirect hops allowed from one start request.
+    max_redirects: usize,
 }
 
 enum Terminal {
     Fetched,
     NotModified,
     Disallowed,
+    /// A 3xx whose next hop was queued as a new request.
+    Redirected,
     Failed(FailureKind),
     /// Not terminal: queued again for another attempt.
     Retrying,
+    /// Not terminal and not an attempt: back to the host's queue (see [`Fetched::Requeue`]).
+    Requeued,
+}
+
+/// Where a worker reports its request's feedback as soon as the response arrives.
+struct Report {
+    lease: Lease,
+    tx: mpsc::UnboundedSender<(Lease, Feedback)>,
 }
 
 /// Which failures are worth another attempt, and how long to wait before it.
@@ -735,10 +791,25 @@ impl Completion {
 }
 
 /// Download one request, parse it, run the items through the pipelines into the feed.
-async fn work<S: Spider, D: Downloader>(ctx: Arc<Ctx<S, D>>, req: Request) -> Completion {
-    let Download { outcome, feedback } = ctx.downloader.fetch(&req).await;
+async fn work<S: Spider, D: Downloader>(
+    ctx: Arc<Ctx<S, D>>,
+    req: Request,
+    report: Report,
+) -> Completion {
+    let Download { outcome, feedback } = match ctx.downloader.gate(&req).await {
+        Some(answered) => answered,
+        None => ctx.downloader.fetch(&req).await,
+    };
+    // The slot learns now; parsing and pipelines may take a while.
+    let _ = report.tx.send((report.lease, feedback.clone()));
     let response = match outcome {
         Fetched::Disallowed => return Completion::new(feedback, Terminal::Disallowed),
+        Fetched::Requeue(why) => {
+            tracing::debug!(url = %req.url, "back to the queue: {why}");
+            let mut c = Completion::new(feedback, Terminal::Requeued);
+            c.request = Some(req);
+            return c;
+        }
         Fetched::Failed(Failure {
             kind,
             message,
@@ -763,6 +834,33 @@ async fn work<S: Spider, D: Downloader>(ctx: Arc<Ctx<S, D>>, req: Request) -> Co
         304 => Terminal::NotModified,
         _ => Terminal::Failed(FailureKind::Status),
     };
+    if !revalidated
+        && REDIRECTS.contains(&status)
+        && !req
+            .meta
+            .get(DONT_REDIRECT_META)
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false)
+    {
+        let mut done = match redirect(&req, &response, ctx.max_redirects) {
+            Ok(next) => {
+                tracing::debug!(from = %req.url, to = %next.url, status, "redirect");
+                let mut done = Completion::new(feedback, Terminal::Redirected);
+                done.requests = vec![next];
+                done
+            }
+            Err(failure) => {
+                tracing::debug!(url = %req.url, status, "redirect not followed: {}", failure.message);
+                let mut done = Completion::new(feedback, Terminal::Failed(failure.kind));
+                done.message = failure.message;
+                done.request = Some(req);
+                done
+            }
+        };
+        done.status = Some(status);
+        done.bytes = response.body().len() as u64;
+        return done;
+    }
     let mut done = Completion::new(feedback, terminal);
     done.status = Some(if revalidated { 304 } else { status });
     // Cached bodies did not cross the network; the stats count bytes received.
@@ -830,6 +928,102 @@ async fn work<S: Spider, D: Downloader>(ctx: Arc<Ctx<S, D>>, req: Request) -> Co
         done.items += 1;
     }
     done
+}
+
+/// Request meta key: when `true`, a 3xx answer is not followed (it ends as an HTTP status
+/// failure, as any non-2xx the spider does not handle).
+pub const DONT_REDIRECT_META: &str = "dont_redirect";
+
+/// Statuses whose `Location` is followed.
+pub const REDIRECTS: [u16; 5] = [301, 302, 303, 307, 308];
+
+/// The next hop of a redirect, as a new request that goes through the frontier (so the
+/// target's robots.txt and its host's slot apply), or why it cannot be followed. As Scrapy's
+/// RedirectMiddleware: 301/302/303 turn a POST into a GET without body (303 anything but
+/// HEAD), 307/308 keep method and body; credentials do not cross to another origin; the
+/// callback, meta, priority and depth carry over.
+pub fn redirect(
+    req: &Request,
+    response: &crate::Response,
+    max: usize,
+) -> std::result::Result<Request, Failure> {
+    let status = response.status();
+    let location = response
+        .headers()
+        .get(http::header::LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .ok_or_else(|| {
+            failure(
+                FailureKind::BadRedirect,
+                status,
+                format!("HTTP {status} without a usable Location"),
+            )
+        })?;
+    let target = response.url().join(location).map_err(|e| {
+        failure(
+            FailureKind::BadRedirect,
+            status,
+            format!("redirect to an invalid URL '{location}': {e}"),
+        )
+    })?;
+    if !matches!(target.scheme(), "http" | "https") || target.host().is_none() {
+        return Err(failure(
+            FailureKind::BadRedirect,
+            status,
+            format!("redirect to non-http URL '{target}'"),
+        ));
+    }
+    if target == req.url || req.redirect_urls.contains(&target) {
+        return Err(failure(
+            FailureKind::TooManyRedirects,
+            status,
+            format!("redirect loop at '{target}'"),
+        ));
+    }
+    if req.redirect_urls.len() + 1 > max {
+        return Err(failure(
+            FailureKind::TooManyRedirects,
+            status,
+            format!("more than {max} redirects"),
+        ));
+    }
+    let mut next = req.clone();
+    next.redirect_urls.push(req.url.clone());
+    let to_get = match status {
+        301 | 302 => req.method == "POST",
+        303 => req.method != "HEAD",
+        _ => false,
+    };
+    if to_get {
+        next.method = "GET".to_owned();
+        next.body = None;
+        next.headers.retain(|(k, _)| {
+            !k.eq_ignore_ascii_case("content-type") && !k.eq_ignore_ascii_case("content-length")
+        });
+    }
+    if target.origin() != req.url.origin() {
+        // Credentials given for one origin are not handed to another.
+        next.headers.retain(|(k, _)| {
+            !k.eq_ignore_ascii_case("authorization") && !k.eq_ignore_ascii_case("cookie")
+        });
+    }
+    next.url = target;
+    next.retries = 0;
+    // A hop belongs to its own chain: loops are caught above, per chain, and the chain
+    // length is bounded. Filtering a hop as a duplicate because another page redirected to
+    // the same place would end this page without its response or a failure to show.
+    next.dont_filter = true;
+    Ok(next)
+}
+
+fn failure(kind: FailureKind, status: u16, message: String) -> Failure {
+    Failure {
+        kind,
+        message,
+        status: Some(status),
+    }
 }
 
 /// What flows to the feed writer: items, and markers saying "every item of this request
@@ -947,7 +1141,13 @@ mod tests {
     #[test]
     fn only_what_can_succeed_is_retried() {
         let p = policy();
-        for code in [408, 429, 500, 502, 503, 504] {
+        let cdn = [520, 521, 522, 523, 524, 525, 526, 527, 530];
+        for code in [
+            408, 429, 500, 502, 503, 504, 505, 506, 507, 508, 509, 510, 511,
+        ]
+        .into_iter()
+        .chain(cdn)
+        {
             assert!(p.retryable(FailureKind::Status, Some(code)), "{code}");
         }
         for code in [400, 401, 403, 404, 501] {
@@ -977,6 +1177,87 @@ mod tests {
             // Full jitter spreads over the whole range, not just near the ceiling.
             assert!(draws.iter().any(|d| *d < ceiling / 2), "attempt {attempt}");
         }
+    }
+
+    fn answer(req: &Request, status: u16, location: Option<&str>) -> crate::Response {
+        let mut headers = http::HeaderMap::new();
+        if let Some(l) = location {
+            headers.insert(
+                http::header::LOCATION,
+                http::HeaderValue::from_str(l).unwrap(),
+            );
+        }
+        crate::Response::new(
+            req.clone(),
+            req.url.clone(),
+            status,
+            headers,
+            bytes::Bytes::new(),
+        )
+    }
+
+    #[test]
+    fn redirects_follow_scrapys_rules() {
+        let post = Request::get("http://a.example/form")
+            .unwrap()
+            .method("POST")
+            .body("q=1")
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .header("Authorization", "Basic eA==")
+            .callback("after")
+            .meta("k", 1)
+            .unwrap();
+        // 301/302/303: POST becomes GET without a body; 307/308 keep both.
+        for status in [301, 302, 303] {
+            let next = redirect(&post, &answer(&post, status, Some("/done")), 10).unwrap();
+            assert_eq!(next.method, "GET", "{status}");
+            assert_eq!(next.body, None, "{status}");
+            assert!(next.header_value("content-type").is_none(), "{status}");
+            assert_eq!(next.url.as_str(), "http://a.example/done");
+        }
+        for status in [307, 308] {
+            let next = redirect(&post, &answer(&post, status, Some("/done")), 10).unwrap();
+            assert_eq!(next.method, "POST", "{status}");
+            assert_eq!(next.body.as_deref(), Some(&b"q=1"[..]));
+        }
+        let next = redirect(&post, &answer(&post, 302, Some("/done")), 10).unwrap();
+        assert_eq!(next.redirect_urls, std::slice::from_ref(&post.url));
+        assert_eq!(next.callback.as_deref(), Some("after"));
+        assert_eq!(next.meta.get("k"), Some(&serde_json::json!(1)));
+        assert!(next.dont_filter);
+        // Same origin keeps credentials; another origin does not get them.
+        assert!(next.header_value("authorization").is_some());
+        let away = redirect(&post, &answer(&post, 302, Some("http://b.example/")), 10).unwrap();
+        assert!(away.header_value("authorization").is_none());
+
+        let get = Request::get("http://a.example/x").unwrap();
+        let err = |status, loc: Option<&str>, req: &Request, max| {
+            redirect(req, &answer(req, status, loc), max)
+                .unwrap_err()
+                .kind
+        };
+        assert_eq!(err(302, None, &get, 10), FailureKind::BadRedirect);
+        assert_eq!(
+            err(302, Some("ftp://a.example/f"), &get, 10),
+            FailureKind::BadRedirect
+        );
+        assert_eq!(
+            err(302, Some("/x"), &get, 10),
+            FailureKind::TooManyRedirects
+        );
+        let mut hop = get.clone();
+        hop.redirect_urls = vec![url::Url::parse("http://a.example/y").unwrap()];
+        assert_eq!(
+            err(302, Some("/y"), &hop, 10),
+            FailureKind::TooManyRedirects,
+            "loop"
+        );
+        assert_eq!(
+            err(302, Some("/z"), &hop, 1),
+            FailureKind::TooManyRedirects,
+            "limit"
+        );
+        assert!(redirect(&hop, &answer(&hop, 302, Some("/z")), 2).is_ok());
     }
 
     #[tokio::test(start_paused = true)]

@@ -108,6 +108,10 @@ pub enum Fetched {
     Disallowed,
     /// No usable response.
     Failed(Failure),
+    /// Not fetched yet and not terminal: the request goes back to its host's queue for a
+    /// later send (robots.txt was fetched in its place, or is unavailable and the host is
+    /// held). Not a retry attempt.
+    Requeue(String),
 }
 
 /// What the host's slot learns from one request. Adaptive politeness reads this.
@@ -121,17 +125,33 @@ pub struct Feedback {
     pub latency: Duration,
     /// The failure class, if the request failed.
     pub failure: Option<FailureKind>,
-    /// A Retry-After the server asked for, already converted to a wait from now.
+    /// A Retry-After the server asked for (on any status), already converted to a wait
+    /// from now; an HTTP-date is read against the server's own `Date` when it sent one.
     pub retry_after: Option<Duration>,
     /// robots.txt Crawl-delay for this host, once known.
     pub crawl_delay: Option<Duration>,
     /// What the response's RateLimit headers said, in whichever dialect they came.
     pub rate_limit: Option<RateLimitReading>,
-    /// The response was a challenge page (soft block) rather than content.
+    /// The response was a challenge page (soft block) rather than content, on any status.
     pub soft_block: bool,
-    /// robots.txt could not be fetched (429, 5xx, timeout): nothing else was sent, the
-    /// request goes back to its queue and the host waits.
+    /// robots.txt could not be read for this host (429, 5xx, network error, timeout): the
+    /// page was not sent and goes back to the queue; the host should be held (by
+    /// `retry_after` when the robots.txt response carried one, else by a growing backoff)
+    /// and skipped once the outage outlasts `robots_outage_max`.
     pub robots_unavailable: bool,
+    /// How far the server's clock (its `Date` header) is ahead of ours, negative when
+    /// behind; `None` without a usable `Date` or when the offset is implausible (over 24 h).
+    /// Waits above are already corrected with it; this is for logs and diagnostics.
+    pub server_clock_offset: Option<ClockOffset>,
+}
+
+/// A signed difference between a server's clock and ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockOffset {
+    /// The size of the difference.
+    pub amount: Duration,
+    /// Whether the server's clock is ahead of ours (else behind or equal).
+    pub ahead: bool,
 }
 
 /// A server's statement of its remaining quota, normalised from any RateLimit dialect.
@@ -139,12 +159,13 @@ pub struct Feedback {
 pub struct RateLimitReading {
     /// Requests left in the current window.
     pub remaining: u64,
-    /// Time until the quota refills, measured against the server's clock; `None` when the
-    /// server did not say.
+    /// Time until the window resets (the quota refills), against the server's clock (a
+    /// Unix-time reset is read against the server's `Date` when it sent one); `None` when
+    /// the server did not say.
     pub reset: Option<Duration>,
     /// The window's quota, when the server said.
     pub limit: Option<u64>,
-    /// The policy window (`RateLimit-Policy: ...;w=`), when the server said.
+    /// The policy window, when stated (`RateLimit-Policy: 50;w=10`, structured `w=`).
     pub window: Option<Duration>,
 }
 
@@ -187,6 +208,14 @@ pub struct Download {
 pub trait Downloader: Send + Sync + 'static {
     /// Fetch one request: robots gate, HTTP, limits, classification.
     fn fetch(&self, request: &Request) -> impl Future<Output = Download> + Send;
+
+    /// What must happen before the request itself may be sent in its slot (robots.txt),
+    /// checked by the engine ahead of the middlewares: `Some` answers the request without
+    /// sending it (a refusal, or back to the queue because robots.txt took the slot's
+    /// send), so request middlewares only ever see requests that go out. `None` by default.
+    fn gate(&self, _request: &Request) -> impl Future<Output = Option<Download>> + Send {
+        std::future::ready(None)
+    }
 }
 
 /// Identifies one request handed out by a scheduler until the engine completes it.

@@ -53,12 +53,14 @@ pub use config::{
     Resolved, SECTIONS, Section, SettingRow, SettingsLayers, Source, find_settings_file,
     section_of, settings_markdown,
 };
-pub use engine::{Engine, FINAL_HOSTS, PROGRESS_HOSTS, Progress, Shutdown};
+pub use engine::{
+    DONT_REDIRECT_META, Engine, FINAL_HOSTS, PROGRESS_HOSTS, Progress, REDIRECTS, Shutdown, redirect,
+};
 pub use error::{Error, ErrorKind, Result};
 pub use feed::{FeedFormat, FeedSpec};
 pub use fetch::{
-    Admission, Download, Downloader, Failure, FailureKind, Feedback, Fetched, FilterReason,
-    HostStats, Lease, Next, RateLimitReading, Scheduler,
+    Admission, ClockOffset, Download, Downloader, Failure, FailureKind, Feedback, Fetched,
+    FilterReason, HostStats, Lease, Next, RateLimitReading, Scheduler,
 };
 pub use links::{Extracted, IGNORED_EXTENSIONS, Link, LinkExtractor, LinkExtractorBuilder};
 pub use middleware::{

@@ -337,6 +337,14 @@ impl<D: Downloader> Middlewares<D> {
 }
 
 impl<D: Downloader> Downloader for Middlewares<D> {
+    fn gate(
+        &self,
+        request: &Request,
+    ) -> impl std::future::Future<Output = Option<Download>> + Send {
+        // The gate (robots.txt) comes before every middleware, as the engine's own step.
+        self.inner.gate(request)
+    }
+
     async fn fetch(&self, request: &Request) -> Download {
         let mut req = request.clone();
         let stages = &self.stages.0;

@@ -40,6 +40,10 @@ pub struct Request {
     /// How many times this request has already been retried.
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub retries: u32,
+    /// The URLs this request was redirected from, oldest first (Scrapy's `redirect_urls`):
+    /// empty for a request that is not a redirect hop.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub redirect_urls: Vec<Url>,
 }
 
 fn default_method() -> String {
@@ -95,6 +99,7 @@ impl Request {
             meta: serde_json::Map::new(),
             dont_filter: false,
             retries: 0,
+            redirect_urls: Vec::new(),
         }
     }
 

@@ -146,6 +146,12 @@ impl Response {
         &self.request
     }
 
+    /// The URLs redirected through to reach this response, oldest first; [`Response::url`]
+    /// is the last hop's.
+    pub fn redirect_urls(&self) -> &[Url] {
+        &self.request.redirect_urls
+    }
+
     /// The callback named by the request, if any.
     pub fn callback(&self) -> Option<&str> {
         self.request.callback.as_deref()

@@ -54,8 +54,9 @@ pub struct Settings {
     /// Added to every wait a server asks for, to absorb clock and network skew. Default 250ms.
     #[serde(with = "humantime_serde")]
     pub hold_margin: Duration,
-    /// Text that marks a 200 response as a challenge or block page (case-insensitive,
-    /// searched in the first 64 KiB of HTML bodies).
+    /// Text that marks a response (of any status: challenges come as 200, 403 and 503) as a
+    /// challenge or block page (ASCII case-insensitive, searched in the first 64 KiB of HTML
+    /// bodies).
     pub soft_block_markers: Vec<String>,
     /// How long a host is paused after a challenge page. Default 5m.
     #[serde(with = "humantime_serde")]
@@ -71,7 +72,8 @@ pub struct Settings {
     /// Attempts after the first for a retryable failure. Default 2.
     pub retry_times: u32,
     /// HTTP statuses retried (connection errors and timeouts always are).
-    /// Default 408, 429, 500, 502, 503, 504, 522, 524.
+    /// Default 408, 429, 500, 502, 503, 504, 505-511 except 501, and the CDN 520-527 and
+    /// 530.
     pub retry_http_codes: Vec<u16>,
     /// Retry backoff: attempt n waits a random time up to min(cap, base x 2^n). Default 1s.
     #[serde(with = "humantime_serde")]
@@ -99,6 +101,10 @@ pub struct Settings {
     /// How long a fetched robots.txt is trusted. Default 24h.
     #[serde(with = "humantime_serde")]
     pub robots_ttl: Duration,
+    /// How long a host's robots.txt may stay unreadable (429, 5xx, timeout) before the host
+    /// is skipped for the run; until then its pages wait in the queue. Default 10m.
+    #[serde(with = "humantime_serde")]
+    pub robots_outage_max: Duration,
     /// Refuse requests to private, loopback and link-local addresses (for crawls that follow
     /// untrusted links). Off by default so local servers (like the lab) can be crawled.
     pub deny_private_addresses: bool,
@@ -422,7 +428,12 @@ impl Default for Settings {
             autothrottle_target_concurrency: 1.0,
             autothrottle_max_delay: Duration::from_secs(60),
             retry_times: 2,
-            retry_http_codes: vec![408, 429, 500, 502, 503, 504, 522, 524],
+            // 501 (not implemented) cannot succeed on another attempt; the CDN 52x family
+            // are origin hiccups seen through a proxy, as transient as 502.
+            retry_http_codes: vec![
+                408, 429, 500, 502, 503, 504, 505, 506, 507, 508, 509, 510, 511, 520, 521, 522,
+                523, 524, 525, 526, 527, 530,
+            ],
             retry_backoff_base: Duration::from_secs(1),
             retry_backoff_cap: Duration::from_secs(60),
             download_timeout: Duration::from_secs(30),
@@ -433,6 +444,7 @@ impl Default for Settings {
             depth_limit: 0,
             max_url_length: 2083,
             robots_ttl: Duration::from_secs(24 * 3600),
+            robots_outage_max: Duration::from_secs(600),
             deny_private_addresses: false,
             allow_unchecked_proxy: false,
             job_dir: None,

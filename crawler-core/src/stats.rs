@@ -21,6 +21,9 @@ pub struct Stats {
     pub not_modified: u64,
     /// Forbidden by robots.txt, never sent.
     pub disallowed: u64,
+    /// Answered with a redirect that was followed: the next hop is a new request (counted in
+    /// `requests_enqueued`) with its own terminal state.
+    pub redirected: u64,
     /// Ended without a usable response, by reason.
     pub failed: BTreeMap<String, u64>,
     /// Not fetched because their host asked for a wait longer than `max_retry_after`.
@@ -76,6 +79,7 @@ impl Stats {
             + self.fetched
             + self.not_modified
             + self.disallowed
+            + self.redirected
             + self.failed.values().sum::<u64>()
             + self.skipped_host
     }
@@ -113,6 +117,9 @@ impl fmt::Display for Stats {
         writeln!(f, "  fetched            {}", self.fetched)?;
         writeln!(f, "  not modified       {}", self.not_modified)?;
         writeln!(f, "  robots disallowed  {}", self.disallowed)?;
+        if self.redirected > 0 {
+            writeln!(f, "  redirected         {}", self.redirected)?;
+        }
         writeln!(
             f,
             "  filtered           {} {}",

@@ -14,18 +14,24 @@ use tokio::time::Instant;
 
 use crate::error::Error;
 use crate::guard::{PublicOnly, is_private};
-use crate::headers::{parse_rate_limit, parse_retry_after};
+use crate::headers::{parse_rate_limit, retry_after, server_clock_offset};
 use crate::robots::{RobotsCache, RobotsOptions};
 
 /// Downloads requests with reqwest, politely and within limits.
 pub struct HttpDownloader {
     client: reqwest::Client,
     robots: Option<RobotsCache>,
+    /// The crawl's `obey_robots`; `[[hosts]]` rules may override it per host.
+    obey_robots: bool,
+    /// `[[hosts]]` rules, matched against each URL's own host (not its slot key).
+    host_rules: Vec<crawler_core::HostRule>,
     max_body: u64,
     timeout: Duration,
+    /// Redirect hops [`HttpDownloader::fetch_once`] follows (crawls follow them in the engine).
+    max_redirects: usize,
     deny_private: bool,
-    /// Lower-cased challenge-page markers.
-    soft_block_markers: Vec<String>,
+    /// Challenge-page markers, ASCII case-insensitive, built once; `None` without markers.
+    soft_block_markers: Option<aho_corasick::AhoCorasick>,
     /// Validators and cached responses of earlier runs, when the crawl keeps them.
     store: Option<Arc<dyn ConditionalStore>>,
     /// Send If-None-Match / If-Modified-Since (the `conditional_requests` setting).
@@ -48,41 +54,45 @@ pub const ROBOTS_SITEMAPS_META: &str = "robots_sitemaps";
 const SOFT_BLOCK_SCAN: usize = 64 * 1024;
 
 impl HttpDownloader {
-    /// A downloader configured from the crawl settings (User-Agent, timeouts, redirect limit,
-    /// body cap, robots).
+    /// A downloader configured from the crawl settings (User-Agent, timeouts, body cap,
+    /// robots). Redirects are not followed here: the engine follows them as new requests.
     pub fn new(settings: &Settings) -> Result<Self, Error> {
         // reqwest is built without a bundled crypto provider so the dependency tree stays
         // small; install ring's once per process (a second install is a harmless no-op).
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = build_client(settings, settings.max_redirects)?;
-        let robots = if settings.obey_robots {
+        let client = build_client(settings)?;
+        // A host rule may turn robots on for one host of a crawl that ignores them.
+        let any_host_obeys = settings
+            .hosts
+            .iter()
+            .any(|r| r.ignore_robots == Some(false));
+        let robots = if settings.obey_robots || any_host_obeys {
             // RFC 9309 asks crawlers to follow at least five redirects for robots.txt.
             // The client shares the private-address guard with page fetches.
             let options = RobotsOptions {
                 ttl: settings.robots_ttl,
                 fetch_timeout: settings.download_timeout,
-                ..RobotsOptions::default()
+                // An unreadable robots.txt is not remembered: the host is held instead, and
+                // the next send after the hold asks for robots.txt again.
+                retry_unreachable: Duration::ZERO,
             };
-            Some(RobotsCache::with_options(
-                build_client(settings, 5)?,
-                &settings.user_agent,
-                options,
-            ))
+            Some(
+                RobotsCache::with_options(build_client(settings)?, &settings.user_agent, options)
+                    .deny_private_addresses(settings.deny_private_addresses),
+            )
         } else {
             None
         };
         Ok(Self {
             client,
             robots,
+            obey_robots: settings.obey_robots,
+            host_rules: settings.hosts.clone(),
             max_body: settings.max_body_size,
+            max_redirects: settings.max_redirects,
             timeout: settings.download_timeout,
             deny_private: settings.deny_private_addresses,
-            soft_block_markers: settings
-                .soft_block_markers
-                .iter()
-                .map(|m| m.to_lowercase())
-                .filter(|m| !m.is_empty())
-                .collect(),
+            soft_block_markers: challenge_matcher(&settings.soft_block_markers)?,
             store: None,
             send_validators: settings.conditional_requests,
             offline: settings.http_cache && settings.http_cache_offline,
@@ -108,22 +118,126 @@ impl HttpDownloader {
         self.robots.as_ref()
     }
 
-    /// Whether a successful HTML response is really a challenge page.
-    fn is_challenge(&self, headers: &http::HeaderMap, body: &[u8]) -> bool {
-        if self.soft_block_markers.is_empty() {
-            return false;
+    /// Fetch one request outside a crawl (tools, contract checks), where no slot paces the
+    /// sends: robots.txt first when it is not cached, then the page, back to back, and
+    /// redirects followed as a crawl would (robots.txt of each hop, at most
+    /// `max_redirects`). An unavailable robots.txt gives [`Fetched::Requeue`] with its reason.
+    pub async fn fetch_once(&self, req: &Request) -> Download {
+        let mut req = req.clone();
+        loop {
+            let mut got = self.fetch(&req).await;
+            if matches!(&got.outcome, Fetched::Requeue(_)) && !got.feedback.robots_unavailable {
+                got = self.fetch(&req).await;
+            }
+            let Fetched::Response(response) = &got.outcome else {
+                return got;
+            };
+            if !crawler_core::REDIRECTS.contains(&response.status()) {
+                return got;
+            }
+            match crawler_core::redirect(&req, response, self.max_redirects) {
+                Ok(next) => req = next,
+                Err(failure) => {
+                    return Download {
+                        outcome: Fetched::Failed(failure),
+                        feedback: got.feedback,
+                    };
+                }
+            }
         }
+    }
+
+    /// Whether robots.txt applies to `url`: the first `[[hosts]]` rule matching the URL's
+    /// host (with its port when not the default) decides when it sets `ignore_robots`,
+    /// whatever slot key (`host_key`) groups the host.
+    fn obeys_robots(&self, url: &Url) -> bool {
+        let host = url.host_str().unwrap_or("");
+        let host = match url.port() {
+            Some(p) => format!("{host}:{p}"),
+            None => host.to_owned(),
+        };
+        self.host_rules
+            .iter()
+            .find(|r| r.matches(&host))
+            .and_then(|r| r.ignore_robots)
+            .map_or(self.obey_robots, |ignore| !ignore)
+    }
+
+    /// The robots.txt gate. `Ok(crawl_delay)` when the page may be sent in this slot;
+    /// otherwise the answer to give instead: a refusal, or the page back to the queue
+    /// because robots.txt took this slot's send (or is unavailable, and the host is held).
+    async fn robots_gate(
+        &self,
+        robots: &RobotsCache,
+        req: &Request,
+        feedback: &mut Feedback,
+    ) -> Result<(), Fetched> {
+        if let Some(rules) = robots.cached(&req.url).filter(|r| !r.is_unreachable()) {
+            feedback.crawl_delay = rules.crawl_delay();
+            return if rules.allowed(&req.url) {
+                Ok(())
+            } else {
+                Err(Fetched::Disallowed)
+            };
+        }
+        // robots.txt goes out as this slot's send, so it is paced like any request to the
+        // host; the page waits for its own send.
+        let started = Instant::now();
+        let (rules, fetched) = robots.fetch_rules(&req.url).await;
+        feedback.sent = fetched;
+        if fetched {
+            feedback.latency = started.elapsed();
+            feedback.status = rules.http_status();
+        }
+        feedback.crawl_delay = rules.crawl_delay();
+        if rules.is_unreachable() {
+            let why = match rules.status() {
+                crate::RobotsStatus::Unreachable { reason, .. } => reason.clone(),
+                _ => String::new(),
+            };
+            let lower = why.to_ascii_lowercase();
+            if lower.contains("private address refused")
+                || lower.contains("dns error")
+                || lower.contains("failed to lookup address")
+            {
+                // Not an outage to wait out: the host cannot be reached at all, and the page
+                // fails the same way on its own (nothing is sent), with that reason.
+                return Ok(());
+            }
+            // RFC 9309's "disallow for now" means wait: the host is held and the page keeps
+            // its place; it is not a refusal.
+            feedback.robots_unavailable = true;
+            feedback.retry_after = rules.retry_after();
+            return Err(Fetched::Requeue(format!("robots.txt unavailable: {why}")));
+        }
+        if !rules.allowed(&req.url) {
+            return Err(Fetched::Disallowed);
+        }
+        if fetched && rules.expires() > Instant::now() {
+            Err(Fetched::Requeue("robots.txt fetched first".to_owned()))
+        } else {
+            // Another request fetched it (this slot's send is still unused), or the verdict
+            // is trusted for no time at all (`robots_ttl = 0`), where sending the page back
+            // to the queue would only fetch robots.txt again, for ever.
+            Ok(())
+        }
+    }
+
+    /// Whether a response (of any status: challenges come as 200, 403 and 503) is really a
+    /// challenge page. Only HTML-ish bodies are searched, and only their first
+    /// [`SOFT_BLOCK_SCAN`] bytes, raw: one pass of a prebuilt automaton, no copy.
+    fn is_challenge(&self, headers: &http::HeaderMap, body: &[u8]) -> bool {
+        let Some(markers) = &self.soft_block_markers else {
+            return false;
+        };
         let html = headers
             .get("content-type")
             .and_then(|v| v.to_str().ok())
-            .is_none_or(|ct| ct.to_ascii_lowercase().contains("html"));
-        if !html {
-            return false;
-        }
-        let head = String::from_utf8_lossy(&body[..body.len().min(SOFT_BLOCK_SCAN)]).to_lowercase();
-        self.soft_block_markers
-            .iter()
-            .any(|m| head.contains(m.as_str()))
+            .is_none_or(|ct| {
+                let ct = ct.to_ascii_lowercase();
+                ct.contains("html")
+            });
+        html && markers.is_match(body.get(..SOFT_BLOCK_SCAN).unwrap_or(body))
     }
 
     async fn send(
@@ -167,6 +281,24 @@ impl HttpDownloader {
     }
 }
 
+/// One automaton for all markers: matching stays a single pass over the scanned bytes
+/// whatever the number of markers.
+fn challenge_matcher(markers: &[String]) -> Result<Option<aho_corasick::AhoCorasick>, Error> {
+    let markers: Vec<&str> = markers
+        .iter()
+        .map(|m| m.as_str())
+        .filter(|m| !m.is_empty())
+        .collect();
+    if markers.is_empty() {
+        return Ok(None);
+    }
+    aho_corasick::AhoCorasick::builder()
+        .ascii_case_insensitive(true)
+        .build(markers)
+        .map(Some)
+        .map_err(|e| Error::new("cannot build the soft_block_markers matcher", e))
+}
+
 fn too_large(cap: u64, status: u16) -> Failure {
     Failure {
         kind: FailureKind::TooLarge,
@@ -175,26 +307,11 @@ fn too_large(cap: u64, status: u16) -> Failure {
     }
 }
 
-fn build_client(settings: &Settings, max_redirects: usize) -> Result<reqwest::Client, Error> {
+/// The client for pages and robots.txt. It follows no redirect: a 3xx goes back to the
+/// engine, whose next hop is a new request through the target's robots.txt and its host's
+/// slot (robots.txt redirects are followed, counted and checked by the robots cache).
+fn build_client(settings: &Settings) -> Result<reqwest::Client, Error> {
     let deny_private = settings.deny_private_addresses;
-    let policy = reqwest::redirect::Policy::custom(move |attempt| {
-        if deny_private && private_literal(attempt.url()) {
-            let msg = format!("private address refused: redirect to '{}'", attempt.url());
-            attempt.error(RedirectError(msg))
-        } else if attempt.previous().len() > max_redirects {
-            attempt.error(RedirectError(format!(
-                "more than {max_redirects} redirects"
-            )))
-        } else if !matches!(attempt.url().scheme(), "http" | "https") {
-            let msg = format!("redirect to non-http URL '{}'", attempt.url());
-            attempt.error(RedirectError(msg))
-        } else if attempt.previous().contains(attempt.url()) {
-            let msg = format!("redirect loop at '{}'", attempt.url());
-            attempt.error(RedirectError(msg))
-        } else {
-            attempt.follow()
-        }
-    });
     let mut builder = reqwest::Client::builder();
     if deny_private {
         builder = builder.dns_resolver(std::sync::Arc::new(PublicOnly));
@@ -207,7 +324,7 @@ fn build_client(settings: &Settings, max_redirects: usize) -> Result<reqwest::Cl
     builder
         .user_agent(settings.user_agent.as_str())
         .connect_timeout(settings.connect_timeout)
-        .redirect(policy)
+        .redirect(reqwest::redirect::Policy::none())
         .gzip(true)
         .brotli(true)
         .deflate(true)
@@ -218,7 +335,7 @@ fn build_client(settings: &Settings, max_redirects: usize) -> Result<reqwest::Cl
 
 /// Whether the URL's host is an IP literal in a private range (such hosts skip DNS, so the
 /// resolver cannot catch them).
-fn private_literal(url: &Url) -> bool {
+pub(crate) fn private_literal(url: &Url) -> bool {
     match url.host() {
         Some(url::Host::Ipv4(ip)) => is_private(ip.into()),
         Some(url::Host::Ipv6(ip)) => is_private(ip.into()),
@@ -226,25 +343,11 @@ fn private_literal(url: &Url) -> bool {
     }
 }
 
-#[derive(Debug)]
-struct RedirectError(String);
-
-impl std::fmt::Display for RedirectError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-impl std::error::Error for RedirectError {}
-
 /// Put a reqwest error in the class the stats and the retry policy use.
 fn classify(e: reqwest::Error) -> Failure {
     let mut chain = String::new();
     let mut cause: Option<&dyn std::error::Error> = Some(&e);
-    let mut redirect: Option<String> = None;
     while let Some(c) = cause {
-        if let Some(r) = c.downcast_ref::<RedirectError>() {
-            redirect = Some(r.0.clone());
-        }
         if !chain.is_empty() {
             chain.push_str(": ");
         }
@@ -254,18 +357,21 @@ fn classify(e: reqwest::Error) -> Failure {
     let lower = chain.to_ascii_lowercase();
     let kind = if lower.contains("private address refused") {
         FailureKind::Forbidden
-    } else if let Some(r) = &redirect {
-        if r.starts_with("redirect to non-http") {
-            FailureKind::BadRedirect
-        } else {
-            FailureKind::TooManyRedirects
-        }
     } else if e.is_redirect() {
         FailureKind::TooManyRedirects
     } else if e.is_timeout() {
         FailureKind::Timeout
     } else if lower.contains("dns error") || lower.contains("failed to lookup address") {
         FailureKind::Dns
+    } else if (lower.contains("tls") || lower.contains("handshake"))
+        && (lower.contains("reset")
+            || lower.contains("broken pipe")
+            || lower.contains("unexpected eof")
+            || lower.contains("connection closed"))
+    {
+        // The peer hung up mid-handshake (an overloaded TLS terminator): the network failed,
+        // not the certificate, and another attempt may well succeed.
+        FailureKind::Connection
     } else if lower.contains("certificate") || lower.contains("tls") || lower.contains("handshake")
     {
         FailureKind::Tls
@@ -284,6 +390,29 @@ fn classify(e: reqwest::Error) -> Failure {
 }
 
 impl Downloader for HttpDownloader {
+    async fn gate(&self, req: &Request) -> Option<Download> {
+        let robots = self.robots.as_ref()?;
+        if wants_robots_sitemaps(req)
+            || !self.obeys_robots(&req.url)
+            || (self.deny_private && private_literal(&req.url))
+        {
+            // A refused address gets nothing, robots.txt included: fetch() refuses it.
+            return None;
+        }
+        if self.offline
+            && let Some(store) = self.store.as_ref().filter(|s| s.keeps_responses())
+            && read_cached(store.as_ref(), &req.url).is_some()
+        {
+            // Replayed offline: nothing goes to the host, robots.txt included.
+            return None;
+        }
+        let mut feedback = Feedback::default();
+        match self.robots_gate(robots, req, &mut feedback).await {
+            Ok(()) => None,
+            Err(outcome) => Some(Download { outcome, feedback }),
+        }
+    }
+
     async fn fetch(&self, req: &Request) -> Download {
         let mut feedback = Feedback::default();
         if self.deny_private && private_literal(&req.url) {
@@ -298,6 +427,7 @@ impl Downloader for HttpDownloader {
         }
         if let Some(robots) = &self.robots
             && wants_robots_sitemaps(req)
+            && self.obeys_robots(&req.url)
         {
             return self.robots_sitemaps(robots, req).await;
         }
@@ -324,16 +454,11 @@ impl Downloader for HttpDownloader {
             ));
             return Download { outcome, feedback };
         }
-        if let Some(robots) = &self.robots {
-            let check = robots.check(&req.url).await;
-            feedback.crawl_delay = check.crawl_delay;
-            if !check.allowed {
-                feedback.sent = check.fetched;
-                return Download {
-                    outcome: Fetched::Disallowed,
-                    feedback,
-                };
-            }
+        if let Some(robots) = &self.robots
+            && self.obeys_robots(&req.url)
+            && let Err(outcome) = self.robots_gate(robots, req, &mut feedback).await
+        {
+            return Download { outcome, feedback };
         }
         let stored = store.and_then(|s| read_validators(s.as_ref(), &req.url));
         let conditional = if self.send_validators && store.is_some() {
@@ -376,14 +501,12 @@ impl Downloader for HttpDownloader {
             Ok((url, status, headers, body)) => {
                 feedback.status = Some(status);
                 let now = SystemTime::now();
-                if status == 429 || status == 503 {
-                    feedback.retry_after = headers
-                        .get("retry-after")
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| parse_retry_after(v, now));
-                }
+                // A Retry-After is an instruction on whatever status carries it (a 301 or 302
+                // during maintenance, a 413, a 5xx), read against the server's clock.
+                feedback.retry_after = retry_after(&headers, now);
+                feedback.server_clock_offset = server_clock_offset(&headers, now);
                 feedback.rate_limit = parse_rate_limit(&headers, now);
-                if (200..300).contains(&status) && self.is_challenge(&headers, &body) {
+                if status != 304 && self.is_challenge(&headers, &body) {
                     feedback.soft_block = true;
                     Fetched::Failed(Failure {
                         kind: FailureKind::SoftBlock,

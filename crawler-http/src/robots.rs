@@ -10,6 +10,12 @@
 //! | 4xx other than 429 | unavailable: allow all | the TTL |
 //! | 429, 5xx, network error, timeout | unreachable: disallow all **for now** | the retry interval (60 s), then fetched again |
 //!
+//! The crawl's downloader reads "disallow for now" as *wait*, never as a refusal: the page
+//! goes back to its host's queue, the host is held (by the robots.txt response's Retry-After,
+//! else a growing backoff) and robots.txt is asked again when the hold ends; only an outage
+//! longer than `robots_outage_max` skips the host. The cache keeps at most
+//! [`ROBOTS_MAX_ORIGINS`] origins, dropping the least recently used.
+//!
 //! Bodies over [`ROBOTS_MAX_BYTES`] are cut at the last line break before the limit, so a rule
 //! is never read half-way (`Disallow: /private` cut to `Disallow: /p` would forbid too much).
 
@@ -30,6 +36,10 @@ use crate::sitemap::error_chain;
 pub const ROBOTS_MAX_BYTES: usize = 500 * 1024;
 /// Redirects followed when fetching robots.txt (RFC 9309 asks for at least five).
 pub const ROBOTS_MAX_REDIRECTS: usize = 5;
+/// Origins whose verdicts a [`RobotsCache`] keeps; the least recently used goes first. At
+/// the body cap each verdict is small (parsed rules), so this bounds the cache's memory on
+/// crawls that touch millions of hosts.
+pub const ROBOTS_MAX_ORIGINS: usize = 10_000;
 
 /// How a [`RobotsCache`] fetches and how long it trusts what it fetched.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,6 +95,8 @@ pub struct RobotsRules {
     rules: Rules,
     status: RobotsStatus,
     expires: Instant,
+    /// The Retry-After of an unreachable robots.txt's response, if it sent one.
+    retry_after: Option<Duration>,
 }
 
 #[derive(Debug)]
@@ -142,6 +154,27 @@ impl RobotsRules {
     pub fn expires(&self) -> Instant {
         self.expires
     }
+
+    /// Whether robots.txt could not be read for now (429, 5xx, network error, timeout).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self.status, RobotsStatus::Unreachable { .. })
+    }
+
+    /// The HTTP status of the final robots.txt response, if one arrived.
+    pub fn http_status(&self) -> Option<u16> {
+        match &self.status {
+            RobotsStatus::Fetched { status } => Some(*status),
+            RobotsStatus::Unavailable { status, .. } | RobotsStatus::Unreachable { status, .. } => {
+                *status
+            }
+        }
+    }
+
+    /// The wait an unreachable robots.txt's response asked for (its Retry-After, read
+    /// against the server's clock).
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
 }
 
 /// The product token robots.txt groups are matched against: the User-Agent up to the first
@@ -153,6 +186,44 @@ pub fn product_token(user_agent: &str) -> &str {
 
 type Cell = Arc<OnceCell<Arc<RobotsRules>>>;
 
+/// One origin's cell and when it was last used (a counter, for LRU eviction).
+struct Slot {
+    cell: Cell,
+    used: u64,
+}
+
+#[derive(Default)]
+struct Origins {
+    map: HashMap<String, Slot>,
+    clock: u64,
+}
+
+impl Origins {
+    /// The origin's cell, marked used now; a new one (evicting the least recently used
+    /// origin when full) if it has none.
+    fn cell(&mut self, origin: &str, cap: usize) -> &mut Cell {
+        self.clock += 1;
+        let clock = self.clock;
+        if !self.map.contains_key(origin) && self.map.len() >= cap.max(1) {
+            // A scan per new origin once full: 10,000 comparisons, next to a network fetch.
+            if let Some(oldest) = self
+                .map
+                .iter()
+                .min_by_key(|(_, s)| s.used)
+                .map(|(k, _)| k.clone())
+            {
+                self.map.remove(&oldest);
+            }
+        }
+        let slot = self.map.entry(origin.to_owned()).or_insert_with(|| Slot {
+            cell: Cell::default(),
+            used: clock,
+        });
+        slot.used = clock;
+        &mut slot.cell
+    }
+}
+
 /// A per-origin cache of robots.txt verdicts. Each origin's robots.txt is fetched once per
 /// TTL, and concurrent checks for one origin share a single fetch.
 pub struct RobotsCache {
@@ -161,7 +232,12 @@ pub struct RobotsCache {
     options: RobotsOptions,
     /// One cell per origin; the lock is held only to find or replace a cell, never across a
     /// fetch, so checks for other origins are not blocked by a slow server.
-    origins: Mutex<HashMap<String, Cell>>,
+    origins: Mutex<Origins>,
+    /// Most origins kept.
+    capacity: usize,
+    /// Refuse robots.txt redirects to private IP literals (names are refused by the
+    /// client's resolver).
+    deny_private: bool,
 }
 
 impl std::fmt::Debug for RobotsCache {
@@ -211,7 +287,53 @@ impl RobotsCache {
             agent: product_token(user_agent).to_owned(),
             options,
             origins: Mutex::default(),
+            capacity: ROBOTS_MAX_ORIGINS,
+            deny_private: false,
         }
+    }
+
+    /// Refuse robots.txt redirects to private, loopback and link-local IP literals (the
+    /// `deny_private_addresses` setting); such a redirect makes robots.txt unavailable.
+    pub fn deny_private_addresses(mut self, yes: bool) -> Self {
+        self.deny_private = yes;
+        self
+    }
+
+    /// Keep at most `capacity` origins (default [`ROBOTS_MAX_ORIGINS`]).
+    pub fn with_capacity(mut self, capacity: usize) -> Self {
+        self.capacity = capacity.max(1);
+        self
+    }
+
+    /// Origins cached now.
+    pub fn len(&self) -> usize {
+        self.origins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .map
+            .len()
+    }
+
+    /// Whether no origin is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The verdict for `url`'s origin if one is cached and still trusted, without fetching.
+    pub fn cached(&self, url: &Url) -> Option<Arc<RobotsRules>> {
+        let origin = url.origin().ascii_serialization();
+        let mut origins = self.origins.lock().unwrap_or_else(|p| p.into_inner());
+        if !origins.map.contains_key(&origin) {
+            return None;
+        }
+        let rules = origins.cell(&origin, self.capacity).get()?;
+        (rules.expires > Instant::now()).then(|| Arc::clone(rules))
+    }
+
+    /// The verdict for `url`'s origin, fetching robots.txt if it is not cached (or no longer
+    /// trusted), and whether this call sent the request.
+    pub async fn fetch_rules(&self, url: &Url) -> (Arc<RobotsRules>, bool) {
+        self.rules_and_fetched(url).await
     }
 
     /// Check `url`, fetching its origin's robots.txt first if it is not cached. Concurrent
@@ -235,7 +357,7 @@ impl RobotsCache {
     pub fn cached_sitemaps(&self, url: &Url) -> Option<Vec<Url>> {
         let origin = url.origin().ascii_serialization();
         let map = self.origins.lock().unwrap_or_else(|p| p.into_inner());
-        let rules = map.get(&origin)?.get()?;
+        let rules = map.map.get(&origin)?.cell.get()?;
         (rules.expires > Instant::now()).then(|| rules.sitemap_urls())
     }
 
@@ -243,7 +365,7 @@ impl RobotsCache {
         let origin = url.origin().ascii_serialization();
         let cell = {
             let mut map = self.origins.lock().unwrap_or_else(|p| p.into_inner());
-            let cell = map.entry(origin.clone()).or_default();
+            let cell = map.cell(&origin, self.capacity);
             if cell.get().is_some_and(|r| r.expires <= Instant::now()) {
                 // Callers still holding the old cell keep its verdict; new callers share one
                 // new fetch.
@@ -257,7 +379,13 @@ impl RobotsCache {
                 fetched = true;
                 async {
                     let robots_url = format!("{origin}/robots.txt");
-                    let got = retrieve(&self.client, &robots_url, self.options.fetch_timeout).await;
+                    let got = retrieve(
+                        &self.client,
+                        &robots_url,
+                        self.options.fetch_timeout,
+                        self.deny_private,
+                    )
+                    .await;
                     Arc::new(verdict(&robots_url, got, &self.agent, &self.options).0)
                 }
             })
@@ -273,6 +401,7 @@ enum Retrieved {
         status: u16,
         body: Vec<u8>,
         truncated: bool,
+        retry_after: Option<Duration>,
     },
     /// Redirects that cannot be followed (too many, a loop, a bad target).
     BadRedirect { status: Option<u16>, reason: String },
@@ -282,14 +411,23 @@ enum Retrieved {
 
 /// Fetch `robots_url`, following up to [`ROBOTS_MAX_REDIRECTS`] redirects that the client
 /// hands back, within `timeout` in total.
-async fn retrieve(client: &reqwest::Client, robots_url: &str, timeout: Duration) -> Retrieved {
-    match tokio::time::timeout(timeout, retrieve_inner(client, robots_url)).await {
+async fn retrieve(
+    client: &reqwest::Client,
+    robots_url: &str,
+    timeout: Duration,
+    deny_private: bool,
+) -> Retrieved {
+    match tokio::time::timeout(timeout, retrieve_inner(client, robots_url, deny_private)).await {
         Ok(r) => r,
         Err(_) => Retrieved::Failed(format!("no complete response within {timeout:?}")),
     }
 }
 
-async fn retrieve_inner(client: &reqwest::Client, robots_url: &str) -> Retrieved {
+async fn retrieve_inner(
+    client: &reqwest::Client,
+    robots_url: &str,
+    deny_private: bool,
+) -> Retrieved {
     let mut url = match Url::parse(robots_url) {
         Ok(u) => u,
         Err(e) => return Retrieved::Failed(format!("invalid robots.txt URL: {e}")),
@@ -310,6 +448,7 @@ async fn retrieve_inner(client: &reqwest::Client, robots_url: &str) -> Retrieved
             Err(e) => return Retrieved::Failed(error_chain(&e)),
         };
         let status = resp.status().as_u16();
+        let retry_after = crate::headers::retry_after(resp.headers(), std::time::SystemTime::now());
         if (300..400).contains(&status) && status != 304 {
             let next = resp
                 .headers()
@@ -317,6 +456,12 @@ async fn retrieve_inner(client: &reqwest::Client, robots_url: &str) -> Retrieved
                 .and_then(|v| v.to_str().ok())
                 .and_then(|loc| url.join(loc).ok());
             match next {
+                Some(n) if deny_private && crate::downloader::private_literal(&n) => {
+                    return Retrieved::BadRedirect {
+                        status: Some(status),
+                        reason: format!("private address refused: redirect to '{n}'"),
+                    };
+                }
                 Some(n)
                     if matches!(n.scheme(), "http" | "https") && !visited.contains(n.as_str()) =>
                 {
@@ -373,6 +518,7 @@ async fn retrieve_inner(client: &reqwest::Client, robots_url: &str) -> Retrieved
             status,
             body,
             truncated,
+            retry_after,
         };
     }
     Retrieved::BadRedirect {
@@ -409,11 +555,13 @@ fn verdict(
     };
     let mut kept_body = None;
     let mut was_truncated = false;
+    let mut asked_wait = None;
     let (rules, status, ttl) = match got {
         Retrieved::Body {
             status,
             body,
             truncated,
+            ..
         } if (200..300).contains(&status) => {
             was_truncated = truncated;
             match Robot::new(agent, &body) {
@@ -432,7 +580,12 @@ fn verdict(
             }
         }
         // 429 says "come back later", like a 5xx: nothing may be fetched until it is read.
-        Retrieved::Body { status, .. } if status == 429 || status >= 500 => {
+        Retrieved::Body {
+            status,
+            retry_after,
+            ..
+        } if status == 429 || status >= 500 => {
+            asked_wait = retry_after;
             unreachable(Some(status), format!("HTTP {status}"))
         }
         // Any other 4xx (and odd statuses): no robots.txt, so everything is allowed.
@@ -445,6 +598,7 @@ fn verdict(
             rules,
             status,
             expires: now + ttl,
+            retry_after: asked_wait,
         },
         kept_body,
         was_truncated,
@@ -482,7 +636,7 @@ pub async fn fetch_robots(client: &reqwest::Client, url: &Url, agent: &str) -> R
     let options = RobotsOptions::default();
     let token = product_token(agent).to_owned();
     let robots_url = format!("{}/robots.txt", url.origin().ascii_serialization());
-    let got = retrieve(client, &robots_url, options.fetch_timeout).await;
+    let got = retrieve(client, &robots_url, options.fetch_timeout, false).await;
     let (rules, body, truncated) = verdict(&robots_url, got, &token, &options);
     let allowed = rules.allowed(url);
     let (group, matched_rule) = match &body {
@@ -641,6 +795,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_cache_drops_the_least_recently_used_origin() {
+        let mut o = Origins::default();
+        o.cell("http://a", 2);
+        o.cell("http://b", 2);
+        o.cell("http://a", 2); // a used again: b is now the oldest
+        o.cell("http://c", 2);
+        assert_eq!(o.map.len(), 2);
+        assert!(o.map.contains_key("http://a") && o.map.contains_key("http://c"));
+    }
+
+    #[test]
     fn product_tokens() {
         assert_eq!(product_token("crawler/0.1 (+https://x)"), "crawler");
         assert_eq!(product_token("MyBot"), "MyBot");
@@ -652,6 +817,7 @@ mod tests {
             rules: Rules::Parsed(Box::new(Robot::new(agent, txt).unwrap())),
             status: RobotsStatus::Fetched { status: 200 },
             expires: Instant::now(),
+            retry_after: None,
         }
     }
 

@@ -63,7 +63,7 @@ fn settings() -> Settings {
 }
 
 async fn fetch(d: &HttpDownloader, req: &Request) -> Response {
-    match d.fetch(req).await.outcome {
+    match d.fetch_once(req).await.outcome {
         Fetched::Response(r) => r,
         other => panic!("{other:?}"),
     }
@@ -154,7 +154,7 @@ async fn the_body_cap_can_be_raised_per_request() {
     let server = serve(router()).await;
     let d = HttpDownloader::new(&settings()).unwrap();
     let req = Request::new(server.url("/big"));
-    match d.fetch(&req).await.outcome {
+    match d.fetch_once(&req).await.outcome {
         Fetched::Failed(f) => assert_eq!(f.kind.as_str(), "too_large"),
         other => panic!("{other:?}"),
     }

@@ -59,6 +59,8 @@ pub(crate) struct Shared {
     pub by_client: Vec<(String, Live)>,
     /// Scenarios for path prefixes, longest prefix first.
     pub by_prefix: Vec<(String, Live)>,
+    /// A test's own answers, consulted before everything else.
+    pub script: Option<crate::script::Script>,
 }
 
 impl Shared {
@@ -127,9 +129,28 @@ pub(crate) async fn handle(
         lab_endpoint(shared, rest, req, reply);
         return;
     }
+    let now = shared.start.elapsed();
+    if let Some(script) = &shared.script {
+        let asked = crate::script::ScriptRequest {
+            method: req.method,
+            path,
+            target: req.target,
+            client: req.client,
+            since_start: now,
+        };
+        if let Some(answer) = script.answer(&asked) {
+            reply.status = answer.status;
+            for (k, v) in &answer.headers {
+                reply.header(k, v);
+            }
+            reply.body = answer.body;
+            reply.date = answer.date.map(httpdate::fmt_http_date);
+            reply.announce(answer.announce.map(|d| d.as_secs_f64()));
+            return;
+        }
+    }
     let live = shared.live_for(Some(req.client), path);
     let sc = &live.scenario;
-    let now = shared.start.elapsed();
 
     let mut verdict: Option<Verdict> = None;
     if sc.needs_client_state() {

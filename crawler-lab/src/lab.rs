@@ -39,6 +39,7 @@ pub struct LabBuilder {
     grace: Duration,
     record_limit: usize,
     mutations: Vec<f64>,
+    script: Option<crate::script::Script>,
 }
 
 impl Default for LabBuilder {
@@ -53,11 +54,22 @@ impl Default for LabBuilder {
             grace: DEFAULT_GRACE,
             record_limit: DEFAULT_RECORD_LIMIT,
             mutations: Vec::new(),
+            script: None,
         }
     }
 }
 
 impl LabBuilder {
+    /// Answer requests with `script` first: what it returns is sent as is (and recorded);
+    /// `None` hands the request on to the scenario and the site. See the crate docs.
+    pub fn script(
+        mut self,
+        script: impl Fn(&crate::ScriptRequest<'_>) -> Option<crate::ScriptReply> + Send + Sync + 'static,
+    ) -> Self {
+        self.script = Some(crate::script::Script::new(script));
+        self
+    }
+
     /// Catalogue size, from 100 to 100,000 books (checked by [`LabBuilder::start`]). Default:
     /// the scenario's preference (2,000 for chaos), else 1,000.
     pub fn books(mut self, books: usize) -> Self {
@@ -165,6 +177,7 @@ impl LabBuilder {
                 .map(|(c, s)| (c, Live::new(s)))
                 .collect(),
             by_prefix,
+            script: self.script,
         });
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(crate::server::serve(listener, shared.clone(), stopped));

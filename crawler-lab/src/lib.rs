@@ -104,6 +104,12 @@
 //! ([`Scenario::haproxy_req_rate`]: a sliding window that counts refusals). The `limiters`
 //! benchmark compares the last two with the real servers, verdict by verdict.
 //!
+//! ## Scripts
+//!
+//! [`LabBuilder::script`] lets a test answer any request itself ([`ScriptReply`]: status,
+//! headers, body, a skewed `Date`) before the scenario sees it: robots.txt outages, redirect
+//! farms, challenges on any status. Several labs on their ports are several hosts.
+//!
 //! ## Faults
 //!
 //! [`FaultKind`] lists them: connection reset mid-body, trickling body, endless body, body
@@ -135,6 +141,7 @@ mod ratelimit;
 mod recorder;
 mod robots;
 mod scenario;
+mod script;
 mod server;
 mod site;
 mod sitemap;
@@ -150,3 +157,4 @@ pub use lab::{
 };
 pub use recorder::{ClientReport, RecordedRequest, Recorder, Report, Violation};
 pub use scenario::{Block, Dialect, Limit, LimitReqDelay, Overload, RetryAfter, Robots, Scenario};
+pub use script::{ScriptReply, ScriptRequest};

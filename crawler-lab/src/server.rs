@@ -102,6 +102,8 @@ pub(crate) struct Reply {
     pub announce: Option<f64>,
     pub challenge: bool,
     pub fault: Option<FaultKind>,
+    /// A `Date` to send instead of the lab's clock (a script's skewed server).
+    pub date: Option<String>,
 }
 
 impl Reply {
@@ -115,6 +117,7 @@ impl Reply {
         self.announce = None;
         self.challenge = false;
         self.fault = None;
+        self.date = None;
     }
 
     pub(crate) fn header(&mut self, name: &str, value: impl std::fmt::Display) {
@@ -502,7 +505,10 @@ async fn send(
         reply.status,
         reason(reply.status)
     );
-    with_date(|d| w.extend_from_slice(d));
+    match &reply.date {
+        Some(d) => w.extend_from_slice(d.as_bytes()),
+        None => with_date(|d| w.extend_from_slice(d)),
+    }
     w.extend_from_slice(b"\r\n");
     let no_body = reply.status == 304 || (100..200).contains(&reply.status) || reply.status == 204;
     let chunked = matches!(

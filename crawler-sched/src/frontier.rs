@@ -243,7 +243,8 @@ impl<S: QueueStore> Frontier<S> {
         f.restored = f.store.host_states().into_iter().collect();
         let now = Instant::now();
         for host in f.store.hosts() {
-            let id = f.host_id(host, now);
+            // Restored slots have no URL at hand: their key stands for the host.
+            let id = f.host_id(host.clone(), &host, now);
             f.reschedule(id, now);
         }
         f
@@ -266,7 +267,7 @@ impl<S: QueueStore> Frontier<S> {
     /// [`FleetFrontier`](crate::FleetFrontier)). Hosts skipped for the run stay skipped.
     pub fn refresh_hosts(&mut self, now: Instant) {
         for host in self.store.hosts() {
-            let id = self.host_id(host, now);
+            let id = self.host_id(host.clone(), &host, now);
             if self.hosts.get(id).is_some_and(|h| h.skipped.is_none()) {
                 self.reschedule(id, now);
             }
@@ -291,12 +292,15 @@ impl<S: QueueStore> Frontier<S> {
         None
     }
 
-    fn host_id(&mut self, key: String, now: Instant) -> usize {
+    /// The slot for `key`, made on first use. `[[hosts]]` rules are matched against the
+    /// host of the URL that opens the slot (`url_host`), not the slot key: with
+    /// `host_key = "domain"` a rule for `*.example.com` still finds `a.example.com`.
+    fn host_id(&mut self, key: String, url_host: &str, now: Instant) -> usize {
         if let Some(&id) = self.host_ids.get(&key) {
             return id;
         }
         let id = self.hosts.len();
-        let mut throttle = (self.config.throttle)(&key, now);
+        let mut throttle = (self.config.throttle)(url_host, now);
         if let Some(state) = self.restored.remove(&key) {
             throttle.restore(&state, now);
         }
@@ -315,7 +319,7 @@ impl<S: QueueStore> Frontier<S> {
     /// Queue a request for its host, or set it aside if the host is skipped.
     fn push(&mut self, request: Request, now: Instant) {
         let key = self.config.key(&request.url);
-        let id = self.host_id(key, now);
+        let id = self.host_id(key, &host_key(&request.url), now);
         if let Some(why) = self.hosts.get(id).and_then(|h| h.skipped.clone()) {
             self.skipped.push((request, why));
             return;
@@ -890,6 +894,44 @@ mod host_rule_tests {
             hosts.iter().filter(|h| *h == "slow.test").count(),
             1,
             "{hosts:?}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod domain_rule_tests {
+    use super::*;
+    use crawler_core::{HostRule, ThrottleMode};
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn host_rules_match_the_urls_host_whatever_the_slot_key() {
+        let rule: HostRule = serde_json::from_value(serde_json::json!({
+            "match": "*.example.com", "concurrency": 3, "delay": "0s"
+        }))
+        .unwrap();
+        let s = Settings {
+            throttle: ThrottleMode::Fixed,
+            download_delay: Duration::from_secs(5),
+            host_key: HostKeyMode::Domain,
+            hosts: vec![rule],
+            ..Default::default()
+        };
+        let mut f = Frontier::new(FrontierConfig::from_settings(&s, vec![]));
+        let now = Instant::now();
+        for i in 0..5 {
+            f.enqueue(
+                Request::get(&format!("http://a.example.com/{i}")).unwrap(),
+                now,
+            );
+        }
+        let mut sent = 0;
+        while let Next::Ready(..) = f.next(now) {
+            sent += 1;
+        }
+        assert_eq!(
+            sent, 3,
+            "the rule's concurrency and delay apply to the domain's slot"
         );
     }
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, UNIX_EPOCH};
 
-use crawler_core::{Downloader, Fetched, Request, Settings, parse_http_url, settings_markdown};
+use crawler_core::{Fetched, Request, Settings, parse_http_url, settings_markdown};
 use crawler_http::{
     HttpDownloader, RobotsStatus, SitemapKind, SitemapLimits, SitemapWalk, fetch_robots,
     robots_client,
@@ -179,8 +179,11 @@ async fn fetch(
     let req = Request::get(url).map_err(usage)?;
     crate::check_guard(settings).map_err(usage)?;
     let downloader = HttpDownloader::new(settings).map_err(failed)?;
-    let page = match downloader.fetch(&req).await.outcome {
+    let page = match downloader.fetch_once(&req).await.outcome {
         Fetched::Response(page) => page,
+        Fetched::Requeue(why) => {
+            return Err(failed(Error::from_message(format!("{url}: {why}"))));
+        }
         Fetched::Disallowed => {
             return Err(failed(Error::from_message(format!(
                 "{url} is disallowed by robots.txt for {} (see `crawler robots {url}`)",

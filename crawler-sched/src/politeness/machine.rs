@@ -103,7 +103,7 @@ impl Params {
             latency_tolerance_ms: ms(s.latency_tolerance),
             autothrottle_target: s.autothrottle_target_concurrency,
             autothrottle_max_delay_ms: ms(s.autothrottle_max_delay),
-            robots_outage_max_ms: 600_000.0,
+            robots_outage_max_ms: ms(s.robots_outage_max),
             tuning: Tuning::default(),
         }
     }
