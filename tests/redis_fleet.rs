@@ -350,9 +350,9 @@ async fn a_killed_workers_leases_are_reclaimed_by_the_others() {
     let lab = Lab::builder().books(400).start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let feeds = feeds(dir.path(), 4);
-    // 60 pages/s for the fleet, two in flight per worker, leases expire 2 s after the
-    // last renewal.
-    let settings = "throttle=fixed;download_delay=16ms;concurrency_per_host=2;lease_timeout=2s";
+    // 60 pages/s for the fleet, eight in flight across it (concurrency_per_host is
+    // fleet-wide: two per worker), leases expire 2 s after the last renewal.
+    let settings = "throttle=fixed;download_delay=16ms;concurrency_per_host=8;lease_timeout=2s";
     let mut workers: Vec<Child> = feeds
         .iter()
         .map(|f| spawn_worker(&lab, &redis, "kill", f, settings))
