@@ -54,7 +54,8 @@ pub use config::{
     section_of, settings_markdown,
 };
 pub use engine::{
-    DONT_REDIRECT_META, Engine, FINAL_HOSTS, PROGRESS_HOSTS, Progress, REDIRECTS, Shutdown, redirect,
+    DONT_REDIRECT_META, Engine, FINAL_HOSTS, PROGRESS_HOSTS, Progress, REDIRECTS, Shutdown,
+    redirect,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use feed::{FeedFormat, FeedSpec};
