@@ -833,18 +833,36 @@ impl HostMachine {
                         (gap * tuning.climb_share_per_min).max(est * per_min) * dt / 60_000.0;
                     let rate = (self.state.rate + step).min(target);
                     self.set_rate(rate, Trigger::Discover, now);
-                } else if now - self.state.calm_since >= self.state.probe_calm_ms {
-                    // The rate held through a calm period: it is safe. Probe a little above
-                    // it in case the server allows more than was learned.
-                    self.state.safe_rate = Some(self.state.rate);
-                    self.state.phase = Phase::Probe;
-                    self.state.calm_since = now;
-                    let probe = self.state.rate * (1.0 + tuning.probe_step);
-                    if let Some(c) = self.state.ceiling.as_mut() {
-                        *c = c.max(probe / tuning.ceiling_margin);
+                } else {
+                    // Room between the settled rate and the lowest refused rate means the
+                    // estimate may be low (a window limiter seen as a slow bucket): probe
+                    // sooner and in bigger steps, never past the refused rate. Without room,
+                    // probes are rare and small.
+                    let room = self
+                        .state
+                        .ceiling
+                        .is_some_and(|c| c > est * (1.0 + tuning.fast_probe_room));
+                    let (calm, step) = if self.state.confident && room {
+                        (tuning.fast_probe_calm_ms, tuning.fast_probe_step)
+                    } else {
+                        (self.state.probe_calm_ms, tuning.probe_step)
+                    };
+                    if now - self.state.calm_since >= calm {
+                        // The rate held through a calm period: it is safe. Probe a little
+                        // above it in case the server allows more than was learned.
+                        self.state.safe_rate = Some(self.state.rate);
+                        self.state.phase = Phase::Probe;
+                        self.state.calm_since = now;
+                        let mut probe = self.state.rate * (1.0 + step);
+                        if room && let Some(c) = self.state.ceiling {
+                            probe = probe.min(c * tuning.ceiling_margin).max(self.state.rate);
+                        }
+                        if let Some(c) = self.state.ceiling.as_mut() {
+                            *c = c.max(probe / tuning.ceiling_margin);
+                        }
+                        self.set_estimate(probe / tuning.slack, Trigger::Probe, now);
+                        self.set_rate(probe, Trigger::Probe, now);
                     }
-                    self.set_estimate(probe / tuning.slack, Trigger::Probe, now);
-                    self.set_rate(probe, Trigger::Probe, now);
                 }
             }
         }
@@ -910,22 +928,27 @@ impl HostMachine {
             return;
         }
         self.state.ceiling = Some(self.state.ceiling.map_or(sent_rate, |c| c.min(sent_rate)));
-        if self.state.phase == Phase::Probe
-            && let Some(safe) = self.state.safe_rate
-        {
-            // A probe failed: the limit lies between the safe rate and the probe. Go back
-            // to the rate that held, and probe half as often.
-            self.state.probe_calm_ms *= 2.0;
-            self.state.phase = Phase::Settled;
-            self.set_estimate(safe / t.slack, trigger, now);
-            self.set_rate(safe, trigger, now);
-            return;
-        }
         let fit = self.state.log.fit_token_bucket(
             (self.params.min_rate * 0.5).max(0.01),
             sent_rate.max(self.params.max_rate) * 1.5,
             t.fit_jitter_ms,
         );
+        if self.state.phase == Phase::Probe
+            && let Some(safe) = self.state.safe_rate
+        {
+            // A probe failed: the limit lies under the probe. Go back to the rate that held
+            // (or under what a narrow fit now says, when a burst made a too-fast rate look
+            // safe for a while), and probe half as often.
+            self.state.probe_calm_ms *= 2.0;
+            self.state.phase = Phase::Settled;
+            let mut est = safe / t.slack;
+            if let Some(f) = fit.filter(|f| f.hi <= t.narrow_fit * f.top) {
+                est = est.min(f.top);
+            }
+            self.set_estimate(est, trigger, now);
+            self.set_rate(est * t.slack, trigger, now);
+            return;
+        }
         let recent = self
             .state
             .log

@@ -50,6 +50,13 @@ pub struct Tuning {
     pub probe_calm_ms: f64,
     /// Each probe raises the rate by this fraction.
     pub probe_step: f64,
+    /// When the lowest refused rate is more than this fraction above the estimate, the
+    /// estimate may be low (a window limiter seen as a slow bucket), and probes come sooner.
+    pub fast_probe_room: f64,
+    /// Calm before a probe when there is room (ms).
+    pub fast_probe_calm_ms: f64,
+    /// Step of a probe when there is room.
+    pub fast_probe_step: f64,
     /// Multiplicative decrease when a refusal arrives and nothing better is known
     /// (the fit has too little data and the accepted rate is unreadable).
     pub cut: f64,
@@ -98,6 +105,9 @@ impl Default for Tuning {
             recover_per_min: 0.10,
             probe_calm_ms: 300_000.0,
             probe_step: 0.03,
+            fast_probe_room: 0.08,
+            fast_probe_calm_ms: 60_000.0,
+            fast_probe_step: 0.05,
             cut: 0.5,
             ease: 0.85,
             latency_fast: 0.3,
