@@ -132,11 +132,11 @@ fn audit_of_the_practice_test() {
     });
     let cell = sim::Cell {
         name: "practice".into(),
-        limiter: sim::Limiter::nginx(50.0, 50),
+        limiter: sim::Limiter::nginx(50.0, 200),
         allowed: 50.0,
         retry_after: Some(3_000.0),
     };
-    let (o, audit) = sim::run_audited(&cell, &params, 30_000.0);
+    let (o, audit) = sim::run_audited(&cell, &params, 60_000.0);
     for a in audit {
         println!(
             "{:>9.3}s {:<14} {:?}",
