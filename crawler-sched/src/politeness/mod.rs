@@ -12,16 +12,20 @@
 //! ([`Politeness`](crate::Politeness)); a fleet runs the same machine with its state in
 //! Redis, committed by compare-and-set, so there is one source of truth for the rules.
 
+mod audit;
 mod estimate;
 mod machine;
+mod params;
 #[cfg(test)]
 mod sim;
+mod state;
 #[cfg(test)]
 mod tests;
 mod tuning;
 
+pub use audit::{Change, Phase, Trigger, Verdict, What};
 pub use estimate::{Answer, Fit, SendLog};
-pub use machine::{
-    Change, HostMachine, HostState, Millis, Mode, Params, Phase, Trigger, Verdict, What,
-};
+pub use machine::HostMachine;
+pub use params::{Millis, Mode, Params};
+pub use state::HostState;
 pub use tuning::Tuning;

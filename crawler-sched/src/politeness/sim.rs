@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crawler_core::{Feedback, RateLimitReading};
 
-use super::machine::{HostMachine, Params, Verdict};
+use super::{HostMachine, Params, Verdict};
 
 /// A server-side limiter, judging arrivals (ms).
 #[derive(Debug, Clone)]
@@ -228,7 +228,7 @@ pub(crate) fn run_audited(
     cell: &Cell,
     params: &Params,
     duration_ms: f64,
-) -> (Outcome, Vec<super::machine::Change>) {
+) -> (Outcome, Vec<super::Change>) {
     let mut audit = Vec::new();
     let mut machine = HostMachine::new(params.clone(), 0.0);
     let mut limiter = cell.limiter.clone();

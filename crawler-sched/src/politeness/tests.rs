@@ -1,6 +1,6 @@
 //! The machine judged on virtual time.
 
-use super::machine::Params;
+use super::Params;
 use super::sim::{self, Outcome};
 use crawler_core::Settings;
 

@@ -19,9 +19,6 @@ pub struct Tuning {
     /// refuses a request that arrives a millisecond early, and arrivals jitter, so exactly
     /// 100% is never safe; 5% under covers tens of milliseconds of jitter at 5 r/s.
     pub slack: f64,
-    /// Window over which the accepted rate is measured when a refusal arrives and the token
-    /// bucket fit cannot yet tell the limit (milliseconds).
-    pub accepted_window_ms: f64,
     /// Window (ms) of the recent accepted rate, the estimate when the fit cannot tell.
     pub recent_window_ms: f64,
     /// The recent accepted rate includes any burst the server granted, so a guess from it
@@ -93,7 +90,6 @@ impl Default for Tuning {
         Self {
             discover_doubling_ms: 10_000.0,
             slack: 0.95,
-            accepted_window_ms: 60_000.0,
             recent_window_ms: 10_000.0,
             guess: 0.9,
             fit_jitter_ms: 5.0,

@@ -1,0 +1,67 @@
+//! The whole state of one host: what resume keeps and what a fleet commits.
+
+use serde::{Deserialize, Serialize};
+
+use super::audit::Phase;
+use super::estimate::SendLog;
+use super::params::Millis;
+
+/// The whole state of one host (serialisable: resume and the fleet keep it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostState {
+    /// The pacing rate, requests/s.
+    pub rate: f64,
+    /// GCRA theoretical arrival time: the next send is due at `tat - (burst - 1) x interval`.
+    pub tat: Millis,
+    /// No send before this.
+    pub hold_until: Millis,
+    /// The gap booked by the last send (given back when that send did not happen).
+    #[serde(default)]
+    pub last_gap: f64,
+    /// Holds placed and their total length (ms).
+    pub holds: u64,
+    /// Total time held.
+    pub held_ms: f64,
+    /// robots.txt Crawl-delay (ms), a floor on the gap.
+    pub crawl_delay_ms: f64,
+    /// Consecutive backoff holds (refusals without Retry-After, robots outages).
+    pub backoff_level: u32,
+    /// Consecutive 403 responses.
+    pub forbidden: u32,
+    /// Since when robots.txt has been unavailable.
+    pub robots_down_since: Option<Millis>,
+    /// Requests in flight.
+    pub in_flight: u32,
+    /// Where the adaptive search stands.
+    pub phase: Phase,
+    /// Best estimate of the rate the server sustains, once a refusal taught one.
+    pub estimate: Option<f64>,
+    /// A budget the server declared in RateLimit headers (requests/s), the stricter of
+    /// it and the estimate wins.
+    pub declared: Option<f64>,
+    /// The lowest rate at which the server refused (an upper bound on its limit).
+    pub ceiling: Option<f64>,
+    /// Whether the estimate comes from a narrow fit (then the rate settles under it and
+    /// probes rarely) or is a guess (then the rate climbs towards the ceiling).
+    pub confident: bool,
+    /// The last rate that held through a calm period (a failed probe returns to it).
+    pub safe_rate: Option<f64>,
+    /// Responses to requests sent before this do not cut again (one episode, one cut).
+    pub last_cut: Option<Millis>,
+    /// Since when the host has been calm (no refusal, no easing): probes wait for it.
+    pub calm_since: Millis,
+    /// Calm needed before the next probe (doubles after a failed one).
+    pub probe_calm_ms: f64,
+    /// Fast and slow latency averages (seconds).
+    pub lat_fast: Option<f64>,
+    /// Baseline latency.
+    pub lat_slow: Option<f64>,
+    /// When the rate last grew (discovery growth is per elapsed time).
+    pub grown_at: Millis,
+    /// End of the last hold (the accepted rate is measured from here).
+    pub active_since: Millis,
+    /// What was sent and how it was answered.
+    pub log: SendLog,
+    /// Pseudo-random state for jitter (deterministic, so the machine stays pure).
+    pub seed: u64,
+}
