@@ -123,26 +123,28 @@
 //! `seen` (a SET of 16-byte binary fingerprints), `hosts` (a SET of hosts with work),
 //! `q:HOST` (a ZSET whose members sort in serving order: flipped priority, seq, worker,
 //! request JSON), `leases` (a ZSET of lease id by expiry) and `lease` (a HASH of lease id
-//! to host and member), `b:HOST` (a HASH with the host's token bucket, adaptive rate,
-//! learned ceiling, holds and each worker's booked send slot), `stats` (each worker's
-//! last saved stats) and `meta` (worker and reclaim counters).
+//! to host and member), `b:HOST` (a HASH with the host's politeness state as JSON, its
+//! version, the fleet's requests in flight and a skip flag), `stats` (each worker's last
+//! saved stats) and `meta` (worker and reclaim counters). Every key lives `idle_ttl` after
+//! the last step that touched it.
 //!
 //! **One script, one round trip.** Every exchange with Redis is one EVALSHA of a single
 //! Lua script (reloaded automatically after a Redis restart) that applies, atomically and
 //! in this order: buffered pushes (seen-set insert and queue insert together), buffered
-//! acknowledgements, lease renewals, budget feedback, reclaiming expired leases of dead
-//! workers, and then, if asked, a lease (budget check, token and the request in one step)
-//! or a read of the fleet's state. So a handed-out request costs one round trip, and
-//! acknowledgements, new links and ordinary feedback ride along with the next one. Holds
-//! (Retry-After, 429/503, an exhausted RateLimit quota, a challenge page) are sent at once,
-//! so every worker respects them from its next lease on. [`redis_round_trips`] counts them.
+//! acknowledgements, lease renewals, politeness state commits, reclaiming expired leases of
+//! dead workers, and then, if asked, a lease (with the send it books) or a read of the
+//! fleet's state. So a handed-out request costs one round trip, and acknowledgements, new
+//! links and routine outcomes ride along with the next one. Holds (Retry-After, 429/503, an
+//! exhausted RateLimit quota, a challenge page) are committed at once, so every worker
+//! respects them from its next lease on. [`redis_round_trips`] counts them.
 //!
-//! **Budget.** The host's rate is the adaptive policy of `crawler_sched::Adaptive`
-//! (additive increase, multiplicative decrease on refusals, RateLimit steering, easing on
-//! rising latency, holds), run in Lua on the server's clock. A GCRA token bucket decides
-//! when the host's next send may start; a lease outside it is refused with the time to
-//! come back, and a granted lease books the worker's next slot, so workers interleave
-//! instead of racing for each token.
+//! **Budget.** The fleet runs the same per-host machine as a local crawl
+//! (`crawler_sched::politeness::HostMachine`); the script holds no policy. A worker computes
+//! the host's next state in Rust from the version it last read and commits it by
+//! compare-and-set on that version; a lease commits the send it books in the same step, and
+//! the script checks the claimed send time against the server's clock (`TIME`) and the
+//! host's requests in flight across the fleet against `concurrency_per_host`. A worker that
+//! lost the race gets the fresher state back and decides again.
 //!
 //! **Seen set.** Fingerprints are stored as 16 raw bytes in a Redis SET: exact (no URL is
 //! ever wrongly dropped), about 70-90 bytes of Redis memory per URL (some 800 MB for 10
