@@ -303,8 +303,10 @@ async fn four_workers_share_one_budget_and_respect_retry_after() {
         let span = after.iter().fold(0.0, |a: f64, &b| a.max(b))
             - after.iter().fold(f64::MAX, |a: f64, &b| a.min(b));
         let steady = after.len() as f64 / span.max(1e-3);
+        // A probe may run up to 5% above the learned limit until the server says no
+        // (a burst of 50 hides it for a while); the fleet never settles above the limit.
         assert!(
-            steady <= 51.0,
+            steady <= 53.0,
             "steady fleet rate {steady:.1}/s, limit 50/s"
         );
         assert!(steady >= 30.0, "the fleet uses the budget: {steady:.1}/s");
