@@ -90,8 +90,8 @@ struct Inner {
     open_leases: HashSet<u64>,
     last_renew: std::time::Instant,
     lens: HashMap<String, usize>,
-    /// Each host's politeness state as last heard, and its requests in flight fleet-wide.
-    states: HashMap<String, (Versioned, u64)>,
+    /// Each host's politeness state as last heard (Redis counts requests in flight itself).
+    states: HashMap<String, Versioned>,
     /// Results of the commits of the last step, by host: committed or not.
     committed: HashMap<String, bool>,
     /// Routine outcomes not yet committed, by host, with the fleet time they happened:
@@ -289,28 +289,24 @@ impl Inner {
     }
 
     /// The host's state as last heard, or a fresh one on the fleet's clock.
-    fn machine(&self, host: &str, params: &Params) -> (HostMachine, u64, u64) {
+    fn machine(&self, host: &str, params: &Params) -> (HostMachine, u64) {
         match self.states.get(host) {
-            Some((v, fl)) => (
+            Some(v) => (
                 HostMachine::with_state(params.clone(), v.state.clone()),
                 v.version,
-                *fl,
             ),
-            None => (HostMachine::new(params.clone(), self.now_ms()), 0, 0),
+            None => (HostMachine::new(params.clone(), self.now_ms()), 0),
         }
     }
 
-    fn remember(&mut self, host: &str, version: u64, state: &str, in_flight: Option<u64>) {
+    fn remember(&mut self, host: &str, version: u64, state: &str) {
         if state.is_empty() {
             return;
         }
         match serde_json::from_str::<HostState>(state) {
             Ok(state) => {
-                let fl = in_flight
-                    .or_else(|| self.states.get(host).map(|(_, fl)| *fl))
-                    .unwrap_or(0);
                 self.states
-                    .insert(host.to_owned(), (Versioned { state, version }, fl));
+                    .insert(host.to_owned(), Versioned { state, version });
             }
             Err(e) => tracing::warn!(host, "unreadable politeness state in Redis: {e}"),
         }
@@ -331,7 +327,7 @@ impl Inner {
                 continue;
             };
             let folded = self.deferred.remove(&host).unwrap_or_default();
-            let (mut m, expected, _) = self.machine(&host, &params);
+            let (mut m, expected) = self.machine(&host, &params);
             for (fb, at) in &folded {
                 let _ = m.on_feedback(fb, *at);
             }
@@ -472,11 +468,11 @@ impl Inner {
                         sent_states.iter().rev().find(|(h, _, _)| *h == host)
                     {
                         let json = json.clone();
-                        self.remember(&host, version, &json, None);
+                        self.remember(&host, version, &json);
                     }
                 } else {
                     let state = text(f.get(3));
-                    self.remember(&host, version, &state, None);
+                    self.remember(&host, version, &state);
                 }
                 if !ok && let Some(pos) = self.commits_sent.iter().position(|(h, _)| *h == host) {
                     let (_, folded) = self.commits_sent.swap_remove(pos);
@@ -525,14 +521,21 @@ impl Inner {
         let left = usize::try_from(int_at(&l, 3)).unwrap_or(0);
         let version = int_at(&l, 4).unsigned_abs();
         let in_flight = int_at(&l, 6).unsigned_abs();
-        tracing::debug!(worker = self.worker, host, code, left, "lease answer");
+        tracing::debug!(
+            worker = self.worker,
+            host,
+            code,
+            left,
+            in_flight,
+            "lease answer"
+        );
         self.lens.insert(host.to_owned(), left);
         if ask.budget {
             if code == 1 {
-                self.remember(host, version, &ask.state, Some(in_flight));
+                self.remember(host, version, &ask.state);
             } else {
                 let state = text(l.get(5));
-                self.remember(host, version, &state, Some(in_flight));
+                self.remember(host, version, &state);
             }
         }
         let member = match l.get(2) {
@@ -665,7 +668,7 @@ impl QueueStore for RedisStore {
             let params = inner.params_for(host).cloned();
             let ask = match &params {
                 Some(params) if !inner.skipped_here.contains(host) => {
-                    let (mut m, expected, _) = inner.machine(host, params);
+                    let (mut m, expected) = inner.machine(host, params);
                     let now = inner.now_ms();
                     // Routine outcomes waiting for this host ride with the lease.
                     for (fb, at) in inner.deferred.get(host).into_iter().flatten() {
@@ -811,7 +814,7 @@ impl SharedBudget for RedisBudget {
     }
 
     fn cached(&self, host: &str) -> Option<Versioned> {
-        lock(&self.inner).states.get(host).map(|(v, _)| v.clone())
+        lock(&self.inner).states.get(host).cloned()
     }
 
     fn now_ms(&self) -> f64 {
