@@ -128,11 +128,10 @@ async fn a_feed_torn_by_kill_nine_is_repaired_before_the_resume_appends() {
     let lab = Lab::builder().books(1000).start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (job, feed) = (dir.path().join("job"), dir.path().join("books.jsonl"));
-    // Without validators: the downloader stores a page's validators when the response
-    // arrives, and they can reach the disk before the page's acknowledgement does; a kill in
-    // between makes the resumed fetch a 304 without items. A gap of the request path,
-    // reported separately; this test is about the feed.
-    let set = "conditional_requests=false";
+    // With validators (the default): they are stored only once a page's request is
+    // acknowledged, so a page whose item the kill lost is fetched in full again, not
+    // answered 304 without items.
+    let set = "conditional_requests=true";
     let mut child = spawn_child(&lab, &job, &feed, set);
     wait_for_lines(&feed, 200).await;
     child.kill().unwrap(); // SIGKILL
@@ -164,11 +163,10 @@ async fn a_full_disk_stops_the_crawl_and_the_resumed_job_writes_every_item() {
     let (job, feed) = (dir.path().join("job"), dir.path().join("books.jsonl"));
     // /dev/full answers every write with ENOSPC, exactly like a full disk.
     std::os::unix::fs::symlink("/dev/full", &feed).unwrap();
-    // Without validators: the downloader stores a page's validators when it arrives, before
-    // its items are on disk, so a page whose item was lost would come back as a 304 with no
-    // item (a known gap of the request path, not of the feed writer).
+    // With validators: a page whose item was lost must not come back as a 304 with no item
+    // (validators are stored only once the page's request is acknowledged).
     // Many pages in flight when the disk fills: their items are the ones at risk.
-    let set = "conditional_requests=false;download_delay=0s;concurrency_per_host=16";
+    let set = "conditional_requests=true;download_delay=0s;concurrency_per_host=16";
     let (ok, stdout) = finish(spawn_child(&lab, &job, &feed, set)).await;
     assert!(
         !ok,

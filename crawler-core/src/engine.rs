@@ -255,6 +255,10 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
         // Fetched pages whose items must reach the feeds before their lease is acknowledged;
         // the marker goes through the same channel as the items, after them.
         let mut marks: VecDeque<Lease> = VecDeque::new();
+        // Work deferred until a lease is acknowledged (validators of pages whose items are
+        // still on their way to the feeds).
+        let mut after_acks: std::collections::HashMap<u64, crate::AfterAck> =
+            std::collections::HashMap::new();
         let mut stop_rx = shutdown.subscribe();
         let mut stopping = shutdown.requested() > 0;
         let mut abandoned = 0u64;
@@ -355,14 +359,21 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                     }
                     let terminal = !matches!(done.terminal, Terminal::Retrying | Terminal::Requeued);
                     let wrote_items = done.items > 0;
+                    let after_ack = done.after_ack.take();
                     account(&mut scheduler, &mut stats, &mut failures, done);
                     // Follow-up requests are queued now; items may still be on their way to
                     // the feeds.
                     if terminal {
                         if wrote_items {
                             marks.push_back(lease);
+                            if let Some(work) = after_ack {
+                                after_acks.insert(lease.0, work);
+                            }
                         } else {
                             scheduler.acknowledge(lease);
+                            if let Some(work) = after_ack {
+                                work.run();
+                            }
                         }
                     }
                 }
@@ -377,7 +388,12 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                     Err(_) => marks.clear(),
                 },
                 lease = acks_rx.recv(), if !feed_gone => match lease {
-                    Some(lease) => scheduler.acknowledge(lease),
+                    Some(lease) => {
+                        scheduler.acknowledge(lease);
+                        if let Some(work) = after_acks.remove(&lease.0) {
+                            work.run();
+                        }
+                    }
                     None => {
                         // Only a failure ends the writer while the crawl still holds the
                         // items channel open.
@@ -453,6 +469,9 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
         // Leases whose items reached the disk before the writer stopped.
         while let Ok(lease) = acks_rx.try_recv() {
             scheduler.acknowledge(lease);
+            if let Some(work) = after_acks.remove(&lease.0) {
+                work.run();
+            }
         }
         let written = match joined {
             Ok(Ok(n)) => n,
@@ -758,6 +777,9 @@ struct Completion {
     invalid_links: u64,
     spider_error: bool,
     feed_closed: bool,
+    /// What the downloader deferred until the request is acknowledged (see
+    /// [`crate::AfterAck`]); set only when the page was parsed and its items all sent.
+    after_ack: Option<crate::AfterAck>,
 }
 
 impl Completion {
@@ -775,6 +797,7 @@ impl Completion {
             invalid_links: 0,
             spider_error: false,
             feed_closed: false,
+            after_ack: None,
         }
     }
 
@@ -879,6 +902,7 @@ async fn work<S: Spider, D: Downloader>(
     }
 
     let url = response.url().clone();
+    let after_ack = response.take_after_ack();
     let problems = response.problems();
     let mut out = Output::new(response.base_url().clone(), req.depth);
     let result = if status == 304 && !revalidated {
@@ -926,6 +950,9 @@ async fn work<S: Spider, D: Downloader>(
             break;
         }
         done.items += 1;
+    }
+    if !done.spider_error && !done.feed_closed {
+        done.after_ack = after_ack;
     }
     done
 }

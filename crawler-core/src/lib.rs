@@ -73,7 +73,7 @@ pub use middleware::{
 pub use output::Output;
 pub use pipeline::{Pipeline, Processed};
 pub use request::{Request, parse_http_url};
-pub use response::{BodyOrigin, Element, Response, Selection};
+pub use response::{AfterAck, BodyOrigin, Element, Response, Selection};
 pub use rules::{FOLLOW_CALLBACK, RULE_META_KEY, Rule, RuleRequests, Rules};
 pub use settings::{
     FeedFsync, HOST_RULE_KEYS, HostKeyMode, HostRule, LogFormat, Settings, ThrottleMode,

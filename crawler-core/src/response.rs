@@ -32,6 +32,32 @@ pub struct Response {
     origin: BodyOrigin,
     /// What earlier crawls stored about URLs, when the crawl keeps validators.
     history: Option<Arc<dyn ConditionalStore>>,
+    /// What to record once the request is acknowledged (validators, the cached copy).
+    after_ack: Mutex<Option<AfterAck>>,
+}
+
+/// Work a downloader defers until the engine acknowledges the request, that is until the
+/// page's items are in the feeds and its follow-up requests are queued: validators stored
+/// earlier would let a crash turn the re-fetch into a 304 for a page whose items were never
+/// written.
+pub struct AfterAck(Box<dyn FnOnce() + Send>);
+
+impl AfterAck {
+    /// Defer `f`.
+    pub fn new(f: impl FnOnce() + Send + 'static) -> Self {
+        Self(Box::new(f))
+    }
+
+    /// Do it now.
+    pub fn run(self) {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for AfterAck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AfterAck")
+    }
 }
 
 /// Where a response's body came from.
@@ -77,7 +103,22 @@ impl Response {
             problems: Arc::default(),
             origin: BodyOrigin::Network,
             history: None,
+            after_ack: Mutex::new(None),
         }
+    }
+
+    /// Defer `work` until the engine acknowledges this response's request (see
+    /// [`AfterAck`]). The engine drops it when the spider or the feeds fail on the page.
+    pub fn set_after_ack(&mut self, work: AfterAck) {
+        *self.after_ack.get_mut().unwrap_or_else(|p| p.into_inner()) = Some(work);
+    }
+
+    /// Take the deferred work out (the engine calls this).
+    pub fn take_after_ack(&self) -> Option<AfterAck> {
+        self.after_ack
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
     }
 
     /// Mark where the body came from (downloaders call this for cached bodies).

@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use bytes::BytesMut;
 use crawler_core::{
-    BodyOrigin, CachedPage, ConditionalStore, Download, Downloader, Failure, FailureKind, Feedback,
-    Fetched, Request, Response, Settings, Url, Validators,
+    AfterAck, BodyOrigin, CachedPage, ConditionalStore, Download, Downloader, Failure, FailureKind,
+    Feedback, Fetched, Request, Response, Settings, Url, Validators,
 };
 use tokio::time::Instant;
 
@@ -77,7 +77,10 @@ impl HttpDownloader {
                 retry_unreachable: Duration::ZERO,
             };
             Some(
-                RobotsCache::with_options(build_client(settings)?, &settings.user_agent, options)
+                // The same client (one connection pool): the page request that follows a
+                // robots.txt fetch reuses its connection instead of opening a second one
+                // while the first sits idle in another pool.
+                RobotsCache::with_options(client.clone(), &settings.user_agent, options)
                     .deny_private_addresses(settings.deny_private_addresses),
             )
         } else {
@@ -214,6 +217,7 @@ impl HttpDownloader {
             return Err(Fetched::Disallowed);
         }
         if fetched && rules.expires() > Instant::now() {
+            robots.pin(&req.url);
             Err(Fetched::Requeue("robots.txt fetched first".to_owned()))
         } else {
             // Another request fetched it (this slot's send is still unused), or the verdict
@@ -307,6 +311,9 @@ fn too_large(cap: u64, status: u16) -> Failure {
     }
 }
 
+/// How long an idle keep-alive connection is kept for reuse.
+const POOL_IDLE: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// The client for pages and robots.txt. It follows no redirect: a 3xx goes back to the
 /// engine, whose next hop is a new request through the target's robots.txt and its host's
 /// slot (robots.txt redirects are followed, counted and checked by the robots cache).
@@ -329,6 +336,12 @@ fn build_client(settings: &Settings) -> Result<reqwest::Client, Error> {
         .brotli(true)
         .deflate(true)
         .tcp_nodelay(true)
+        // A broad crawl touches each host briefly: an idle keep-alive connection costs a
+        // file descriptor and ~20 KiB until it expires, so keep no more per host than the
+        // host may use at once, and not for long (servers commonly close idle connections
+        // after 5 to 75 s; a host paced slower than this reconnects, which it can afford).
+        .pool_max_idle_per_host(settings.concurrency_per_host.max(1))
+        .pool_idle_timeout(POOL_IDLE)
         .build()
         .map_err(|e| Error::new("cannot build the HTTP client", e))
 }
@@ -514,30 +527,36 @@ impl Downloader for HttpDownloader {
                         status: Some(status),
                     })
                 } else {
-                    if let Some(store) = store {
-                        remember(
-                            store.as_ref(),
-                            req,
-                            &url,
-                            status,
-                            &headers,
-                            &body,
-                            stored,
-                            now,
-                        );
+                    // What the response teaches about its URL is recorded once the engine
+                    // acknowledges the request (its items written): stored now, a crash
+                    // would make the re-fetch a 304 for a page whose items were lost.
+                    let after_ack = store.map(|store| {
+                        let store = std::sync::Arc::clone(store);
+                        let (req, url, headers, body) =
+                            (req.clone(), url.clone(), headers.clone(), body.clone());
+                        AfterAck::new(move || {
+                            remember(
+                                store.as_ref(),
+                                &req,
+                                &url,
+                                status,
+                                &headers,
+                                &body,
+                                stored,
+                                now,
+                            );
+                        })
+                    });
+                    let mut response = match cached {
+                        Some(page) if status == 304 && conditional.is_some() => {
+                            self.replay(req, page, BodyOrigin::Revalidated, &headers)
+                        }
+                        _ => self.attach(Response::new(req.clone(), url, status, headers, body)),
+                    };
+                    if let Some(work) = after_ack {
+                        response.set_after_ack(work);
                     }
-                    match cached {
-                        Some(page) if status == 304 && conditional.is_some() => Fetched::Response(
-                            self.replay(req, page, BodyOrigin::Revalidated, &headers),
-                        ),
-                        _ => Fetched::Response(self.attach(Response::new(
-                            req.clone(),
-                            url,
-                            status,
-                            headers,
-                            body,
-                        ))),
-                    }
+                    Fetched::Response(response)
                 }
             }
             Err(f) => {

@@ -187,40 +187,67 @@ pub fn product_token(user_agent: &str) -> &str {
 type Cell = Arc<OnceCell<Arc<RobotsRules>>>;
 
 /// One origin's cell and when it was last used (a counter, for LRU eviction).
-struct Slot {
-    cell: Cell,
-    used: u64,
-}
-
-#[derive(Default)]
+/// The cached origins: a least-recently-used set of at most `capacity`, and beside it the
+/// origins "pinned" because a page sent back to the queue after robots.txt went in its slot
+/// is still to come. Evicting those would fetch robots.txt again when the page comes back,
+/// and on a broad crawl whose first round touches more hosts than the cache holds, again
+/// and again for ever; pinned origins are bounded by the pages waiting, not by the cache.
 struct Origins {
-    map: HashMap<String, Slot>,
-    clock: u64,
+    lru: lru::LruCache<String, Cell>,
+    /// Pinned origins: (cell, pages still to come).
+    pinned: HashMap<String, (Cell, u32)>,
 }
 
 impl Origins {
-    /// The origin's cell, marked used now; a new one (evicting the least recently used
-    /// origin when full) if it has none.
-    fn cell(&mut self, origin: &str, cap: usize) -> &mut Cell {
-        self.clock += 1;
-        let clock = self.clock;
-        if !self.map.contains_key(origin) && self.map.len() >= cap.max(1) {
-            // A scan per new origin once full: 10,000 comparisons, next to a network fetch.
-            if let Some(oldest) = self
-                .map
-                .iter()
-                .min_by_key(|(_, s)| s.used)
-                .map(|(k, _)| k.clone())
-            {
-                self.map.remove(&oldest);
-            }
+    fn new(capacity: usize) -> Self {
+        let cap = std::num::NonZeroUsize::new(capacity).unwrap_or(std::num::NonZeroUsize::MIN);
+        Self {
+            lru: lru::LruCache::new(cap),
+            pinned: HashMap::new(),
         }
-        let slot = self.map.entry(origin.to_owned()).or_insert_with(|| Slot {
-            cell: Cell::default(),
-            used: clock,
-        });
-        slot.used = clock;
-        &mut slot.cell
+    }
+
+    fn len(&self) -> usize {
+        self.lru.len() + self.pinned.len()
+    }
+
+    /// The origin's cell if it has one, marked used now.
+    fn get(&mut self, origin: &str) -> Option<&mut Cell> {
+        if let Some((cell, _)) = self.pinned.get_mut(origin) {
+            return Some(cell);
+        }
+        self.lru.get_mut(origin)
+    }
+
+    /// The origin's cell, marked used now; a new one (evicting the least recently used
+    /// unpinned origin when full) if it has none.
+    fn cell(&mut self, origin: &str) -> &mut Cell {
+        match self.pinned.get_mut(origin) {
+            Some((cell, _)) => cell,
+            None => self.lru.get_or_insert_mut(origin.to_owned(), Cell::default),
+        }
+    }
+
+    /// A page of `origin` goes back to the queue and will need its verdict.
+    fn pin(&mut self, origin: &str) {
+        if let Some((_, n)) = self.pinned.get_mut(origin) {
+            *n += 1;
+        } else if let Some(cell) = self.lru.pop(origin) {
+            self.pinned.insert(origin.to_owned(), (cell, 1));
+        }
+    }
+
+    /// A page of `origin` used its verdict.
+    fn unpin(&mut self, origin: &str) {
+        let Some((_, n)) = self.pinned.get_mut(origin) else {
+            return;
+        };
+        *n -= 1;
+        if *n == 0
+            && let Some((cell, _)) = self.pinned.remove(origin)
+        {
+            self.lru.put(origin.to_owned(), cell);
+        }
     }
 }
 
@@ -233,8 +260,6 @@ pub struct RobotsCache {
     /// One cell per origin; the lock is held only to find or replace a cell, never across a
     /// fetch, so checks for other origins are not blocked by a slow server.
     origins: Mutex<Origins>,
-    /// Most origins kept.
-    capacity: usize,
     /// Refuse robots.txt redirects to private IP literals (names are refused by the
     /// client's resolver).
     deny_private: bool,
@@ -286,8 +311,7 @@ impl RobotsCache {
             client,
             agent: product_token(user_agent).to_owned(),
             options,
-            origins: Mutex::default(),
-            capacity: ROBOTS_MAX_ORIGINS,
+            origins: Mutex::new(Origins::new(ROBOTS_MAX_ORIGINS)),
             deny_private: false,
         }
     }
@@ -300,18 +324,29 @@ impl RobotsCache {
     }
 
     /// Keep at most `capacity` origins (default [`ROBOTS_MAX_ORIGINS`]).
-    pub fn with_capacity(mut self, capacity: usize) -> Self {
-        self.capacity = capacity.max(1);
+    pub fn with_capacity(self, capacity: usize) -> Self {
+        self.origins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .lru
+            .resize(std::num::NonZeroUsize::new(capacity).unwrap_or(std::num::NonZeroUsize::MIN));
         self
+    }
+
+    /// A page of `url`'s origin goes back to the queue after robots.txt was fetched in its
+    /// slot: keep the verdict until the page comes back ([`RobotsCache::cached`] releases
+    /// it), however many other origins are fetched meanwhile.
+    pub fn pin(&self, url: &Url) {
+        let origin = url.origin().ascii_serialization();
+        self.origins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pin(&origin);
     }
 
     /// Origins cached now.
     pub fn len(&self) -> usize {
-        self.origins
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .map
-            .len()
+        self.origins.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     /// Whether no origin is cached.
@@ -320,14 +355,13 @@ impl RobotsCache {
     }
 
     /// The verdict for `url`'s origin if one is cached and still trusted, without fetching.
+    /// A page that uses it releases one [`RobotsCache::pin`] of the origin.
     pub fn cached(&self, url: &Url) -> Option<Arc<RobotsRules>> {
         let origin = url.origin().ascii_serialization();
         let mut origins = self.origins.lock().unwrap_or_else(|p| p.into_inner());
-        if !origins.map.contains_key(&origin) {
-            return None;
-        }
-        let rules = origins.cell(&origin, self.capacity).get()?;
-        (rules.expires > Instant::now()).then(|| Arc::clone(rules))
+        let rules = Arc::clone(origins.get(&origin)?.get()?);
+        origins.unpin(&origin);
+        (rules.expires > Instant::now()).then_some(rules)
     }
 
     /// The verdict for `url`'s origin, fetching robots.txt if it is not cached (or no longer
@@ -356,8 +390,8 @@ impl RobotsCache {
     /// without fetching anything.
     pub fn cached_sitemaps(&self, url: &Url) -> Option<Vec<Url>> {
         let origin = url.origin().ascii_serialization();
-        let map = self.origins.lock().unwrap_or_else(|p| p.into_inner());
-        let rules = map.map.get(&origin)?.cell.get()?;
+        let mut map = self.origins.lock().unwrap_or_else(|p| p.into_inner());
+        let rules = map.get(&origin)?.get()?;
         (rules.expires > Instant::now()).then(|| rules.sitemap_urls())
     }
 
@@ -365,7 +399,7 @@ impl RobotsCache {
         let origin = url.origin().ascii_serialization();
         let cell = {
             let mut map = self.origins.lock().unwrap_or_else(|p| p.into_inner());
-            let cell = map.cell(&origin, self.capacity);
+            let cell = map.cell(&origin);
             if cell.get().is_some_and(|r| r.expires <= Instant::now()) {
                 // Callers still holding the old cell keep its verdict; new callers share one
                 // new fetch.
@@ -436,7 +470,13 @@ async fn retrieve_inner(
     // Bounded: one request per allowed hop plus the first.
     for _ in 0..=ROBOTS_MAX_REDIRECTS {
         visited.insert(url.to_string());
-        let mut resp = match client.get(url.clone()).send().await {
+        // Fetched once a day per origin, and the page request that follows races the
+        // connection's return to the pool: kept alive, it would mostly sit idle (a file
+        // descriptor each, on a broad crawl of many hosts) until the pool drops it.
+        let request = client
+            .get(url.clone())
+            .header(http::header::CONNECTION, "close");
+        let mut resp = match request.send().await {
             Ok(r) => r,
             // The client's own redirect policy gave up: as unavailable as too many hops here.
             Err(e) if e.is_redirect() => {
@@ -796,13 +836,33 @@ mod tests {
 
     #[test]
     fn the_cache_drops_the_least_recently_used_origin() {
-        let mut o = Origins::default();
-        o.cell("http://a", 2);
-        o.cell("http://b", 2);
-        o.cell("http://a", 2); // a used again: b is now the oldest
-        o.cell("http://c", 2);
-        assert_eq!(o.map.len(), 2);
-        assert!(o.map.contains_key("http://a") && o.map.contains_key("http://c"));
+        let mut o = Origins::new(2);
+        o.cell("http://a");
+        o.cell("http://b");
+        o.cell("http://a"); // a used again: b is now the oldest
+        o.cell("http://c");
+        assert_eq!(o.len(), 2);
+        assert!(o.get("http://a").is_some() && o.get("http://c").is_some());
+        assert!(o.get("http://b").is_none());
+    }
+
+    #[test]
+    fn a_pinned_origin_outlives_the_capacity_until_its_page_comes_back() {
+        let mut o = Origins::new(2);
+        o.cell("http://pinned");
+        o.pin("http://pinned");
+        for i in 0..10 {
+            o.cell(&format!("http://other{i}"));
+        }
+        // Two unpinned origins plus the pinned one: the page waiting keeps its verdict.
+        assert_eq!(o.len(), 3);
+        assert!(o.get("http://pinned").is_some());
+        o.unpin("http://pinned");
+        // Released: an ordinary entry again (the most recent), evicted in turn.
+        o.cell("http://x");
+        o.cell("http://y");
+        assert!(o.get("http://pinned").is_none());
+        assert_eq!(o.len(), 2);
     }
 
     #[test]

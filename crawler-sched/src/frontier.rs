@@ -2,7 +2,8 @@
 //! heap that says which host may send next.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::time::Duration;
 
 use crawler_core::{HostKeyMode, HostStats};
 
@@ -120,6 +121,22 @@ pub fn is_allowed_domain(url: &Url, domains: &[String]) -> bool {
     })
 }
 
+/// How long a host stays idle before its slot may be dropped. Short, because only slots
+/// with nothing learned are dropped, and a fresh slot is at least as careful.
+const PRUNE_AFTER: Duration = Duration::from_secs(5);
+
+/// Dropped hosts whose figures are kept for the stats (the busiest ones).
+const RETIRED_KEPT: usize = 1_000;
+
+/// Busiest first, then by name (a stable order for reports).
+fn sort_busiest(hosts: &mut [HostStats]) {
+    hosts.sort_by(|a, b| {
+        b.requests
+            .cmp(&a.requests)
+            .then_with(|| a.host.cmp(&b.host))
+    });
+}
+
 struct Host {
     key: String,
     in_flight: usize,
@@ -180,8 +197,14 @@ impl Figures {
 pub struct Frontier<S: QueueStore = MemoryStore> {
     config: FrontierConfig,
     store: S,
-    hosts: Vec<Host>,
+    /// Live host slots; an idle host with nothing learned is dropped (see
+    /// [`Frontier::prune_idle`]), so a broad crawl keeps only the hosts it is working on.
+    hosts: slab::Slab<Host>,
     host_ids: HashMap<String, usize>,
+    /// Hosts that went idle (nothing queued, nothing in flight), oldest first, with when.
+    idle: VecDeque<(Instant, usize)>,
+    /// Figures of dropped hosts, the busiest [`RETIRED_KEPT`] of them, for the final stats.
+    retired: Vec<HostStats>,
     /// (ready at, tie-breaker, host index): the next host allowed to send is on top.
     ready: BinaryHeap<Reverse<(Instant, u64, usize)>>,
     /// Store lease id to host index.
@@ -230,8 +253,10 @@ impl<S: QueueStore> Frontier<S> {
         let mut f = Self {
             config,
             store,
-            hosts: Vec::new(),
+            hosts: slab::Slab::new(),
             host_ids: HashMap::new(),
+            idle: VecDeque::new(),
+            retired: Vec::new(),
             ready: BinaryHeap::new(),
             leases: HashMap::new(),
             seq,
@@ -259,7 +284,7 @@ impl<S: QueueStore> Frontier<S> {
     pub fn hosts(&self) -> impl Iterator<Item = (&str, usize, usize)> {
         self.hosts
             .iter()
-            .map(|h| (h.key.as_str(), self.store.host_len(&h.key), h.in_flight))
+            .map(|(_, h)| (h.key.as_str(), self.store.host_len(&h.key), h.in_flight))
     }
 
     /// Give every host the store has work for a place in the ready heap, including hosts
@@ -299,12 +324,11 @@ impl<S: QueueStore> Frontier<S> {
         if let Some(&id) = self.host_ids.get(&key) {
             return id;
         }
-        let id = self.hosts.len();
         let mut throttle = (self.config.throttle)(url_host, now);
         if let Some(state) = self.restored.remove(&key) {
             throttle.restore(&state, now);
         }
-        self.hosts.push(Host {
+        let id = self.hosts.insert(Host {
             key: key.clone(),
             in_flight: 0,
             throttle,
@@ -314,6 +338,58 @@ impl<S: QueueStore> Frontier<S> {
         });
         self.host_ids.insert(key, id);
         id
+    }
+
+    /// Drop the slots of hosts idle for [`PRUNE_AFTER`] whose throttle has nothing worth
+    /// keeping (see [`Throttle::forgettable`]): a host seen again later gets a fresh slot,
+    /// which is as careful as the dropped one. Their figures join [`Frontier::retired`].
+    fn prune_idle(&mut self, now: Instant) {
+        while let Some(&(at, id)) = self.idle.front() {
+            if now.saturating_duration_since(at) < PRUNE_AFTER {
+                break;
+            }
+            self.idle.pop_front();
+            let Some(host) = self.hosts.get(id) else {
+                continue;
+            };
+            let idle = host.in_flight == 0
+                && !host.scheduled
+                && host.skipped.is_none()
+                && self.store.host_len(&host.key) == 0
+                && host.throttle.forgettable(now);
+            if !idle {
+                continue;
+            }
+            let host = self.hosts.remove(id);
+            self.host_ids.remove(&host.key);
+            let stats = self.stats_of(&host);
+            self.retired.push(stats);
+            if self.retired.len() >= 2 * RETIRED_KEPT {
+                sort_busiest(&mut self.retired);
+                self.retired.truncate(RETIRED_KEPT);
+            }
+        }
+    }
+
+    fn stats_of(&self, h: &Host) -> HostStats {
+        let (holds, held) = h.throttle.holds();
+        let f = &h.figures;
+        HostStats {
+            host: h.key.clone(),
+            requests: f.requests,
+            status: f.status.clone(),
+            latency_mean: if f.latency_n > 0 {
+                f.latency_sum / f.latency_n as f64
+            } else {
+                0.0
+            },
+            latency_p95: f.p95(),
+            rate: Some(h.throttle.rate()),
+            holds,
+            hold_secs: held.as_secs_f64(),
+            queued: self.store.host_len(&h.key),
+            skipped: h.skipped.clone(),
+        }
     }
 
     /// Queue a request for its host, or set it aside if the host is skipped.
@@ -427,6 +503,7 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
 
     fn next(&mut self, now: Instant) -> Next {
         self.release_delayed(now);
+        self.prune_idle(now);
         let retry_at = self.delayed.peek().map(|Reverse((at, _, _))| *at);
         while let Some(&Reverse((at, _, id))) = self.ready.peek() {
             if at > now {
@@ -445,7 +522,7 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
                 self.reschedule(id, now);
                 continue;
             }
-            let (lease, request) = match self.store.lease(&host.key) {
+            let (lease, mut request) = match self.store.lease(&host.key) {
                 Ok(Some(leased)) => leased,
                 Ok(None) => continue,
                 Err(e) => {
@@ -453,6 +530,20 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
                     continue;
                 }
             };
+            // A first contact with nothing else queued for the host (a broad crawl's one
+            // page per host) asks the server to close the connection after answering: kept
+            // alive in the pool, one idle connection per host touched would cost a file
+            // descriptor and tens of KiB each until it expires. A host with more work, or
+            // seen before, keeps its connection (reused, and kinder to the server).
+            if host.figures.requests == 0
+                && host.in_flight == 0
+                && self.store.host_len(&host.key) == 0
+                && request.header_value("connection").is_none()
+            {
+                request
+                    .headers
+                    .push(("Connection".to_owned(), "close".to_owned()));
+            }
             host.in_flight += 1;
             host.figures.requests += 1;
             host.throttle.on_send(now);
@@ -482,6 +573,13 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
         // The feedback may have moved the host's ready time; a heap entry already pushed is
         // re-checked against the throttle when it comes up in next().
         self.reschedule(id, now);
+        if let Some(host) = self.hosts.get(id)
+            && host.in_flight == 0
+            && !host.scheduled
+            && self.idle.len() < self.hosts.len().saturating_mul(2).max(64)
+        {
+            self.idle.push_back((now, id));
+        }
     }
 
     fn queued(&self) -> usize {
@@ -520,7 +618,7 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
         let states: Vec<(String, serde_json::Value)> = self
             .hosts
             .iter()
-            .map(|h| (h.key.clone(), h.throttle.save(now)))
+            .map(|(_, h)| (h.key.clone(), h.throttle.save(now)))
             .filter(|(_, v)| !v.is_null())
             .collect();
         // Host states first: the checkpoint's flush then makes both durable together.
@@ -556,32 +654,10 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
         let mut out: Vec<HostStats> = self
             .hosts
             .iter()
-            .map(|h| {
-                let (holds, held) = h.throttle.holds();
-                let f = &h.figures;
-                HostStats {
-                    host: h.key.clone(),
-                    requests: f.requests,
-                    status: f.status.clone(),
-                    latency_mean: if f.latency_n > 0 {
-                        f.latency_sum / f.latency_n as f64
-                    } else {
-                        0.0
-                    },
-                    latency_p95: f.p95(),
-                    rate: Some(h.throttle.rate()),
-                    holds,
-                    hold_secs: held.as_secs_f64(),
-                    queued: self.store.host_len(&h.key),
-                    skipped: h.skipped.clone(),
-                }
-            })
+            .map(|(_, h)| self.stats_of(h))
+            .chain(self.retired.iter().cloned())
             .collect();
-        out.sort_by(|a, b| {
-            b.requests
-                .cmp(&a.requests)
-                .then_with(|| a.host.cmp(&b.host))
-        });
+        sort_busiest(&mut out);
         out
     }
 
@@ -714,6 +790,66 @@ mod tests {
         assert_eq!(r3.url.as_str(), "http://a.test/2");
         assert!(matches!(f.next(t0 + Duration::from_secs(5)), Next::Empty));
         assert_eq!(f.queued(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_hosts_with_nothing_learned_are_dropped_and_held_ones_kept() {
+        let s = Settings::default();
+        let mut f = frontier(&s, &[]);
+        let t0 = Instant::now();
+        let n = 200;
+        for i in 0..n {
+            f.enqueue(req(&format!("http://h{i}.test/")), t0);
+        }
+        f.enqueue(req("http://held.test/"), t0);
+        let ok = Feedback {
+            sent: true,
+            status: Some(200),
+            ..Default::default()
+        };
+        let refused = Feedback {
+            sent: true,
+            status: Some(429),
+            retry_after: Some(Duration::from_secs(600)),
+            ..Default::default()
+        };
+        for _ in 0..=n {
+            let (lease, r) = ready(&mut f, t0);
+            // One request for a host never seen: its connection is not kept for reuse.
+            assert_eq!(r.header_value("connection"), Some("close"));
+            let fb = if r.url.host_str() == Some("held.test") {
+                &refused
+            } else {
+                &ok
+            };
+            f.complete(lease, fb, t0);
+            f.acknowledge(lease);
+        }
+        assert_eq!(f.hosts().count(), n + 1);
+        // Idle long enough: every host with nothing learned goes; the one under a hold stays.
+        let later = t0 + Duration::from_secs(30);
+        assert!(matches!(f.next(later), Next::Empty));
+        let live: Vec<&str> = f.hosts().map(|(h, _, _)| h).collect();
+        assert_eq!(live, ["held.test"]);
+        // Their figures are still reported, and a host seen again gets a fresh slot.
+        let stats = f.host_stats();
+        assert_eq!(stats.len(), n + 1);
+        assert!(stats.iter().all(|h| h.requests == 1));
+        assert_eq!(
+            f.enqueue(req("http://h7.test/again"), later),
+            Admission::Queued
+        );
+        let (_, r) = ready(&mut f, later);
+        assert_eq!(r.url.as_str(), "http://h7.test/again");
+        // The held host still waits out its Retry-After.
+        f.enqueue(req("http://held.test/2"), later);
+        assert!(matches!(f.next(later), Next::NotBefore(_)));
+        // A host with more work queued keeps its connection alive.
+        f.enqueue(req("http://two.test/1"), later);
+        f.enqueue(req("http://two.test/2"), later);
+        let (_, r) = ready(&mut f, later);
+        assert_eq!(r.url.host_str(), Some("two.test"));
+        assert_eq!(r.header_value("connection"), None);
     }
 
     #[tokio::test(start_paused = true)]

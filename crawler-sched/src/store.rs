@@ -160,9 +160,17 @@ impl QueueStore for MemoryStore {
     }
 
     fn lease(&mut self, host: &str) -> Result<Option<(u64, Request)>, Error> {
-        let Some(entry) = self.queues.get_mut(host).and_then(BinaryHeap::pop) else {
+        let Some(queue) = self.queues.get_mut(host) else {
             return Ok(None);
         };
+        let Some(entry) = queue.pop() else {
+            return Ok(None);
+        };
+        if queue.is_empty() {
+            // An emptied queue goes, so memory follows the hosts with work, not every host
+            // ever seen.
+            self.queues.remove(host);
+        }
         self.queued -= 1;
         self.next_lease += 1;
         // Memory leases need no payload: nothing survives the process anyway.

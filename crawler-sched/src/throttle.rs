@@ -35,6 +35,11 @@ pub trait Throttle: Send {
     }
     /// Take back what [`Throttle::save`] kept.
     fn restore(&mut self, _state: &serde_json::Value, _now: Instant) {}
+    /// Whether the host's slot may be dropped now because a fresh slot would behave the same
+    /// or more carefully (nothing running, nothing learned). `false` keeps it.
+    fn forgettable(&self, _now: Instant) -> bool {
+        false
+    }
     /// The most recent politeness changes of the host (rate, holds, estimate, skip), each
     /// with its trigger, oldest first.
     fn audit(&self) -> Vec<AuditRecord> {
@@ -213,6 +218,10 @@ impl Throttle for Politeness {
         m.shift(self.at(now) - down);
         self.machine = m;
         tracing::info!(host = %self.host, "politeness state from the last run restored");
+    }
+
+    fn forgettable(&self, now: Instant) -> bool {
+        self.machine.is_pristine(self.at(now))
     }
 
     fn audit(&self) -> Vec<AuditRecord> {

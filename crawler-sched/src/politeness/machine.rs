@@ -161,6 +161,27 @@ impl HostMachine {
         }
     }
 
+    /// Whether forgetting this host now would change nothing a fresh machine would not do
+    /// the same or more carefully: nothing in flight, no hold, the bucket full again, and
+    /// nothing learned that a fresh start lacks (no refusal, no estimate, no declared budget,
+    /// no Crawl-delay, no backoff or 403 streak, no robots.txt outage). A broad crawl drops
+    /// such hosts once idle so its memory does not grow with every host it ever touched.
+    pub fn is_pristine(&self, now: Millis) -> bool {
+        let s = &self.state;
+        s.in_flight == 0
+            && s.hold_until <= now
+            && s.tat <= now
+            && s.holds == 0
+            && s.phase == Phase::Discover
+            && s.estimate.is_none()
+            && s.ceiling.is_none()
+            && s.declared.is_none()
+            && s.crawl_delay_ms <= 0.0
+            && s.backoff_level == 0
+            && s.forbidden == 0
+            && s.robots_down_since.is_none()
+    }
+
     /// Whether another request may be in flight now.
     pub fn has_room(&self) -> bool {
         self.state.in_flight < self.concurrency()
