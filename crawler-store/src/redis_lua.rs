@@ -10,16 +10,19 @@
 //! hash tag so every key of a job lives in one slot):
 //!
 //! ```text
-//! prefix, worker, lease_timeout_ms, stats_json ("" = none), idle_ttl_ms
+//! prefix, worker, lease_timeout_ms, stats_json ("" = none), idle_ttl_ms, epoch
 //! n_push,  (host, fingerprint16 | "", member) * n_push
 //! n_ack,   lease_id * n_ack
 //! n_renew, lease_id * n_renew
 //! n_cas,   (host, expected_version, state_json, skip_reason | "") * n_cas
-//! lease_host | "", drain, budget, expected_version, ready_claim_ms, state_json, concurrency
+//! lease_host | "", drain, budget, expected_version, ready_claim_ms, state_json, concurrency,
+//!   lease_id
 //! sync
 //! ```
 //!
-//! Reply: `{dups, reclaimed, lease, cas, sync, now_ms}`, where `lease` is
+//! Reply: `{dups, reclaimed, lease, cas, sync, now_ms, generation}`, or `{"lost", epoch}`
+//! when the job's epoch is not the one the worker joined (nothing was applied), where
+//! `lease` is
 //! `{code, id, member, left, version, state, in_flight}` (code 1 granted, 0 queue empty,
 //! 2 not yet (the server's clock says the claimed send time is early, or the host has its
 //! fleet-wide concurrency in flight), 3 host skipped by the fleet, 4 the state changed
@@ -36,6 +39,17 @@
 //!
 //! Times are the Redis server's clock (`TIME`), so workers on different machines share
 //! one clock; each reply carries it so workers can keep their estimate of it.
+//!
+//! **When Redis forgets.** Every step first checks the job's epoch (a random value written
+//! when the job was created, see [`JOIN`]) against the one the worker joined: missing or
+//! different means Redis lost the job (a restart without persistence, a failover, eviction,
+//! expiry), and the step changes nothing, so a worker never mistakes an empty Redis for a
+//! finished crawl nor writes into another job. Every step also increments `gen`; a worker
+//! that reads a generation not above the last one it saw knows Redis rolled back (an RDB
+//! snapshot or an AOF `everysec` tail lost): it forgets its local seen cache, since
+//! fingerprints it remembers may no longer be in the shared seen set. Lease ids are
+//! `TOKEN:N` with a random 64-bit token per worker run, so they never repeat, whatever
+//! Redis forgets, and a stale acknowledgement cannot delete another worker's lease.
 
 /// The script. Key layout under `prefix` (`crawler:{JOB}:`):
 ///
@@ -44,7 +58,8 @@
 /// - `q:HOST`: ZSET, all scores 0, so members sort by their bytes: flipped priority (4),
 ///   seq (8), worker (4), request JSON. `ZPOPMIN` is "best first".
 /// - `leases`: ZSET lease id -> expiry (ms); `lease`: HASH lease id -> `HOST \n member`.
-/// - `lease_seq`: lease id counter.
+///   Lease ids are `TOKEN:N`, made by the worker (random token, local counter).
+/// - `epoch`: the job's random identity; `gen`: a counter every step increments.
 /// - `b:HOST`: HASH, the host's politeness state: `v` (version), `s` (the machine state as
 ///   JSON), `skip` (why the fleet gave the host up), `fl` (requests in flight).
 /// - `stats`: HASH worker -> that worker's stats JSON; `meta`: HASH of fleet counters.
@@ -57,9 +72,14 @@ local wid = ARGV[2]
 local timeout = tonumber(ARGV[3])
 local stats = ARGV[4]
 local ttl = tonumber(ARGV[5])
+-- 0. The job this worker joined, or nothing at all: Redis that forgot the job must not be
+--    read as "nothing queued", nor be written into.
+local epoch = redis.call('GET', P .. 'epoch')
+if epoch ~= ARGV[6] then return { 'lost', epoch or '' } end
+local gen = redis.call('INCR', P .. 'gen')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-local i = 6
+local i = 7
 local function nxt() local v = ARGV[i]; i = i + 1; return v end
 local function num() return tonumber(nxt()) end
 local function touch(key) if ttl > 0 then redis.call('PEXPIRE', key, ttl) end end
@@ -137,7 +157,7 @@ if reclaimed > 0 then redis.call('HINCRBY', P .. 'meta', 'reclaimed', reclaimed)
 -- 6. A lease, committed together with the send it books in the host's state.
 local lease = { -1 }
 local lhost, drain, budget = nxt(), num(), num()
-local expected, claim, state, conc = num(), num(), nxt(), num()
+local expected, claim, state, conc, lid = num(), num(), nxt(), num(), nxt()
 if lhost ~= '' then
   local qkey = P .. 'q:' .. lhost
   local bkey = P .. 'b:' .. lhost
@@ -163,7 +183,7 @@ if lhost ~= '' then
       lease = { 0, 0, '', 0, v, cur[2] or '', fl }
     else
       local member = popped[1]
-      local id = redis.call('INCR', P .. 'lease_seq')
+      local id = lid
       redis.call('ZADD', P .. 'leases', now + timeout, id)
       redis.call('HSET', P .. 'lease', id, lhost .. '\n' .. member)
       redis.call('HINCRBY', bkey, 'fl', 1)
@@ -196,8 +216,26 @@ if num() == 1 then
 end
 
 if stats ~= '' then redis.call('HSET', P .. 'stats', wid, stats) end
-for _, k in ipairs({ 'seen', 'hosts', 'leases', 'lease', 'lease_seq', 'stats', 'meta' }) do
+for _, k in ipairs({ 'seen', 'hosts', 'leases', 'lease', 'stats', 'meta', 'epoch', 'gen' }) do
   touch(P .. k)
 end
-return { dups, reclaimed, lease, cas, sync, tostring(now) }
+return { dups, reclaimed, lease, cas, sync, tostring(now), gen }
+"#;
+
+/// Joining a job: create its epoch if the job is new (`SET NX`: the first worker to come
+/// creates it, every other joins it), take a worker number and read the generation.
+///
+/// Arguments: prefix, a fresh random epoch, idle_ttl_ms. Reply: `{epoch, worker,
+/// generation, created}`.
+pub(crate) const JOIN: &str = r#"
+local P = ARGV[1]
+local ttl = tonumber(ARGV[3])
+local created = redis.call('SET', P .. 'epoch', ARGV[2], 'NX')
+local epoch = redis.call('GET', P .. 'epoch')
+local worker = redis.call('HINCRBY', P .. 'meta', 'workers', 1)
+local gen = tonumber(redis.call('GET', P .. 'gen') or '0')
+if ttl > 0 then
+  for _, k in ipairs({ 'epoch', 'meta' }) do redis.call('PEXPIRE', P .. k, ttl) end
+end
+return { epoch, worker, gen, created and 1 or 0 }
 "#;

@@ -1,0 +1,161 @@
+//! Which job, and which run of it, a worker joined: the job epoch, the worker's lease
+//! token and the step generation, the three things that let a worker notice that Redis
+//! forgot or rolled back (see the [script docs](crate::redis_lua)).
+
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::error::Error;
+use crate::redis_link::Link;
+use crate::redis_lua::JOIN;
+use crate::redis_reply::{int_at, text};
+
+/// A worker's identity in one run of a job.
+pub(crate) struct Job {
+    /// The job name (for messages).
+    pub(crate) name: String,
+    /// The job's epoch as it was when this worker joined.
+    pub(crate) epoch: String,
+    /// This worker's random lease token: lease ids are `TOKEN:N`.
+    pub(crate) token: String,
+    /// The highest step generation seen.
+    generation: i64,
+    /// Times the generation went backwards.
+    pub(crate) rollbacks: u64,
+}
+
+/// 64 random bits as hex: from the OS-seeded thread generator, so two workers (or two
+/// runs of one) draw the same value with probability 2^-64.
+fn random_hex() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+impl Job {
+    /// Join the job under `prefix`, creating its epoch if it has none (a new job, or one
+    /// Redis forgot: then the crawl starts from its start requests again). Returns the
+    /// identity and the worker number.
+    pub(crate) fn join(
+        link: &mut Link,
+        prefix: &str,
+        name: &str,
+        idle_ttl: Duration,
+    ) -> Result<(Self, u32), Error> {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(JOIN)
+            .arg(0)
+            .arg(prefix)
+            .arg(random_hex())
+            .arg(idle_ttl.as_millis().to_string());
+        let reply: Value = link.query(&cmd, "join the job")?;
+        let Value::Array(parts) = reply else {
+            return Err(Error::redis_reply(&link.shown, "joining did not answer an array"));
+        };
+        let epoch = text(parts.first());
+        if epoch.is_empty() {
+            return Err(Error::redis_reply(&link.shown, "joining read no job epoch"));
+        }
+        let worker = u32::try_from(int_at(&parts, 1)).unwrap_or(u32::MAX);
+        let generation = int_at(&parts, 2);
+        let created = int_at(&parts, 3) == 1;
+        tracing::info!(
+            redis = %link.shown,
+            job = name,
+            worker,
+            epoch,
+            "{} the crawl",
+            if created { "created" } else { "joined" }
+        );
+        Ok((
+            Self {
+                name: name.to_owned(),
+                epoch,
+                token: random_hex(),
+                generation,
+                rollbacks: 0,
+            },
+            worker,
+        ))
+    }
+
+    /// The id in Redis of this worker's lease number `n`.
+    pub(crate) fn lease_id(&self, n: u64) -> String {
+        format!("{}:{n}", self.token)
+    }
+
+    /// What was lost, if a step's reply says the job's epoch is not the one joined.
+    pub(crate) fn lost(&self, parts: &[Value]) -> Option<String> {
+        if parts.len() != 2 || text(parts.first()) != "lost" {
+            return None;
+        }
+        let now = text(parts.get(1));
+        Some(if now.is_empty() {
+            format!(
+                "the job epoch {} this worker joined is gone (Redis restarted without \
+                 persistence, failed over, evicted the key, or the job's keys outlived \
+                 redis_idle_ttl)",
+                self.epoch
+            )
+        } else {
+            format!(
+                "the job epoch {} this worker joined was replaced by {now} (Redis forgot the \
+                 job and another worker started it again)",
+                self.epoch
+            )
+        })
+    }
+
+    /// Record a step's generation; `true` if it went backwards (Redis rolled back).
+    pub(crate) fn rolled_back(&mut self, generation: i64) -> bool {
+        let back = generation <= self.generation;
+        if back {
+            self.rollbacks += 1;
+        }
+        self.generation = generation;
+        back
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> Job {
+        Job {
+            name: "j".into(),
+            epoch: "e1".into(),
+            token: random_hex(),
+            generation: 10,
+            rollbacks: 0,
+        }
+    }
+
+    #[test]
+    fn generations_that_go_back_are_rollbacks() {
+        let mut j = job();
+        assert!(!j.rolled_back(11));
+        assert!(!j.rolled_back(15));
+        assert!(j.rolled_back(15), "a repeated generation is a rollback too");
+        assert!(j.rolled_back(3));
+        assert!(!j.rolled_back(4));
+        assert_eq!(j.rollbacks, 2);
+    }
+
+    #[test]
+    fn lease_ids_carry_a_random_token() {
+        let (a, b) = (job(), job());
+        assert_ne!(a.token, b.token);
+        assert_ne!(a.lease_id(1), b.lease_id(1));
+        assert_eq!(a.lease_id(7), format!("{}:7", a.token));
+    }
+
+    #[test]
+    fn a_lost_reply_names_the_epoch() {
+        let j = job();
+        let gone = [Value::BulkString(b"lost".to_vec()), Value::BulkString(Vec::new())];
+        assert!(j.lost(&gone).is_some_and(|d| d.contains("e1 this worker joined is gone")));
+        let other = [Value::BulkString(b"lost".to_vec()), Value::BulkString(b"e2".to_vec())];
+        assert!(j.lost(&other).is_some_and(|d| d.contains("replaced by e2")));
+        assert!(j.lost(&[Value::Int(0), Value::Int(1)]).is_none());
+    }
+}
