@@ -1,5 +1,5 @@
-//! Which job, and which run of it, a worker joined: the job epoch, the worker's lease
-//! token and the step generation, the three things that let a worker notice that Redis
+//! Which job, and which run of it, a worker joined: the job epoch, the worker's random
+//! token (its lease ids) and its count of steps Redis applied, the three things that let a worker notice that Redis
 //! forgot or rolled back (see the [script docs](crate::redis_lua)).
 
 use std::time::Duration;
@@ -17,11 +17,12 @@ pub(crate) struct Job {
     pub(crate) name: String,
     /// The job's epoch as it was when this worker joined.
     pub(crate) epoch: String,
-    /// This worker's random lease token: lease ids are `TOKEN:N`.
+    /// This worker's random token: lease ids are `TOKEN:N`, and Redis counts the worker's
+    /// steps under it.
     pub(crate) token: String,
-    /// The highest step generation seen.
-    generation: i64,
-    /// Times the generation went backwards.
+    /// This worker's steps applied by Redis, as last read.
+    pub(crate) steps: i64,
+    /// Times Redis was found to have lost some of this worker's steps.
     pub(crate) rollbacks: u64,
 }
 
@@ -56,8 +57,7 @@ impl Job {
             return Err(Error::redis_reply(&link.shown, "joining read no job epoch"));
         }
         let worker = u32::try_from(int_at(&parts, 1)).unwrap_or(u32::MAX);
-        let generation = int_at(&parts, 2);
-        let created = int_at(&parts, 3) == 1;
+        let created = int_at(&parts, 2) == 1;
         tracing::info!(
             redis = %link.shown,
             job = name,
@@ -71,7 +71,7 @@ impl Job {
                 name: name.to_owned(),
                 epoch,
                 token: random_hex(),
-                generation,
+                steps: 0,
                 rollbacks: 0,
             },
             worker,
@@ -105,13 +105,14 @@ impl Job {
         })
     }
 
-    /// Record a step's generation; `true` if it went backwards (Redis rolled back).
-    pub(crate) fn rolled_back(&mut self, generation: i64) -> bool {
-        let back = generation <= self.generation;
+    /// Record a step's count of this worker's steps (before it, and with it); `true` if
+    /// Redis had fewer than this worker last read: it lost some of them (rolled back).
+    pub(crate) fn rolled_back(&mut self, had: i64, steps: i64) -> bool {
+        let back = had < self.steps;
         if back {
             self.rollbacks += 1;
         }
-        self.generation = generation;
+        self.steps = steps;
         back
     }
 }
@@ -125,19 +126,20 @@ mod tests {
             name: "j".into(),
             epoch: "e1".into(),
             token: random_hex(),
-            generation: 10,
+            steps: 10,
             rollbacks: 0,
         }
     }
 
     #[test]
-    fn generations_that_go_back_are_rollbacks() {
+    fn fewer_steps_than_last_read_is_a_rollback() {
         let mut j = job();
-        assert!(!j.rolled_back(11));
-        assert!(!j.rolled_back(15));
-        assert!(j.rolled_back(15), "a repeated generation is a rollback too");
-        assert!(j.rolled_back(3));
-        assert!(!j.rolled_back(4));
+        assert!(!j.rolled_back(10, 11));
+        // A retried step that had applied already: Redis is ahead, nothing lost.
+        assert!(!j.rolled_back(12, 13));
+        assert!(j.rolled_back(9, 10), "Redis forgot three of this worker's steps");
+        assert!(!j.rolled_back(10, 11));
+        assert!(j.rolled_back(0, 1));
         assert_eq!(j.rollbacks, 2);
     }
 

@@ -401,6 +401,8 @@ impl Inner {
         args.push(self.stats.clone().unwrap_or_default().into_bytes());
         args.push(self.idle_ttl.as_millis().to_string().into_bytes());
         args.push(self.job.epoch.clone().into_bytes());
+        args.push(self.job.token.clone().into_bytes());
+        args.push(self.job.steps.to_string().into_bytes());
         args.push(self.pushes.len().to_string().into_bytes());
         for (host, fp, member) in &self.pushes {
             args.push(host.clone().into_bytes());
@@ -505,15 +507,15 @@ impl Inner {
             self.lost = Some(detail);
             return Err(e);
         }
-        let [dups, reclaimed, lease, cas, sync, now, generation] = <[Value; 7]>::try_from(parts)
+        let [dups, reclaimed, lease, cas, sync, now, had, steps] = <[Value; 8]>::try_from(parts)
             .map_err(|_| self.bad("the step script returned the wrong number of parts"))?;
-        if self.job.rolled_back(int(&generation)) {
+        if self.job.rolled_back(int(&had), int(&steps)) {
             tracing::warn!(
                 redis = %self.link.shown,
                 job = %self.job.name,
-                "Redis went back in time (it restarted from an older snapshot, or failed over \
-                 to a replica that was behind): forgetting the local seen cache, so links \
-                 whose queueing Redis lost are queued again"
+                "Redis lost some of this worker's confirmed updates (it restarted from an \
+                 older snapshot, or failed over to a replica that was behind): forgetting the \
+                 local seen cache, so links whose queueing Redis lost are queued again"
             );
             self.seen.clear();
         }
