@@ -79,11 +79,12 @@ pub(crate) enum Repr {
         waited: std::time::Duration,
         source: redis::RedisError,
     },
-    #[error(
-        "Redis at {} was given up on earlier in this run; not trying again during {action}",
-        url.display()
-    )]
-    RedisGivenUp { url: PathBuf, action: &'static str },
+    #[error("not trying Redis again during {action}: earlier in this run, {why}")]
+    RedisGivenUp {
+        url: PathBuf,
+        action: &'static str,
+        why: String,
+    },
     #[error(
         "Redis at {} lost the state of job {job:?}: {detail}. Its shared queue, seen set and \
          leases are gone, so this worker stops rather than end a partial crawl as if it were \
@@ -239,10 +240,11 @@ impl Error {
         .into()
     }
 
-    pub(crate) fn redis_given_up(url: &str, action: &'static str) -> Self {
+    pub(crate) fn redis_given_up(url: &str, action: &'static str, why: &str) -> Self {
         Repr::RedisGivenUp {
             url: url.into(),
             action,
+            why: why.to_owned(),
         }
         .into()
     }

@@ -55,8 +55,8 @@ pub(crate) struct Link {
     pub(crate) reconnects: u64,
     /// The crawl's stop handle: a stop request ends retries.
     stop: Option<Shutdown>,
-    /// Set once the link gave up; later calls fail at once.
-    given_up: bool,
+    /// Why the link gave up, once it has; later calls fail at once with it.
+    given_up: Option<String>,
     connected_once: bool,
 }
 
@@ -81,7 +81,7 @@ impl Link {
             round_trips: 0,
             reconnects: 0,
             stop,
-            given_up: false,
+            given_up: None,
             connected_once: false,
         };
         link.query::<Value>(&redis::cmd("PING"), "connect")?;
@@ -173,8 +173,8 @@ impl Link {
         what: &'static str,
         mut op: impl FnMut(&mut Self) -> Result<T, RedisError>,
     ) -> Result<T, Error> {
-        if self.given_up {
-            return Err(Error::redis_given_up(&self.shown, what));
+        if let Some(why) = &self.given_up {
+            return Err(Error::redis_given_up(&self.shown, what, why));
         }
         let started = Instant::now();
         let first = match op(self) {
@@ -208,47 +208,53 @@ impl Link {
         let mut attempt = 1u32;
         let mut last = first;
         loop {
-            if self.stopping() {
-                self.given_up = true;
-                return Err(Error::redis_stopped(&self.shown, what, started.elapsed(), last));
-            }
-            if started.elapsed() >= self.retry_for {
-                self.given_up = true;
-                return Err(Error::redis(&self.shown, what, started.elapsed(), last));
-            }
-            tracing::warn!(
-                redis = %self.shown,
-                attempt,
-                "Redis unreachable during {what} ({last}); pausing {wait:?} and retrying"
-            );
-            let until = Instant::now() + wait;
-            while !self.stopping() {
-                let left = until.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                std::thread::sleep(left.min(PAUSE_SLICE));
-            }
-            if self.stopping() {
-                continue;
-            }
-            wait = (wait * 2).min(BACKOFF_CAP);
-            attempt += 1;
-            match op(self) {
-                Ok(v) => {
-                    tracing::info!(redis = %self.shown, attempts = attempt, "Redis is reachable again");
-                    return Ok(v);
-                }
-                Err(e) => {
-                    // Drop the connection: a broken one would fail again, and after a
-                    // restart the server needs a fresh one (and the script loaded again).
-                    self.conn = None;
-                    if !transient(&e) {
-                        return Err(Error::redis(&self.shown, what, started.elapsed(), e));
+            let gave_up = if self.stopping() {
+                Error::redis_stopped(&self.shown, what, started.elapsed(), last)
+            } else if started.elapsed() >= self.retry_for {
+                Error::redis(&self.shown, what, started.elapsed(), last)
+            } else {
+                tracing::warn!(
+                    redis = %self.shown,
+                    attempt,
+                    "Redis unreachable during {what} ({last}); pausing {wait:?} and retrying"
+                );
+                self.pause(wait);
+                if !self.stopping() {
+                    wait = (wait * 2).min(BACKOFF_CAP);
+                    attempt += 1;
+                    match op(self) {
+                        Ok(v) => {
+                            tracing::info!(redis = %self.shown, attempts = attempt, "Redis is reachable again");
+                            return Ok(v);
+                        }
+                        Err(e) => {
+                            // Drop the connection: a broken one would fail again, and after a
+                            // restart the server needs a fresh one (and the script loaded
+                            // again).
+                            self.conn = None;
+                            if !transient(&e) {
+                                return Err(Error::redis(&self.shown, what, started.elapsed(), e));
+                            }
+                            last = e;
+                        }
                     }
-                    last = e;
                 }
+                continue;
+            };
+            self.given_up = Some(gave_up.to_string());
+            return Err(gave_up);
+        }
+    }
+
+    /// Sleep for `wait`, or until a stop is requested.
+    fn pause(&self, wait: Duration) {
+        let until = Instant::now() + wait;
+        while !self.stopping() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
             }
+            std::thread::sleep(left.min(PAUSE_SLICE));
         }
     }
 }
