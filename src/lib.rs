@@ -345,7 +345,8 @@ impl<S: Spider> Crawl<S> {
                 Frontier::with_store(FrontierConfig::from_settings(&settings, allowed), store);
             (FleetFrontier::solo(frontier), resuming)
         };
-        let mut engine = Engine::new(spider, downloader, frontier, settings).with_shutdown(shutdown);
+        let mut engine =
+            Engine::new(spider, downloader, frontier, settings).with_shutdown(shutdown);
         for path in self.feeds {
             // A resumed job (or a fleet worker) adds to the feeds of the runs before it.
             let spec = FeedSpec::new(path)?;

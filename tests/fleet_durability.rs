@@ -142,7 +142,10 @@ async fn killed_workers_and_a_forgetful_redis_never_end_in_a_silent_partial_craw
 
     // Mid-crawl, Redis restarts without persistence: the queue, seen set and leases vanish.
     let got = union(&feeds).len();
-    assert!(got < BOOKS, "the crawl ended before Redis restarted ({got} books)");
+    assert!(
+        got < BOOKS,
+        "the crawl ended before Redis restarted ({got} books)"
+    );
     redis.restart(Duration::from_millis(300));
 
     let mut ends: Vec<Ended> = Vec::new();
@@ -233,7 +236,11 @@ async fn a_stop_request_during_a_redis_outage_is_obeyed_within_seconds() {
     for w in workers {
         let end = ended(w).await;
         let error = end.error().unwrap_or_default();
-        assert!(error.contains("stopped on request while Redis"), "{}", end.stdout);
+        assert!(
+            error.contains("stopped on request while Redis"),
+            "{}",
+            end.stdout
+        );
     }
     lab.shutdown().await;
 }

@@ -50,7 +50,10 @@ impl Job {
             .arg(idle_ttl.as_millis().to_string());
         let reply: Value = link.query(&cmd, "join the job")?;
         let Value::Array(parts) = reply else {
-            return Err(Error::redis_reply(&link.shown, "joining did not answer an array"));
+            return Err(Error::redis_reply(
+                &link.shown,
+                "joining did not answer an array",
+            ));
         };
         let epoch = text(parts.first());
         if epoch.is_empty() {
@@ -137,7 +140,10 @@ mod tests {
         assert!(!j.rolled_back(10, 11));
         // A retried step that had applied already: Redis is ahead, nothing lost.
         assert!(!j.rolled_back(12, 13));
-        assert!(j.rolled_back(9, 10), "Redis forgot three of this worker's steps");
+        assert!(
+            j.rolled_back(9, 10),
+            "Redis forgot three of this worker's steps"
+        );
         assert!(!j.rolled_back(10, 11));
         assert!(j.rolled_back(0, 1));
         assert_eq!(j.rollbacks, 2);
@@ -154,9 +160,18 @@ mod tests {
     #[test]
     fn a_lost_reply_names_the_epoch() {
         let j = job();
-        let gone = [Value::BulkString(b"lost".to_vec()), Value::BulkString(Vec::new())];
-        assert!(j.lost(&gone).is_some_and(|d| d.contains("e1 this worker joined is gone")));
-        let other = [Value::BulkString(b"lost".to_vec()), Value::BulkString(b"e2".to_vec())];
+        let gone = [
+            Value::BulkString(b"lost".to_vec()),
+            Value::BulkString(Vec::new()),
+        ];
+        assert!(
+            j.lost(&gone)
+                .is_some_and(|d| d.contains("e1 this worker joined is gone"))
+        );
+        let other = [
+            Value::BulkString(b"lost".to_vec()),
+            Value::BulkString(b"e2".to_vec()),
+        ];
         assert!(j.lost(&other).is_some_and(|d| d.contains("replaced by e2")));
         assert!(j.lost(&[Value::Int(0), Value::Int(1)]).is_none());
     }

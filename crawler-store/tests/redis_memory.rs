@@ -50,7 +50,10 @@ impl Redis {
 
     fn wait_ready(&self) {
         for _ in 0..250 {
-            if self.command(&["PING"]).is_some_and(|r| r.starts_with("+PONG")) {
+            if self
+                .command(&["PING"])
+                .is_some_and(|r| r.starts_with("+PONG"))
+            {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -148,11 +151,17 @@ fn lease_ids_never_repeat_and_a_stale_ack_spares_the_new_lease() {
     redis.crash_and_restart();
 
     // The page is queued again, and B leases it under an id of its own.
-    let (nb, request) = b.lease("h.test").unwrap().expect("the page is queued again");
+    let (nb, request) = b
+        .lease("h.test")
+        .unwrap()
+        .expect("the page is queued again");
     assert_eq!(request.url.as_str(), "http://h.test/1");
     let after = redis.lease_ids("leases");
     assert_eq!(after, vec![format!("{}:{nb}", b.lease_token())]);
-    assert_ne!(before, after, "a lease id never repeats across a Redis restart");
+    assert_ne!(
+        before, after,
+        "a lease id never repeats across a Redis restart"
+    );
 
     // A's acknowledgement of its lost lease is stale: B's live lease survives it.
     a.ack(na).unwrap();

@@ -102,7 +102,10 @@ impl Redis {
 
     fn wait_ready(&self) {
         for _ in 0..250 {
-            if self.command(&["PING"]).is_some_and(|r| r.starts_with("+PONG")) {
+            if self
+                .command(&["PING"])
+                .is_some_and(|r| r.starts_with("+PONG"))
+            {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
