@@ -26,6 +26,34 @@ pub(crate) struct Job {
     pub(crate) rollbacks: u64,
 }
 
+/// Redis with a memory limit and an eviction policy may drop any of the job's keys (they all
+/// have a time-to-live, so even `volatile-*` policies apply). Losing the epoch is noticed;
+/// losing the seen set or a queue alone is not, so say so at once. Best effort: a server
+/// that refuses `CONFIG` (managed services often do) is not asked twice.
+fn warn_if_evicting(link: &mut Link) {
+    let mut cmd = redis::cmd("CONFIG");
+    cmd.arg("GET").arg("maxmemory*");
+    let Ok(pairs) = link.query::<Vec<String>>(&cmd, "read the memory policy") else {
+        return;
+    };
+    let get = |k: &str| {
+        pairs
+            .chunks(2)
+            .find(|p| p.first().is_some_and(|n| n == k))
+            .and_then(|p| p.get(1).cloned())
+    };
+    let limited = get("maxmemory").is_some_and(|m| m != "0");
+    let policy = get("maxmemory-policy").unwrap_or_default();
+    if limited && policy != "noeviction" {
+        tracing::warn!(
+            redis = %link.shown,
+            policy,
+            "Redis may evict the crawl's keys when full (maxmemory-policy is not noeviction): \
+             an evicted seen set or queue loses URLs unnoticed; set noeviction"
+        );
+    }
+}
+
 /// 64 random bits as hex: from the OS-seeded thread generator, so two workers (or two
 /// runs of one) draw the same value with probability 2^-64.
 fn random_hex() -> String {
@@ -61,6 +89,7 @@ impl Job {
         }
         let worker = u32::try_from(int_at(&parts, 1)).unwrap_or(u32::MAX);
         let created = int_at(&parts, 2) == 1;
+        warn_if_evicting(link);
         tracing::info!(
             redis = %link.shown,
             job = name,
