@@ -154,6 +154,10 @@ async fn killed_workers_and_a_forgetful_redis_never_end_in_a_silent_partial_craw
     }
     assert_every_line_parses(&feeds);
     let books = union(&feeds).len();
+    println!(
+        "{books} of {BOOKS} books in the feeds when Redis forgot the job; exits: {:?}",
+        ends.iter().map(|e| e.success).collect::<Vec<_>>()
+    );
     for (i, end) in ends.iter().enumerate() {
         assert!(
             !end.success || books == BOOKS,
@@ -223,6 +227,7 @@ async fn a_stop_request_during_a_redis_outage_is_obeyed_within_seconds() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let took = asked.elapsed();
+        println!("SIG{sig} during the Redis outage stopped the worker in {took:?}");
         if status.is_none() {
             kill_hard(worker);
         }
