@@ -183,6 +183,22 @@ async fn killed_workers_and_a_forgetful_redis_never_end_in_a_silent_partial_craw
             end.stdout
         );
     }
+
+    // Run again, the job starts over under a new epoch; the feed keeps the earlier runs'
+    // items, and a success now means every book is there.
+    let kept = whole_lines(&feeds[0]);
+    let again = spawn_worker(
+        &lab,
+        &redis,
+        job,
+        &feeds[0],
+        "throttle=fixed;download_delay=5ms;concurrency_per_host=4",
+    );
+    let end = ended(again).await;
+    assert!(end.success, "the job run again failed: {}", end.stdout);
+    assert_eq!(whole_lines(&feeds[0])[..kept.len()], kept[..]);
+    assert_every_line_parses(&feeds);
+    assert_eq!(union(&feeds).len(), BOOKS, "every book after the run again");
     lab.shutdown().await;
 }
 
