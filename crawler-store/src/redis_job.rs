@@ -110,6 +110,13 @@ impl Job {
         ))
     }
 
+    /// What tells this worker run's queue members apart from another's with the same
+    /// priority and seq (seqs start again with every run). From the random token rather
+    /// than the worker number, which a Redis rollback can hand out twice.
+    pub(crate) fn tag(&self) -> u32 {
+        u32::from_str_radix(self.token.get(8..).unwrap_or_default(), 16).unwrap_or(0)
+    }
+
     /// The id in Redis of this worker's lease number `n`.
     pub(crate) fn lease_id(&self, n: u64) -> String {
         format!("{}:{n}", self.token)
@@ -184,6 +191,7 @@ mod tests {
         assert_ne!(a.token, b.token);
         assert_ne!(a.lease_id(1), b.lease_id(1));
         assert_eq!(a.lease_id(7), format!("{}:7", a.token));
+        assert_ne!(a.tag(), b.tag());
     }
 
     #[test]

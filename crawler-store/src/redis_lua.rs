@@ -62,7 +62,7 @@
 /// - `seen`: SET of 16-byte binary fingerprints.
 /// - `hosts`: SET of hosts that may have queued work.
 /// - `q:HOST`: ZSET, all scores 0, so members sort by their bytes: flipped priority (4),
-///   seq (8), worker (4), request JSON. `ZPOPMIN` is "best first".
+///   seq (8), worker run tag (4), request JSON. `ZPOPMIN` is "best first".
 /// - `leases`: ZSET lease id -> expiry (ms); `lease`: HASH lease id -> `HOST \n member`.
 ///   Lease ids are `TOKEN:N`, made by the worker (random token, local counter).
 /// - `epoch`: the job's random identity; `steps`: HASH worker token -> its steps applied.

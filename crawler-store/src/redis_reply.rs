@@ -3,7 +3,7 @@
 use crawler_sched::Entry;
 use redis::Value;
 
-/// Bytes before the request JSON in a queue member: flipped priority, seq, worker.
+/// Bytes before the request JSON in a queue member: flipped priority, seq, worker run tag.
 pub(crate) const MEMBER_HEADER: usize = 4 + 8 + 4;
 
 /// Milliseconds from a `TIME` reply (seconds, microseconds).
@@ -48,7 +48,8 @@ pub(crate) fn text(v: Option<&Value>) -> String {
 }
 
 /// The queue member of an entry: bytes sort in serving order (priority high to low, then
-/// seq), then the worker (two workers may use the same seq), then the request.
+/// seq), then the worker run's random tag (two runs may use the same seq), then the
+/// request.
 pub(crate) fn member(entry: &Entry, worker: u32) -> Result<Vec<u8>, serde_json::Error> {
     let json = serde_json::to_vec(&entry.request)?;
     let mut m = Vec::with_capacity(MEMBER_HEADER + json.len());

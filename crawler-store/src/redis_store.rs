@@ -412,7 +412,7 @@ impl QueueStore for RedisStore {
             .take()
             .filter(|fp| !entry.request.dont_filter && fingerprint(&entry.request).0 == *fp)
             .map(u128::to_be_bytes);
-        let m = member(&entry, inner.worker)
+        let m = member(&entry, inner.job.tag())
             .map_err(|e| Error::redis_reply(&inner.link.shown, format!("cannot encode: {e}")))?;
         inner.pushes.push((host.to_owned(), fp, m));
         *inner.lens.entry(host.to_owned()).or_default() += 1;
