@@ -122,8 +122,8 @@
 //! **Keys.** Everything lives under `crawler:{JOB}:` (the braces are a cluster hash tag):
 //! `seen` (a SET of 16-byte binary fingerprints), `hosts` (a SET of hosts with work),
 //! `q:HOST` (a ZSET whose members sort in serving order: flipped priority, seq, worker
-//! run tag, request JSON), `leases` (a ZSET of lease id by expiry) and `lease` (a HASH of lease id
-//! to host and member), `b:HOST` (a HASH with the host's politeness state as JSON, its
+//! run tag, request JSON), `leases` (a ZSET of lease id by expiry) and `lease` (a HASH of
+//! lease id to host and member), `b:HOST` (a HASH with the host's politeness state as JSON, its
 //! version, the fleet's requests in flight and a skip flag), `stats` (each worker's last
 //! saved stats), `meta` (worker and reclaim counters), `epoch` (the job's random identity)
 //! and `steps` (each worker's count of applied steps). Every key lives `idle_ttl` after the
