@@ -1,6 +1,6 @@
 //! Which job, and which run of it, a worker joined: the job epoch, the worker's random
-//! token (its lease ids) and its count of steps Redis applied, the three things that let a worker notice that Redis
-//! forgot or rolled back (see the [script docs](crate::redis_lua)).
+//! token (its lease ids) and its count of steps Redis applied, the three things that let a
+//! worker notice that Redis forgot or rolled back (see the script docs in `redis_lua`).
 
 use std::time::Duration;
 

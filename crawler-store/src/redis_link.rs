@@ -224,7 +224,11 @@ impl Link {
                     attempt += 1;
                     match op(self) {
                         Ok(v) => {
-                            tracing::info!(redis = %self.shown, attempts = attempt, "Redis is reachable again");
+                            tracing::info!(
+                                redis = %self.shown,
+                                attempts = attempt,
+                                "Redis is reachable again"
+                            );
                             return Ok(v);
                         }
                         Err(e) => {
