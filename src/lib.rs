@@ -60,7 +60,9 @@ use crawler_core::{
     BoxedDownloaderMiddleware, BoxedSpiderMiddleware, DownloaderMiddleware, MiddlewareStats,
     Middlewares, SpiderMiddleware, SpiderWithMiddlewares,
 };
-use crawler_core::{ConditionalStore, Engine, FeedSpec, Pipeline, Settings, Spider, Stats};
+use crawler_core::{
+    ConditionalStore, Engine, FeedSpec, Pipeline, Settings, Shutdown, Spider, Stats,
+};
 use crawler_http::HttpDownloader;
 use crawler_sched::{FleetFrontier, Frontier, FrontierConfig, MemoryStore, QueueStore};
 
@@ -137,11 +139,15 @@ const FLEET_LOG: usize = 600;
 
 /// Join the Redis-backed crawl named by `job_name` (default: the spider's name): shared
 /// frontier and leases, and every host paced by the fleet's shared budget.
+///
+/// `shutdown` is the crawl's stop handle: a stop request during a Redis outage ends the
+/// store's retries, so Ctrl-C is never stuck behind `redis_retry_for`.
 fn open_fleet(
     url: &str,
     spider: &str,
     allowed: Vec<String>,
     settings: &Settings,
+    shutdown: &Shutdown,
 ) -> Result<FleetFrontier<Box<dyn QueueStore>>, Error> {
     let job = settings
         .job_name
@@ -152,6 +158,7 @@ fn open_fleet(
         retry_for: settings.redis_retry_for,
         budget: Some(fleet_params(settings)),
         idle_ttl: settings.redis_idle_ttl,
+        stop: Some(shutdown.clone()),
         ..crawler_store::RedisOptions::new(url, job)
     };
     let store =
@@ -320,9 +327,15 @@ impl<S: Spider> Crawl<S> {
         );
         spider.register_stats(&self.middleware_stats);
         let allowed = spider.allowed_domains();
+        let shutdown = Shutdown::new();
         let (frontier, resuming) = if let Some(url) = &settings.redis_url {
-            // Each worker of a fleet writes its own feeds from scratch.
-            (open_fleet(url, spider.name(), allowed, &settings)?, false)
+            // A fleet worker always appends to its feeds: when one is started again, the
+            // fleet has already acknowledged the requests behind the items in them, so
+            // erasing those items would lose them for good.
+            (
+                open_fleet(url, spider.name(), allowed, &settings, &shutdown)?,
+                true,
+            )
         } else {
             let (store, resuming) = match &settings.job_dir {
                 Some(dir) => open_job(dir, spider.name(), &allowed, &settings)?,
@@ -332,9 +345,10 @@ impl<S: Spider> Crawl<S> {
                 Frontier::with_store(FrontierConfig::from_settings(&settings, allowed), store);
             (FleetFrontier::solo(frontier), resuming)
         };
-        let mut engine = Engine::new(spider, downloader, frontier, settings);
+        let mut engine =
+            Engine::new(spider, downloader, frontier, settings).with_shutdown(shutdown);
         for path in self.feeds {
-            // A resumed job adds to the feeds of the runs before it.
+            // A resumed job (or a fleet worker) adds to the feeds of the runs before it.
             let spec = FeedSpec::new(path)?;
             engine = engine.feed(if resuming { spec.append() } else { spec });
         }

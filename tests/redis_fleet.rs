@@ -14,13 +14,19 @@
 #[path = "../examples/books.rs"]
 mod books;
 
-use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+#[path = "support/fleet.rs"]
+mod fleet;
+
+use std::collections::HashSet;
+use std::process::Child;
 use std::time::Duration;
 
 use crawler::lab::{Lab, RetryAfter, Scenario};
 use crawler::prelude::*;
+use fleet::{
+    Redis, feeds, fetches, field, finish, free_port, redis_meta, spawn_worker, union,
+    wait_for_items,
+};
 
 /// The tests share two cores; running them one at a time keeps their timing honest.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -29,211 +35,7 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "helper: run as a child process by the Redis fleet tests"]
 async fn child_worker() {
-    crawler::init_logging();
-    let env = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k}"));
-    let mut crawl = Crawl::new(books::Books {
-        start: env("CHILD_LAB_URL"),
-    })
-    .set("redis_url", env("CHILD_REDIS_URL"))
-    .set("job_name", env("CHILD_JOB"))
-    .feed(env("CHILD_FEED"))
-    .unwrap()
-    .progress(false);
-    // Extra settings as "key=value;key=value".
-    for kv in env("CHILD_SETTINGS").split(';').filter(|s| !s.is_empty()) {
-        let (k, v) = kv.split_once('=').unwrap();
-        crawl = crawl.set(k, v);
-    }
-    let stats = crawl.run().await.unwrap();
-    println!(
-        "CHILD_STATS fetched={} items={} pending={} round_trips={}",
-        stats.fetched,
-        stats.items_scraped,
-        stats.pending,
-        crawler::store::redis_round_trips()
-    );
-}
-
-/// A redis-server of our own on a free loopback port, killed on drop.
-struct Redis {
-    child: Child,
-    port: u16,
-    dir: tempfile::TempDir,
-    appendonly: bool,
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
-impl Redis {
-    fn start(appendonly: bool) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let child = Self::spawn(port, dir.path(), appendonly);
-        let r = Self {
-            child,
-            port,
-            dir,
-            appendonly,
-        };
-        r.wait_ready();
-        r
-    }
-
-    fn spawn(port: u16, dir: &Path, appendonly: bool) -> Child {
-        Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", ""])
-            .args(["--appendonly", if appendonly { "yes" } else { "no" }])
-            .args(["--appendfsync", "always"])
-            .arg("--dir")
-            .arg(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (apt-get install redis-server)")
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    fn wait_ready(&self) {
-        for _ in 0..250 {
-            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
-                use std::io::{Read, Write};
-                let mut buf = [0u8; 64];
-                s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-                if s.write_all(b"PING\r\n").is_ok()
-                    && s.read(&mut buf)
-                        .is_ok_and(|n| buf[..n].starts_with(b"+PONG"))
-                {
-                    return;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("redis-server did not come up on port {}", self.port);
-    }
-
-    /// Stop the server the way an operator would (SIGTERM: it writes its data and exits),
-    /// stay down for `down`, then start it again on the same port with the same data.
-    fn restart(&mut self, down: Duration) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        self.child.wait().unwrap();
-        std::thread::sleep(down);
-        self.child = Self::spawn(self.port, self.dir.path(), self.appendonly);
-        self.wait_ready();
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn_worker(lab: &Lab, redis: &Redis, job: &str, feed: &Path, settings: &str) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_worker",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("CHILD_LAB_URL", lab.url())
-        .env("CHILD_REDIS_URL", redis.url())
-        .env("CHILD_JOB", job)
-        .env("CHILD_FEED", feed)
-        .env("CHILD_SETTINGS", settings)
-        .env(
-            "RUST_LOG",
-            std::env::var("FLEET_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .stdout(Stdio::piped())
-        .stderr(if std::env::var_os("FLEET_DEBUG").is_some() {
-            Stdio::inherit()
-        } else {
-            Stdio::null()
-        })
-        .spawn()
-        .unwrap()
-}
-
-/// Wait for a worker to finish (bounded), returning its CHILD_STATS line.
-async fn finish(child: Child) -> String {
-    let out = tokio::time::timeout(
-        Duration::from_secs(120),
-        tokio::task::spawn_blocking(move || child.wait_with_output()),
-    )
-    .await
-    .expect("a worker did not finish within 120 s")
-    .unwrap()
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "a worker failed: {stdout}");
-    stdout
-        .lines()
-        .find_map(|l| l.find("CHILD_STATS").map(|i| l[i..].to_owned()))
-        .unwrap_or_else(|| panic!("no stats line in: {stdout}"))
-}
-
-fn field(stats: &str, name: &str) -> u64 {
-    stats
-        .split_whitespace()
-        .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in {stats}"))
-}
-
-/// Items per book URL across every worker's feed.
-fn union(feeds: &[PathBuf]) -> HashMap<String, usize> {
-    let mut counts = HashMap::new();
-    for feed in feeds {
-        let text = std::fs::read_to_string(feed).unwrap_or_default();
-        for line in text.lines() {
-            // A line cut by a kill mid-write is not an item.
-            if let Ok(book) = serde_json::from_str::<books::Book>(line) {
-                *counts.entry(book.url).or_insert(0) += 1;
-            }
-        }
-    }
-    counts
-}
-
-fn feeds(dir: &Path, n: usize) -> Vec<PathBuf> {
-    (0..n)
-        .map(|i| dir.join(format!("worker-{i}.jsonl")))
-        .collect()
-}
-
-async fn wait_for_items(feed: &Path, at_least: usize) {
-    for _ in 0..1500 {
-        if union(&[feed.to_owned()]).len() >= at_least {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("the worker made no progress");
-}
-
-/// Successful fetches per path, from the lab's side.
-fn fetches(lab: &Lab) -> HashMap<String, usize> {
-    let mut by_path = HashMap::new();
-    for r in lab.recorder().requests() {
-        if r.status == 200 {
-            *by_path.entry(r.path).or_insert(0) += 1;
-        }
-    }
-    by_path
+    fleet::child_worker_main().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -418,29 +220,6 @@ async fn a_redis_restart_mid_crawl_pauses_the_fleet_and_loses_nothing() {
         assert_eq!(field(l, "pending"), 0, "{l}");
     }
     lab.shutdown().await;
-}
-
-/// A counter of the job's `meta` hash, read with a raw RESP exchange (the test crate does
-/// not depend on a Redis client).
-fn redis_meta(redis: &Redis, job: &str, field: &str) -> u64 {
-    use std::io::{Read, Write};
-    let key = format!("crawler:{{{job}}}:meta");
-    let cmd = format!(
-        "*3\r\n$4\r\nHGET\r\n${}\r\n{key}\r\n${}\r\n{field}\r\n",
-        key.len(),
-        field.len()
-    );
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
-    s.write_all(cmd.as_bytes()).unwrap();
-    let mut buf = [0u8; 128];
-    let n = s.read(&mut buf).unwrap();
-    let reply = String::from_utf8_lossy(&buf[..n]);
-    // "$-1" (no such field) or "$N\r\nVALUE\r\n".
-    reply
-        .lines()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -141,6 +141,13 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
         self
     }
 
+    /// Use `shutdown` as this crawl's stop handle: parts built before the engine (a Redis
+    /// frontier, whose retries during an outage must notice Ctrl-C) can watch it.
+    pub fn with_shutdown(mut self, shutdown: Shutdown) -> Self {
+        self.shutdown = shutdown;
+        self
+    }
+
     /// A handle that stops the crawl, like Ctrl-C.
     pub fn shutdown_handle(&self) -> Shutdown {
         self.shutdown.clone()
@@ -188,10 +195,11 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
         }
         let restored = scheduler.restored_stats();
         let mut failures = match &settings.failures_file {
-            // A resumed job keeps the failures of the runs before it.
+            // A resumed job keeps the failures of the runs before it, and so does a fleet
+            // worker started again: the fleet already acknowledged those requests.
             Some(path) => Some(FailureLog::open(
                 std::path::Path::new(path),
-                restored.is_some(),
+                restored.is_some() || scheduler.is_shared(),
             )?),
             None => None,
         };

@@ -165,7 +165,8 @@ pub struct Settings {
     /// Crawl as one of a fleet of workers sharing a frontier, seen set, leases and per-host
     /// budgets in Redis: `redis://[:password@]host:port[/db]` or `rediss://` for TLS.
     /// Workers with the same `job_name` join the same crawl; each writes items to its own
-    /// feeds. Unset: the crawl is local (in memory, or `job_dir`).
+    /// feeds, and appends to them when started again. Unset: the crawl is local (in memory,
+    /// or `job_dir`).
     pub redis_url: Option<String>,
     /// The name workers join a shared (Redis) crawl by. Unset: the spider's name.
     pub job_name: Option<String>,
@@ -175,7 +176,8 @@ pub struct Settings {
     #[serde(with = "humantime_serde")]
     pub lease_timeout: Duration,
     /// With `redis_url`: how long workers pause and retry while Redis is unreachable
-    /// before the crawl stops with an error (nothing is lost either way). Default 60s.
+    /// before the crawl stops with an error (nothing is lost either way). Ctrl-C or SIGTERM
+    /// ends the wait at once. Default 60s.
     #[serde(with = "humantime_serde")]
     pub redis_retry_for: Duration,
     /// With `redis_url`: how long the job's keys (frontier, seen set, leases, per-host

@@ -217,6 +217,13 @@ pub trait Fleet: Send + 'static {
     /// The fleet's state now (one round trip). Asked only when this worker has nothing
     /// to do, before it concludes the crawl is over.
     fn status(&self) -> FleetStatus;
+
+    /// A failure of the shared backend met outside the frontier's fallible calls (in
+    /// `status`, or the store's `queued` and `hosts`, which cannot return one), taken once.
+    /// The engine stops on it, so an idle worker whose backend failed does not wait forever.
+    fn take_error(&self) -> Option<crate::Error> {
+        None
+    }
 }
 
 /// How often an idle worker looks for work queued by others (and for expired leases).
@@ -344,6 +351,15 @@ impl<S: QueueStore> Scheduler for FleetFrontier<S> {
     }
 
     fn take_error(&mut self) -> Option<crawler_core::Error> {
-        self.inner.take_error()
+        self.inner.take_error().or_else(|| {
+            let e = self.fleet.as_ref()?.take_error()?;
+            Some(
+                crawler_core::Error::new(
+                    crawler_core::ErrorKind::Storage,
+                    "the shared frontier failed",
+                )
+                .with_source(e),
+            )
+        })
     }
 }

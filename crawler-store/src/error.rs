@@ -66,6 +66,37 @@ pub(crate) enum Repr {
         waited: std::time::Duration,
         source: redis::RedisError,
     },
+    #[error(
+        "stopped on request while Redis at {} was unreachable during {action} (after {:.1}s): \
+         {source}; updates not yet sent stay unacknowledged, so the fleet fetches those pages \
+         again",
+        url.display(),
+        waited.as_secs_f64()
+    )]
+    RedisStopped {
+        url: PathBuf,
+        action: &'static str,
+        waited: std::time::Duration,
+        source: redis::RedisError,
+    },
+    #[error("not trying Redis again during {action}: earlier in this run, {why}")]
+    RedisGivenUp {
+        url: PathBuf,
+        action: &'static str,
+        why: String,
+    },
+    #[error(
+        "Redis at {} lost the state of job {job:?}: {detail}. Its shared queue, seen set and \
+         leases are gone, so this worker stops rather than end a partial crawl as if it were \
+         complete; items already written stay in the feeds. Run the job again to crawl it \
+         from the start (workers append to their feeds)",
+        url.display()
+    )]
+    RedisLost {
+        url: PathBuf,
+        job: String,
+        detail: String,
+    },
     #[error("unexpected reply from Redis at {}: {detail}", url.display())]
     RedisReply { url: PathBuf, detail: String },
     #[error("cannot encode a record for {}: {source}", path.display())]
@@ -98,7 +129,20 @@ impl Error {
     /// Redis could not be reached (or kept failing) for longer than the store retries, or
     /// its URL is invalid.
     pub fn is_redis_unavailable(&self) -> bool {
-        matches!(self.0, Repr::Redis { .. } | Repr::RedisConfig { .. })
+        matches!(
+            self.0,
+            Repr::Redis { .. }
+                | Repr::RedisConfig { .. }
+                | Repr::RedisStopped { .. }
+                | Repr::RedisGivenUp { .. }
+        )
+    }
+
+    /// Redis forgot the job's shared state (a restart without persistence, a failover to a
+    /// replica that was behind, eviction, or the keys' idle time-to-live ran out): the job
+    /// epoch a worker joined is missing or different.
+    pub fn is_redis_lost(&self) -> bool {
+        matches!(self.0, Repr::RedisLost { .. })
     }
 
     /// The job directory (or store path, or redacted Redis URL) the error is about.
@@ -114,6 +158,9 @@ impl Error {
             | Repr::Encode { path, .. } => path,
             Repr::RedisConfig { url, .. }
             | Repr::Redis { url, .. }
+            | Repr::RedisStopped { url, .. }
+            | Repr::RedisGivenUp { url, .. }
+            | Repr::RedisLost { url, .. }
             | Repr::RedisReply { url, .. } => url,
         }
     }
@@ -174,6 +221,39 @@ impl Error {
             action,
             waited,
             source,
+        }
+        .into()
+    }
+
+    pub(crate) fn redis_stopped(
+        url: &str,
+        action: &'static str,
+        waited: std::time::Duration,
+        source: redis::RedisError,
+    ) -> Self {
+        Repr::RedisStopped {
+            url: url.into(),
+            action,
+            waited,
+            source,
+        }
+        .into()
+    }
+
+    pub(crate) fn redis_given_up(url: &str, action: &'static str, why: &str) -> Self {
+        Repr::RedisGivenUp {
+            url: url.into(),
+            action,
+            why: why.to_owned(),
+        }
+        .into()
+    }
+
+    pub(crate) fn redis_lost(url: &str, job: &str, detail: impl Into<String>) -> Self {
+        Repr::RedisLost {
+            url: url.into(),
+            job: job.to_owned(),
+            detail: detail.into(),
         }
         .into()
     }

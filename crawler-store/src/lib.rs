@@ -121,12 +121,13 @@
 //!
 //! **Keys.** Everything lives under `crawler:{JOB}:` (the braces are a cluster hash tag):
 //! `seen` (a SET of 16-byte binary fingerprints), `hosts` (a SET of hosts with work),
-//! `q:HOST` (a ZSET whose members sort in serving order: flipped priority, seq, worker,
-//! request JSON), `leases` (a ZSET of lease id by expiry) and `lease` (a HASH of lease id
-//! to host and member), `b:HOST` (a HASH with the host's politeness state as JSON, its
+//! `q:HOST` (a ZSET whose members sort in serving order: flipped priority, seq, worker
+//! run tag, request JSON), `leases` (a ZSET of lease id by expiry) and `lease` (a HASH of
+//! lease id to host and member), `b:HOST` (a HASH with the host's politeness state as JSON, its
 //! version, the fleet's requests in flight and a skip flag), `stats` (each worker's last
-//! saved stats) and `meta` (worker and reclaim counters). Every key lives `idle_ttl` after
-//! the last step that touched it.
+//! saved stats), `meta` (worker and reclaim counters), `epoch` (the job's random identity)
+//! and `steps` (each worker's count of applied steps). Every key lives `idle_ttl` after the
+//! last step that touched it.
 //!
 //! **One script, one round trip.** Every exchange with Redis is one EVALSHA of a single
 //! Lua script (reloaded automatically after a Redis restart) that applies, atomically and
@@ -151,7 +152,25 @@
 //! million). A Bloom filter (a bitmap with k hashes, about 1.2 bytes per URL at 1% false
 //! positives) would cut that by 60x at the price of silently skipping ~1% of new URLs; it
 //! is not implemented. Each worker also remembers the fingerprints it has met (up to 2
-//! million, then it starts afresh), so links it sees again cost no round trip.
+//! million, then it starts afresh), so links it sees again cost no round trip. That memory
+//! is only a cache of the shared set: it is forgotten on any doubt (Redis lost some of the
+//! worker's confirmed steps, or the link reconnected), so a link whose queueing Redis lost
+//! is queued again when its page is fetched again.
+//!
+//! **When Redis forgets.** Durability must not depend on how Redis is configured (RDB
+//! snapshots, AOF `everysec`, failover, a restart without persistence, eviction). The first
+//! worker to join a job writes a random *job epoch*; every step checks it atomically
+//! before doing anything. Missing or different means Redis lost the job: the step changes
+//! nothing and the worker stops with an error naming the lost epoch
+//! ([`Error::is_redis_lost`]), so an empty Redis never reads as "queue empty, nothing
+//! leased", and a crawl never ends successfully with pages missing. Each step also counts
+//! itself under the worker's random token (`steps`); fewer steps than the worker last read
+//! means a rollback that lost some of its confirmed updates, and the worker forgets its
+//! seen cache (the seen set only grows, so a rollback that keeps all of a worker's steps
+//! keeps every fingerprint it remembers). Lease ids are `TOKEN:N`, made by the worker, so
+//! they never repeat across workers, worker restarts or Redis restarts, and a stale
+//! acknowledgement can never delete another worker's lease; a retried step that had
+//! already granted its lease gets the same lease back rather than a second one.
 //!
 //! **Failures.** A worker renews its leases while it runs; a killed worker's leases expire
 //! after `lease_timeout` and any worker returns them to their queues. While Redis is
@@ -162,7 +181,18 @@
 //! round trip can apply twice; every part of the script is idempotent or errs towards
 //! fetching a page again, never towards losing one.
 //!
-//! **Items and stats.** Items go to each worker's own feeds (give each worker its own file);
+//! The retries run on the engine's thread (the frontier's store is synchronous) but never
+//! hold it uncontrollably: each attempt is bounded (2 s to connect, 3 s per command), the
+//! pauses between attempts check the crawl's stop handle ([`RedisOptions::stop`]) every
+//! 50 ms, and on a multi-threaded Tokio runtime they run in `block_in_place`, so the
+//! signal listener and the downloads in flight go on. A stop request (Ctrl-C, SIGTERM)
+//! during an outage ends the retries at once, and a link that gave up fails every later
+//! call at once, so stopping never costs one `retry_for` per call. Failures met where the
+//! frontier cannot return them (`queued`, `hosts`, the fleet's status) are handed to the
+//! engine through `Fleet::take_error`, so an idle worker stops too.
+//!
+//! **Items and stats.** Items go to each worker's own feeds (give each worker its own file,
+//! and keep it when the worker is started again: fleet workers append);
 //! each worker's stats cover what it did and are saved under its worker number
 //! ([`RedisStore::worker_stats`]), so the fleet's totals are their sum.
 
@@ -172,8 +202,10 @@ mod db;
 mod error;
 mod keys;
 mod options;
+mod redis_job;
 mod redis_link;
 mod redis_lua;
+mod redis_reply;
 mod redis_store;
 mod seen;
 mod sled_store;

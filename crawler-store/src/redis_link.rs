@@ -3,13 +3,20 @@
 //! Synchronous because the frontier's `QueueStore` is: its methods are called from the
 //! engine's loop and must answer before it goes on. A round trip on a local network is tens
 //! of microseconds, and the store sends at most one per handed-out request (see the crate
-//! docs), so blocking is cheaper than a channel to an async task. During an outage the call
-//! blocks, which pauses the crawl: that is the intent (workers pause and retry, then give up
-//! with a clear error once `retry_for` has passed).
-
+//! docs), so blocking is cheaper than a channel to an async task.
+//!
+//! During an outage a call retries (the crawl pauses: workers wait for Redis rather than
+//! lose work), but never uncontrollably: every attempt is bounded (`CONNECT_TIMEOUT`,
+//! `IO_TIMEOUT`), the pauses between attempts are sliced and check the crawl's
+//! [`Shutdown`], and on a multi-threaded runtime the waiting is done in
+//! `block_in_place`, so the signal listener and the downloads in flight keep running.
+//! So Ctrl-C or SIGTERM during an outage ends the retries within about one attempt, and
+//! once a link has given up (after `retry_for`, or on a stop request) every later call
+//! fails at once: stopping never costs one `retry_for` per call.
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crawler_core::Shutdown;
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 
 use crate::error::Error;
@@ -22,8 +29,15 @@ pub fn redis_round_trips() -> u64 {
     PROCESS_ROUND_TRIPS.load(Ordering::Relaxed)
 }
 
-/// How long one command may take before the connection is judged broken.
-const IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one command may take before the connection is judged broken. Every step is one
+/// short script, so this is generous, and it bounds how long a stop request can wait on a
+/// server that hangs rather than refuses.
+const IO_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long connecting may take (a server that is down refuses at once; a black hole does
+/// not answer at all).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// The longest uninterrupted pause: a stop request is noticed within this.
+const PAUSE_SLICE: Duration = Duration::from_millis(50);
 /// Backoff between reconnection attempts: from the first to the cap, doubling.
 const BACKOFF_FIRST: Duration = Duration::from_millis(50);
 const BACKOFF_CAP: Duration = Duration::from_secs(2);
@@ -37,19 +51,13 @@ pub(crate) struct Link {
     script: redis::Script,
     source: &'static str,
     pub(crate) round_trips: u64,
-}
-
-/// The URL with any password replaced, fit for logs and error messages.
-pub(crate) fn redact(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut u) => {
-            if u.password().is_some() {
-                let _ = u.set_password(Some("***"));
-            }
-            u.to_string()
-        }
-        Err(_) => "<unparsable redis URL>".to_owned(),
-    }
+    /// Connections made after the first: each one may be to a server that restarted.
+    pub(crate) reconnects: u64,
+    /// The crawl's stop handle: a stop request ends retries.
+    stop: Option<Shutdown>,
+    /// Why the link gave up, once it has; later calls fail at once with it.
+    given_up: Option<String>,
+    connected_once: bool,
 }
 
 impl Link {
@@ -58,8 +66,10 @@ impl Link {
         url: &str,
         retry_for: Duration,
         script: &'static str,
+        stop: Option<Shutdown>,
     ) -> Result<Self, Error> {
-        let shown = redact(url);
+        // The one redaction rule of the project, so a Redis URL shows as every other does.
+        let shown = crawler_core::redact::redact_url(url);
         let client = redis::Client::open(url).map_err(|e| Error::redis_config(&shown, e))?;
         let mut link = Self {
             client,
@@ -69,6 +79,10 @@ impl Link {
             script: redis::Script::new(script),
             source: script,
             round_trips: 0,
+            reconnects: 0,
+            stop,
+            given_up: None,
+            connected_once: false,
         };
         link.query::<Value>(&redis::cmd("PING"), "connect")?;
         Ok(link)
@@ -83,9 +97,13 @@ impl Link {
         let mut conn = match self.conn.take() {
             Some(c) => c,
             None => {
-                let c = self.client.get_connection_with_timeout(IO_TIMEOUT)?;
+                let c = self.client.get_connection_with_timeout(CONNECT_TIMEOUT)?;
                 c.set_read_timeout(Some(IO_TIMEOUT))?;
                 c.set_write_timeout(Some(IO_TIMEOUT))?;
+                if self.connected_once {
+                    self.reconnects += 1;
+                }
+                self.connected_once = true;
                 c
             }
         };
@@ -145,40 +163,102 @@ impl Link {
         })
     }
 
+    /// Whether the crawl was asked to stop.
+    fn stopping(&self) -> bool {
+        self.stop.as_ref().is_some_and(|s| s.requested() > 0)
+    }
+
     fn retrying<T>(
         &mut self,
         what: &'static str,
         mut op: impl FnMut(&mut Self) -> Result<T, RedisError>,
     ) -> Result<T, Error> {
+        if let Some(why) = &self.given_up {
+            return Err(Error::redis_given_up(&self.shown, what, why));
+        }
         let started = Instant::now();
+        let first = match op(self) {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        self.conn = None;
+        if !transient(&first) {
+            return Err(Error::redis(&self.shown, what, started.elapsed(), first));
+        }
+        // The rest may wait for seconds: off the runtime's worker if it has others, so the
+        // signal listener and the downloads in flight go on meanwhile.
+        let multi = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        let go = || self.retry_after_failure(what, started, first, &mut op);
+        if multi {
+            tokio::task::block_in_place(go)
+        } else {
+            go()
+        }
+    }
+
+    fn retry_after_failure<T>(
+        &mut self,
+        what: &'static str,
+        started: Instant,
+        first: RedisError,
+        op: &mut impl FnMut(&mut Self) -> Result<T, RedisError>,
+    ) -> Result<T, Error> {
         let mut wait = BACKOFF_FIRST;
-        let mut attempt = 0u32;
+        let mut attempt = 1u32;
+        let mut last = first;
         loop {
-            attempt += 1;
-            match op(self) {
-                Ok(v) => {
-                    if attempt > 1 {
-                        tracing::info!(redis = %self.shown, attempts = attempt, "Redis is reachable again");
-                    }
-                    return Ok(v);
-                }
-                Err(e) if transient(&e) && started.elapsed() < self.retry_for => {
-                    // Drop the connection: a broken one would fail again, and after a restart
-                    // the server needs a fresh one (and the script loaded again).
-                    self.conn = None;
-                    tracing::warn!(
-                        redis = %self.shown,
-                        attempt,
-                        "Redis unreachable during {what} ({e}); pausing {wait:?} and retrying"
-                    );
-                    std::thread::sleep(wait);
+            let gave_up = if self.stopping() {
+                Error::redis_stopped(&self.shown, what, started.elapsed(), last)
+            } else if started.elapsed() >= self.retry_for {
+                Error::redis(&self.shown, what, started.elapsed(), last)
+            } else {
+                tracing::warn!(
+                    redis = %self.shown,
+                    attempt,
+                    "Redis unreachable during {what} ({last}); pausing {wait:?} and retrying"
+                );
+                self.pause(wait);
+                if !self.stopping() {
                     wait = (wait * 2).min(BACKOFF_CAP);
+                    attempt += 1;
+                    match op(self) {
+                        Ok(v) => {
+                            tracing::info!(
+                                redis = %self.shown,
+                                attempts = attempt,
+                                "Redis is reachable again"
+                            );
+                            return Ok(v);
+                        }
+                        Err(e) => {
+                            // Drop the connection: a broken one would fail again, and after a
+                            // restart the server needs a fresh one (and the script loaded
+                            // again).
+                            self.conn = None;
+                            if !transient(&e) {
+                                return Err(Error::redis(&self.shown, what, started.elapsed(), e));
+                            }
+                            last = e;
+                        }
+                    }
                 }
-                Err(e) => {
-                    self.conn = None;
-                    return Err(Error::redis(&self.shown, what, started.elapsed(), e));
-                }
+                continue;
+            };
+            self.given_up = Some(gave_up.to_string());
+            return Err(gave_up);
+        }
+    }
+
+    /// Sleep for `wait`, or until a stop is requested.
+    fn pause(&self, wait: Duration) {
+        let until = Instant::now() + wait;
+        while !self.stopping() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
             }
+            std::thread::sleep(left.min(PAUSE_SLICE));
         }
     }
 }

@@ -10,16 +10,21 @@
 //! hash tag so every key of a job lives in one slot):
 //!
 //! ```text
-//! prefix, worker, lease_timeout_ms, stats_json ("" = none), idle_ttl_ms
+//! prefix, worker, lease_timeout_ms, stats_json ("" = none), idle_ttl_ms, epoch,
+//! token, steps
 //! n_push,  (host, fingerprint16 | "", member) * n_push
 //! n_ack,   lease_id * n_ack
 //! n_renew, lease_id * n_renew
 //! n_cas,   (host, expected_version, state_json, skip_reason | "") * n_cas
-//! lease_host | "", drain, budget, expected_version, ready_claim_ms, state_json, concurrency
+//! lease_host | "", drain, budget, expected_version, ready_claim_ms, state_json, concurrency,
+//!   lease_id
 //! sync
 //! ```
 //!
-//! Reply: `{dups, reclaimed, lease, cas, sync, now_ms}`, where `lease` is
+//! Reply: `{dups, reclaimed, lease, cas, sync, now_ms, steps_before, steps}`, or
+//! `{"lost", epoch}`
+//! when the job's epoch is not the one the worker joined (nothing was applied), where
+//! `lease` is
 //! `{code, id, member, left, version, state, in_flight}` (code 1 granted, 0 queue empty,
 //! 2 not yet (the server's clock says the claimed send time is early, or the host has its
 //! fleet-wide concurrency in flight), 3 host skipped by the fleet, 4 the state changed
@@ -36,15 +41,31 @@
 //!
 //! Times are the Redis server's clock (`TIME`), so workers on different machines share
 //! one clock; each reply carries it so workers can keep their estimate of it.
+//!
+//! **When Redis forgets.** Every step first checks the job's epoch (a random value written
+//! when the job was created, see [`JOIN`]) against the one the worker joined: missing or
+//! different means Redis lost the job (a restart without persistence, a failover, eviction,
+//! expiry), and the step changes nothing, so a worker never mistakes an empty Redis for a
+//! finished crawl nor writes into another job. Every step also counts itself in the
+//! worker's entry of `steps` (by its token) and returns the count before and after; a count
+//! below the one the worker last read means Redis lost some of this worker's confirmed
+//! writes (it restarted from an older snapshot, lost an AOF `everysec` tail, or failed
+//! over to a replica that was behind): the worker forgets its local seen cache, since
+//! fingerprints it remembers may no longer be in the shared seen set. (Every fingerprint a
+//! worker remembers was confirmed by one of its own steps, and the seen set only grows, so
+//! a rollback that keeps all of a worker's steps keeps everything it remembers.) Lease ids are
+//! `TOKEN:N` with a random 64-bit token per worker run, so they never repeat, whatever
+//! Redis forgets, and a stale acknowledgement cannot delete another worker's lease.
 
 /// The script. Key layout under `prefix` (`crawler:{JOB}:`):
 ///
 /// - `seen`: SET of 16-byte binary fingerprints.
 /// - `hosts`: SET of hosts that may have queued work.
 /// - `q:HOST`: ZSET, all scores 0, so members sort by their bytes: flipped priority (4),
-///   seq (8), worker (4), request JSON. `ZPOPMIN` is "best first".
+///   seq (8), worker run tag (4), request JSON. `ZPOPMIN` is "best first".
 /// - `leases`: ZSET lease id -> expiry (ms); `lease`: HASH lease id -> `HOST \n member`.
-/// - `lease_seq`: lease id counter.
+///   Lease ids are `TOKEN:N`, made by the worker (random token, local counter).
+/// - `epoch`: the job's random identity; `steps`: HASH worker token -> its steps applied.
 /// - `b:HOST`: HASH, the host's politeness state: `v` (version), `s` (the machine state as
 ///   JSON), `skip` (why the fleet gave the host up), `fl` (requests in flight).
 /// - `stats`: HASH worker -> that worker's stats JSON; `meta`: HASH of fleet counters.
@@ -57,9 +78,18 @@ local wid = ARGV[2]
 local timeout = tonumber(ARGV[3])
 local stats = ARGV[4]
 local ttl = tonumber(ARGV[5])
+-- 0. The job this worker joined, or nothing at all: Redis that forgot the job must not be
+--    read as "nothing queued", nor be written into.
+local epoch = redis.call('GET', P .. 'epoch')
+if epoch ~= ARGV[6] then return { 'lost', epoch or '' } end
+local token, confirmed = ARGV[7], tonumber(ARGV[8])
+local had = tonumber(redis.call('HGET', P .. 'steps', token) or '0')
+-- A retried step may have applied already: count on from the larger.
+local steps = math.max(had, confirmed) + 1
+redis.call('HSET', P .. 'steps', token, steps)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-local i = 6
+local i = 9
 local function nxt() local v = ARGV[i]; i = i + 1; return v end
 local function num() return tonumber(nxt()) end
 local function touch(key) if ttl > 0 then redis.call('PEXPIRE', key, ttl) end end
@@ -137,14 +167,21 @@ if reclaimed > 0 then redis.call('HINCRBY', P .. 'meta', 'reclaimed', reclaimed)
 -- 6. A lease, committed together with the send it books in the host's state.
 local lease = { -1 }
 local lhost, drain, budget = nxt(), num(), num()
-local expected, claim, state, conc = num(), num(), nxt(), num()
+local expected, claim, state, conc, lid = num(), num(), nxt(), num(), nxt()
 if lhost ~= '' then
   local qkey = P .. 'q:' .. lhost
   local bkey = P .. 'b:' .. lhost
   local cur = redis.call('HMGET', bkey, 'v', 's', 'skip', 'fl')
   local v, fl = tonumber(cur[1] or '0'), tonumber(cur[4] or '0')
   local granted = true
-  if budget == 1 and drain == 0 then
+  -- A retried step whose first run granted this very lease: the same request again (a
+  -- second one under the same id would overwrite the first, losing it).
+  local prior = redis.call('HGET', P .. 'lease', lid)
+  if prior then
+    local cut_at = string.find(prior, '\n', 1, true)
+    lease = { 1, lid, string.sub(prior, cut_at + 1), redis.call('ZCARD', qkey), v, '', fl }
+    granted = false
+  elseif budget == 1 and drain == 0 then
     if cur[3] then
       lease = { 3, 0, '', redis.call('ZCARD', qkey), v, cur[2] or '', fl }
       granted = false
@@ -163,7 +200,7 @@ if lhost ~= '' then
       lease = { 0, 0, '', 0, v, cur[2] or '', fl }
     else
       local member = popped[1]
-      local id = redis.call('INCR', P .. 'lease_seq')
+      local id = lid
       redis.call('ZADD', P .. 'leases', now + timeout, id)
       redis.call('HSET', P .. 'lease', id, lhost .. '\n' .. member)
       redis.call('HINCRBY', bkey, 'fl', 1)
@@ -196,8 +233,24 @@ if num() == 1 then
 end
 
 if stats ~= '' then redis.call('HSET', P .. 'stats', wid, stats) end
-for _, k in ipairs({ 'seen', 'hosts', 'leases', 'lease', 'lease_seq', 'stats', 'meta' }) do
+for _, k in ipairs({ 'seen', 'hosts', 'leases', 'lease', 'stats', 'meta', 'epoch', 'steps' }) do
   touch(P .. k)
 end
-return { dups, reclaimed, lease, cas, sync, tostring(now) }
+return { dups, reclaimed, lease, cas, sync, tostring(now), had, steps }
+"#;
+
+/// Joining a job: create its epoch if the job is new (`SET NX`: the first worker to come
+/// creates it, every other joins it) and take a worker number.
+///
+/// Arguments: prefix, a fresh random epoch, idle_ttl_ms. Reply: `{epoch, worker, created}`.
+pub(crate) const JOIN: &str = r#"
+local P = ARGV[1]
+local ttl = tonumber(ARGV[3])
+local created = redis.call('SET', P .. 'epoch', ARGV[2], 'NX')
+local epoch = redis.call('GET', P .. 'epoch')
+local worker = redis.call('HINCRBY', P .. 'meta', 'workers', 1)
+if ttl > 0 then
+  for _, k in ipairs({ 'epoch', 'meta' }) do redis.call('PEXPIRE', P .. k, ttl) end
+end
+return { epoch, worker, created and 1 or 0 }
 "#;

@@ -5,19 +5,19 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use crawler_core::{Feedback, Request};
+use crawler_core::{Feedback, Request, Shutdown};
 use crawler_sched::politeness::{HostMachine, HostState, Params};
 use crawler_sched::{
     Entry, Fingerprint, Fleet, FleetStatus, QueueStore, SharedBudget, Versioned, fingerprint,
 };
-use redis::Value;
 
 use crate::error::Error;
+use crate::redis_job::Job;
 use crate::redis_link::Link;
 use crate::redis_lua::STEP;
 
-/// Bytes before the request JSON in a queue member: flipped priority, seq, worker.
-const MEMBER_HEADER: usize = 4 + 8 + 4;
+mod step;
+use crate::redis_reply::{MEMBER_HEADER, member, server_ms};
 /// Pushes buffered before they are sent without waiting for the next lease.
 const PUSH_BATCH: usize = 256;
 /// Fingerprints remembered locally as seen; past this the memory is cleared (the shared
@@ -46,6 +46,10 @@ pub struct RedisOptions {
     pub budget: Option<Params>,
     /// How long the job's keys live after the last step that touched them. Default 7 days.
     pub idle_ttl: Duration,
+    /// The crawl's stop handle: while Redis is unreachable, a stop request (Ctrl-C,
+    /// SIGTERM) ends the retries at once, and the store then fails fast. `None`: retries
+    /// run for `retry_for`.
+    pub stop: Option<Shutdown>,
 }
 
 impl RedisOptions {
@@ -60,6 +64,7 @@ impl RedisOptions {
             sync_every: Duration::from_millis(200),
             budget: None,
             idle_ttl: Duration::from_secs(7 * 24 * 3600),
+            stop: None,
         }
     }
 }
@@ -77,6 +82,8 @@ struct Commit {
 struct Inner {
     link: Link,
     prefix: String,
+    /// Which job, and which run of it, this worker joined.
+    job: Job,
     worker: u32,
     timeout: Duration,
     idle_ttl: Duration,
@@ -85,6 +92,8 @@ struct Inner {
     params: HashMap<String, Params>,
     pushes: Vec<(String, Option<[u8; 16]>, Vec<u8>)>,
     acks: Vec<u64>,
+    /// The last lease number this worker handed out (its ids in Redis are `TOKEN:N`).
+    next_lease: u64,
     commits: Vec<Commit>,
     stats: Option<String>,
     open_leases: HashSet<u64>,
@@ -104,10 +113,20 @@ struct Inner {
     last_sync: Option<std::time::Instant>,
     dups: u64,
     reclaimed: u64,
+    /// Fingerprints this worker met, a cache of the shared seen set that saves round
+    /// trips. Only the shared set is the truth: this is forgotten on any doubt (Redis
+    /// rolled back, or the link reconnected, maybe to a server that restarted).
     seen: HashSet<u128>,
     last_fp: Option<u128>,
+    /// The link's reconnections as of the last step.
+    reconnects_seen: u64,
+    /// A failure met where it could not be returned (`queued`, `hosts`, fleet status),
+    /// for [`Fleet::take_error`].
+    error: Option<Error>,
+    /// Why Redis is known to have lost the job: every later step fails with it at once.
+    lost: Option<String>,
     /// Local clock origin, and the Redis server's clock minus ours (ms).
-    epoch: std::time::Instant,
+    origin: std::time::Instant,
     offset_ms: f64,
 }
 
@@ -119,6 +138,8 @@ struct LeaseAsk<'a> {
     claim: f64,
     state: String,
     concurrency: u32,
+    /// The lease number this lease gets if granted.
+    number: u64,
 }
 
 /// What one step asks for besides flushing.
@@ -131,6 +152,7 @@ struct Ask<'a> {
 /// A decoded lease answer.
 struct Leased {
     code: i64,
+    /// The lease number (granted leases only).
     id: u64,
     member: Vec<u8>,
 }
@@ -164,26 +186,21 @@ impl RedisStore {
             // redis-rs takes rustls' process-wide provider; the workspace uses ring.
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
-        let mut link = Link::open(&options.url, options.retry_for, STEP)?;
-        let epoch = std::time::Instant::now();
+        let mut link = Link::open(&options.url, options.retry_for, STEP, options.stop)?;
+        let origin = std::time::Instant::now();
         let time: Vec<String> = link.query(&redis::cmd("TIME"), "read the server's clock")?;
-        let local = epoch.elapsed().as_secs_f64() * 1_000.0;
+        let local = origin.elapsed().as_secs_f64() * 1_000.0;
         let server = server_ms(&time).ok_or_else(|| {
             Error::redis_reply(&link.shown, "TIME did not answer seconds and microseconds")
         })?;
         let prefix = format!("crawler:{{{}}}:", options.job);
-        let worker: i64 = link.query(
-            redis::cmd("HINCRBY")
-                .arg(format!("{prefix}meta"))
-                .arg("workers")
-                .arg(1),
-            "join the job",
-        )?;
-        tracing::info!(redis = %link.shown, job = %options.job, worker, "joined the crawl");
+        let (job, worker) = Job::join(&mut link, &prefix, &options.job, options.idle_ttl)?;
         let inner = Inner {
+            reconnects_seen: link.reconnects,
             link,
             prefix,
-            worker: u32::try_from(worker).unwrap_or(u32::MAX),
+            job,
+            worker,
             timeout: options.lease_timeout.max(Duration::from_millis(100)),
             idle_ttl: options.idle_ttl,
             sync_every: options.sync_every,
@@ -191,6 +208,7 @@ impl RedisStore {
             params: HashMap::new(),
             pushes: Vec::new(),
             acks: Vec::new(),
+            next_lease: 0,
             commits: Vec::new(),
             stats: None,
             open_leases: HashSet::new(),
@@ -207,7 +225,9 @@ impl RedisStore {
             reclaimed: 0,
             seen: HashSet::new(),
             last_fp: None,
-            epoch,
+            error: None,
+            lost: None,
+            origin,
             offset_ms: server - local,
         };
         Ok(Self {
@@ -245,6 +265,23 @@ impl RedisStore {
         lock(&self.inner).reclaimed
     }
 
+    /// The job's epoch: a random identity written when the job was created in Redis.
+    pub fn job_epoch(&self) -> String {
+        lock(&self.inner).job.epoch.clone()
+    }
+
+    /// This worker's lease id prefix in Redis (random per opened store), so lease ids
+    /// (`TOKEN:N`) never repeat across workers, restarts of a worker or of Redis.
+    pub fn lease_token(&self) -> String {
+        lock(&self.inner).job.token.clone()
+    }
+
+    /// Times this worker saw Redis roll back (its step generation went backwards) and
+    /// forgot its local seen cache.
+    pub fn rollbacks(&self) -> u64 {
+        lock(&self.inner).job.rollbacks
+    }
+
     /// Send everything buffered (pushes, acknowledgements, reports) now.
     pub fn flush(&self) -> Result<(), Error> {
         lock(&self.inner).step(Ask::default()).map(|_| ())
@@ -279,13 +316,19 @@ impl Inner {
         ]
     }
 
+    /// Keep a failure that could not be returned, for [`Fleet::take_error`].
+    fn keep_error(&mut self, what: &str, e: Error) {
+        tracing::error!("{what}: {e}");
+        self.error.get_or_insert(e);
+    }
+
     fn params_for(&self, host: &str) -> Option<&Params> {
         self.params.get(host).or(self.default_params.as_ref())
     }
 
     /// The Redis server's clock now, as estimated from the last reply (ms).
     fn now_ms(&self) -> f64 {
-        self.epoch.elapsed().as_secs_f64() * 1_000.0 + self.offset_ms
+        self.origin.elapsed().as_secs_f64() * 1_000.0 + self.offset_ms
     }
 
     /// The host's state as last heard, or a fresh one on the fleet's clock.
@@ -343,281 +386,6 @@ impl Inner {
             });
         }
     }
-
-    /// One round trip: send what is buffered, plus a lease or a sync if asked; apply the
-    /// answer. Buffers are cleared only after Redis confirmed, so an outage loses nothing.
-    fn step(&mut self, ask: Ask<'_>) -> Result<Option<Leased>, Error> {
-        let lease_host = ask.lease.as_ref().map(|l| l.host.to_owned());
-        self.fold_deferred(lease_host.as_deref());
-        let renew = self.last_renew.elapsed() >= self.timeout / 4 && !self.open_leases.is_empty();
-        let mut args = self.key_arg();
-        args.push(self.stats.clone().unwrap_or_default().into_bytes());
-        args.push(self.idle_ttl.as_millis().to_string().into_bytes());
-        args.push(self.pushes.len().to_string().into_bytes());
-        for (host, fp, member) in &self.pushes {
-            args.push(host.clone().into_bytes());
-            args.push(fp.map(|f| f.to_vec()).unwrap_or_default());
-            args.push(member.clone());
-        }
-        args.push(self.acks.len().to_string().into_bytes());
-        args.extend(self.acks.iter().map(|a| a.to_string().into_bytes()));
-        if renew {
-            args.push(self.open_leases.len().to_string().into_bytes());
-            args.extend(self.open_leases.iter().map(|a| a.to_string().into_bytes()));
-        } else {
-            args.push(b"0".to_vec());
-        }
-        args.push(self.commits.len().to_string().into_bytes());
-        let mut states = Vec::with_capacity(self.commits.len());
-        for c in &self.commits {
-            let json = serde_json::to_string(&c.state)
-                .map_err(|e| self.bad(&format!("cannot encode a politeness state: {e}")))?;
-            args.push(c.host.clone().into_bytes());
-            args.push(c.expected.to_string().into_bytes());
-            args.push(json.clone().into_bytes());
-            args.push(c.skip.clone().into_bytes());
-            states.push((c.host.clone(), c.expected, json));
-        }
-        match &ask.lease {
-            Some(l) => {
-                let drain = self.skipped_here.contains(l.host);
-                args.push(l.host.as_bytes().to_vec());
-                args.push(if drain { b"1".to_vec() } else { b"0".to_vec() });
-                args.push(if l.budget {
-                    b"1".to_vec()
-                } else {
-                    b"0".to_vec()
-                });
-                args.push(l.expected.to_string().into_bytes());
-                args.push(format!("{:.3}", l.claim).into_bytes());
-                args.push(l.state.clone().into_bytes());
-                args.push(l.concurrency.to_string().into_bytes());
-            }
-            None => {
-                for a in ["", "0", "0", "0", "0", "", "0"] {
-                    args.push(a.as_bytes().to_vec());
-                }
-            }
-        }
-        args.push(if ask.sync {
-            b"1".to_vec()
-        } else {
-            b"0".to_vec()
-        });
-
-        let what = if ask.lease.is_some() {
-            "lease a request"
-        } else if ask.sync {
-            "read the fleet's state"
-        } else {
-            "write buffered updates"
-        };
-        let before = self.epoch.elapsed().as_secs_f64() * 1_000.0;
-        let reply = self.link.step(&args, what)?;
-        let after = self.epoch.elapsed().as_secs_f64() * 1_000.0;
-        self.pushes.clear();
-        self.acks.clear();
-        self.commits_sent = self.commits.drain(..).map(|c| (c.host, c.folded)).collect();
-        self.stats = None;
-        if renew {
-            self.last_renew = std::time::Instant::now();
-        }
-        self.apply(reply, ask, (before + after) / 2.0, &states)
-    }
-
-    fn bad(&self, detail: &str) -> Error {
-        Error::redis_reply(&self.link.shown, detail)
-    }
-
-    fn apply(
-        &mut self,
-        reply: Value,
-        ask: Ask<'_>,
-        local_mid: f64,
-        sent_states: &[(String, u64, String)],
-    ) -> Result<Option<Leased>, Error> {
-        let Value::Array(parts) = reply else {
-            return Err(self.bad("the step script did not return an array"));
-        };
-        let [dups, reclaimed, lease, cas, sync, now] = <[Value; 6]>::try_from(parts)
-            .map_err(|_| self.bad("the step script returned the wrong number of parts"))?;
-        // The server's clock at the middle of the round trip: half the round trip is the
-        // most the estimate can be off by.
-        let server_now = float_at(std::slice::from_ref(&now), 0);
-        if server_now > 0.0 {
-            self.offset_ms = server_now - local_mid;
-        }
-        self.dups += int(&dups).unsigned_abs();
-        let reclaimed = int(&reclaimed).unsigned_abs();
-        if reclaimed > 0 {
-            tracing::info!(
-                reclaimed,
-                "leases of a stopped worker returned to their queues"
-            );
-            self.reclaimed += reclaimed;
-        }
-        self.committed.clear();
-        if let Value::Array(results) = cas {
-            for r in results {
-                let Value::Array(f) = r else { continue };
-                let host = text(f.first());
-                let ok = int_at(&f, 1) == 1;
-                let version = int_at(&f, 2).unsigned_abs();
-                if ok {
-                    if let Some((_, _, json)) =
-                        sent_states.iter().rev().find(|(h, _, _)| *h == host)
-                    {
-                        let json = json.clone();
-                        self.remember(&host, version, &json);
-                    }
-                } else {
-                    let state = text(f.get(3));
-                    self.remember(&host, version, &state);
-                }
-                if !ok && let Some(pos) = self.commits_sent.iter().position(|(h, _)| *h == host) {
-                    let (_, folded) = self.commits_sent.swap_remove(pos);
-                    if !folded.is_empty() {
-                        // Lost the race: fold them into the fresher state next time.
-                        self.deferred
-                            .entry(host.clone())
-                            .or_default()
-                            .extend(folded);
-                    }
-                }
-                self.committed.insert(host, ok);
-            }
-        }
-        if ask.sync {
-            if let Value::Array(s) = sync {
-                self.last_sync = Some(std::time::Instant::now());
-                let leased = usize::try_from(int_at(&s, 0)).unwrap_or(0);
-                for n in self.lens.values_mut() {
-                    *n = 0;
-                }
-                let mut queued = 0;
-                for chunk in s.get(1..).unwrap_or_default().chunks(3) {
-                    let host = text(chunk.first());
-                    let n = usize::try_from(int_at(chunk, 1)).unwrap_or(0);
-                    if int_at(chunk, 2) == 0 {
-                        queued += n;
-                    }
-                    self.lens.insert(host, n);
-                }
-                // Pushes still buffered here are work too.
-                for (host, _, _) in &self.pushes {
-                    *self.lens.entry(host.clone()).or_default() += 1;
-                }
-                self.fleet = FleetStatus { queued, leased };
-            }
-        }
-        let Some(ask) = ask.lease else {
-            return Ok(None);
-        };
-        let host = ask.host;
-        let Value::Array(l) = lease else {
-            return Err(self.bad("the lease answer is not an array"));
-        };
-        let code = int_at(&l, 0);
-        let left = usize::try_from(int_at(&l, 3)).unwrap_or(0);
-        let version = int_at(&l, 4).unsigned_abs();
-        let in_flight = int_at(&l, 6).unsigned_abs();
-        tracing::debug!(
-            worker = self.worker,
-            host,
-            code,
-            left,
-            in_flight,
-            "lease answer"
-        );
-        self.lens.insert(host.to_owned(), left);
-        if ask.budget {
-            if code == 1 {
-                self.remember(host, version, &ask.state);
-            } else {
-                let state = text(l.get(5));
-                self.remember(host, version, &state);
-            }
-        }
-        let member = match l.get(2) {
-            Some(Value::BulkString(b)) => b.clone(),
-            _ => Vec::new(),
-        };
-        Ok(Some(Leased {
-            code,
-            id: int_at(&l, 1).unsigned_abs(),
-            member,
-        }))
-    }
-
-    fn sync_if_due(&mut self) -> Result<(), Error> {
-        let due = self
-            .last_sync
-            .is_none_or(|t| t.elapsed() >= self.sync_every);
-        if due {
-            self.step(Ask {
-                lease: None,
-                sync: true,
-            })?;
-        } else if !self.open_leases.is_empty() && self.last_renew.elapsed() >= self.timeout / 4 {
-            self.step(Ask::default())?;
-        }
-        Ok(())
-    }
-}
-
-/// Milliseconds from a `TIME` reply (seconds, microseconds).
-fn server_ms(time: &[String]) -> Option<f64> {
-    let secs: f64 = time.first()?.parse().ok()?;
-    let micros: f64 = time.get(1)?.parse().ok()?;
-    Some(secs * 1_000.0 + micros / 1_000.0)
-}
-
-fn int(v: &Value) -> i64 {
-    match v {
-        Value::Int(n) => *n,
-        Value::BulkString(b) => std::str::from_utf8(b)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0),
-        _ => 0,
-    }
-}
-
-fn int_at(v: &[Value], i: usize) -> i64 {
-    v.get(i).map_or(0, int)
-}
-
-fn float_at(v: &[Value], i: usize) -> f64 {
-    match v.get(i) {
-        Some(Value::BulkString(b)) => std::str::from_utf8(b)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0.0),
-        Some(Value::Int(n)) => *n as f64,
-        _ => 0.0,
-    }
-}
-
-fn text(v: Option<&Value>) -> String {
-    match v {
-        Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-        Some(Value::SimpleString(s)) => s.clone(),
-        _ => String::new(),
-    }
-}
-
-/// The queue member of an entry: bytes sort in serving order (priority high to low, then
-/// seq), then the worker (two workers may use the same seq), then the request.
-fn member(entry: &Entry, worker: u32) -> Result<Vec<u8>, serde_json::Error> {
-    let json = serde_json::to_vec(&entry.request)?;
-    let mut m = Vec::with_capacity(MEMBER_HEADER + json.len());
-    // Order-preserving map of i32 to u32, then inverted so that higher priority is smaller.
-    let prio = !((entry.priority as u32) ^ 0x8000_0000);
-    m.extend_from_slice(&prio.to_be_bytes());
-    m.extend_from_slice(&entry.seq.to_be_bytes());
-    m.extend_from_slice(&worker.to_be_bytes());
-    m.extend_from_slice(&json);
-    Ok(m)
 }
 
 impl QueueStore for RedisStore {
@@ -644,7 +412,7 @@ impl QueueStore for RedisStore {
             .take()
             .filter(|fp| !entry.request.dont_filter && fingerprint(&entry.request).0 == *fp)
             .map(u128::to_be_bytes);
-        let m = member(&entry, inner.worker)
+        let m = member(&entry, inner.job.tag())
             .map_err(|e| Error::redis_reply(&inner.link.shown, format!("cannot encode: {e}")))?;
         inner.pushes.push((host.to_owned(), fp, m));
         *inner.lens.entry(host.to_owned()).or_default() += 1;
@@ -697,6 +465,7 @@ impl QueueStore for RedisStore {
                         claim,
                         state,
                         concurrency,
+                        number: inner.next_lease + 1,
                     }
                 }
                 _ => LeaseAsk {
@@ -706,6 +475,7 @@ impl QueueStore for RedisStore {
                     claim: 0.0,
                     state: String::new(),
                     concurrency: u32::MAX,
+                    number: inner.next_lease + 1,
                 },
             };
             let answer = inner.step(Ask {
@@ -736,6 +506,8 @@ impl QueueStore for RedisStore {
             return Ok(None);
         }
         let json = leased.member.get(MEMBER_HEADER..).unwrap_or_default();
+        // The number is spent even if the request does not decode: ids never repeat.
+        inner.next_lease = leased.id;
         let request: Request = serde_json::from_slice(json)
             .map_err(|e| inner.bad(&format!("a queued request of {host} does not decode: {e}")))?;
         inner.open_leases.insert(leased.id);
@@ -760,7 +532,7 @@ impl QueueStore for RedisStore {
         // downloads.
         if !inner.open_leases.is_empty() && inner.last_renew.elapsed() >= inner.timeout / 4 {
             if let Err(e) = inner.step(Ask::default()) {
-                tracing::error!("cannot renew leases: {e}");
+                inner.keep_error("cannot renew leases", e);
             }
         }
         inner.lens.values().sum()
@@ -769,7 +541,7 @@ impl QueueStore for RedisStore {
     fn hosts(&self) -> Vec<String> {
         let mut inner = lock(&self.inner);
         if let Err(e) = inner.sync_if_due() {
-            tracing::error!("cannot read the fleet's state: {e}");
+            inner.keep_error("cannot read the fleet's state", e);
         }
         inner
             .lens
@@ -867,9 +639,14 @@ impl Fleet for RedisFleet {
             sync: true,
         });
         if let Err(e) = fresh {
-            // The last known state stands; the store reports the outage on its next call.
-            tracing::error!("cannot read the fleet's state: {e}");
+            // The last known state stands for this call; the engine takes the error next
+            // (through `take_error`) and stops, so an idle worker never waits forever.
+            inner.keep_error("cannot read the fleet's state", e);
         }
         inner.fleet
+    }
+
+    fn take_error(&self) -> Option<crawler_sched::Error> {
+        lock(&self.inner).error.take().map(Into::into)
     }
 }

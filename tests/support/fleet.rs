@@ -1,0 +1,343 @@
+//! What the Redis fleet tests share: a `redis-server` of their own on a free loopback port,
+//! worker processes (the test binary re-run on its ignored `child_worker` test), and readers
+//! of the workers' feeds and of the lab's record.
+//!
+//! A test binary using this declares `mod books` (the example spider) and a
+//! `child_worker` test that calls [`child_worker_main`].
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crawler::lab::Lab;
+use crawler::prelude::*;
+
+use crate::books;
+
+/// The body of a worker process: crawls the lab's books into its own feed, then prints
+/// `CHILD_STATS ...` on success, or `CHILD_ERROR message` and exits with status 1.
+pub async fn child_worker_main() {
+    crawler::init_logging();
+    let env = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k}"));
+    let mut crawl = Crawl::new(books::Books {
+        start: env("CHILD_LAB_URL"),
+    })
+    .set("redis_url", env("CHILD_REDIS_URL"))
+    .set("job_name", env("CHILD_JOB"))
+    .feed(env("CHILD_FEED"))
+    .unwrap()
+    .progress(false);
+    // Extra settings as "key=value;key=value".
+    for kv in env("CHILD_SETTINGS").split(';').filter(|s| !s.is_empty()) {
+        let (k, v) = kv.split_once('=').unwrap();
+        crawl = crawl.set(k, v);
+    }
+    match crawl.run().await {
+        Ok(stats) => println!(
+            "CHILD_STATS fetched={} items={} pending={} round_trips={}",
+            stats.fetched,
+            stats.items_scraped,
+            stats.pending,
+            crawler::store::redis_round_trips()
+        ),
+        Err(e) => {
+            println!("CHILD_ERROR {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// A redis-server of our own on a free loopback port, killed on drop.
+pub struct Redis {
+    child: Child,
+    pub port: u16,
+    dir: tempfile::TempDir,
+    appendonly: bool,
+}
+
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+impl Redis {
+    /// A server with no automatic snapshots, and an fsync-always AOF if `appendonly` (so
+    /// without it, a restart forgets everything).
+    pub fn start(appendonly: bool) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let child = Self::spawn(port, dir.path(), appendonly);
+        let r = Self {
+            child,
+            port,
+            dir,
+            appendonly,
+        };
+        r.wait_ready();
+        r
+    }
+
+    fn spawn(port: u16, dir: &Path, appendonly: bool) -> Child {
+        Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(["--appendonly", if appendonly { "yes" } else { "no" }])
+            .args(["--appendfsync", "always"])
+            .arg("--dir")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (apt-get install redis-server)")
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn wait_ready(&self) {
+        for _ in 0..250 {
+            if self
+                .command(&["PING"])
+                .is_some_and(|r| r.starts_with("+PONG"))
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server did not come up on port {}", self.port);
+    }
+
+    /// One command in RESP (the tests do not depend on a Redis client), its raw reply;
+    /// `None` if the server is not there.
+    pub fn command(&self, args: &[&str]) -> Option<String> {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        let mut cmd = format!("*{}\r\n", args.len());
+        for a in args {
+            cmd.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        s.write_all(cmd.as_bytes()).ok()?;
+        let mut buf = vec![0u8; 64 * 1024];
+        let n = s.read(&mut buf).ok()?;
+        Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+    }
+
+    /// Stop the server the way an operator would (SIGTERM: it writes what its persistence
+    /// settings say and exits), stay down for `down`, then start it again on the same port
+    /// with the same data directory.
+    pub fn restart(&mut self, down: Duration) {
+        signal(self.child.id(), "TERM");
+        self.child.wait().unwrap();
+        std::thread::sleep(down);
+        self.child = Self::spawn(self.port, self.dir.path(), self.appendonly);
+        self.wait_ready();
+    }
+
+    /// Kill the server (SIGKILL) and leave it down.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Send a signal (`INT`, `TERM`, `KILL`) to a process.
+pub fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{name} {pid}");
+}
+
+/// The worker command: this test binary on its `child_worker` test.
+pub fn worker_command(lab: &Lab, redis: &Redis, job: &str, feed: &Path, settings: &str) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "child_worker",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("CHILD_LAB_URL", lab.url())
+    .env("CHILD_REDIS_URL", redis.url())
+    .env("CHILD_JOB", job)
+    .env("CHILD_FEED", feed)
+    .env("CHILD_SETTINGS", settings)
+    .env(
+        "RUST_LOG",
+        std::env::var("FLEET_LOG").unwrap_or_else(|_| "warn".into()),
+    )
+    .stdout(Stdio::piped())
+    .stderr(if std::env::var_os("FLEET_DEBUG").is_some() {
+        Stdio::inherit()
+    } else {
+        Stdio::null()
+    });
+    cmd
+}
+
+pub fn spawn_worker(lab: &Lab, redis: &Redis, job: &str, feed: &Path, settings: &str) -> Child {
+    worker_command(lab, redis, job, feed, settings)
+        .spawn()
+        .unwrap()
+}
+
+/// How a worker ended: whether it succeeded, and its stdout.
+pub struct Ended {
+    pub success: bool,
+    pub stdout: String,
+}
+
+impl Ended {
+    /// The `CHILD_STATS ...` line of a worker that succeeded.
+    pub fn stats(&self) -> Option<String> {
+        self.stdout
+            .lines()
+            .find_map(|l| l.find("CHILD_STATS").map(|i| l[i..].to_owned()))
+    }
+
+    /// The error a worker that failed printed.
+    pub fn error(&self) -> Option<String> {
+        self.stdout
+            .lines()
+            .find_map(|l| l.find("CHILD_ERROR").map(|i| l[i..].to_owned()))
+    }
+}
+
+/// Wait for a worker to end (bounded).
+pub async fn ended(child: Child) -> Ended {
+    let out = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::task::spawn_blocking(move || child.wait_with_output()),
+    )
+    .await
+    .expect("a worker did not finish within 120 s")
+    .unwrap()
+    .unwrap();
+    Ended {
+        success: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+    }
+}
+
+/// Wait for a worker to finish successfully (bounded), returning its CHILD_STATS line.
+pub async fn finish(child: Child) -> String {
+    let end = ended(child).await;
+    assert!(end.success, "a worker failed: {}", end.stdout);
+    end.stats()
+        .unwrap_or_else(|| panic!("no stats line in: {}", end.stdout))
+}
+
+pub fn field(stats: &str, name: &str) -> u64 {
+    stats
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {stats}"))
+}
+
+/// Items per book URL across every worker's feed.
+pub fn union(feeds: &[PathBuf]) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for feed in feeds {
+        let text = std::fs::read_to_string(feed).unwrap_or_default();
+        for line in text.lines() {
+            // A line cut by a kill mid-write is not an item.
+            if let Ok(book) = serde_json::from_str::<books::Book>(line) {
+                *counts.entry(book.url).or_insert(0) += 1;
+            }
+        }
+    }
+    counts
+}
+
+/// The complete (newline-terminated) lines of a feed.
+pub fn whole_lines(feed: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(feed).unwrap_or_default();
+    let mut lines: Vec<String> = text.split_inclusive('\n').map(str::to_owned).collect();
+    if lines.last().is_some_and(|l| !l.ends_with('\n')) {
+        lines.pop();
+    }
+    lines
+}
+
+pub fn feeds(dir: &Path, n: usize) -> Vec<PathBuf> {
+    (0..n)
+        .map(|i| dir.join(format!("worker-{i}.jsonl")))
+        .collect()
+}
+
+pub async fn wait_for_items(feed: &Path, at_least: usize) {
+    for _ in 0..1500 {
+        if union(&[feed.to_owned()]).len() >= at_least {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the worker made no progress");
+}
+
+/// Successful fetches per path, from the lab's side.
+pub fn fetches(lab: &Lab) -> HashMap<String, usize> {
+    let mut by_path = HashMap::new();
+    for r in lab.recorder().requests() {
+        if r.status == 200 {
+            *by_path.entry(r.path).or_insert(0) += 1;
+        }
+    }
+    by_path
+}
+
+/// A counter of the job's `meta` hash.
+pub fn redis_meta(redis: &Redis, job: &str, field: &str) -> u64 {
+    let key = format!("crawler:{{{job}}}:meta");
+    let reply = redis.command(&["HGET", &key, field]).unwrap_or_default();
+    // "$-1" (no such field) or "$N\r\nVALUE\r\n".
+    reply
+        .lines()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The lines a child writes to stderr, as they come (the child's stderr must be piped).
+pub fn stderr_lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    let err = child.stderr.take().expect("stderr piped");
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Wait (bounded) for a line containing `needle`.
+pub fn wait_for_line(lines: &mpsc::Receiver<String>, needle: &str, within: Duration) {
+    let until = Instant::now() + within;
+    while let Some(left) = until.checked_duration_since(Instant::now()) {
+        match lines.recv_timeout(left) {
+            Ok(l) if l.contains(needle) => return,
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    panic!("no log line with {needle:?} within {within:?}");
+}
