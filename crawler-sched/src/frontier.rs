@@ -615,12 +615,19 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
 
     fn checkpoint(&mut self, stats: &crawler_core::Stats) {
         let now = Instant::now();
-        let states: Vec<(String, serde_json::Value)> = self
-            .hosts
-            .iter()
-            .map(|(_, h)| (h.key.clone(), h.throttle.save(now)))
-            .filter(|(_, v)| !v.is_null())
-            .collect();
+        // Only for a store that keeps them, and only hosts with something to keep: a broad
+        // crawl has many hosts a fresh slot would treat the same (serialising them all every
+        // second would cost more memory and time than the crawl itself).
+        let states: Vec<(String, serde_json::Value)> = if self.store.keeps_host_states() {
+            self.hosts
+                .iter()
+                .filter(|(_, h)| !h.throttle.forgettable(now))
+                .map(|(_, h)| (h.key.clone(), h.throttle.save(now)))
+                .filter(|(_, v)| !v.is_null())
+                .collect()
+        } else {
+            Vec::new()
+        };
         // Host states first: the checkpoint's flush then makes both durable together.
         let saved = self
             .store

@@ -73,6 +73,11 @@ pub trait QueueStore: Send + 'static {
     fn saved_stats(&self) -> Option<serde_json::Value> {
         None
     }
+    /// Whether [`QueueStore::save_host_states`] keeps anything (persistent stores): the
+    /// frontier serialises host states only for a store that does.
+    fn keeps_host_states(&self) -> bool {
+        false
+    }
     /// Keep each host's politeness state (running holds, learned rates) for a resume.
     fn save_host_states(&mut self, _states: &[(String, serde_json::Value)]) -> Result<(), Error> {
         Ok(())
@@ -114,6 +119,9 @@ impl QueueStore for Box<dyn QueueStore> {
     }
     fn saved_stats(&self) -> Option<serde_json::Value> {
         (**self).saved_stats()
+    }
+    fn keeps_host_states(&self) -> bool {
+        (**self).keeps_host_states()
     }
     fn save_host_states(&mut self, states: &[(String, serde_json::Value)]) -> Result<(), Error> {
         (**self).save_host_states(states)

@@ -799,6 +799,10 @@ impl QueueStore for SledStore {
         self.load_stats().ok().flatten()
     }
 
+    fn keeps_host_states(&self) -> bool {
+        true
+    }
+
     fn save_host_states(
         &mut self,
         states: &[(String, serde_json::Value)],
