@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crawler::Crawl;
-use crawler::core::{Settings, SettingsLayers, Source, settings_markdown};
+use crawler::core::{HostKeyMode, Settings, SettingsLayers, Source, settings_markdown};
 use crawler::prelude::*;
 
 const FILE: &str = "crawler.toml";
@@ -302,6 +302,15 @@ fn set_still_works_on_plain_settings() {
     assert!(s.set("metrics_addr", "nowhere:port").is_err());
     s.set("metrics_addr", "none").unwrap();
     assert_eq!(s.metrics_addr, None);
+    for (v, mode) in [
+        ("host", HostKeyMode::Host),
+        ("domain", HostKeyMode::Domain),
+        ("ip", HostKeyMode::Ip),
+    ] {
+        s.set("host_key", v).unwrap();
+        assert_eq!(s.host_key, mode);
+    }
+    assert!(s.set("host_key", "address").is_err());
 }
 
 #[test]

@@ -215,9 +215,11 @@ pub struct Settings {
     /// Send every request through this HTTP proxy (`http://host:port`, credentials in the
     /// URL if needed). Unset: direct, or the `HTTP_PROXY` / `HTTPS_PROXY` environment.
     pub proxy: Option<String>,
-    /// What one politeness slot covers: `host` (the host and any explicit port, the default)
-    /// or `domain` (the registrable domain, so `a.example.com` and `b.example.com` share one
-    /// budget; from the public suffix list).
+    /// What one politeness slot covers: `host` (the host and any explicit port, the default),
+    /// `domain` (the registrable domain, so `a.example.com` and `b.example.com` share one
+    /// budget; from the public suffix list) or `ip` (the address the host name resolves to,
+    /// so every name served by one machine shares one budget, as broad crawlers do; DNS
+    /// answers are cached for 5 minutes, 65,536 names at most).
     pub host_key: HostKeyMode,
 }
 
@@ -230,6 +232,8 @@ pub enum HostKeyMode {
     Host,
     /// One slot per registrable domain.
     Domain,
+    /// One slot per IP address (and explicit port) the host name resolves to.
+    Ip,
 }
 
 /// Settings for the hosts whose names match a glob: written `[[hosts]]` in crawler.toml.

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use crate::error::Error;
 use crate::fingerprint::fingerprint;
+use crate::resolve::IpKeys;
 use crate::store::{Entry, MemoryStore, QueueStore};
 use crate::throttle::{Throttle, Verdict, throttle_for};
 
@@ -53,8 +54,10 @@ pub struct FrontierConfig {
     pub allowed_domains: Vec<String>,
     /// Makes each host's throttle.
     pub throttle: ThrottleFactory,
-    /// What one slot covers: a host, or a registrable domain.
+    /// What one slot covers: a host, a registrable domain, or an IP address.
     pub key_mode: HostKeyMode,
+    /// The DNS cache behind `HostKeyMode::Ip` (made on first use by `from_settings`).
+    pub ip_keys: std::sync::Arc<IpKeys>,
 }
 
 impl FrontierConfig {
@@ -63,6 +66,7 @@ impl FrontierConfig {
         match self.key_mode {
             HostKeyMode::Host => host_key(url),
             HostKeyMode::Domain => domain_key(url),
+            HostKeyMode::Ip => self.ip_keys.key(url),
         }
     }
 
@@ -74,6 +78,7 @@ impl FrontierConfig {
             max_url_length: settings.max_url_length,
             allowed_domains: normalise_domains(allowed_domains),
             key_mode: settings.host_key,
+            ip_keys: std::sync::Arc::default(),
             // [[hosts]] rules (rate, burst, concurrency, delay) apply from a host's first
             // request; hosts without a rule share the crawl's settings.
             throttle: Box::new(move |host, now| {
@@ -1112,5 +1117,39 @@ mod key_tests {
         assert!(matches!(f.next(now), Next::Ready(..)));
         assert!(!matches!(f.next(now), Next::Ready(..)));
         assert_eq!(f.hosts().count(), 1);
+    }
+
+    /// A test resolver: two names on one shared-hosting machine, a third elsewhere.
+    fn shared_hosting(name: &str) -> Option<std::net::IpAddr> {
+        match name {
+            "a.test" | "b.test" => Some([192, 0, 2, 1].into()),
+            "c.test" => Some([192, 0, 2, 2].into()),
+            _ => None,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ip_mode_shares_one_slot_per_address() {
+        let s = Settings {
+            host_key: HostKeyMode::Ip,
+            ..Default::default()
+        };
+        let mut config = FrontierConfig::from_settings(&s, vec![]);
+        config.ip_keys = std::sync::Arc::new(IpKeys::with_lookup(64, shared_hosting));
+        let mut f = Frontier::new(config);
+        let now = Instant::now();
+        f.enqueue(Request::get("http://a.test/1").unwrap(), now);
+        f.enqueue(Request::get("http://b.test/2").unwrap(), now);
+        f.enqueue(Request::get("http://c.test/3").unwrap(), now);
+        // a and b share 192.0.2.1 (one in flight), c has its own slot.
+        let mut hosts = Vec::new();
+        while let Next::Ready(_, r) = f.next(now) {
+            hosts.push(r.url.host_str().unwrap_or("").to_owned());
+        }
+        assert_eq!(hosts.len(), 2, "{hosts:?}");
+        assert!(hosts.contains(&"c.test".to_owned()));
+        let mut keys: Vec<&str> = f.hosts().map(|(k, _, _)| k).collect();
+        keys.sort();
+        assert_eq!(keys, ["192.0.2.1", "192.0.2.2"]);
     }
 }
