@@ -24,9 +24,23 @@ use std::time::Duration;
 use crawler::lab::{Lab, RetryAfter, Scenario};
 use crawler::prelude::*;
 use fleet::{
-    Redis, feeds, fetches, field, finish, free_port, redis_meta, spawn_worker, union,
+    Redis, feeds, fetches, field, finish, free_port, redis_meta, signal, spawn_worker, union,
     wait_for_items,
 };
+
+/// The lease ids outstanding in the job's Redis keys.
+fn lease_ids(redis: &Redis, job: &str) -> HashSet<String> {
+    let key = format!("crawler:{{{job}}}:leases");
+    let reply = redis
+        .command(&["ZRANGE", &key, "0", "-1"])
+        .unwrap_or_default();
+    // "*N" then "$len" / value pairs.
+    reply
+        .lines()
+        .filter(|l| !l.starts_with('*') && !l.starts_with('$') && !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
 
 /// The tests share two cores; running them one at a time keeps their timing honest.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -163,6 +177,23 @@ async fn a_killed_workers_leases_are_reclaimed_by_the_others() {
         .collect();
     wait_for_items(&feeds[0], 20).await;
     let mut victim = workers.remove(0);
+    // Kill the victim while it holds leases (at a random instant it may hold none): freeze
+    // it, and look for lease ids that stay put while the others' come and go within
+    // milliseconds; if none do, let it run a little and try again.
+    let mut held = false;
+    for _ in 0..40 {
+        signal(victim.id(), "STOP");
+        let before = lease_ids(&redis, "kill");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let after = lease_ids(&redis, "kill");
+        if before.iter().any(|id| after.contains(id)) {
+            held = true;
+            break;
+        }
+        signal(victim.id(), "CONT");
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    assert!(held, "the victim never held a lease");
     victim.kill().unwrap(); // SIGKILL: no goodbye, leases stay open
     victim.wait().unwrap();
     let mut lines = Vec::new();
