@@ -238,11 +238,15 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
         };
         let elapsed_before = stats.elapsed;
 
+        // Without a feed, items end after the pipelines: sending each one to the writer
+        // thread (a wake-up per item) and waiting for its flush would buy nothing.
+        let has_feeds = !feeds.is_empty();
         let ctx = Arc::new(Ctx {
             spider,
             downloader,
             pipelines,
             items_tx: items_tx.clone(),
+            has_feeds,
             max_redirects: settings.max_redirects,
         });
         let mut tasks: JoinSet<Completion> = JoinSet::new();
@@ -354,7 +358,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                         }
                     }
                     let terminal = !matches!(done.terminal, Terminal::Retrying | Terminal::Requeued);
-                    let wrote_items = done.items > 0;
+                    let wrote_items = has_feeds && done.items > 0;
                     account(&mut scheduler, &mut stats, &mut failures, done);
                     // Follow-up requests are queued now; items may still be on their way to
                     // the feeds.
@@ -646,6 +650,8 @@ struct Ctx<S: Spider, D> {
     downloader: Arc<D>,
     pipelines: Vec<Box<dyn DynPipeline<S::Item>>>,
     items_tx: mpsc::Sender<FeedMsg<S::Item>>,
+    /// Whether any feed is open: without one, items are counted and dropped in the worker.
+    has_feeds: bool,
     /// Redirect hops allowed from one start request.
     max_redirects: usize,
 }
@@ -921,7 +927,9 @@ async fn work<S: Spider, D: Downloader>(
                 }
             }
         }
-        if ctx.items_tx.send(FeedMsg::Item(item)).await.is_err() {
+        if !ctx.has_feeds {
+            drop(item);
+        } else if ctx.items_tx.send(FeedMsg::Item(item)).await.is_err() {
             done.feed_closed = true;
             break;
         }

@@ -151,6 +151,10 @@ impl HttpDownloader {
     /// host (with its port when not the default) decides when it sets `ignore_robots`,
     /// whatever slot key (`host_key`) groups the host.
     fn obeys_robots(&self, url: &Url) -> bool {
+        if self.host_rules.is_empty() {
+            // The common case costs no formatted host per request.
+            return self.obey_robots;
+        }
         let host = url.host_str().unwrap_or("");
         let host = match url.port() {
             Some(p) => format!("{host}:{p}"),
@@ -233,9 +237,11 @@ impl HttpDownloader {
         let html = headers
             .get("content-type")
             .and_then(|v| v.to_str().ok())
+            // Case-insensitive without a lowercased copy: this runs on every response.
             .is_none_or(|ct| {
-                let ct = ct.to_ascii_lowercase();
-                ct.contains("html")
+                ct.as_bytes()
+                    .windows(4)
+                    .any(|w| w.eq_ignore_ascii_case(b"html"))
             });
         html && markers.is_match(body.get(..SOFT_BLOCK_SCAN).unwrap_or(body))
     }
