@@ -35,11 +35,12 @@ use std::time::Instant;
 
 use crawler::prelude::*;
 
-// The allocator is the binary's choice, as in a user's project: with `--features mimalloc`
-// this bench runs on mimalloc (BENCHMARKS.md, "Speed (issue 16)", compares the two).
+// The allocator is the binary's choice, as in a user's project: mimalloc with the default
+// `mimalloc` feature, the system allocator with `--no-default-features` (BENCHMARKS.md,
+// "Speed (issue 16)", compares the two).
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: crawler::MiMalloc = crawler::MiMalloc;
 
 /// utime + stime of this process in seconds, from /proc (Linux).
 fn cpu_seconds() -> f64 {

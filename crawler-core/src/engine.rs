@@ -904,9 +904,11 @@ async fn work<S: Spider, D: Downloader>(
     done.invalid_links = out.invalid_links();
     let (items, mut requests) = out.into_parts();
     // Follow-ups inherit nothing implicitly except depth; keep the referrer for debugging.
+    // A copy of the URL's text per request, not a formatting pass (`to_string`) per link.
+    let referer = url.as_str();
     for r in &mut requests {
         if r.header_value("referer").is_none() {
-            r.headers.push(("Referer".to_owned(), url.to_string()));
+            r.headers.push(("Referer".to_owned(), referer.to_owned()));
         }
     }
     done.requests = requests;
