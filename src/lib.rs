@@ -368,7 +368,14 @@ impl<S: Spider> Crawl<S> {
         let middleware_stats = self.middleware_stats();
         let engine = self.build()?.handle_ctrl_c(true);
         let progress = show.then(|| progress::spawn(engine.progress(), settings.progress_interval));
-        let mut stats = engine.run().await?;
+        // The engine runs as a task of the runtime, not in the caller's future: under
+        // `#[tokio::main]` that future is polled on the main thread, outside the worker pool,
+        // so every worker's report woke another thread through a futex.
+        let mut stats = match tokio::spawn(engine.run()).await {
+            Ok(result) => result?,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => return Err(Error::from_message(format!("the crawl was cancelled: {e}"))),
+        };
         stats.middlewares = middleware_stats.snapshot();
         for (name, counters) in &stats.middlewares {
             tracing::info!(middleware = %name, ?counters, "middleware stats");
