@@ -80,6 +80,18 @@ use crawler_core::{ConditionalStore, Engine, FeedSpec, Pipeline, Settings, Spide
 use crawler_http::HttpDownloader;
 use crawler_sched::{FleetFrontier, Frontier, FrontierConfig, MemoryStore, QueueStore};
 
+/// Run an engine as a task of the runtime rather than in the caller's future. Under
+/// `#[tokio::main]` the caller's future is polled on the main thread, outside the worker
+/// pool, so each worker's report to the engine woke that thread through a futex: measured,
+/// a fifth of the crawl's CPU per page (BENCHMARKS.md, "Speed (issue 16)").
+pub(crate) async fn run_as_task<S: Spider>(engine: HttpEngine<S>) -> Result<Stats, Error> {
+    match tokio::spawn(engine.run()).await {
+        Ok(result) => Ok(result?),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(Error::from_message(format!("the crawl was cancelled: {e}"))),
+    }
+}
+
 /// Everything a spider file needs.
 pub mod prelude {
     pub use crate::Crawl;
@@ -368,14 +380,7 @@ impl<S: Spider> Crawl<S> {
         let middleware_stats = self.middleware_stats();
         let engine = self.build()?.handle_ctrl_c(true);
         let progress = show.then(|| progress::spawn(engine.progress(), settings.progress_interval));
-        // The engine runs as a task of the runtime, not in the caller's future: under
-        // `#[tokio::main]` that future is polled on the main thread, outside the worker pool,
-        // so every worker's report woke another thread through a futex.
-        let mut stats = match tokio::spawn(engine.run()).await {
-            Ok(result) => result?,
-            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            Err(e) => return Err(Error::from_message(format!("the crawl was cancelled: {e}"))),
-        };
+        let mut stats = run_as_task(engine).await?;
         stats.middlewares = middleware_stats.snapshot();
         for (name, counters) in &stats.middlewares {
             tracing::info!(middleware = %name, ?counters, "middleware stats");

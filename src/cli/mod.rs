@@ -116,7 +116,7 @@ pub async fn run_engine<S: crawler_core::Spider>(
         Some(addr) => Some(metrics::serve(addr, rx.clone()).await?),
         None => None,
     };
-    let stats = engine.run().await;
+    let stats = crate::run_as_task(engine).await;
     if let Some(d) = display {
         let _ = d.await;
     }
