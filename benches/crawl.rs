@@ -336,6 +336,9 @@ fn mirror(
         .enable_all()
         .build()?;
     rt.block_on(async {
+        // reqwest is built without a crypto provider (as the crawler's downloader installs
+        // one); plain http needs none, but building a client insists.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let robots = reqwest::get(format!("{url}robots.txt"))
             .await?
             .bytes()
@@ -407,8 +410,8 @@ impl Figures {
 
     fn parse(line: &str) -> Option<Self> {
         let mut f = Figures::default();
-        for field in line.split_whitespace() {
-            let (k, v) = field.split_once('=')?;
+        // Words without `=` (Scrapy's line starts with `scrapy`) are labels.
+        for (k, v) in line.split_whitespace().filter_map(|f| f.split_once('=')) {
             let num = |v: &str| v.trim_end_matches('s').parse::<f64>().ok();
             match k {
                 "pages" => f.pages = v.parse().ok()?,
@@ -467,7 +470,15 @@ fn run_scrapy(url: &str) -> std::result::Result<Option<Figures>, Box<dyn std::er
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/scrapy_books.py");
     let out = Command::new(&python).arg(script).arg(url).output()?;
     let stdout = String::from_utf8_lossy(&out.stdout);
-    Ok(stdout.lines().rev().find_map(Figures::parse))
+    let figures = stdout.lines().rev().find_map(Figures::parse);
+    if figures.is_none() {
+        println!(
+            "scrapy: no figures ({}): {stdout}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(figures)
 }
 
 /// Both profiles against the lab; with `compare`, also against nginx and Scrapy.
