@@ -123,7 +123,7 @@ pub async fn run_engine<S: crawler_core::Spider>(
     if let Some(m) = metrics {
         m.abort();
     }
-    Ok(stats?)
+    stats
 }
 
 /// Exit status for usage and settings errors.
