@@ -299,6 +299,7 @@ impl Drop for Nginx {
 /// serve the very site the lab serves.
 struct Mirror {
     root: std::path::PathBuf,
+    start: String,
 }
 
 impl Spider for Mirror {
@@ -309,7 +310,7 @@ impl Spider for Mirror {
     }
 
     fn start_urls(&self) -> Vec<String> {
-        Vec::new()
+        vec![self.start.clone()]
     }
 
     async fn parse(&self, page: Response, out: &mut Output<()>) -> Result<()> {
@@ -344,11 +345,8 @@ fn mirror(
             .bytes()
             .await?;
         std::fs::write(root.join("robots.txt"), robots)?;
-        let spider = Mirror {
+        let crawl = Crawl::new(Mirror {
             root: root.to_owned(),
-        };
-        let crawl = Crawl::new(MirrorFrom {
-            inner: spider,
             start: url.to_owned(),
         })
         .set("concurrency", "32")
@@ -360,28 +358,6 @@ fn mirror(
         crawl.run().await?;
         Ok::<_, Box<dyn std::error::Error>>(())
     })
-}
-
-/// [`Mirror`] with its start URL.
-struct MirrorFrom {
-    inner: Mirror,
-    start: String,
-}
-
-impl Spider for MirrorFrom {
-    type Item = ();
-
-    fn name(&self) -> &str {
-        "mirror"
-    }
-
-    fn start_urls(&self) -> Vec<String> {
-        vec![self.start.clone()]
-    }
-
-    async fn parse(&self, page: Response, out: &mut Output<()>) -> Result<()> {
-        self.inner.parse(page, out).await
-    }
 }
 
 /// One crawl's figures, as a `run` child prints them on its last line.
