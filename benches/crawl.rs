@@ -1,27 +1,46 @@
-//! Crawl benchmark: the lab's book site crawled with politeness off (our own loopback
-//! server), reporting pages/s, CPU seconds per 1,000 pages and peak RSS of the crawler.
+//! Crawl benchmark: book sites crawled with politeness off (our own loopback server),
+//! reporting pages/s, CPU seconds per 1,000 pages and peak RSS of the crawler.
 //!
 //! ```text
-//! cargo bench --bench crawl -- [BOOKS] [CONCURRENCY] [URL]   # defaults: 10000 books, 64
+//! cargo bench --bench crawl                       # both profiles against the lab (child process)
+//! cargo bench --bench crawl -- compare            # ... and against nginx serving the same
+//!                                                 # files, and Scrapy (when importable), ratios
+//! cargo bench --bench crawl -- run PROFILE URL [BOOKS] [CONCURRENCY]   # one crawl, one line
+//! cargo bench --bench crawl -- [BOOKS] [CONCURRENCY] [URL]   # one crawl of the books profile
 //! cargo bench --bench crawl -- chaos [BOOKS] [CONCURRENCY]   # the chaos site: peak RSS
 //! cargo bench --bench crawl -- hosts [HOSTS] [CONCURRENCY]   # one page on each of HOSTS
 //!                                                            # host names: RSS over time
 //! CRAWL_BENCH_FEED=/tmp/b.jsonl CRAWL_BENCH_SET="job_dir=/tmp/job;feed_fsync=off" \
 //!     cargo bench --bench crawl                             # a feed, more settings
+//! CRAWL_BENCH_PYTHON=/tmp/venv/bin/python cargo bench --bench crawl -- compare
 //! ```
 //!
-//! The lab runs in a child process (this same binary with `--serve`), so the CPU and memory
-//! figures are the crawler's alone.
+//! Profiles: `books` is the lab's book site (10,000 books: 11,003 pages of 3.7 to 5.9 KB with
+//! 20 to 35 links); `heavy` is the same site with 44 related-book links per book page (about
+//! 7 KB and 60 links a page). Servers run in other processes (the lab on two threads, nginx
+//! with two workers), and every crawl runs in a process of its own, so CPU and peak RSS are
+//! that crawl's alone.
 
 #[allow(dead_code)]
 #[path = "../examples/books.rs"]
 mod books;
+
+#[allow(dead_code)]
+#[path = "support/real.rs"]
+mod real;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use crawler::prelude::*;
+
+// The allocator is the binary's choice, as in a user's project: mimalloc with the default
+// `mimalloc` feature, the system allocator with `--no-default-features` (BENCHMARKS.md,
+// "Speed (issue 16)", compares the two).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: crawler::MiMalloc = crawler::MiMalloc;
 
 /// utime + stime of this process in seconds, from /proc (Linux).
 fn cpu_seconds() -> f64 {
@@ -140,15 +159,22 @@ fn peak_rss_mib() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-fn serve(books: usize, chaos: bool) -> std::result::Result<(), Box<dyn std::error::Error>> {
+/// Related-book links per book page in the `heavy` profile: about 7 KB and 60 links a page.
+const HEAVY_RELATED: u32 = 44;
+
+/// Serve the lab (`open`, `heavy` or `chaos`) until the parent closes our stdin. Two worker
+/// threads, so the server is not what limits the crawl.
+fn serve(books: usize, mode: &str) -> std::result::Result<(), Box<dyn std::error::Error>> {
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+        .worker_threads(2)
         .enable_all()
         .build()?;
     rt.block_on(async {
         let mut lab = crawler::lab::Lab::builder().books(books);
-        if chaos {
-            lab = lab.scenario(crawler::lab::Scenario::chaos());
+        match mode {
+            "chaos" => lab = lab.scenario(crawler::lab::Scenario::chaos()),
+            "heavy" => lab = lab.related_links(HEAVY_RELATED),
+            _ => {}
         }
         let lab = lab.start().await?;
         println!("{}", lab.url());
@@ -164,6 +190,315 @@ fn serve(books: usize, chaos: bool) -> std::result::Result<(), Box<dyn std::erro
     })
 }
 
+/// A lab server in a child process (this binary with `--serve`); it stops when dropped.
+struct LabChild {
+    child: std::process::Child,
+    url: String,
+}
+
+impl LabChild {
+    fn start(books: usize, mode: &str) -> std::result::Result<Self, Box<dyn std::error::Error>> {
+        let mut c = Command::new(std::env::current_exe()?)
+            .args(["--serve", &books.to_string(), mode])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let mut url = String::new();
+        BufReader::new(c.stdout.take().ok_or("no child stdout")?).read_line(&mut url)?;
+        Ok(Self {
+            child: c,
+            url: url.trim().to_owned(),
+        })
+    }
+}
+
+impl Drop for LabChild {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// nginx serving a directory on 127.0.0.1 as an unprivileged foreground child with its own
+/// prefix and config (two workers, no access log); killed when dropped.
+struct Nginx {
+    child: std::process::Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Nginx {
+    fn start(root: &std::path::Path) -> std::result::Result<Self, Box<dyn std::error::Error>> {
+        let bin = real::which("nginx").ok_or("nginx not found")?;
+        let dir = tempfile::tempdir()?;
+        let d = dir.path();
+        let port = real::free_port()?;
+        let conf = format!(
+            r#"daemon off;
+worker_processes 2;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    client_body_temp_path {d}/body;
+    proxy_temp_path {d}/proxy;
+    fastcgi_temp_path {d}/fastcgi;
+    uwsgi_temp_path {d}/uwsgi;
+    scgi_temp_path {d}/scgi;
+    types {{ text/html html; text/plain txt; application/xml xml; }}
+    default_type application/octet-stream;
+    sendfile on;
+    keepalive_requests 1000000;
+    open_file_cache max=20000 inactive=60s;
+    server {{
+        listen 127.0.0.1:{port};
+        root {root};
+        index index.html;
+    }}
+}}
+"#,
+            d = d.display(),
+            root = root.display(),
+        );
+        let conf_path = d.join("nginx.conf");
+        std::fs::write(&conf_path, conf)?;
+        let child = Command::new(bin)
+            .arg("-p")
+            .arg(d)
+            .arg("-c")
+            .arg(&conf_path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let server = Self {
+            child,
+            url: format!("http://127.0.0.1:{port}/"),
+            _dir: dir,
+        };
+        let until = Instant::now() + std::time::Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if Instant::now() > until {
+                return Err("nginx did not start listening".into());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Ok(server)
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Saves every page a crawl reaches under a directory, at its URL path, so nginx can
+/// serve the very site the lab serves.
+struct Mirror {
+    root: std::path::PathBuf,
+    start: String,
+}
+
+impl Spider for Mirror {
+    type Item = ();
+
+    fn name(&self) -> &str {
+        "mirror"
+    }
+
+    fn start_urls(&self) -> Vec<String> {
+        vec![self.start.clone()]
+    }
+
+    async fn parse(&self, page: Response, out: &mut Output<()>) -> Result<()> {
+        let mut path = page.url().path().trim_start_matches('/').to_owned();
+        if path.is_empty() || path.ends_with('/') {
+            path.push_str("index.html");
+        }
+        let file = self.root.join(path);
+        if let Some(dir) = file.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| crawler::core::Error::msg(e.to_string()))?;
+        }
+        std::fs::write(&file, page.body()).map_err(|e| crawler::core::Error::msg(e.to_string()))?;
+        out.follow_all(page.select("a").attrs("href"));
+        Ok(())
+    }
+}
+
+/// Copy the site at `url` (pages and robots.txt) to `root`.
+fn mirror(
+    url: &str,
+    root: &std::path::Path,
+) -> std::result::Result<(), Box<dyn std::error::Error>> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        // reqwest is built without a crypto provider (as the crawler's downloader installs
+        // one); plain http needs none, but building a client insists.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let robots = reqwest::get(format!("{url}robots.txt"))
+            .await?
+            .bytes()
+            .await?;
+        std::fs::write(root.join("robots.txt"), robots)?;
+        let crawl = Crawl::new(Mirror {
+            root: root.to_owned(),
+            start: url.to_owned(),
+        })
+        .set("concurrency", "32")
+        .set("concurrency_per_host", "32")
+        .set("throttle", "fixed")
+        .set("download_delay", "0s")
+        .set("log_level", "warn")
+        .progress(false);
+        crawl.run().await?;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+}
+
+/// One crawl's figures, as a `run` child prints them on its last line.
+#[derive(Clone, Debug, Default)]
+struct Figures {
+    pages: u64,
+    items: u64,
+    wall: f64,
+    pages_per_s: f64,
+    cpu_per_1000: f64,
+    peak_rss_mib: f64,
+}
+
+impl Figures {
+    fn line(&self) -> String {
+        format!(
+            "pages={} items={} wall={:.2}s pages/s={:.0} cpu_s_per_1000_pages={:.3} peak_rss_mib={:.1}",
+            self.pages,
+            self.items,
+            self.wall,
+            self.pages_per_s,
+            self.cpu_per_1000,
+            self.peak_rss_mib
+        )
+    }
+
+    fn parse(line: &str) -> Option<Self> {
+        let mut f = Figures::default();
+        // Words without `=` (Scrapy's line starts with `scrapy`) are labels.
+        for (k, v) in line.split_whitespace().filter_map(|f| f.split_once('=')) {
+            let num = |v: &str| v.trim_end_matches('s').parse::<f64>().ok();
+            match k {
+                "pages" => f.pages = v.parse().ok()?,
+                "items" => f.items = v.parse().ok()?,
+                "wall" => f.wall = num(v)?,
+                "pages/s" => f.pages_per_s = num(v)?,
+                "cpu_s_per_1000_pages" => f.cpu_per_1000 = num(v)?,
+                "peak_rss_mib" => f.peak_rss_mib = num(v)?,
+                _ => {}
+            }
+        }
+        (f.pages > 0).then_some(f)
+    }
+}
+
+/// Crawl `url` in a child process of this binary and read its figures.
+fn run_child(
+    profile: &str,
+    url: &str,
+    books: usize,
+    concurrency: usize,
+) -> std::result::Result<Figures, Box<dyn std::error::Error>> {
+    let out = Command::new(std::env::current_exe()?)
+        .args([
+            "run",
+            profile,
+            url,
+            &books.to_string(),
+            &concurrency.to_string(),
+        ])
+        .stderr(Stdio::inherit())
+        .output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        .rev()
+        .find_map(Figures::parse)
+        .filter(|_| out.status.success())
+        .ok_or_else(|| format!("crawl of {url} failed: {stdout}").into())
+}
+
+/// Scrapy on the same site with the same spider logic (`benches/scrapy_books.py`), when the
+/// interpreter in `CRAWL_BENCH_PYTHON` (default `python3`) can import it.
+fn run_scrapy(url: &str) -> std::result::Result<Option<Figures>, Box<dyn std::error::Error>> {
+    let python = std::env::var("CRAWL_BENCH_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let importable = Command::new(&python)
+        .args(["-c", "import scrapy"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !importable {
+        println!("scrapy: skipped ({python} cannot import scrapy; set CRAWL_BENCH_PYTHON)");
+        return Ok(None);
+    }
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/scrapy_books.py");
+    let out = Command::new(&python).arg(script).arg(url).output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let figures = stdout.lines().rev().find_map(Figures::parse);
+    if figures.is_none() {
+        println!(
+            "scrapy: no figures ({}): {stdout}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(figures)
+}
+
+/// Both profiles against the lab; with `compare`, also against nginx and Scrapy.
+fn suite(compare: bool) -> std::result::Result<(), Box<dyn std::error::Error>> {
+    let books = 10_000;
+    let concurrency = 64;
+    for (profile, mode) in [("books", "open"), ("heavy", "heavy")] {
+        let lab = LabChild::start(books, mode)?;
+        let ours = run_child(profile, &lab.url, books, concurrency)?;
+        println!("profile={profile} server=lab crawler=this {}", ours.line());
+        if !compare {
+            continue;
+        }
+        let site = tempfile::tempdir()?;
+        mirror(&lab.url, site.path())?;
+        drop(lab);
+        let nginx = match Nginx::start(site.path()) {
+            Ok(n) => n,
+            Err(e) => {
+                println!("profile={profile} server=nginx: skipped ({e})");
+                continue;
+            }
+        };
+        let on_nginx = run_child(profile, &nginx.url, books, concurrency)?;
+        println!(
+            "profile={profile} server=nginx crawler=this {}",
+            on_nginx.line()
+        );
+        if let Some(scrapy) = run_scrapy(&nginx.url)? {
+            println!(
+                "profile={profile} server=nginx crawler=scrapy {}",
+                scrapy.line()
+            );
+            println!(
+                "profile={profile} server=nginx ratio this/scrapy: pages/s x{:.1}, CPU per page x{:.1} less, peak RSS x{:.1} less",
+                on_nginx.pages_per_s / scrapy.pages_per_s.max(1e-9),
+                scrapy.cpu_per_1000 / on_nginx.cpu_per_1000.max(1e-9),
+                scrapy.peak_rss_mib / on_nginx.peak_rss_mib.max(1e-9),
+            );
+        }
+    }
+    Ok(())
+}
+
 fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -171,8 +506,27 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         .collect();
     if args.first().map(String::as_str) == Some("--serve") {
         let books = args.get(1).and_then(|b| b.parse().ok()).unwrap_or(10_000);
-        return serve(books, args.get(2).map(String::as_str) == Some("chaos"));
+        return serve(books, args.get(2).map_or("open", String::as_str));
     }
+    match args.first().map(String::as_str) {
+        None => return suite(false),
+        Some("compare") => return suite(true),
+        _ => {}
+    }
+    // `run PROFILE URL [BOOKS] [CONCURRENCY]`: one crawl of a server already running (how
+    // the suite runs each crawl in a process of its own).
+    let run_mode = args.first().map(String::as_str) == Some("run");
+    let args: Vec<String> = if run_mode {
+        // Same shape as the legacy form: BOOKS CONCURRENCY URL.
+        let url = args.get(2).cloned().ok_or("run needs PROFILE URL")?;
+        vec![
+            args.get(3).cloned().unwrap_or_else(|| "10000".to_owned()),
+            args.get(4).cloned().unwrap_or_else(|| "64".to_owned()),
+            url,
+        ]
+    } else {
+        args
+    };
     // `chaos` crawls the lab's chaos site (2,000 books, a fifth of them faults: bombs,
     // endless and trickling bodies, resets, redirect loops) to measure memory under hostile
     // input.
@@ -278,6 +632,14 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         cpu / pages.max(1) as f64 * 1000.0
     );
     println!("peak_rss_mib={:.1}", peak_rss_mib());
+    let figures = Figures {
+        pages,
+        items: stats.items_scraped,
+        wall,
+        pages_per_s: pages as f64 / wall,
+        cpu_per_1000: cpu / pages.max(1) as f64 * 1000.0,
+        peak_rss_mib: peak_rss_mib(),
+    };
     if chaos {
         println!(
             "failed={:?} retries={} reconciles={}",
@@ -290,5 +652,6 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     if stats.items_scraped as usize != books {
         return Err(format!("expected {books} items, got {}", stats.items_scraped).into());
     }
+    println!("{}", figures.line());
     Ok(())
 }

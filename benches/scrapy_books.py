@@ -3,8 +3,10 @@ examples/books.rs (follow every link; book pages give one item), politeness off.
 
     python3 benches/scrapy_books.py http://127.0.0.1:18080/
 
-Prints pages, items, wall seconds and pages/s.
+Prints pages, items, wall seconds, pages/s, CPU seconds per 1,000 pages and peak RSS, in
+the format of `cargo bench --bench crawl` (which runs this script in its `compare` mode).
 """
+import resource
 import sys
 import time
 
@@ -55,4 +57,11 @@ process.crawl(Books)
 t0 = time.time()
 process.start()
 wall = time.time() - t0
-print(f"scrapy pages={counts['pages']} items={counts['items']} wall={wall:.2f}s pages/s={counts['pages'] / wall:.0f}")
+usage = resource.getrusage(resource.RUSAGE_SELF)
+cpu = usage.ru_utime + usage.ru_stime
+pages = max(counts["pages"], 1)
+print(
+    f"scrapy pages={counts['pages']} items={counts['items']} wall={wall:.2f}s "
+    f"pages/s={counts['pages'] / wall:.0f} cpu_s_per_1000_pages={cpu / pages * 1000:.3f} "
+    f"peak_rss_mib={usage.ru_maxrss / 1024:.1f}"
+)

@@ -56,6 +56,22 @@ pub use crawler_store as store;
 pub use error::Error;
 pub use runner::{Contract, Runner};
 
+/// mimalloc, for a spider project that wants it as its global allocator (the `crawler`
+/// binary and the benchmarks use it): less CPU per page than the system allocator at about
+/// the same peak RSS on the crawl benchmark (BENCHMARKS.md, "Speed (issue 16)"). A library
+/// never picks the allocator, so a project opts in in its `main.rs`:
+///
+/// ```
+/// #[global_allocator]
+/// static GLOBAL: crawler::MiMalloc = crawler::MiMalloc;
+/// # fn main() {}
+/// ```
+///
+/// Built with transparent huge pages off for the process: with them, mimalloc's eagerly
+/// committed arenas doubled the crawl's peak RSS.
+#[cfg(feature = "mimalloc")]
+pub use mimalloc::MiMalloc;
+
 use crawler_core::{
     BoxedDownloaderMiddleware, BoxedSpiderMiddleware, DownloaderMiddleware, MiddlewareStats,
     Middlewares, SpiderMiddleware, SpiderWithMiddlewares,
@@ -65,6 +81,18 @@ use crawler_core::{
 };
 use crawler_http::HttpDownloader;
 use crawler_sched::{FleetFrontier, Frontier, FrontierConfig, MemoryStore, QueueStore};
+
+/// Run an engine as a task of the runtime rather than in the caller's future. Under
+/// `#[tokio::main]` the caller's future is polled on the main thread, outside the worker
+/// pool, so each worker's report to the engine woke that thread through a futex: measured,
+/// a fifth of the crawl's CPU per page (BENCHMARKS.md, "Speed (issue 16)").
+pub(crate) async fn run_as_task<S: Spider>(engine: HttpEngine<S>) -> Result<Stats, Error> {
+    match tokio::spawn(engine.run()).await {
+        Ok(result) => Ok(result?),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(Error::from_message(format!("the crawl was cancelled: {e}"))),
+    }
+}
 
 /// Everything a spider file needs.
 pub mod prelude {
@@ -366,7 +394,7 @@ impl<S: Spider> Crawl<S> {
         let middleware_stats = self.middleware_stats();
         let engine = self.build()?.handle_ctrl_c(true);
         let progress = show.then(|| progress::spawn(engine.progress(), settings.progress_interval));
-        let mut stats = engine.run().await?;
+        let mut stats = run_as_task(engine).await?;
         stats.middlewares = middleware_stats.snapshot();
         for (name, counters) in &stats.middlewares {
             tracing::info!(middleware = %name, ?counters, "middleware stats");

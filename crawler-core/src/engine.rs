@@ -246,11 +246,15 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
         };
         let elapsed_before = stats.elapsed;
 
+        // Without a feed, items end after the pipelines: sending each one to the writer
+        // thread (a wake-up per item) and waiting for its flush would buy nothing.
+        let has_feeds = !feeds.is_empty();
         let ctx = Arc::new(Ctx {
             spider,
             downloader,
             pipelines,
             items_tx: items_tx.clone(),
+            has_feeds,
             max_redirects: settings.max_redirects,
         });
         let mut tasks: JoinSet<Completion> = JoinSet::new();
@@ -366,7 +370,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
                         }
                     }
                     let terminal = !matches!(done.terminal, Terminal::Retrying | Terminal::Requeued);
-                    let wrote_items = done.items > 0;
+                    let wrote_items = has_feeds && done.items > 0;
                     let after_ack = done.after_ack.take();
                     account(&mut scheduler, &mut stats, &mut failures, done);
                     // Follow-up requests are queued now; items may still be on their way to
@@ -673,6 +677,8 @@ struct Ctx<S: Spider, D> {
     downloader: Arc<D>,
     pipelines: Vec<Box<dyn DynPipeline<S::Item>>>,
     items_tx: mpsc::Sender<FeedMsg<S::Item>>,
+    /// Whether any feed is open: without one, items are counted and dropped in the worker.
+    has_feeds: bool,
     /// Redirect hops allowed from one start request.
     max_redirects: usize,
 }
@@ -930,9 +936,11 @@ async fn work<S: Spider, D: Downloader>(
     done.invalid_links = out.invalid_links();
     let (items, mut requests) = out.into_parts();
     // Follow-ups inherit nothing implicitly except depth; keep the referrer for debugging.
+    // A copy of the URL's text per request, not a formatting pass (`to_string`) per link.
+    let referer = url.as_str();
     for r in &mut requests {
         if r.header_value("referer").is_none() {
-            r.headers.push(("Referer".to_owned(), url.to_string()));
+            r.headers.push(("Referer".to_owned(), referer.to_owned()));
         }
     }
     done.requests = requests;
@@ -953,7 +961,9 @@ async fn work<S: Spider, D: Downloader>(
                 }
             }
         }
-        if ctx.items_tx.send(FeedMsg::Item(item)).await.is_err() {
+        if !ctx.has_feeds {
+            drop(item);
+        } else if ctx.items_tx.send(FeedMsg::Item(item)).await.is_err() {
             done.feed_closed = true;
             break;
         }

@@ -243,8 +243,18 @@ impl Response {
     }
 
     fn doc(&self) -> &Mutex<Html> {
-        self.doc
-            .get_or_init(|| Mutex::new(Html::parse_document(self.text())))
+        self.doc.get_or_init(|| {
+            // Parse from the decoded text without keeping a copy of it: a UTF-8 body is
+            // borrowed as it is, and the tree holds its own strings anyway.
+            let html = match self.text.get() {
+                Some(text) => Html::parse_document(text),
+                None => {
+                    let enc = charset::sniff(self.header("content-type"), &self.body);
+                    Html::parse_document(&enc.decode(&self.body).0)
+                }
+            };
+            Mutex::new(html)
+        })
     }
 
     /// The base for relative links: `<base href>` when the page has one, else the page URL.

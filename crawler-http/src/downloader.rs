@@ -12,6 +12,7 @@ use crawler_core::{
 };
 use tokio::time::Instant;
 
+use crate::challenge::ChallengeMatcher;
 use crate::error::Error;
 use crate::guard::{PublicOnly, is_private};
 use crate::headers::{parse_rate_limit, retry_after, server_clock_offset};
@@ -31,7 +32,7 @@ pub struct HttpDownloader {
     max_redirects: usize,
     deny_private: bool,
     /// Challenge-page markers, ASCII case-insensitive, built once; `None` without markers.
-    soft_block_markers: Option<aho_corasick::AhoCorasick>,
+    soft_block_markers: Option<ChallengeMatcher>,
     /// Validators and cached responses of earlier runs, when the crawl keeps them.
     store: Option<Arc<dyn ConditionalStore>>,
     /// Send If-None-Match / If-Modified-Since (the `conditional_requests` setting).
@@ -95,7 +96,7 @@ impl HttpDownloader {
             max_redirects: settings.max_redirects,
             timeout: settings.download_timeout,
             deny_private: settings.deny_private_addresses,
-            soft_block_markers: challenge_matcher(&settings.soft_block_markers)?,
+            soft_block_markers: ChallengeMatcher::new(&settings.soft_block_markers)?,
             store: None,
             send_validators: settings.conditional_requests,
             offline: settings.http_cache && settings.http_cache_offline,
@@ -154,6 +155,10 @@ impl HttpDownloader {
     /// host (with its port when not the default) decides when it sets `ignore_robots`,
     /// whatever slot key (`host_key`) groups the host.
     fn obeys_robots(&self, url: &Url) -> bool {
+        if self.host_rules.is_empty() {
+            // The common case costs no formatted host per request.
+            return self.obey_robots;
+        }
         let host = url.host_str().unwrap_or("");
         let host = match url.port() {
             Some(p) => format!("{host}:{p}"),
@@ -229,7 +234,7 @@ impl HttpDownloader {
 
     /// Whether a response (of any status: challenges come as 200, 403 and 503) is really a
     /// challenge page. Only HTML-ish bodies are searched, and only their first
-    /// [`SOFT_BLOCK_SCAN`] bytes, raw: one pass of a prebuilt automaton, no copy.
+    /// [`SOFT_BLOCK_SCAN`] bytes, raw, with no copy (see [`ChallengeMatcher`]).
     fn is_challenge(&self, headers: &http::HeaderMap, body: &[u8]) -> bool {
         let Some(markers) = &self.soft_block_markers else {
             return false;
@@ -237,9 +242,11 @@ impl HttpDownloader {
         let html = headers
             .get("content-type")
             .and_then(|v| v.to_str().ok())
+            // Case-insensitive without a lowercased copy: this runs on every response.
             .is_none_or(|ct| {
-                let ct = ct.to_ascii_lowercase();
-                ct.contains("html")
+                ct.as_bytes()
+                    .windows(4)
+                    .any(|w| w.eq_ignore_ascii_case(b"html"))
             });
         html && markers.is_match(body.get(..SOFT_BLOCK_SCAN).unwrap_or(body))
     }
@@ -283,24 +290,6 @@ impl HttpDownloader {
         }
         Ok((url, status, headers, body.freeze()))
     }
-}
-
-/// One automaton for all markers: matching stays a single pass over the scanned bytes
-/// whatever the number of markers.
-fn challenge_matcher(markers: &[String]) -> Result<Option<aho_corasick::AhoCorasick>, Error> {
-    let markers: Vec<&str> = markers
-        .iter()
-        .map(|m| m.as_str())
-        .filter(|m| !m.is_empty())
-        .collect();
-    if markers.is_empty() {
-        return Ok(None);
-    }
-    aho_corasick::AhoCorasick::builder()
-        .ascii_case_insensitive(true)
-        .build(markers)
-        .map(Some)
-        .map_err(|e| Error::new("cannot build the soft_block_markers matcher", e))
 }
 
 fn too_large(cap: u64, status: u16) -> Failure {

@@ -21,6 +21,7 @@
 //! # drop(downloader);
 //! ```
 
+mod challenge;
 mod downloader;
 mod error;
 mod guard;

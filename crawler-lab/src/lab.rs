@@ -22,6 +22,8 @@ pub const MIN_BOOKS: usize = 100;
 pub const MAX_BOOKS: usize = 100_000;
 /// Catalogue size when neither the builder nor the scenario sets one.
 pub const DEFAULT_BOOKS: usize = 1000;
+/// "You might also like" links on a book page by default.
+const DEFAULT_RELATED: u32 = 4;
 /// Requests the recorder stores by default before it only counts them.
 pub const DEFAULT_RECORD_LIMIT: usize = 1_000_000;
 /// Default allowance for requests already in flight when a wait was announced.
@@ -40,6 +42,7 @@ pub struct LabBuilder {
     record_limit: usize,
     mutations: Vec<f64>,
     script: Option<crate::script::Script>,
+    related: u32,
 }
 
 impl Default for LabBuilder {
@@ -55,6 +58,7 @@ impl Default for LabBuilder {
             record_limit: DEFAULT_RECORD_LIMIT,
             mutations: Vec::new(),
             script: None,
+            related: DEFAULT_RELATED,
         }
     }
 }
@@ -129,6 +133,14 @@ impl LabBuilder {
         self
     }
 
+    /// How many "you might also like" links each book page carries (default 4, at most
+    /// 1,000). Benchmarks raise it for a heavier page: 44 gives book pages of about 7 KB with
+    /// 60 links, the profile of many real shops.
+    pub fn related_links(mut self, n: u32) -> Self {
+        self.related = n.min(1_000);
+        self
+    }
+
     /// Binds 127.0.0.1 and starts serving on the current tokio runtime.
     pub async fn start(self) -> Result<Lab, Error> {
         let books = self.books.or(self.scenario.books).unwrap_or(DEFAULT_BOOKS);
@@ -167,7 +179,8 @@ impl LabBuilder {
         let shared = Arc::new(Shared {
             start: Instant::now(),
             base: base.clone(),
-            catalogue: Catalogue::new(self.seed, books as u32, self.mutations),
+            catalogue: Catalogue::new(self.seed, books as u32, self.mutations)
+                .with_related(self.related),
             sitemaps: Sitemaps::default(),
             recorder: Recorder::new(self.grace, self.record_limit),
             default: Live::new(self.scenario),

@@ -180,6 +180,8 @@ pub(crate) struct Catalogue {
     pub seed: u64,
     pub books: u32,
     cat_shift: u32,
+    /// "You might also like" links per book page.
+    related: u32,
     /// Fraction of books changed by each mutation, oldest first.
     mutations: RwLock<Vec<f64>>,
 }
@@ -190,8 +192,15 @@ impl Catalogue {
             seed,
             books,
             cat_shift: (seed % CATEGORIES.len() as u64) as u32,
+            related: 4,
             mutations: RwLock::new(mutations),
         }
+    }
+
+    /// Sets how many related books each book page links to.
+    pub(crate) fn with_related(mut self, related: u32) -> Self {
+        self.related = related;
+        self
     }
 
     fn with_mutations<R>(&self, f: impl FnOnce(&[f64]) -> R) -> R {
@@ -536,7 +545,7 @@ impl Catalogue {
             hash2(self.seed ^ 0x0075_7063, u64::from(id))
         );
         out.extend_from_slice(b"<section class=\"related\">\n<h2>You might also like</h2>\n<ul>\n");
-        for k in 1..=4u32 {
+        for k in 1..=self.related {
             let other = (id - 1 + 10 * k) % self.books + 1;
             put!(out, "<li><a href=\"/catalogue/book-{other}.html\">");
             self.write_title(other, out);

@@ -116,14 +116,14 @@ pub async fn run_engine<S: crawler_core::Spider>(
         Some(addr) => Some(metrics::serve(addr, rx.clone()).await?),
         None => None,
     };
-    let stats = engine.run().await;
+    let stats = crate::run_as_task(engine).await;
     if let Some(d) = display {
         let _ = d.await;
     }
     if let Some(m) = metrics {
         m.abort();
     }
-    Ok(stats?)
+    stats
 }
 
 /// Exit status for usage and settings errors.

@@ -106,6 +106,12 @@ mod spiders;
 
 use crawler::{Contract, Runner};
 
+// The allocator is the project's choice: mimalloc costs less CPU per page than the system
+// allocator (the framework's BENCHMARKS.md, "Speed (issue 16)"). Delete these two lines
+// for the system allocator.
+#[global_allocator]
+static GLOBAL: crawler::MiMalloc = crawler::MiMalloc;
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let books = spiders::books::Books::from_env();
