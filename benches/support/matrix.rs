@@ -432,6 +432,26 @@ pub async fn run_lab_fleet(cell: Cell, secs: f64, fleet: Option<Fleet>) -> Outco
     let result = crawl_for(lab.url(), secs, fleet.as_ref().map(|f| (f, job.as_str()))).await;
     let requests = lab.recorder().requests();
     lab.shutdown().await;
+    // With MATRIX_RECORD_DIR set, the lab's record of the cell as CSV (arrival and reply ms
+    // on the lab's clock, status), to look at the spacing behind refusals.
+    if let Some(dir) = std::env::var_os("MATRIX_RECORD_DIR") {
+        let suffix = fleet
+            .as_ref()
+            .map_or(String::new(), |f| format!("-fleet{}", f.workers));
+        let mut csv = String::from("at_ms,replied_ms,status\n");
+        for r in &requests {
+            csv.push_str(&format!(
+                "{},{},{}\n",
+                r.at.as_millis(),
+                r.replied_at.as_millis(),
+                r.status
+            ));
+        }
+        let path = std::path::Path::new(&dir).join(format!("{}{suffix}.csv", cell.name));
+        if let Err(e) = std::fs::write(&path, csv) {
+            eprintln!("could not write {}: {e}", path.display());
+        }
+    }
     let crawled = match result {
         Ok(r) => r,
         Err(e) => return failed(e),
