@@ -19,7 +19,8 @@
 //! it. One `redis-server` of the bench's own (a free 127.0.0.1 port, a temporary directory,
 //! no persistence) serves every cell; it is skipped with a message when not installed.
 //! `--batches M` runs the cells in M consecutive groups, each group at once, for machines
-//! that cannot carry every cell's workers together.
+//! that cannot carry every cell's workers together. `MATRIX_RECORD_DIR=DIR` writes each
+//! cell's lab record (arrival and reply ms, status) to `DIR/CELL.csv` (`CELL-fleetN.csv`).
 //!
 //! Goals per cell: zero violations (requests inside an announced wait), at most 3 refusals
 //! per 1,000 pages, a steady rate (requests/s over the last half of the crawl) of at least
