@@ -7,7 +7,20 @@
 //! cargo bench --bench politeness_matrix -- --minutes 2     # or MATRIX_MINUTES=2
 //! cargo bench --bench politeness_matrix -- nginx-b0 window # cells whose name contains one
 //! cargo bench --bench politeness_matrix -- --real          # nginx/HAProxy cells: lab and real server
+//! cargo bench --bench politeness_matrix -- --fleet 4       # each cell crawled by 4 Redis workers
+//! cargo bench --bench politeness_matrix -- --fleet 4 --batches 2  # half the cells at a time
 //! ```
+//!
+//! With `--fleet N` each cell is crawled by N workers sharing one crawl through Redis (its
+//! frontier and the host's budget): N engines in this process, each with its own Redis
+//! connection, all with the default settings plus `redis_url` and a job named after the
+//! cell, against the same lab limiter. The figures are the lab's, so fleet-wide, and one
+//! more goal applies: the fleet never sends more in any minute than the limiter accepts in
+//! it. One `redis-server` of the bench's own (a free 127.0.0.1 port, a temporary directory,
+//! no persistence) serves every cell; it is skipped with a message when not installed.
+//! `--batches M` runs the cells in M consecutive groups, each group at once, for machines
+//! that cannot carry every cell's workers together. `MATRIX_RECORD_DIR=DIR` writes each
+//! cell's lab record (arrival and reply ms, status) to `DIR/CELL.csv` (`CELL-fleetN.csv`).
 //!
 //! Goals per cell: zero violations (requests inside an announced wait), at most 3 refusals
 //! per 1,000 pages, a steady rate (requests/s over the last half of the crawl) of at least
@@ -34,12 +47,28 @@ async fn main() {
         .and_then(|m| m.parse().ok())
         .unwrap_or(10.0);
     let mut real = false;
+    let mut fleet_workers: Option<usize> = None;
+    let mut batches: usize = 1;
     let mut filters = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--bench" => {}
             "--real" => real = true,
+            "--fleet" => match args.next().map(|n| n.parse::<usize>()) {
+                Some(Ok(n)) if n >= 1 => fleet_workers = Some(n),
+                _ => {
+                    eprintln!("--fleet needs a number of workers (1 or more)");
+                    std::process::exit(2);
+                }
+            },
+            "--batches" => match args.next().map(|n| n.parse::<usize>()) {
+                Some(Ok(n)) if n >= 1 => batches = n,
+                _ => {
+                    eprintln!("--batches needs a number (1 or more)");
+                    std::process::exit(2);
+                }
+            },
             "--minutes" => match args.next().and_then(|m| m.parse().ok()) {
                 Some(m) => minutes = m,
                 None => {
@@ -59,6 +88,14 @@ async fn main() {
     if cells.is_empty() {
         eprintln!("no cell matches {filters:?}");
         std::process::exit(2);
+    }
+    if let Some(workers) = fleet_workers {
+        if real {
+            eprintln!("--fleet runs against the lab only; drop --real");
+            std::process::exit(2);
+        }
+        run_fleet(cells, secs, workers, batches).await;
+        return;
     }
     if real {
         for kind in ["nginx", "haproxy"] {
@@ -95,4 +132,123 @@ async fn main() {
     matrix::print_table(&outcomes);
     let passed = outcomes.iter().filter(|o| o.misses().is_empty()).count();
     println!("\n{passed} of {} cells pass", outcomes.len());
+}
+
+/// Runs every cell with a fleet of `workers`, in `batches` consecutive groups, and prints
+/// the fleet table and the cells passing each goal.
+async fn run_fleet(cells: Vec<matrix::Cell>, secs: f64, workers: usize, batches: usize) {
+    if real::which("redis-server").is_none() {
+        println!("redis-server not found on PATH: the fleet matrix is skipped");
+        return;
+    }
+    let redis = match RedisServer::start() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("could not start redis-server: {e}");
+            std::process::exit(1);
+        }
+    };
+    let fleet = matrix::Fleet {
+        redis_url: redis.url(),
+        workers,
+    };
+    let per_batch = cells.len().div_ceil(batches.min(cells.len()));
+    println!(
+        "{} cells, {workers} workers each (one Redis at {}), {:.1} minutes each, {} at a time\n",
+        cells.len(),
+        fleet.redis_url,
+        secs / 60.0,
+        per_batch
+    );
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    for (b, batch) in cells.chunks(per_batch).enumerate() {
+        let names: Vec<&str> = batch.iter().map(|c| c.name.as_str()).collect();
+        eprintln!("batch {}: {}", b + 1, names.join(" "));
+        let runs: Vec<_> = batch
+            .iter()
+            .cloned()
+            .map(|cell| {
+                let f = fleet.clone();
+                tokio::spawn(async move { matrix::run_lab_fleet(cell, secs, Some(f)).await })
+            })
+            .collect();
+        for r in runs {
+            match r.await {
+                Ok(o) => outcomes.push(o),
+                Err(e) => eprintln!("a cell panicked: {e}"),
+            }
+        }
+    }
+    drop(redis);
+    outcomes.sort_by(|a, b| a.name.cmp(&b.name));
+    matrix::print_fleet_table(&outcomes);
+    let p = matrix::passing(&outcomes);
+    let n = outcomes.len();
+    println!(
+        "\n{} of {n} cells pass every goal; zero violations: {} of {n}; refusals: {} of {n}; steady rate: {} of {n}; aggregate rate within the limit: {} of {n}",
+        p.all, p.violations, p.refusals, p.steady, p.aggregate
+    );
+}
+
+/// A redis-server of the bench's own on a free 127.0.0.1 port, with no persistence (a
+/// benchmark's crawl need not survive it), killed on drop.
+struct RedisServer {
+    child: std::process::Child,
+    port: u16,
+    // Held for its lifetime: redis-server's working directory.
+    _dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    fn start() -> Result<Self, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let port = real::free_port().map_err(|e| e.to_string())?;
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        let server = Self {
+            child,
+            port,
+            _dir: dir,
+        };
+        // Bounded: up to 5 s for it to answer a PING.
+        for _ in 0..250 {
+            if server.ping() {
+                return Ok(server);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Err(format!(
+            "redis-server did not answer on port {port} within 5 s"
+        ))
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn ping(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(1)));
+        let mut buf = [0u8; 16];
+        s.write_all(b"*1\r\n$4\r\nPING\r\n").is_ok()
+            && s.read(&mut buf)
+                .is_ok_and(|n| buf[..n].starts_with(b"+PONG"))
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

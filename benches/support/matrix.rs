@@ -17,6 +17,9 @@ use crate::real::{self, Content, HaproxyLimit, NginxLimit, RealServer};
 pub const BOOKS: usize = 10_000;
 /// Period of the HAProxy counter and the fixed window, seconds.
 pub const PERIOD: u64 = 10;
+/// The span over which the aggregate rate is checked against the limit, seconds: long
+/// enough that a burst's credit and one window's quota are a small part of it.
+pub const PEAK_WINDOW_SECS: u64 = 60;
 /// Requests already in flight when a wait is announced are not violations for this long
 /// (the lab's default grace).
 pub const GRACE_MS: u64 = 100;
@@ -68,6 +71,22 @@ impl Cell {
             rate,
             retry_after,
         }
+    }
+
+    /// The most requests the server accepts in any [`PEAK_WINDOW_SECS`], as requests/s:
+    /// the rate plus a token bucket's burst; a fixed window (and a gateway's) can accept a
+    /// whole extra quota when the span straddles its boundaries; HAProxy's sliding counter
+    /// holds any span to its rate. A fleet sending more than this in some span sent more
+    /// than the limit allows, whatever the server answered.
+    pub fn peak_limit(&self) -> f64 {
+        let rate = f64::from(self.rate);
+        let span = PEAK_WINDOW_SECS as f64;
+        let extra = match self.kind {
+            Kind::Nginx(b) => f64::from(b),
+            Kind::Haproxy => 0.0,
+            Kind::Window | Kind::Gateway(_) => rate * PERIOD as f64,
+        };
+        rate + extra / span
     }
 
     /// Whether this cell passes on the zero-refusal, 97% goals of a header gateway.
@@ -158,6 +177,15 @@ pub struct Outcome {
     pub secs: f64,
     /// Why the cell could not run, if it could not.
     pub error: Option<String>,
+    /// Workers crawling the cell: 1 for a single crawler, N for a Redis fleet.
+    pub workers: usize,
+    /// Pages each worker fetched (its own count), to show every worker took part.
+    pub worker_pages: Vec<u64>,
+    /// The most requests (refused or not) the server received in any
+    /// [`PEAK_WINDOW_SECS`], as requests/s.
+    pub peak: f64,
+    /// The most the server accepts in such a span, as requests/s ([`Cell::peak_limit`]).
+    pub peak_limit: f64,
 }
 
 impl Outcome {
@@ -184,6 +212,12 @@ impl Outcome {
             out.push(format!("{} violations", self.violations));
         }
         out.extend(self.rate_misses());
+        if self.workers > 1 && self.peak > self.peak_limit {
+            out.push(format!(
+                "fleet sent {:.2} r/s over {PEAK_WINDOW_SECS} s (limit {:.2})",
+                self.peak, self.peak_limit
+            ));
+        }
         out
     }
 
@@ -240,6 +274,15 @@ pub fn judge(cell: &Cell, seen: &[Seen], t0_ms: u64, secs: f64) -> Outcome {
     let from = t0_ms + half_ms;
     let to = t0_ms + 2 * half_ms;
     let late = arrivals.iter().filter(|&&a| a >= from && a < to).count();
+    // The busiest span: for each arrival, the arrivals within the span that starts there.
+    let span_ms = PEAK_WINDOW_SECS * 1000;
+    let (mut end, mut busiest) = (0, 0);
+    for (i, &at) in arrivals.iter().enumerate() {
+        while end < arrivals.len() && arrivals[end] < at + span_ms {
+            end += 1;
+        }
+        busiest = busiest.max(end - i);
+    }
     Outcome {
         name: cell.name.clone(),
         allowed: f64::from(cell.rate),
@@ -250,57 +293,130 @@ pub fn judge(cell: &Cell, seen: &[Seen], t0_ms: u64, secs: f64) -> Outcome {
         violations,
         steady: late as f64 / (half_ms.max(1) as f64 / 1000.0),
         secs,
+        workers: 1,
+        peak: busiest as f64 / PEAK_WINDOW_SECS as f64,
+        peak_limit: cell.peak_limit(),
         ..Outcome::default()
     }
 }
 
+/// A fleet of workers sharing one crawl through Redis: `workers` engines with the same
+/// `redis_url` and `job_name` (one job per cell, so cells sharing one redis-server never see
+/// each other's frontier or host budgets).
+#[derive(Clone, Debug)]
+pub struct Fleet {
+    /// `redis://127.0.0.1:PORT/`.
+    pub redis_url: String,
+    /// Workers per cell.
+    pub workers: usize,
+}
+
+/// What a crawl (one crawler, or every worker of a fleet) did, from its own side.
+struct Crawled {
+    items: u64,
+    secs: f64,
+    /// Pages each worker fetched (one entry for a single crawler).
+    fetched: Vec<u64>,
+}
+
 /// Crawls `url` with the default settings for `secs`, then stops the crawl (as Ctrl-C
-/// does). Returns the items scraped and the seconds it ran.
-async fn crawl_for(url: String, secs: f64) -> Result<(u64, f64), String> {
+/// does). With a fleet, its workers run as engines in this process, each with its own
+/// Redis connection, lease token and cached host state (shared state goes through Redis
+/// only, as between processes); `job` names the fleet's crawl in Redis.
+async fn crawl_for(
+    url: String,
+    secs: f64,
+    fleet: Option<(&Fleet, &str)>,
+) -> Result<Crawled, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let engine = Crawl::new(crate::books::Books { start: url })
-        .progress(false)
-        .feed(dir.path().join("items.jsonl"))
-        .map_err(|e| e.to_string())?
-        .build()
-        .map_err(|e| e.to_string())?;
-    let stop = engine.shutdown_handle();
+    let workers = fleet.map_or(1, |(f, _)| f.workers.max(1));
+    let mut runs = Vec::new();
+    let mut stops = Vec::new();
+    let ended = std::sync::Arc::new(tokio::sync::Notify::new());
     let started = std::time::Instant::now();
-    let run = tokio::spawn(engine.run());
-    let deadline = tokio::time::sleep(Duration::from_secs_f64(secs));
-    tokio::pin!(deadline);
-    tokio::pin!(run);
-    let stats = tokio::select! {
-        done = &mut run => done,
-        _ = &mut deadline => {
-            stop.request();
-            // A second request stops at once if the first has not within a minute (a held
-            // host may sleep; it must not keep the matrix waiting).
-            match tokio::time::timeout(Duration::from_secs(60), &mut run).await {
-                Ok(done) => done,
-                Err(_) => {
-                    stop.request();
-                    run.await
+    for w in 0..workers {
+        let mut crawl = Crawl::new(crate::books::Books { start: url.clone() })
+            .progress(false)
+            .feed(dir.path().join(format!("items-{w}.jsonl")))
+            .map_err(|e| e.to_string())?;
+        if let Some((f, job)) = fleet {
+            crawl = crawl
+                .set("redis_url", f.redis_url.clone())
+                .set("job_name", job);
+        }
+        let engine = crawl.build().map_err(|e| e.to_string())?;
+        stops.push(engine.shutdown_handle());
+        let ended = ended.clone();
+        runs.push(tokio::spawn(async move {
+            let stats = engine.run().await;
+            ended.notify_one();
+            stats
+        }));
+    }
+    // A worker that ends before the deadline (none should: the site outlasts it; one that
+    // fails does) ends the wait for all, so an error shows at once.
+    tokio::select! {
+        _ = ended.notified() => {}
+        _ = tokio::time::sleep(Duration::from_secs_f64(secs)) => {}
+    }
+    for stop in &stops {
+        stop.request();
+    }
+    let mut crawled = Crawled {
+        items: 0,
+        secs: started.elapsed().as_secs_f64().min(secs),
+        fetched: Vec::new(),
+    };
+    let mut errors = Vec::new();
+    for (run, stop) in runs.iter_mut().zip(&stops) {
+        // A second request stops at once if the first has not within a minute (a held
+        // host may sleep; it must not keep the matrix waiting).
+        let done = match tokio::time::timeout(Duration::from_secs(60), &mut *run).await {
+            Ok(done) => done,
+            Err(_) => {
+                stop.request();
+                match tokio::time::timeout(Duration::from_secs(30), &mut *run).await {
+                    Ok(done) => done,
+                    Err(_) => {
+                        run.abort();
+                        errors.push("a worker did not stop within 90 s".to_owned());
+                        continue;
+                    }
                 }
             }
+        };
+        match done {
+            Ok(Ok(stats)) => {
+                crawled.items += stats.items_scraped;
+                crawled.fetched.push(stats.fetched);
+            }
+            Ok(Err(e)) => errors.push(e.to_string()),
+            Err(e) => errors.push(format!("crawl panicked: {e}")),
         }
-    };
-    let stats = stats
-        .map_err(|e| format!("crawl panicked: {e}"))?
-        .map_err(|e| e.to_string())?;
-    Ok((
-        stats.items_scraped,
-        started.elapsed().as_secs_f64().min(secs),
-    ))
+    }
+    if errors.is_empty() {
+        Ok(crawled)
+    } else {
+        Err(errors.join("; "))
+    }
 }
 
 /// Runs one cell against the lab for `secs` seconds.
 pub async fn run_lab(cell: Cell, secs: f64) -> Outcome {
+    run_lab_fleet(cell, secs, None).await
+}
+
+/// Runs one cell against the lab for `secs` seconds, with one crawler or, given a fleet,
+/// with its workers sharing one crawl (the job named after the cell). The lab sees every
+/// worker as one client (all connect from 127.0.0.1), so its limiter, its announced waits
+/// and its record are the fleet's.
+pub async fn run_lab_fleet(cell: Cell, secs: f64, fleet: Option<Fleet>) -> Outcome {
     let failed = |e: String| Outcome {
         name: cell.name.clone(),
         allowed: f64::from(cell.rate),
         gateway: cell.is_gateway(),
         error: Some(e),
+        workers: fleet.as_ref().map_or(1, |f| f.workers.max(1)),
         ..Outcome::default()
     };
     let lab = match Lab::builder()
@@ -312,10 +428,31 @@ pub async fn run_lab(cell: Cell, secs: f64) -> Outcome {
         Ok(lab) => lab,
         Err(e) => return failed(e.to_string()),
     };
-    let result = crawl_for(lab.url(), secs).await;
+    let job = format!("matrix-{}", cell.name);
+    let result = crawl_for(lab.url(), secs, fleet.as_ref().map(|f| (f, job.as_str()))).await;
     let requests = lab.recorder().requests();
     lab.shutdown().await;
-    let (items, ran) = match result {
+    // With MATRIX_RECORD_DIR set, the lab's record of the cell as CSV (arrival and reply ms
+    // on the lab's clock, status), to look at the spacing behind refusals.
+    if let Some(dir) = std::env::var_os("MATRIX_RECORD_DIR") {
+        let suffix = fleet
+            .as_ref()
+            .map_or(String::new(), |f| format!("-fleet{}", f.workers));
+        let mut csv = String::from("at_ms,replied_ms,status\n");
+        for r in &requests {
+            csv.push_str(&format!(
+                "{},{},{}\n",
+                r.at.as_millis(),
+                r.replied_at.as_millis(),
+                r.status
+            ));
+        }
+        let path = std::path::Path::new(&dir).join(format!("{}{suffix}.csv", cell.name));
+        if let Err(e) = std::fs::write(&path, csv) {
+            eprintln!("could not write {}: {e}", path.display());
+        }
+    }
+    let crawled = match result {
         Ok(r) => r,
         Err(e) => return failed(e),
     };
@@ -334,8 +471,10 @@ pub async fn run_lab(cell: Cell, secs: f64) -> Outcome {
             }),
         })
         .collect();
-    let mut o = judge(&cell, &seen, t0_ms, ran);
-    o.items = items;
+    let mut o = judge(&cell, &seen, t0_ms, crawled.secs);
+    o.items = crawled.items;
+    o.workers = fleet.map_or(1, |f| f.workers.max(1));
+    o.worker_pages = crawled.fetched;
     o
 }
 
@@ -387,13 +526,13 @@ pub async fn run_real(cell: Cell, secs: f64) -> Option<Outcome> {
             return Some(failed(e));
         }
     };
-    let result = crawl_for(format!("{}/", server.url()), secs).await;
+    let result = crawl_for(format!("{}/", server.url()), secs, None).await;
     // Let the last log lines reach the file.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let log = server.log();
     drop(server);
     backend.shutdown().await;
-    let (items, ran) = match result {
+    let crawled = match result {
         Ok(r) => r,
         Err(e) => return Some(failed(e)),
     };
@@ -409,9 +548,9 @@ pub async fn run_real(cell: Cell, secs: f64) -> Option<Outcome> {
         })
         .collect();
     let t0_ms = seen.first().map_or(0, |s| s.at_ms);
-    let mut o = judge(&cell, &seen, t0_ms, ran);
+    let mut o = judge(&cell, &seen, t0_ms, crawled.secs);
     o.name = name;
-    o.items = items;
+    o.items = crawled.items;
     Some(o)
 }
 
@@ -440,6 +579,99 @@ pub fn print_table(outcomes: &[Outcome]) {
             o.steady_pct(),
             o.items,
             verdict
+        );
+    }
+}
+
+/// "pass" or "FAIL".
+fn verdict(ok: bool) -> &'static str {
+    if ok { "pass" } else { "FAIL" }
+}
+
+/// How many outcomes pass each goal: violations, refusals, steady rate, aggregate rate,
+/// and all of them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Passing {
+    /// Zero requests inside an announced wait.
+    pub violations: usize,
+    /// Refusals per 1,000 pages at most 3 (0 for gateways).
+    pub refusals: usize,
+    /// Steady rate at least 90% of the allowed rate (97% for gateways).
+    pub steady: usize,
+    /// Never more sent in any span than the server accepts in it.
+    pub aggregate: usize,
+    /// Every goal.
+    pub all: usize,
+}
+
+impl Outcome {
+    /// Each goal on its own: (violations, refusals, steady, aggregate).
+    pub fn goals(&self) -> (bool, bool, bool, bool) {
+        if self.error.is_some() {
+            return (false, false, false, false);
+        }
+        let (max_refusals, min_pct) = if self.gateway {
+            (0.0, 97.0)
+        } else {
+            (3.0, 90.0)
+        };
+        (
+            self.violations == 0,
+            self.refusals_per_1000() <= max_refusals,
+            self.steady_pct() >= min_pct,
+            self.peak <= self.peak_limit,
+        )
+    }
+}
+
+/// Counts the outcomes passing each goal.
+pub fn passing(outcomes: &[Outcome]) -> Passing {
+    let mut p = Passing::default();
+    for o in outcomes {
+        let (v, r, s, a) = o.goals();
+        p.violations += usize::from(v);
+        p.refusals += usize::from(r);
+        p.steady += usize::from(s);
+        p.aggregate += usize::from(a);
+        p.all += usize::from(v && r && s && a);
+    }
+    p
+}
+
+/// Prints fleet outcomes as a markdown table, one pass/fail column per goal: the figures are
+/// the lab's, so fleet-wide; "pages per worker" is each worker's own count.
+pub fn print_fleet_table(outcomes: &[Outcome]) {
+    println!(
+        "| cell | workers | pages per worker | requests | refusals | refusals / 1,000 pages | violations | steady r/s | steady % | peak {PEAK_WINDOW_SECS} s r/s (limit) | violations goal | refusals goal | steady goal | aggregate goal |"
+    );
+    println!("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|");
+    for o in outcomes {
+        if let Some(e) = &o.error {
+            println!(
+                "| {} | {} | | | | | | | | | did not run: {e} | | | |",
+                o.name, o.workers
+            );
+            continue;
+        }
+        let (v, r, s, a) = o.goals();
+        let per_worker: Vec<String> = o.worker_pages.iter().map(u64::to_string).collect();
+        println!(
+            "| {} | {} | {} | {} | {} | {:.1} | {} | {:.2} | {:.1}% | {:.2} ({:.2}) | {} | {} | {} | {} |",
+            o.name,
+            o.workers,
+            per_worker.join(" / "),
+            o.requests,
+            o.refusals,
+            o.refusals_per_1000(),
+            o.violations,
+            o.steady,
+            o.steady_pct(),
+            o.peak,
+            o.peak_limit,
+            verdict(v),
+            verdict(r),
+            verdict(s),
+            verdict(a),
         );
     }
 }
