@@ -25,7 +25,7 @@ use crawler::lab::{Lab, RetryAfter, Scenario};
 use crawler::prelude::*;
 use fleet::{
     Redis, feeds, fetches, field, finish, free_port, redis_meta, signal, spawn_worker, union,
-    wait_for_items,
+    wait_for_fleet_items, wait_for_items,
 };
 
 /// The lease ids outstanding in the job's Redis keys.
@@ -232,7 +232,7 @@ async fn a_redis_restart_mid_crawl_pauses_the_fleet_and_loses_nothing() {
         .iter()
         .map(|f| spawn_worker(&lab, &redis, "restart", f, settings))
         .collect();
-    wait_for_items(&feeds[0], 40).await;
+    wait_for_fleet_items(&feeds, 40).await;
     let before = lab.recorder().len();
     redis.restart(Duration::from_millis(1500));
     let mut lines = Vec::new();

@@ -291,6 +291,18 @@ pub async fn wait_for_items(feed: &Path, at_least: usize) {
     panic!("the worker made no progress");
 }
 
+/// Wait until the fleet as a whole has written `at_least` items (which worker gets the
+/// fleet-wide slots is not specified, so one worker may have written none yet).
+pub async fn wait_for_fleet_items(feeds: &[PathBuf], at_least: usize) {
+    for _ in 0..1500 {
+        if union(feeds).len() >= at_least {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the fleet made no progress");
+}
+
 /// Successful fetches per path, from the lab's side.
 pub fn fetches(lab: &Lab) -> HashMap<String, usize> {
     let mut by_path = HashMap::new();
