@@ -70,6 +70,7 @@ impl HostMachine {
                 lat_slow: None,
                 grown_at: now,
                 active_since: now,
+                last_episode: None,
                 log: SendLog::default(),
                 seed: 0x9e37_79b9_7f4a_7c15,
             },
@@ -124,6 +125,10 @@ impl HostMachine {
         }
         if let Some(t) = s.robots_down_since.as_mut() {
             *t += delta;
+        }
+        if let Some((a, b)) = s.last_episode.as_mut() {
+            *a += delta;
+            *b += delta;
         }
         s.log.shift(delta);
     }
@@ -659,6 +664,31 @@ impl HostMachine {
         let sent_rate = self.state.rate;
         self.state.last_cut = Some(now);
         self.state.calm_since = now;
+        // The previous episode emptied the limiter when its first refused request arrived,
+        // so what it accepted from then to this refusal (hold included) is what it
+        // refilled: exactly the refill rate if the hold was too short to fill the whole
+        // burst back, less if the bucket overflowed. Counts only, so arrival jitter cannot
+        // spoil it as it can the fit. It is believed only right after a hold (a long calm
+        // stretch below the limit lets the bucket overflow too) and when the burst the
+        // previous episode needed at that rate is more than the hold could refill.
+        let fresh = sent_at - self.state.active_since <= t.recent_window_ms;
+        let refill = self
+            .state
+            .last_episode
+            .filter(|_| fresh)
+            .and_then(|(start, empty)| {
+                let span = sent_at - empty;
+                if span < 1_000.0 {
+                    return None;
+                }
+                let log = &self.state.log;
+                let w = log.accepted_between(empty, sent_at) as f64 * 1_000.0 / span;
+                let burst =
+                    log.accepted_between(start, empty) as f64 - w * (empty - start) / 1_000.0;
+                let refilled = w * (self.state.active_since - empty) / 1_000.0;
+                (w > 0.0 && refilled <= burst).then_some(w)
+            });
+        self.state.last_episode = Some((self.state.active_since, sent_at));
         let accepted_since_hold = self
             .state
             .log
@@ -712,14 +742,22 @@ impl HostMachine {
         let narrow = fit.filter(|f| {
             f.hi <= t.narrow_fit * f.top && recent.is_none_or(|r| f.top >= t.fit_floor * r)
         });
-        let est = match (narrow, recent) {
-            (Some(f), _) => f.top,
+        // The refill witness, unless it is far below the recent accepted rate: a window
+        // limiter refills nothing until its window turns, so after a long hold the witness
+        // says little about it.
+        let witness = refill
+            .filter(|w| recent.is_some_and(|r| *w >= t.fit_floor * r))
+            .map(|w| w.min(recent.unwrap_or(w)));
+        let est = match (narrow, witness, recent) {
+            (Some(f), _, _) => f.top,
+            (None, Some(w), _) => w,
             // What the server accepted recently; a burst inflates it, so keep a margin
             // below, and the climb that follows finds the rest.
-            (None, Some(r)) => r * t.guess,
-            (None, None) => sent_rate * t.cut,
+            (None, None, Some(r)) => r * t.guess,
+            (None, None, None) => sent_rate * t.cut,
         };
-        self.state.confident = narrow.is_some();
+        tracing::debug!(?refill, ?witness, est, "refusal: the estimate");
+        self.state.confident = narrow.is_some() || witness.is_some();
         if self.state.phase != Phase::Steered {
             self.state.phase = Phase::Settled;
         }

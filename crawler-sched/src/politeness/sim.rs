@@ -197,6 +197,12 @@ pub(crate) struct Cell {
     pub allowed: f64,
     /// Retry-After on refusals (ms), or none.
     pub retry_after: Option<f64>,
+    /// Spread (ms) of the transit from send to arrival, above a floor of 0.3 ms: 2 ms on
+    /// a quiet loopback; a busy client (a debug build on two cores at 100 r/s) adds tens
+    /// of ms of scheduling between its clock reading and the bytes leaving.
+    pub transit_spread: f64,
+    /// Seed of the transit and latency draws.
+    pub seed: u64,
 }
 
 /// What the server saw.
@@ -236,7 +242,8 @@ pub(crate) fn run_audited(
     // (answer time, send time, accepted, reading)
     let mut pending: Vec<(f64, f64, bool, Option<RateLimitReading>)> = Vec::new();
     let mut hold_until = f64::NEG_INFINITY;
-    let mut seed: u64 = 7;
+    let mut last_arrival = f64::NEG_INFINITY;
+    let mut seed: u64 = cell.seed;
     let mut t = 0.0;
     let mut steady_accepted = 0u64;
     for _ in 0..10_000_000 {
@@ -257,7 +264,12 @@ pub(crate) fn run_audited(
                 .wrapping_mul(6_364_136_223_846_793_005)
                 .wrapping_add(1_442_695_040_888_963_407);
             // Loopback transit and scheduling: 0.3 to 2.3 ms.
-            let arrival = t + 0.3 + (seed >> 33) as f64 / (1u64 << 31) as f64 * 2.0;
+            // The server judges requests in the order they arrive, so arrival times are
+            // monotonic whatever the transit.
+            let arrival =
+                (t + 0.3 + (seed >> 33) as f64 / (1u64 << 31) as f64 * cell.transit_spread)
+                    .max(last_arrival);
+            last_arrival = arrival;
             if arrival < hold_until {
                 out.violations += 1;
             }
@@ -271,10 +283,17 @@ pub(crate) fn run_audited(
             let i = pending.iter().position(|p| p.0 == next_answer).unwrap_or(0);
             let (at, sent, ok, reading) = pending.swap_remove(i);
             t = at;
+            // A busy client also reads its clock late: the send time the machine infers
+            // (answer time minus latency) is off by up to the spread too.
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let noise = (cell.transit_spread - 2.0).max(0.0);
+            let late = ((seed >> 33) as f64 / (1u64 << 31) as f64 - 0.5) * noise;
             let mut fb = Feedback {
                 sent: true,
                 status: Some(if ok { 200 } else { 429 }),
-                latency: Duration::from_secs_f64((at - sent) / 1_000.0),
+                latency: Duration::from_secs_f64((at - sent - late).max(0.0) / 1_000.0),
                 rate_limit: reading,
                 ..Default::default()
             };
@@ -340,11 +359,27 @@ pub(crate) fn matrix() -> Vec<Cell> {
                     limiter,
                     allowed: rate,
                     retry_after: ra,
+                    transit_spread: 2.0,
+                    seed: 7,
                 });
             }
         }
     }
     cells
+}
+
+/// Every cell of `cells` once per seed, the seed in its name.
+pub(crate) fn seeded(cells: Vec<Cell>, seeds: &[u64]) -> Vec<Cell> {
+    seeds
+        .iter()
+        .flat_map(|&seed| {
+            cells.iter().map(move |c| Cell {
+                name: format!("{} #{seed}", c.name),
+                seed,
+                ..c.clone()
+            })
+        })
+        .collect()
 }
 
 /// The RateLimit-header cells.
@@ -356,6 +391,8 @@ pub(crate) fn gateways() -> Vec<Cell> {
             limiter: Limiter::gateway(rate, 60.0),
             allowed: rate,
             retry_after: None,
+            transit_spread: 2.0,
+            seed: 7,
         })
         .collect()
 }

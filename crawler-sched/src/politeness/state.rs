@@ -60,6 +60,11 @@ pub struct HostState {
     pub grown_at: Millis,
     /// End of the last hold (the accepted rate is measured from here).
     pub active_since: Millis,
+    /// The last refusal episode: when its active period began (the end of the hold
+    /// before it) and the send time of its first refused request. The limiter had nothing
+    /// left then, so what it accepted since is what it refilled.
+    #[serde(default)]
+    pub last_episode: Option<(Millis, Millis)>,
     /// What was sent and how it was answered.
     pub log: SendLog,
     /// Pseudo-random state for jitter (deterministic, so the machine stays pure).

@@ -4,6 +4,9 @@ use super::Params;
 use super::sim::{self, Outcome};
 use crawler_core::Settings;
 
+/// Seeds of the transit and latency draws: a result from one draw is not a result.
+const SEEDS: [u64; 3] = [7, 1_234, 99_991];
+
 fn defaults() -> Params {
     Params::from_settings(&Settings::default())
 }
@@ -31,16 +34,17 @@ fn table(cells: &[sim::Cell], minutes: f64) -> Vec<(String, f64, Outcome)> {
 }
 
 /// The politeness goal on virtual time: ten-minute crawls behind every limiter kind, rate
-/// and Retry-After choice, with default settings. No request ever lands inside an
-/// announced wait, in any cell. The rate goal (steady at least 90% of the allowed rate) is
-/// met in all but two cells today (nginx burst 20 with Retry-After 30 s at 3 and 5 r/s,
-/// where a probe above the limit is refused only after the burst drains, late in the
-/// crawl); this test holds that line (28 of 30 cells at 90%, every cell at 80%). Refusals:
-/// at most 4 per 1,000 pages at 3 and 5 r/s; at 1 r/s a ten-minute crawl is ~550 pages and
-/// the learning episodes (two to five) are more than 3 per 1,000.
+/// and Retry-After choice, with default settings, each with three draws of transit and
+/// latency. No request ever lands inside an announced wait, in any cell. The rate goal
+/// (steady at least 90% of the allowed rate) is met in 82 of the 90 runs today: the misses
+/// are nginx burst 20 with Retry-After 30 s at 3 and 5 r/s (84-87%: a quick probe above
+/// the limit is refused only after the burst drains, late in the crawl) and, for two of
+/// three draws, the fixed window at 1 r/s with Retry-After (88%); every run reaches 80%.
+/// Refusals: at most 4 per 1,000 pages at 3 and 5 r/s; at 1 r/s a ten-minute crawl is ~550
+/// pages and the learning episodes (two to five) are more than 3 per 1,000.
 #[test]
 fn matrix_of_limiters_reaches_ninety_percent_with_few_refusals() {
-    let rows = table(&sim::matrix(), 10.0);
+    let rows = table(&sim::seeded(sim::matrix(), &SEEDS), 10.0);
     let mut failed = Vec::new();
     let mut at_ninety = 0;
     for (name, allowed, o) in &rows {
@@ -57,11 +61,7 @@ fn matrix_of_limiters_reaches_ninety_percent_with_few_refusals() {
         }
     }
     assert!(failed.is_empty(), "cells failing the goal: {failed:?}");
-    assert!(
-        at_ninety >= 28,
-        "{at_ninety} of {} cells at 90%",
-        rows.len()
-    );
+    assert!(at_ninety >= 82, "{at_ninety} of {} runs at 90%", rows.len());
 }
 
 /// Once converged, at most one refusal per five minutes of steady crawling: an hour behind
@@ -121,9 +121,9 @@ fn audit_of_one_cell() {
     }
 }
 
-#[test]
-#[ignore = "a debugging aid"]
-fn audit_of_the_practice_test() {
+/// The lab's practice scenario: a token bucket of 50/s with a burst of 200 (four seconds'
+/// worth), Retry-After 3 s, a crawl starting at 100/s with 8 in flight.
+fn practice(transit_spread: f64) -> (Params, sim::Cell) {
     let params = Params::from_settings(&Settings {
         start_rate: 100.0,
         max_rate: 200.0,
@@ -135,7 +135,20 @@ fn audit_of_the_practice_test() {
         limiter: sim::Limiter::nginx(50.0, 200),
         allowed: 50.0,
         retry_after: Some(3_000.0),
+        transit_spread,
+        seed: 7,
     };
+    (params, cell)
+}
+
+#[test]
+#[ignore = "a debugging aid"]
+fn audit_of_the_practice_test() {
+    let spread = std::env::var("SPREAD")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2.0);
+    let (params, cell) = practice(spread);
     let (o, audit) = sim::run_audited(&cell, &params, 60_000.0);
     for a in audit {
         println!(
@@ -146,6 +159,37 @@ fn audit_of_the_practice_test() {
         );
     }
     println!("{o:?}");
+}
+
+/// A large burst over a short hold, with the send times known only to tens of
+/// milliseconds (a busy client): the token-bucket fit cannot narrow, and the recent
+/// accepted rate is inflated by the burst. What the limiter accepted from the end of one
+/// episode to the next (its refill) still pins the limit at the second episode, where the
+/// recent rate alone took four episodes and stayed ~1.4x over.
+#[test]
+fn a_big_burst_and_a_noisy_clock_still_converge_in_two_episodes() {
+    for spread in [2.0, 20.0, 40.0] {
+        let (params, cell) = practice(spread);
+        let (o, audit) = sim::run_audited(&cell, &params, 60_000.0);
+        let episodes: Vec<f64> = audit
+            .iter()
+            .filter(|a| {
+                matches!(a.trigger, super::Trigger::Status429)
+                    && matches!(a.what, super::What::Estimate { .. })
+            })
+            .map(|a| a.at)
+            .collect();
+        assert_eq!(o.violations, 0, "spread {spread}");
+        assert!(
+            episodes.len() <= 2,
+            "spread {spread}: episodes at {episodes:?}"
+        );
+        assert!(
+            (0.85 * 50.0..=50.0).contains(&o.steady),
+            "spread {spread}: steady {:.1}",
+            o.steady
+        );
+    }
 }
 
 /// Start conditions vary too: starting at half, three times and ten times the default
