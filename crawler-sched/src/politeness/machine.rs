@@ -17,6 +17,7 @@
 use crawler_core::{FailureKind, Feedback};
 
 use super::audit::{Change, Phase, Trigger, Verdict, What};
+use super::edge::WindowEdge;
 use super::estimate::{Answer, SendLog};
 use super::params::{Millis, Mode, Params, ms};
 use super::state::HostState;
@@ -71,6 +72,7 @@ impl HostMachine {
                 grown_at: now,
                 active_since: now,
                 last_episode: None,
+                edge: None,
                 log: SendLog::default(),
                 seed: 0x9e37_79b9_7f4a_7c15,
             },
@@ -129,6 +131,10 @@ impl HostMachine {
         if let Some((a, b)) = s.last_episode.as_mut() {
             *a += delta;
             *b += delta;
+        }
+        if let Some(e) = s.edge.as_mut() {
+            e.lo += delta;
+            e.hi += delta;
         }
         s.log.shift(delta);
     }
@@ -389,10 +395,28 @@ impl HostMachine {
             return verdict;
         }
         if let Some(rl) = fb.rate_limit
+            && let Some(reset) = rl.reset
+        {
+            self.state.edge = Some(WindowEdge::observe(
+                self.state.edge,
+                ms(reset),
+                reset.subsec_nanos() == 0,
+                rl.window.map(ms),
+                sent_at,
+                now,
+            ));
+        }
+        if let Some(rl) = fb.rate_limit
             && rl.remaining == 0
         {
+            // The quota is back when the window turns: the narrowed edge, no later than
+            // the announced reset.
+            let edge = self.state.edge.filter(|_| rl.reset.is_some());
             verdict = match rl.reset.or(rl.window) {
-                Some(reset) => self.hold(ms(reset), now, Trigger::RateLimitExhausted),
+                Some(reset) => {
+                    let wait = edge.map_or(ms(reset), |e| e.wait(now).min(ms(reset)));
+                    self.hold(wait, now, Trigger::RateLimitExhausted)
+                }
                 None => self.backoff(now, Trigger::RateLimitExhausted),
             };
             if verdict != Verdict::Continue {
@@ -632,19 +656,22 @@ impl HostMachine {
         let Some(reset) = rl.reset.or(rl.window) else {
             return;
         };
-        let mut secs = reset.as_secs_f64();
-        // Whole-second resets are rounded up by servers (the IETF fields are integers):
-        // the true time left is half a second less on average. An exhausted quota still
-        // holds for the full stated reset.
-        if reset.subsec_nanos() == 0 && secs >= 1.0 {
-            secs -= 0.5;
-        }
+        // Time left in the window: the narrowed edge when the reset is what it brackets
+        // (whole-second resets are rounded up by servers, so a reading alone is up to a
+        // second long).
+        let secs = match (rl.reset, self.state.edge) {
+            (Some(r), Some(e)) => (e.wait(now) / 1_000.0).min(r.as_secs_f64()),
+            _ => reset.as_secs_f64(),
+        };
         if rl.remaining == 0 || secs <= 0.0 {
             return;
         }
-        // Requests already in flight will spend quota too.
+        // Requests already in flight will spend quota too. The remaining requests are
+        // spread so that the last one goes a gap before the window turns, not on the edge:
+        // the next window's first request is the one that goes on the edge (after the
+        // exhausted quota's hold), so every window's whole quota is used.
         let left = rl.remaining.saturating_sub(u64::from(self.state.in_flight)) as f64;
-        let budget = left / secs;
+        let budget = (left + 1.0) / secs;
         self.state.phase = Phase::Steered;
         self.state.declared = Some(budget.max(1e-3));
         let learned = self

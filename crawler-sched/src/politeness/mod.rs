@@ -13,6 +13,7 @@
 //! Redis, committed by compare-and-set, so there is one source of truth for the rules.
 
 mod audit;
+mod edge;
 mod estimate;
 mod machine;
 mod params;
@@ -24,6 +25,7 @@ mod tests;
 mod tuning;
 
 pub use audit::{Change, Phase, Trigger, Verdict, What};
+pub use edge::WindowEdge;
 pub use estimate::{Answer, Fit, SendLog};
 pub use machine::HostMachine;
 pub use params::{Millis, Mode, Params};

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::audit::Phase;
+use super::edge::WindowEdge;
 use super::estimate::SendLog;
 use super::params::Millis;
 
@@ -65,6 +66,9 @@ pub struct HostState {
     /// left then, so what it accepted since is what it refilled.
     #[serde(default)]
     pub last_episode: Option<(Millis, Millis)>,
+    /// Where the server's quota window turns, from its RateLimit resets.
+    #[serde(default)]
+    pub edge: Option<WindowEdge>,
     /// What was sent and how it was answered.
     pub log: SendLog,
     /// Pseudo-random state for jitter (deterministic, so the machine stays pure).

@@ -90,9 +90,12 @@ fn converged_crawls_refuse_at_most_once_per_five_minutes() {
     }
 }
 
+/// RateLimit headers: no refusal and at least 97% of the quota, for windows of 60 s and of
+/// 10 s (where a whole-second reset taken at face value costs a tenth of the window: the
+/// machine narrows the window's edge from many readings, see `WindowEdge`).
 #[test]
 fn rate_limit_headers_mean_no_refusals_and_ninety_seven_percent() {
-    let rows = table(&sim::gateways(), 10.0);
+    let rows = table(&sim::seeded(sim::gateways(), &SEEDS), 10.0);
     for (name, allowed, o) in &rows {
         assert_eq!(o.refused, 0, "{name}");
         assert!(o.steady >= 0.97 * allowed, "{name}: {:.2}", o.steady);
