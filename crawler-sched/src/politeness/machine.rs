@@ -629,8 +629,16 @@ impl HostMachine {
                         self.state.phase = Phase::Probe;
                         self.state.calm_since = now;
                         let mut probe = self.state.rate * (1.0 + step);
-                        if room && let Some(c) = self.state.ceiling {
-                            probe = probe.min(c * tuning.ceiling_margin).max(self.state.rate);
+                        if let Some(c) = self.state.ceiling {
+                            // Never at a rate that was refused: up to just under the
+                            // lowest one (the ceiling rises with every probe that holds,
+                            // so a server that raised its limit is still found).
+                            let under = if room {
+                                tuning.ceiling_margin
+                            } else {
+                                tuning.probe_under_ceiling
+                            };
+                            probe = probe.min(c * under).max(self.state.rate);
                         }
                         if let Some(c) = self.state.ceiling.as_mut() {
                             *c = c.max(probe / tuning.ceiling_margin);
@@ -728,6 +736,15 @@ impl HostMachine {
             // met again at the pace that was refused.
             let rate = self.state.rate * t.cut;
             self.set_rate(rate, trigger, now);
+            if self.state.holds == 0 && self.state.phase == Phase::Discover {
+                // Refused at the very start, at the first pace tried: the limiter has no
+                // burst to speak of and its limit is under that pace (a burst-0 bucket at
+                // about the start rate). Climb back to just under it, as under any lowest
+                // refused rate, instead of discovering the same refusal again.
+                self.state.ceiling = Some(sent_rate);
+                self.state.phase = Phase::Settled;
+                self.set_estimate(sent_rate * t.ceiling_margin, trigger, now);
+            }
             return;
         }
         self.state.ceiling = Some(self.state.ceiling.map_or(sent_rate, |c| c.min(sent_rate)));
@@ -749,7 +766,8 @@ impl HostMachine {
                 est = est.min(f.top);
             }
             self.set_estimate(est, trigger, now);
-            self.set_rate(est * t.slack, trigger, now);
+            // Back to the rate that held, unless the fit now puts the limit under it.
+            self.set_rate(safe.min(est), trigger, now);
             return;
         }
         let recent = self

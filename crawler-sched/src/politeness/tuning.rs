@@ -47,6 +47,10 @@ pub struct Tuning {
     pub probe_calm_ms: f64,
     /// Each probe raises the rate by this fraction.
     pub probe_step: f64,
+    /// A probe goes no higher than this fraction of the lowest refused rate (the ceiling),
+    /// which every probe that holds raises: a refused rate is not tried again until the
+    /// rates under it have held.
+    pub probe_under_ceiling: f64,
     /// When the lowest refused rate is more than this fraction above the estimate, the
     /// estimate may be low (a window limiter seen as a slow bucket), and probes come sooner.
     pub fast_probe_room: f64,
@@ -101,6 +105,7 @@ impl Default for Tuning {
             recover_per_min: 0.10,
             probe_calm_ms: 300_000.0,
             probe_step: 0.03,
+            probe_under_ceiling: 0.99,
             fast_probe_room: 0.08,
             fast_probe_calm_ms: 60_000.0,
             fast_probe_step: 0.05,
