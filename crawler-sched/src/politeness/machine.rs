@@ -409,14 +409,10 @@ impl HostMachine {
         if let Some(rl) = fb.rate_limit
             && rl.remaining == 0
         {
-            // The quota is back when the window turns: the narrowed edge, no later than
-            // the announced reset.
-            let edge = self.state.edge.filter(|_| rl.reset.is_some());
+            // The server asked for the whole announced reset, rounded up or not: the
+            // narrowed edge only paces the requests before it.
             verdict = match rl.reset.or(rl.window) {
-                Some(reset) => {
-                    let wait = edge.map_or(ms(reset), |e| e.wait(now).min(ms(reset)));
-                    self.hold(wait, now, Trigger::RateLimitExhausted)
-                }
+                Some(reset) => self.hold(ms(reset), now, Trigger::RateLimitExhausted),
                 None => self.backoff(now, Trigger::RateLimitExhausted),
             };
             if verdict != Verdict::Continue {
@@ -678,8 +674,17 @@ impl HostMachine {
         // spread so that the last one goes a gap before the window turns, not on the edge:
         // the next window's first request is the one that goes on the edge (after the
         // exhausted quota's hold), so every window's whole quota is used.
-        let left = rl.remaining.saturating_sub(u64::from(self.state.in_flight)) as f64;
-        let budget = (left + 1.0) / secs;
+        let left = rl.remaining.saturating_sub(u64::from(self.state.in_flight));
+        if left == 0 {
+            // What is in flight spends the rest of the quota: nothing more until the window
+            // turns (the rate stays; a rate of zero would be booked into the next send).
+            let wait = secs * 1_000.0;
+            if wait <= self.params.max_wait_ms {
+                let _ = self.hold(wait, now, Trigger::RateLimit);
+            }
+            return;
+        }
+        let budget = (left + 1) as f64 / secs;
         self.state.phase = Phase::Steered;
         self.state.declared = Some(budget.max(1e-3));
         let learned = self

@@ -39,12 +39,15 @@ pub(crate) enum Limiter {
         index: i64,
         used: u32,
     },
-    /// A gateway with a fixed-window quota that it announces in RateLimit headers.
+    /// A gateway with a fixed-window quota that it announces in RateLimit headers, its
+    /// reset in whole seconds rounded up (the IETF fields) or to the millisecond
+    /// (`X-RateLimit-Reset-After`).
     Gateway {
         limit: u32,
         period: f64,
         index: i64,
         used: u32,
+        exact: bool,
     },
 }
 
@@ -77,12 +80,13 @@ impl Limiter {
         }
     }
 
-    pub(crate) fn gateway(rate: f64, period_s: f64) -> Self {
+    pub(crate) fn gateway(rate: f64, period_s: f64, exact: bool) -> Self {
         Self::Gateway {
             limit: (rate * period_s).round() as u32,
             period: period_s * 1_000.0,
             index: -1,
             used: 0,
+            exact,
         }
     }
 
@@ -164,6 +168,7 @@ impl Limiter {
                 period,
                 index,
                 used,
+                exact,
             } => {
                 let i = (t / *period).floor() as i64;
                 if i != *index {
@@ -174,11 +179,16 @@ impl Limiter {
                 if ok {
                     *used += 1;
                 }
-                // Whole seconds, rounded up, as the IETF fields are.
+                // Whole seconds, rounded up, as the IETF fields are, or exact.
                 let left_ms = (i + 1) as f64 * *period - t;
+                let reset = if *exact {
+                    Duration::from_secs_f64(left_ms.max(0.0) / 1_000.0)
+                } else {
+                    Duration::from_secs((left_ms / 1_000.0).ceil() as u64)
+                };
                 let reading = RateLimitReading {
                     remaining: u64::from(*limit - *used),
-                    reset: Some(Duration::from_secs((left_ms / 1_000.0).ceil() as u64)),
+                    reset: Some(reset),
                     limit: Some(u64::from(*limit)),
                     window: Some(Duration::from_secs_f64(*period / 1_000.0)),
                 };
@@ -274,6 +284,14 @@ pub(crate) fn run_audited(
                 out.violations += 1;
             }
             let (ok, reading) = limiter.admit(arrival);
+            // An exhausted quota announces a wait (its reset, as sent: whole seconds): a
+            // request arriving before it ends is a violation even if the window has in
+            // fact turned, as the lab counts it.
+            if let Some(r) = reading.filter(|r| r.remaining == 0)
+                && let Some(reset) = r.reset
+            {
+                hold_until = hold_until.max(arrival + reset.as_secs_f64() * 1_000.0);
+            }
             seed = seed
                 .wrapping_mul(6_364_136_223_846_793_005)
                 .wrapping_add(1_442_695_040_888_963_407);
@@ -386,11 +404,12 @@ pub(crate) fn seeded(cells: Vec<Cell>, seeds: &[u64]) -> Vec<Cell> {
 /// (a whole-second reset is a tenth of such a window).
 pub(crate) fn gateways() -> Vec<Cell> {
     let mut cells = Vec::new();
-    for period in [60.0, 10.0] {
+    for (period, exact) in [(60.0, false), (10.0, false), (10.0, true)] {
         for rate in [1.0, 3.0, 5.0] {
+            let tag = if exact { " exact" } else { "" };
             cells.push(Cell {
-                name: format!("gateway {period}s {rate} r/s"),
-                limiter: Limiter::gateway(rate, period),
+                name: format!("gateway {period}s{tag} {rate} r/s"),
+                limiter: Limiter::gateway(rate, period, exact),
                 allowed: rate,
                 retry_after: None,
                 transit_spread: 2.0,

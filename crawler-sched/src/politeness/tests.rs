@@ -98,6 +98,10 @@ fn rate_limit_headers_mean_no_refusals_and_ninety_seven_percent() {
     let rows = table(&sim::seeded(sim::gateways(), &SEEDS), 10.0);
     for (name, allowed, o) in &rows {
         assert_eq!(o.refused, 0, "{name}");
+        assert_eq!(
+            o.violations, 0,
+            "{name}: requests inside an announced reset"
+        );
         assert!(o.steady >= 0.97 * allowed, "{name}: {:.2}", o.steady);
     }
 }
