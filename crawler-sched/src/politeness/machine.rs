@@ -639,6 +639,13 @@ impl HostMachine {
                         if let Some(c) = self.state.ceiling.as_mut() {
                             *c = c.max(probe / tuning.ceiling_margin);
                         }
+                        if probe <= self.state.rate * (1.0 + 1e-6) {
+                            // Already just under a refused rate: no probe this time (the
+                            // ceiling has moved up for the next one). The rate is not a
+                            // probe, and a refusal at it is not a failed probe.
+                            self.state.phase = Phase::Settled;
+                            return;
+                        }
                         self.set_estimate(probe / tuning.slack, Trigger::Probe, now);
                         self.set_rate(probe, Trigger::Probe, now);
                     }
