@@ -235,3 +235,45 @@ fn start_conditions_do_not_change_the_outcome() {
         }
     }
 }
+
+/// Settled just under the lowest refused rate, a calm period cannot raise the rate (a probe
+/// stays under a refused rate), so no probe is made; a refusal at that rate is then an
+/// ordinary one that lowers the rate, not a "failed probe" that returns to the same rate.
+#[test]
+fn a_probe_with_no_room_under_the_ceiling_is_not_a_probe() {
+    use super::{HostMachine, Phase};
+    use crawler_core::Feedback;
+    use std::time::Duration;
+
+    let params = defaults();
+    let mut state = HostMachine::new(params.clone(), 0.0).state().clone();
+    state.phase = Phase::Settled;
+    state.confident = true;
+    state.rate = 0.99;
+    state.estimate = Some(0.99 / 0.95);
+    state.ceiling = Some(1.0);
+    state.calm_since = 0.0;
+    let mut m = HostMachine::with_state(params, state);
+    let answer = |status: u16| Feedback {
+        sent: true,
+        status: Some(status),
+        latency: Duration::from_millis(20),
+        ..Default::default()
+    };
+    // Calm for long enough to probe, at the settled pace.
+    let mut t = 0.0;
+    while t < 400_000.0 {
+        m.on_send(t);
+        let _ = m.on_feedback(&answer(200), t + 20.0);
+        t += 1_010.0;
+    }
+    assert_ne!(m.state().phase, Phase::Probe, "{:?}", m.state());
+    let before = m.rate();
+    m.on_send(t);
+    let _ = m.on_feedback(&answer(429), t + 20.0);
+    assert!(
+        m.rate() < before * 0.99,
+        "a refusal at the settled rate lowers it: {before} -> {}",
+        m.rate()
+    );
+}
