@@ -37,10 +37,12 @@ impl Default for IpKeys {
 impl IpKeys {
     /// A cache of `names` entries over `lookup` (tests give their own resolver).
     pub fn with_lookup(names: usize, lookup: fn(&str) -> Option<IpAddr>) -> Self {
+        // Bounded, but grown as names come: `LruCache::new` allocates the whole table up
+        // front, 2 MiB for the default 65,536 names, in every crawl, `host_key = "ip"` or not.
+        let mut cache = lru::LruCache::unbounded();
+        cache.resize(NonZeroUsize::new(names).unwrap_or(NonZeroUsize::MIN));
         Self {
-            cache: Mutex::new(lru::LruCache::new(
-                NonZeroUsize::new(names).unwrap_or(NonZeroUsize::MIN),
-            )),
+            cache: Mutex::new(cache),
             lookup,
         }
     }
