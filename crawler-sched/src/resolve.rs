@@ -162,7 +162,8 @@ mod tests {
     /// `fake` without the count: tests run in parallel, and the lookup-count test must only
     /// see its own lookups.
     fn fake_uncounted(name: &str) -> Option<IpAddr> {
-        name.ends_with(".test").then_some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 9)))
+        name.ends_with(".test")
+            .then_some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 9)))
     }
 
     #[test]
