@@ -1,5 +1,6 @@
 //! Responses: status, headers, body, decoded text, and CSS selection.
 
+use std::rc::Rc;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use bytes::Bytes;
@@ -310,7 +311,13 @@ impl Response {
 
     /// The first element matching a CSS selector.
     pub fn select_first(&self, css: &str) -> Option<Element<'_>> {
-        self.select(css).into_iter().next()
+        let selector = self.selector(css)?;
+        let doc = self.doc();
+        // Stop at the first match rather than collecting them all: a title or price near
+        // the top of a page then skips the walk over the rest of the tree (the related-book
+        // links of the heavy crawl profile).
+        let id = lock(doc).select(&selector).next().map(|e| e.id())?;
+        Some(Element { doc, id })
     }
 
     /// The text of the first element matching `css`, or an error naming the selector and page.
@@ -323,7 +330,7 @@ impl Response {
         })
     }
 
-    fn selector(&self, css: &str) -> Option<Selector> {
+    fn selector(&self, css: &str) -> Option<Rc<Selector>> {
         match compile(css) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -347,28 +354,29 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 thread_local! {
     // Spiders use a handful of selectors millions of times; parsing each once per thread
-    // keeps selection cheap without asking users to hold compiled selectors.
-    static SELECTORS: std::cell::RefCell<std::collections::HashMap<String, Selector>> =
+    // keeps selection cheap without asking users to hold compiled selectors. Shared (`Rc`)
+    // rather than cloned out per use: a clone copies the selector's vectors every call.
+    static SELECTORS: std::cell::RefCell<std::collections::HashMap<String, Rc<Selector>>> =
         std::cell::RefCell::default();
 }
 
-fn compile(css: &str) -> Result<Selector> {
+fn compile(css: &str) -> Result<Rc<Selector>> {
     SELECTORS.with(|cache| {
         if let Some(s) = cache.borrow().get(css) {
-            return Ok(s.clone());
+            return Ok(Rc::clone(s));
         }
-        let s = Selector::parse(css).map_err(|e| {
+        let s = Rc::new(Selector::parse(css).map_err(|e| {
             Error::new(
                 ErrorKind::Selector,
                 format!("invalid CSS selector '{css}': {e}"),
             )
-        })?;
+        })?);
         let mut cache = cache.borrow_mut();
         if cache.len() > 4096 {
             // Selectors built from page data could grow the cache without end.
             cache.clear();
         }
-        cache.insert(css.to_owned(), s.clone());
+        cache.insert(css.to_owned(), Rc::clone(&s));
         Ok(s)
     })
 }

@@ -263,6 +263,13 @@ tokio = {{ version = "1", features = ["rt-multi-thread", "macros"] }}
 # Dependencies optimised a little: parsing and crawling stay fast in debug builds.
 [profile.dev.package."*"]
 opt-level = 1
+
+# Release builds as the framework's benchmarks are built: whole-program optimisation lets
+# the HTML parser and the crawler inline into one another (about a tenth less CPU per page,
+# a smaller binary and peak RSS), for a longer build.
+[profile.release]
+lto = "fat"
+codegen-units = 1
 "#
     );
     let project = |t: &str| t.replace("PROJECT", name);
