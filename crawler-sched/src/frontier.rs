@@ -306,7 +306,7 @@ impl<S: QueueStore> Frontier<S> {
     pub fn requeue_now(&mut self, lease: Lease, request: Request, now: Instant) {
         self.push(request, now);
         self.acknowledge(lease);
-        if let Err(e) = self.store.flush() {
+        if let Err(e) = self.store.send_buffered() {
             self.failed(e);
         }
     }

@@ -75,7 +75,7 @@ pub trait QueueStore: Send + 'static {
     }
     /// Send anything buffered (pushes, acknowledgements) to the backing store now, for
     /// stores that batch them (a shared store in Redis); others have nothing to do.
-    fn flush(&mut self) -> Result<(), Error> {
+    fn send_buffered(&mut self) -> Result<(), Error> {
         Ok(())
     }
     /// Whether [`QueueStore::save_host_states`] keeps anything (persistent stores): the
@@ -125,8 +125,8 @@ impl QueueStore for Box<dyn QueueStore> {
     fn saved_stats(&self) -> Option<serde_json::Value> {
         (**self).saved_stats()
     }
-    fn flush(&mut self) -> Result<(), Error> {
-        (**self).flush()
+    fn send_buffered(&mut self) -> Result<(), Error> {
+        (**self).send_buffered()
     }
     fn keeps_host_states(&self) -> bool {
         (**self).keeps_host_states()

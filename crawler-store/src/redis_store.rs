@@ -550,7 +550,7 @@ impl QueueStore for RedisStore {
         Ok(Some((leased.id, request)))
     }
 
-    fn flush(&mut self) -> Result<(), crawler_sched::Error> {
+    fn send_buffered(&mut self) -> Result<(), crawler_sched::Error> {
         lock(&self.inner).step(Ask::default())?;
         Ok(())
     }

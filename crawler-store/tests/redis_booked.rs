@@ -42,13 +42,15 @@ impl Redis {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server must be installed (apt-get install redis-server)");
+        // Owned at once, so a server that never answers is still killed and waited for.
+        let redis = Self {
+            child,
+            port,
+            _dir: dir,
+        };
         for _ in 0..250 {
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Self {
-                    child,
-                    port,
-                    _dir: dir,
-                };
+                return redis;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -134,8 +136,8 @@ impl QueueStore for SlowReplies {
     fn next_seq(&self) -> u64 {
         self.inner.next_seq()
     }
-    fn flush(&mut self) -> Result<(), crawler_sched::Error> {
-        QueueStore::flush(&mut self.inner)
+    fn send_buffered(&mut self) -> Result<(), crawler_sched::Error> {
+        self.inner.send_buffered()
     }
 }
 
