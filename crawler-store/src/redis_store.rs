@@ -16,6 +16,7 @@ use crate::redis_job::Job;
 use crate::redis_link::Link;
 use crate::redis_lua::STEP;
 
+mod clock;
 mod step;
 use crate::redis_reply::{MEMBER_HEADER, member, server_ms};
 /// Pushes buffered before they are sent without waiting for the next lease.
@@ -136,9 +137,10 @@ struct Inner {
     error: Option<Error>,
     /// Why Redis is known to have lost the job: every later step fails with it at once.
     lost: Option<String>,
-    /// Local clock origin, and the Redis server's clock minus ours (ms).
+    /// Local clock origin, and the Redis server's clock minus ours (ms), as the round
+    /// trips bound it.
     origin: std::time::Instant,
-    offset_ms: f64,
+    clock: clock::ServerClock,
 }
 
 /// A lease to ask for, with the send it books.
@@ -247,7 +249,7 @@ impl RedisStore {
             error: None,
             lost: None,
             origin,
-            offset_ms: server - local,
+            clock: clock::ServerClock::new(0.0, local, server),
         };
         Ok(Self {
             inner: Arc::new(Mutex::new(inner)),
@@ -347,7 +349,7 @@ impl Inner {
 
     /// The Redis server's clock now, as estimated from the last reply (ms).
     fn now_ms(&self) -> f64 {
-        self.origin.elapsed().as_secs_f64() * 1_000.0 + self.offset_ms
+        self.origin.elapsed().as_secs_f64() * 1_000.0 + self.clock.offset_ms()
     }
 
     /// The host's state as last heard, or a fresh one on the fleet's clock.

@@ -109,7 +109,7 @@ impl Inner {
         if renew {
             self.last_renew = std::time::Instant::now();
         }
-        self.apply(reply, ask, (before + after) / 2.0, &states)
+        self.apply(reply, ask, (before, after), &states)
     }
 
     pub(super) fn bad(&self, detail: &str) -> Error {
@@ -120,7 +120,7 @@ impl Inner {
         &mut self,
         reply: Value,
         ask: Ask<'_>,
-        local_mid: f64,
+        (before, after): (f64, f64),
         sent_states: &[(String, u64, String)],
     ) -> Result<Option<Leased>, Error> {
         let Value::Array(parts) = reply else {
@@ -146,11 +146,11 @@ impl Inner {
             );
             self.seen.clear();
         }
-        // The server's clock at the middle of the round trip: half the round trip is the
-        // most the estimate can be off by.
+        // The server's clock, read somewhere in the round trip: it narrows the estimate of
+        // its offset from ours (see `clock`).
         let server_now = float_at(std::slice::from_ref(&now), 0);
         if server_now > 0.0 {
-            self.offset_ms = server_now - local_mid;
+            self.clock.sample(before, after, server_now);
         }
         self.dups += int(&dups).unsigned_abs();
         let reclaimed = int(&reclaimed).unsigned_abs();
