@@ -347,7 +347,7 @@ impl Inner {
         self.params.get(host).or(self.default_params.as_ref())
     }
 
-    /// The Redis server's clock now, as estimated from the last reply (ms).
+    /// The Redis server's clock now, as estimated from the round trips so far (ms).
     fn now_ms(&self) -> f64 {
         self.origin.elapsed().as_secs_f64() * 1_000.0 + self.clock.offset_ms()
     }
