@@ -20,7 +20,8 @@
 //! no persistence) serves every cell; it is skipped with a message when not installed.
 //! `--batches M` runs the cells in M consecutive groups, each group at once, for machines
 //! that cannot carry every cell's workers together. `MATRIX_RECORD_DIR=DIR` writes each
-//! cell's lab record (arrival and reply ms, status) to `DIR/CELL.csv` (`CELL-fleetN.csv`).
+//! cell's lab record (arrival and reply ms, status) to `DIR/CELL.csv` (`CELL-fleetN.csv`);
+//! `MATRIX_LOG=1` sends the crawlers' log to stderr (filtered by `RUST_LOG`, default info).
 //!
 //! Goals per cell: zero violations (requests inside an announced wait), at most 3 refusals
 //! per 1,000 pages, a steady rate (requests/s over the last half of the crawl) of at least
@@ -42,6 +43,9 @@ use matrix::{Kind, Outcome};
 async fn main() {
     // reqwest is built without a TLS provider; the crawler's client still needs one set.
     let _ = rustls::crypto::ring::default_provider().install_default();
+    if std::env::var_os("MATRIX_LOG").is_some() {
+        crawler::init_logging();
+    }
     let mut minutes: f64 = std::env::var("MATRIX_MINUTES")
         .ok()
         .and_then(|m| m.parse().ok())

@@ -292,6 +292,25 @@ impl<S: QueueStore> Frontier<S> {
             .map(|(_, h)| (h.key.as_str(), self.store.host_len(&h.key), h.in_flight))
     }
 
+    /// The slot key of the host a request leased by [`Scheduler::next`] belongs to, while
+    /// its lease is open.
+    pub fn lease_host(&self, lease: Lease) -> Option<&str> {
+        let id = self.leases.get(&lease.0)?;
+        self.hosts.get(*id).map(|h| h.key.as_str())
+    }
+
+    /// Put a request handed out by [`Scheduler::next`] but never sent back in its host's
+    /// queue at once and close its lease (the store applies both together), then flush the
+    /// store: for a request given back while the crawl stops, when no later `next` would
+    /// release a delayed retry. [`Scheduler::complete`] must have been called for it.
+    pub fn requeue_now(&mut self, lease: Lease, request: Request, now: Instant) {
+        self.push(request, now);
+        self.acknowledge(lease);
+        if let Err(e) = self.store.send_buffered() {
+            self.failed(e);
+        }
+    }
+
     /// Give every host the store has work for a place in the ready heap, including hosts
     /// whose work another process queued in a shared store (see
     /// [`FleetFrontier`](crate::FleetFrontier)). Hosts skipped for the run stay skipped.

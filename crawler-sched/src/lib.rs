@@ -37,6 +37,8 @@ pub use fingerprint::{
 };
 pub use frontier::{Frontier, FrontierConfig, ThrottleFactory, host_key, is_allowed_domain};
 pub use resolve::{DNS_CACHE_NAMES, IpKeys};
-pub use shared::{Fleet, FleetFrontier, FleetStatus, SharedBudget, SharedThrottle, Versioned};
+pub use shared::{
+    Fleet, FleetFrontier, FleetStatus, SharedBudget, SharedThrottle, Versioned, lease_ahead,
+};
 pub use store::{Entry, MemoryStore, QueueStore};
 pub use throttle::{AuditRecord, Politeness, Throttle, Verdict, log_changes, throttle_for};

@@ -17,6 +17,8 @@
 //! - [`FleetFrontier`]: a [`Frontier`] that knows it is one of many: it picks up hosts that
 //!   other workers queued work for, and does not report "nothing left" while the fleet still
 //!   has work queued or leased (a lease of a killed worker comes back when it expires).
+//!   A request the store leased ahead of its slot ([`lease_ahead`]) is held here and handed
+//!   out at the booked time, never before, so the fleet's sends are spaced as booked.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -53,6 +55,12 @@ pub trait SharedBudget: Send + Sync + 'static {
     fn cached(&self, host: &str) -> Option<Versioned>;
     /// The fleet's clock now (the shared store's time, in ms), as estimated locally.
     fn now_ms(&self) -> f64;
+    /// How long before a host's slot its next request may be leased at most (ms; see
+    /// [`lease_ahead`]): the backend books the send at the slot and the worker holds the
+    /// request until then. 0 (the default): a lease only once the slot is due.
+    fn lease_ahead_ms(&self) -> f64 {
+        0.0
+    }
     /// Queue a routine outcome (nothing every worker must know at once) that happened at
     /// fleet time `at`: the backend folds it into the host's state with its next commit
     /// (the next lease of the host, typically), saving a round trip per request.
@@ -67,6 +75,27 @@ pub trait SharedBudget: Send + Sync + 'static {
         state: &HostState,
         skip: Option<&str>,
     ) -> Result<bool, Error>;
+}
+
+/// The largest share of a host's interval a lease may be taken ahead of its slot: well
+/// under one interval, so a worker never holds one slot while the next is already due.
+const AHEAD_SHARE: f64 = 0.5;
+
+/// How long before the host's next slot (`machine.ready_at()`) a fleet worker may lease its
+/// next request (ms): `max_ms`, but at most half the host's interval.
+///
+/// Why lease early at all: a send is booked in the shared store at the lease, but reaches
+/// the server when the lease's reply has come back and the worker got round to sending, so
+/// the replies' jitter between workers would shrink the gaps between the fleet's sends
+/// below the booked interval (and a limiter without a burst refuses any request that comes
+/// early). Leased a little ahead and sent at the slot it booked, each request leaves on
+/// its own timer, and consecutive sends are spaced as booked whatever the replies' delays.
+pub fn lease_ahead(machine: &HostMachine, max_ms: f64) -> f64 {
+    let rate = machine.rate();
+    if max_ms <= 0.0 || rate <= 0.0 || !rate.is_finite() {
+        return 0.0;
+    }
+    max_ms.min(AHEAD_SHARE * 1_000.0 / rate)
 }
 
 /// How many times an outcome is recomputed when other workers keep committing first.
@@ -133,9 +162,12 @@ impl Throttle for SharedThrottle {
         self.machine().0.concurrency() as usize
     }
 
+    /// When the next request may be leased: the slot, less the look-ahead the budget
+    /// allows (the request then waits for its slot in [`FleetFrontier`]).
     fn ready_at(&self) -> Instant {
         let (m, _) = self.machine();
-        let wait = m.ready_at() - self.budget.now_ms();
+        let ahead = lease_ahead(&m, self.budget.lease_ahead_ms());
+        let wait = m.ready_at() - ahead - self.budget.now_ms();
         let now = Instant::now();
         if wait > 0.0 {
             now + Duration::from_secs_f64(wait / 1_000.0)
@@ -224,6 +256,26 @@ pub trait Fleet: Send + 'static {
     fn take_error(&self) -> Option<crate::Error> {
         None
     }
+
+    /// The fleet time (ms) the send of `lease`, just handed out by the shared store, was
+    /// booked for, when the store leased it ahead of its slot: the request must not be sent
+    /// before it. `None`: send at once (the store books sends at the lease).
+    fn booked_at(&self, _lease: u64) -> Option<f64> {
+        None
+    }
+
+    /// The fleet's clock now (ms), as estimated locally.
+    fn now_ms(&self) -> f64 {
+        0.0
+    }
+
+    /// Read `host`'s shared state afresh (one round trip) and say whether a send booked for
+    /// `at` (fleet ms) may still go: `false` when a hold placed since the lease covers it,
+    /// or the fleet gave the host up, or the state cannot be read (then
+    /// [`Fleet::take_error`] reports why).
+    fn still_clear(&self, _host: &str, _at: f64) -> bool {
+        true
+    }
 }
 
 /// How often an idle worker looks for work queued by others (and for expired leases).
@@ -240,7 +292,32 @@ pub struct FleetFrontier<S: QueueStore> {
     fleet: Option<Box<dyn Fleet>>,
     /// When the fleet was last asked whether the crawl is over.
     last_status: Option<Instant>,
+    /// Requests leased ahead of their booked send time, waiting for it (at most
+    /// [`MAX_HELD`]; each for less than half its host's interval).
+    held: Vec<Held>,
 }
+
+/// A request leased ahead of its slot, kept until the fleet's clock reaches it.
+struct Held {
+    lease: Lease,
+    request: Request,
+    /// The host's slot key.
+    host: String,
+    /// The booked send time (fleet ms).
+    at: f64,
+    /// Whether the host's state was read again since the lease (see [`CONFIRM_LEAD_MS`]).
+    confirmed: bool,
+}
+
+/// Requests one worker holds for their slots at most: a broad crawl leases many hosts at
+/// once, and each held request is a lease the fleet cannot give to another worker.
+const MAX_HELD: usize = 64;
+
+/// How long before a held request's slot its host's state is read again, for a hold another
+/// worker placed after the lease. Holds placed later than that are missed, as a hold placed
+/// between a lease and its send always was; the lead covers a round trip to the store, so
+/// the re-read rarely delays the send.
+const CONFIRM_LEAD_MS: f64 = 10.0;
 
 impl<S: QueueStore> FleetFrontier<S> {
     /// Wrap `inner`, whose store is shared; `fleet` reports on the other workers.
@@ -249,6 +326,7 @@ impl<S: QueueStore> FleetFrontier<S> {
             inner,
             fleet: Some(fleet),
             last_status: None,
+            held: Vec::new(),
         }
     }
 
@@ -258,6 +336,7 @@ impl<S: QueueStore> FleetFrontier<S> {
             inner,
             fleet: None,
             last_status: None,
+            held: Vec::new(),
         }
     }
 
@@ -265,18 +344,79 @@ impl<S: QueueStore> FleetFrontier<S> {
     pub fn frontier(&self) -> &Frontier<S> {
         &self.inner
     }
-}
 
-impl<S: QueueStore> Scheduler for FleetFrontier<S> {
-    fn enqueue(&mut self, request: Request, now: Instant) -> Admission {
-        self.inner.enqueue(request, now)
+    /// Requests leased ahead of their slot and not handed out yet.
+    pub fn held(&self) -> usize {
+        self.held.len()
     }
 
-    fn is_shared(&self) -> bool {
-        self.fleet.is_some()
+    /// When the engine should call again for the held requests: the earliest re-read or
+    /// send time among them.
+    fn held_wake(&self, now: Instant, now_ms: f64) -> Option<Instant> {
+        let at = self
+            .held
+            .iter()
+            .map(|h| {
+                if h.confirmed {
+                    h.at
+                } else {
+                    h.at - CONFIRM_LEAD_MS
+                }
+            })
+            .min_by(f64::total_cmp)?;
+        // Rounded up: waking a little late costs nothing, early only another call.
+        let wait = (at - now_ms).max(0.0);
+        Some(now + Duration::from_micros((wait * 1_000.0).ceil() as u64))
     }
 
-    fn next(&mut self, now: Instant) -> Next {
+    /// A held request whose slot has come, if any; re-reads the host's state of those whose
+    /// slot is near, and gives back those a hold now covers.
+    fn release_held(&mut self, now: Instant) -> Option<Next> {
+        let mut i = 0;
+        while i < self.held.len() {
+            let fleet = self.fleet.as_ref()?;
+            let h = &mut self.held[i];
+            if !h.confirmed && h.at - fleet.now_ms() <= CONFIRM_LEAD_MS {
+                h.confirmed = true;
+                if !fleet.still_clear(&h.host, h.at) {
+                    let h = self.held.swap_remove(i);
+                    tracing::debug!(
+                        host = %h.host,
+                        "a hold placed after the lease covers its slot: request given back"
+                    );
+                    self.give_back(h, now, false);
+                    continue;
+                }
+            }
+            // Never before the booked time: that is what keeps the fleet's sends spaced.
+            if h.confirmed && fleet.now_ms() >= h.at {
+                let h = self.held.swap_remove(i);
+                return Some(Next::Ready(h.lease, h.request));
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// A held request that will not be sent: its slot goes back to the host's budget, and
+    /// the request to its queue (`now`: at once, as the crawl stops; otherwise through the
+    /// frontier's retry queue, its lease open until the request is queued again).
+    fn give_back(&mut self, h: Held, now: Instant, at_once: bool) {
+        let unsent = Feedback {
+            sent: false,
+            ..Default::default()
+        };
+        self.inner.complete(h.lease, &unsent, now);
+        if at_once {
+            self.inner.requeue_now(h.lease, h.request, now);
+        } else {
+            self.inner.retry(h.lease, h.request, now);
+        }
+    }
+
+    /// The plain frontier's next request, or, when none is ready, the hosts other workers
+    /// queued work for, and (when nothing is queued here) whether the fleet is done.
+    fn next_shared(&mut self, now: Instant) -> Next {
         let first = self.inner.next(now);
         let Some(fleet) = &self.fleet else {
             return first;
@@ -300,6 +440,7 @@ impl<S: QueueStore> Scheduler for FleetFrontier<S> {
         match next {
             Next::Ready(..) => next,
             Next::NotBefore(at) => Next::NotBefore(at.min(poll)),
+            Next::Empty if !self.held.is_empty() => Next::NotBefore(poll),
             Next::Empty => {
                 // Only a fresh answer may end the crawl (a stale one may predate another
                 // worker's pushes); ask at most once per poll interval.
@@ -314,6 +455,73 @@ impl<S: QueueStore> Scheduler for FleetFrontier<S> {
                     }
                 }
                 Next::NotBefore(poll)
+            }
+        }
+    }
+}
+
+impl<S: QueueStore> Drop for FleetFrontier<S> {
+    /// Requests still held when the crawl ends (it was stopped between a lease and its
+    /// slot) go back to their queues at once, rather than waiting in Redis for their lease
+    /// to expire.
+    fn drop(&mut self) {
+        let now = Instant::now();
+        for h in std::mem::take(&mut self.held) {
+            self.give_back(h, now, true);
+        }
+    }
+}
+
+impl<S: QueueStore> Scheduler for FleetFrontier<S> {
+    fn enqueue(&mut self, request: Request, now: Instant) -> Admission {
+        self.inner.enqueue(request, now)
+    }
+
+    fn is_shared(&self) -> bool {
+        self.fleet.is_some()
+    }
+
+    /// Requests leased ahead of their slot (see [`lease_ahead`]) are kept here and handed
+    /// out once the fleet's clock reaches the time their send was booked for, never before.
+    fn next(&mut self, now: Instant) -> Next {
+        if self.fleet.is_none() {
+            return self.inner.next(now);
+        }
+        if let Some(ready) = self.release_held(now) {
+            return ready;
+        }
+        loop {
+            let now_ms = self.fleet.as_ref().map_or(0.0, |f| f.now_ms());
+            if self.held.len() >= MAX_HELD {
+                return match self.held_wake(now, now_ms) {
+                    Some(at) => Next::NotBefore(at),
+                    None => Next::NotBefore(now + POLL),
+                };
+            }
+            match self.next_shared(now) {
+                Next::Ready(lease, request) => {
+                    let booked = self.fleet.as_ref().and_then(|f| f.booked_at(lease.0));
+                    let host = self.inner.lease_host(lease).map(str::to_owned);
+                    match (booked, host) {
+                        (Some(at), Some(host)) if at > now_ms => {
+                            self.held.push(Held {
+                                lease,
+                                request,
+                                host,
+                                at,
+                                confirmed: false,
+                            });
+                            // Another host may be ready now.
+                            continue;
+                        }
+                        _ => return Next::Ready(lease, request),
+                    }
+                }
+                Next::NotBefore(at) => {
+                    let wake = self.held_wake(now, now_ms).map_or(at, |h| h.min(at));
+                    return Next::NotBefore(wake);
+                }
+                Next::Empty => return Next::Empty,
             }
         }
     }

@@ -73,6 +73,11 @@ pub trait QueueStore: Send + 'static {
     fn saved_stats(&self) -> Option<serde_json::Value> {
         None
     }
+    /// Send anything buffered (pushes, acknowledgements) to the backing store now, for
+    /// stores that batch them (a shared store in Redis); others have nothing to do.
+    fn send_buffered(&mut self) -> Result<(), Error> {
+        Ok(())
+    }
     /// Whether [`QueueStore::save_host_states`] keeps anything (persistent stores): the
     /// frontier serialises host states only for a store that does.
     fn keeps_host_states(&self) -> bool {
@@ -119,6 +124,9 @@ impl QueueStore for Box<dyn QueueStore> {
     }
     fn saved_stats(&self) -> Option<serde_json::Value> {
         (**self).saved_stats()
+    }
+    fn send_buffered(&mut self) -> Result<(), Error> {
+        (**self).send_buffered()
     }
     fn keeps_host_states(&self) -> bool {
         (**self).keeps_host_states()

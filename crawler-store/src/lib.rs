@@ -147,6 +147,15 @@
 //! host's requests in flight across the fleet against `concurrency_per_host`. A worker that
 //! lost the race gets the fresher state back and decides again.
 //!
+//! **Booked send times.** A lease may come up to `lease_ahead` (50 ms, at most half the
+//! host's interval) before the host's slot; it books the send at the slot, and the worker's
+//! `FleetFrontier` holds the request until the fleet's clock reaches it, re-reading the
+//! host's state 10 ms before (a hold another worker placed since the lease keeps the request
+//! back, and it is queued again). Sending when each lease's reply arrived instead let the
+//! replies' jitter between workers shrink the gaps at the server below the booked interval,
+//! which a limiter without a burst refuses. A request still held when the worker stops goes
+//! back to its queue at once.
+//!
 //! **Seen set.** Fingerprints are stored as 16 raw bytes in a Redis SET: exact (no URL is
 //! ever wrongly dropped), about 70-90 bytes of Redis memory per URL (some 800 MB for 10
 //! million). A Bloom filter (a bitmap with k hashes, about 1.2 bytes per URL at 1% false

@@ -16,21 +16,23 @@
 //! n_ack,   lease_id * n_ack
 //! n_renew, lease_id * n_renew
 //! n_cas,   (host, expected_version, state_json, skip_reason | "") * n_cas
-//! lease_host | "", drain, budget, expected_version, ready_claim_ms, state_json, concurrency,
-//!   lease_id
+//! lease_host | "", drain, budget, expected_version, ready_claim_ms, ahead_ms, state_json,
+//!   concurrency, lease_id
 //! sync
+//! peek_host | ""
 //! ```
 //!
-//! Reply: `{dups, reclaimed, lease, cas, sync, now_ms, steps_before, steps}`, or
+//! Reply: `{dups, reclaimed, lease, cas, sync, now_ms, steps_before, steps, peek}`, or
 //! `{"lost", epoch}`
 //! when the job's epoch is not the one the worker joined (nothing was applied), where
 //! `lease` is
 //! `{code, id, member, left, version, state, in_flight}` (code 1 granted, 0 queue empty,
-//! 2 not yet (the server's clock says the claimed send time is early, or the host has its
-//! fleet-wide concurrency in flight), 3 host skipped by the fleet, 4 the state changed
+//! 2 not yet (the server's clock says the claimed send time is more than `ahead_ms` away, or
+//! the host has its fleet-wide concurrency in flight), 3 host skipped by the fleet, 4 the state changed
 //! since the worker read it (`version` and `state` are the current ones), -1 not asked),
-//! `cas` is `{host, committed, version, state}*` and `sync` is
-//! `{leased, host, len, skipped, ...}` or empty.
+//! `cas` is `{host, committed, version, state}*`, `sync` is
+//! `{leased, host, len, skipped, ...}` or empty, and `peek` is `{version, state, skipped}`
+//! or empty.
 //!
 //! The politeness decisions are not here: each worker runs the per-host machine of
 //! crawler-sched on the state it last read and commits the result by compare-and-set on
@@ -167,7 +169,7 @@ if reclaimed > 0 then redis.call('HINCRBY', P .. 'meta', 'reclaimed', reclaimed)
 -- 6. A lease, committed together with the send it books in the host's state.
 local lease = { -1 }
 local lhost, drain, budget = nxt(), num(), num()
-local expected, claim, state, conc, lid = num(), num(), nxt(), num(), nxt()
+local expected, claim, ahead, state, conc, lid = num(), num(), num(), nxt(), num(), nxt()
 if lhost ~= '' then
   local qkey = P .. 'q:' .. lhost
   local bkey = P .. 'b:' .. lhost
@@ -188,7 +190,9 @@ if lhost ~= '' then
     elseif v ~= expected then
       lease = { 4, 0, '', redis.call('ZCARD', qkey), v, cur[2] or '', fl }
       granted = false
-    elseif claim > now + 2 or fl >= conc then
+    -- A lease may come up to `ahead` ms before its slot: the worker holds the request
+    -- and sends it at the slot it booked.
+    elseif claim > now + ahead + 2 or fl >= conc then
       lease = { 2, 0, '', redis.call('ZCARD', qkey), v, cur[2] or '', fl }
       granted = false
     end
@@ -232,11 +236,20 @@ if num() == 1 then
   end
 end
 
+-- 8. One host's state, when asked (a worker holding a request leased ahead of its slot
+--    checks that no hold was placed since).
+local peek = {}
+local phost = nxt()
+if phost ~= '' then
+  local cur = redis.call('HMGET', P .. 'b:' .. phost, 'v', 's', 'skip')
+  peek = { tonumber(cur[1] or '0'), cur[2] or '', cur[3] and 1 or 0 }
+end
+
 if stats ~= '' then redis.call('HSET', P .. 'stats', wid, stats) end
 for _, k in ipairs({ 'seen', 'hosts', 'leases', 'lease', 'stats', 'meta', 'epoch', 'steps' }) do
   touch(P .. k)
 end
-return { dups, reclaimed, lease, cas, sync, tostring(now), had, steps }
+return { dups, reclaimed, lease, cas, sync, tostring(now), had, steps, peek }
 "#;
 
 /// Joining a job: create its epoch if the job is new (`SET NX`: the first worker to come

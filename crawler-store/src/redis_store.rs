@@ -16,6 +16,7 @@ use crate::redis_job::Job;
 use crate::redis_link::Link;
 use crate::redis_lua::STEP;
 
+mod clock;
 mod step;
 use crate::redis_reply::{MEMBER_HEADER, member, server_ms};
 /// Pushes buffered before they are sent without waiting for the next lease.
@@ -46,6 +47,12 @@ pub struct RedisOptions {
     pub budget: Option<Params>,
     /// How long the job's keys live after the last step that touched them. Default 7 days.
     pub idle_ttl: Duration,
+    /// How long before a host's slot its next request may be leased, at most (and never
+    /// more than half the host's interval). The send is booked at the slot, and
+    /// [`crawler_sched::FleetFrontier`] holds the request until then, so the fleet's sends
+    /// are spaced as booked rather than by when each lease's reply arrived. Default 50 ms;
+    /// zero leases only once the slot is due and sends at once.
+    pub lease_ahead: Duration,
     /// The crawl's stop handle: while Redis is unreachable, a stop request (Ctrl-C,
     /// SIGTERM) ends the retries at once, and the store then fails fast. `None`: retries
     /// run for `retry_for`.
@@ -64,6 +71,7 @@ impl RedisOptions {
             sync_every: Duration::from_millis(200),
             budget: None,
             idle_ttl: Duration::from_secs(7 * 24 * 3600),
+            lease_ahead: Duration::from_millis(50),
             stop: None,
         }
     }
@@ -89,6 +97,10 @@ struct Inner {
     idle_ttl: Duration,
     sync_every: Duration,
     default_params: Option<Params>,
+    /// [`RedisOptions::lease_ahead`], ms.
+    lease_ahead_ms: f64,
+    /// The last lease granted and the fleet time its send was booked for.
+    booked: Option<(u64, f64)>,
     params: HashMap<String, Params>,
     pushes: Vec<(String, Option<[u8; 16]>, Vec<u8>)>,
     acks: Vec<u64>,
@@ -125,9 +137,10 @@ struct Inner {
     error: Option<Error>,
     /// Why Redis is known to have lost the job: every later step fails with it at once.
     lost: Option<String>,
-    /// Local clock origin, and the Redis server's clock minus ours (ms).
+    /// Local clock origin, and the Redis server's clock minus ours (ms), as the round
+    /// trips bound it.
     origin: std::time::Instant,
-    offset_ms: f64,
+    clock: clock::ServerClock,
 }
 
 /// A lease to ask for, with the send it books.
@@ -136,6 +149,10 @@ struct LeaseAsk<'a> {
     budget: bool,
     expected: u64,
     claim: f64,
+    /// How far ahead of the server's clock the claim may be (ms).
+    ahead: f64,
+    /// The fleet time the send is booked for (budget leases).
+    at: f64,
     state: String,
     concurrency: u32,
     /// The lease number this lease gets if granted.
@@ -147,6 +164,8 @@ struct LeaseAsk<'a> {
 struct Ask<'a> {
     lease: Option<LeaseAsk<'a>>,
     sync: bool,
+    /// A host whose shared state to read afresh.
+    peek: Option<&'a str>,
 }
 
 /// A decoded lease answer.
@@ -205,6 +224,8 @@ impl RedisStore {
             idle_ttl: options.idle_ttl,
             sync_every: options.sync_every,
             default_params: options.budget,
+            lease_ahead_ms: options.lease_ahead.as_secs_f64() * 1_000.0,
+            booked: None,
             params: HashMap::new(),
             pushes: Vec::new(),
             acks: Vec::new(),
@@ -228,7 +249,7 @@ impl RedisStore {
             error: None,
             lost: None,
             origin,
-            offset_ms: server - local,
+            clock: clock::ServerClock::new(0.0, local, server),
         };
         Ok(Self {
             inner: Arc::new(Mutex::new(inner)),
@@ -326,9 +347,9 @@ impl Inner {
         self.params.get(host).or(self.default_params.as_ref())
     }
 
-    /// The Redis server's clock now, as estimated from the last reply (ms).
+    /// The Redis server's clock now, as estimated from the round trips so far (ms).
     fn now_ms(&self) -> f64 {
-        self.origin.elapsed().as_secs_f64() * 1_000.0 + self.offset_ms
+        self.origin.elapsed().as_secs_f64() * 1_000.0 + self.clock.offset_ms()
     }
 
     /// The host's state as last heard, or a fresh one on the fleet's clock.
@@ -444,17 +465,24 @@ impl QueueStore for RedisStore {
                     }
                     audit = m.take_audit();
                     let claim = m.ready_at();
+                    let ahead = crawler_sched::lease_ahead(&m, inner.lease_ahead_ms);
                     // The configured cap, fleet-wide: pacing keeps the rate, and every
                     // worker gets a share of the host's requests to parse.
                     let concurrency = params.concurrency.max(1);
-                    if claim > now + 1.0 {
-                        // Not due by what this worker last heard; the throttle's ready time
-                        // says when to come back. (Requests in flight fleet-wide are
+                    if claim > now + ahead + 1.0 {
+                        // Not due (less the look-ahead) by what this worker last heard; the
+                        // throttle's ready time says when to come back. (Requests in flight fleet-wide are
                         // counted by Redis, which also gets this worker's acknowledgements
                         // in the same step.)
                         return Ok(None);
                     }
-                    m.on_send(now.max(claim));
+                    // Booked at the slot, and never sooner than the look-ahead from now, even
+                    // when the slot has passed: the worker holds the request until then
+                    // (FleetFrontier), so it leaves on time whatever the reply's delay. A
+                    // send booked for now would leave late by that delay, and the next
+                    // worker's, on time, would follow it closer than the interval.
+                    let at = claim.max(now + ahead);
+                    m.on_send(at);
                     let state = serde_json::to_string(m.state()).map_err(|e| {
                         inner.bad(&format!("cannot encode a politeness state: {e}"))
                     })?;
@@ -463,6 +491,8 @@ impl QueueStore for RedisStore {
                         budget: true,
                         expected,
                         claim,
+                        ahead,
+                        at,
                         state,
                         concurrency,
                         number: inner.next_lease + 1,
@@ -473,15 +503,23 @@ impl QueueStore for RedisStore {
                     budget: false,
                     expected: 0,
                     claim: 0.0,
+                    ahead: 0.0,
+                    at: 0.0,
                     state: String::new(),
                     concurrency: u32::MAX,
                     number: inner.next_lease + 1,
                 },
             };
+            let booked = ask.budget.then_some(ask.at);
             let answer = inner.step(Ask {
                 lease: Some(ask),
                 sync: false,
+                peek: None,
             })?;
+            inner.booked = match (&answer, booked) {
+                (Some(l), Some(at)) if l.code == 1 => Some((l.id, at)),
+                _ => None,
+            };
             if answer.as_ref().is_some_and(|l| l.code == 1) {
                 // The lease's commit carried them.
                 inner.deferred.remove(host);
@@ -512,6 +550,11 @@ impl QueueStore for RedisStore {
             .map_err(|e| inner.bad(&format!("a queued request of {host} does not decode: {e}")))?;
         inner.open_leases.insert(leased.id);
         Ok(Some((leased.id, request)))
+    }
+
+    fn send_buffered(&mut self) -> Result<(), crawler_sched::Error> {
+        lock(&self.inner).step(Ask::default())?;
+        Ok(())
     }
 
     /// Buffered: sent with the next round trip, after the pushes it follows.
@@ -593,6 +636,10 @@ impl SharedBudget for RedisBudget {
         lock(&self.inner).now_ms()
     }
 
+    fn lease_ahead_ms(&self) -> f64 {
+        lock(&self.inner).lease_ahead_ms
+    }
+
     fn defer(&self, host: &str, feedback: &Feedback, at: f64) {
         let mut inner = lock(&self.inner);
         if inner.params_for(host).is_some() {
@@ -637,6 +684,7 @@ impl Fleet for RedisFleet {
         let fresh = inner.step(Ask {
             lease: None,
             sync: true,
+            peek: None,
         });
         if let Err(e) = fresh {
             // The last known state stands for this call; the engine takes the error next
@@ -648,5 +696,42 @@ impl Fleet for RedisFleet {
 
     fn take_error(&self) -> Option<crawler_sched::Error> {
         lock(&self.inner).error.take().map(Into::into)
+    }
+
+    fn booked_at(&self, lease: u64) -> Option<f64> {
+        let (id, at) = lock(&self.inner).booked?;
+        (id == lease).then_some(at)
+    }
+
+    fn now_ms(&self) -> f64 {
+        lock(&self.inner).now_ms()
+    }
+
+    /// One round trip that reads the host's state (and sends whatever is buffered).
+    fn still_clear(&self, host: &str, at: f64) -> bool {
+        let mut inner = lock(&self.inner);
+        if inner.params_for(host).is_none() {
+            return true;
+        }
+        let read = inner.step(Ask {
+            lease: None,
+            sync: false,
+            peek: Some(host),
+        });
+        if let Err(e) = read {
+            // Unknown is not clear: the request goes back to its queue, its lease open
+            // until it is queued again, and the engine stops on the error.
+            inner.keep_error("cannot read a host's politeness state", e);
+            return false;
+        }
+        if inner.skipped_here.contains(host) {
+            return false;
+        }
+        // A hold placed since the lease ends after the booked send; one placed before it
+        // ended at or before it (the slot was booked after it).
+        inner
+            .states
+            .get(host)
+            .is_none_or(|v| v.state.hold_until <= at)
     }
 }

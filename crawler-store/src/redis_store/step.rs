@@ -9,7 +9,7 @@ use crate::redis_reply::{float_at, int, int_at, text};
 use crawler_sched::FleetStatus;
 
 /// Arguments of a step that asks for no lease (the lease block's placeholders).
-const NO_LEASE: [&str; 8] = ["", "0", "0", "0", "0", "", "0", ""];
+const NO_LEASE: [&str; 9] = ["", "0", "0", "0", "0", "0", "", "0", ""];
 
 impl Inner {
     /// One round trip: send what is buffered, plus a lease or a sync if asked; apply the
@@ -68,6 +68,7 @@ impl Inner {
                 });
                 args.push(l.expected.to_string().into_bytes());
                 args.push(format!("{:.3}", l.claim).into_bytes());
+                args.push(format!("{:.3}", l.ahead).into_bytes());
                 args.push(l.state.clone().into_bytes());
                 args.push(l.concurrency.to_string().into_bytes());
                 args.push(self.job.lease_id(l.number).into_bytes());
@@ -83,6 +84,7 @@ impl Inner {
         } else {
             b"0".to_vec()
         });
+        args.push(ask.peek.unwrap_or("").as_bytes().to_vec());
 
         let what = if ask.lease.is_some() {
             "lease a request"
@@ -107,7 +109,7 @@ impl Inner {
         if renew {
             self.last_renew = std::time::Instant::now();
         }
-        self.apply(reply, ask, (before + after) / 2.0, &states)
+        self.apply(reply, ask, (before, after), &states)
     }
 
     pub(super) fn bad(&self, detail: &str) -> Error {
@@ -118,7 +120,7 @@ impl Inner {
         &mut self,
         reply: Value,
         ask: Ask<'_>,
-        local_mid: f64,
+        (before, after): (f64, f64),
         sent_states: &[(String, u64, String)],
     ) -> Result<Option<Leased>, Error> {
         let Value::Array(parts) = reply else {
@@ -131,8 +133,9 @@ impl Inner {
             self.lost = Some(detail);
             return Err(e);
         }
-        let [dups, reclaimed, lease, cas, sync, now, had, steps] = <[Value; 8]>::try_from(parts)
-            .map_err(|_| self.bad("the step script returned the wrong number of parts"))?;
+        let [dups, reclaimed, lease, cas, sync, now, had, steps, peek] =
+            <[Value; 9]>::try_from(parts)
+                .map_err(|_| self.bad("the step script returned the wrong number of parts"))?;
         if self.job.rolled_back(int(&had), int(&steps)) {
             tracing::warn!(
                 redis = %self.link.shown,
@@ -143,11 +146,11 @@ impl Inner {
             );
             self.seen.clear();
         }
-        // The server's clock at the middle of the round trip: half the round trip is the
-        // most the estimate can be off by.
+        // The server's clock, read somewhere in the round trip: it narrows the estimate of
+        // its offset from ours (see `clock`).
         let server_now = float_at(std::slice::from_ref(&now), 0);
         if server_now > 0.0 {
-            self.offset_ms = server_now - local_mid;
+            self.clock.sample(before, after, server_now);
         }
         self.dups += int(&dups).unsigned_abs();
         let reclaimed = int(&reclaimed).unsigned_abs();
@@ -212,6 +215,16 @@ impl Inner {
                 self.fleet = FleetStatus { queued, leased };
             }
         }
+        if let (Some(host), Value::Array(p)) = (ask.peek, &peek)
+            && !p.is_empty()
+        {
+            let version = int_at(p, 0).unsigned_abs();
+            let state = text(p.get(1));
+            self.remember(host, version, &state);
+            if int_at(p, 2) == 1 {
+                self.skipped_here.insert(host.to_owned());
+            }
+        }
         let Some(ask) = ask.lease else {
             return Ok(None);
         };
@@ -260,6 +273,7 @@ impl Inner {
             self.step(Ask {
                 lease: None,
                 sync: true,
+                peek: None,
             })?;
         } else if !self.open_leases.is_empty() && self.last_renew.elapsed() >= self.timeout / 4 {
             self.step(Ask::default())?;

@@ -1,0 +1,358 @@
+//! Booked send times in a fleet: a worker may lease a host's request a little before its
+//! slot, and then hands it out at the slot it booked, never earlier, whatever the delay of
+//! the lease's reply; a request still held when the worker stops goes back to its queue at
+//! once; and a hold another worker places after the lease keeps the request back.
+//!
+//! Each test starts its own `redis-server` (without persistence) on a free loopback port.
+
+#![allow(clippy::unwrap_used)]
+
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crawler_core::{Feedback, Next, Request, Scheduler, Settings, ThrottleMode};
+use crawler_sched::politeness::Params;
+use crawler_sched::{
+    Entry, Fleet, FleetFrontier, Frontier, FrontierConfig, QueueStore, SharedThrottle,
+};
+use crawler_store::{RedisOptions, RedisStore};
+use tokio::time::Instant;
+
+struct Redis {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Redis {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (apt-get install redis-server)");
+        // Owned at once, so a server that never answers is still killed and waited for.
+        let redis = Self {
+            child,
+            port,
+            _dir: dir,
+        };
+        for _ in 0..250 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return redis;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server did not come up on port {port}");
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A fixed 200 ms pace, no randomisation: the booked interval the sends must keep.
+const GAP_MS: f64 = 200.0;
+
+fn settings() -> Settings {
+    Settings {
+        throttle: ThrottleMode::Fixed,
+        download_delay: Duration::from_millis(GAP_MS as u64),
+        randomize_delay: false,
+        concurrency_per_host: 4,
+        ..Default::default()
+    }
+}
+
+fn open(redis: &Redis, job: &str, ahead: Duration) -> RedisStore {
+    RedisStore::open(RedisOptions {
+        retry_for: Duration::from_secs(10),
+        budget: Some(Params::from_settings(&settings())),
+        lease_ahead: ahead,
+        ..RedisOptions::new(redis.url(), job)
+    })
+    .unwrap()
+}
+
+/// A store whose lease replies come back late by a varying delay (0-20 ms), as they do
+/// on a busy machine: the jitter that compressed the fleet's gaps at the server.
+struct SlowReplies {
+    inner: RedisStore,
+    draw: u64,
+}
+
+impl QueueStore for SlowReplies {
+    fn insert_seen(
+        &mut self,
+        fp: crawler_sched::Fingerprint,
+    ) -> Result<bool, crawler_sched::Error> {
+        self.inner.insert_seen(fp)
+    }
+    fn push(&mut self, host: &str, entry: Entry) -> Result<(), crawler_sched::Error> {
+        self.inner.push(host, entry)
+    }
+    fn lease(&mut self, host: &str) -> Result<Option<(u64, Request)>, crawler_sched::Error> {
+        let leased = self.inner.lease(host)?;
+        if leased.is_some() {
+            // A fixed-sequence generator: the delays vary, the test does not.
+            self.draw = self
+                .draw
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            std::thread::sleep(Duration::from_millis((self.draw >> 33) % 21));
+        }
+        Ok(leased)
+    }
+    fn ack(&mut self, lease: u64) -> Result<(), crawler_sched::Error> {
+        self.inner.ack(lease)
+    }
+    fn host_len(&self, host: &str) -> usize {
+        self.inner.host_len(host)
+    }
+    fn queued(&self) -> usize {
+        self.inner.queued()
+    }
+    fn hosts(&self) -> Vec<String> {
+        self.inner.hosts()
+    }
+    fn next_seq(&self) -> u64 {
+        self.inner.next_seq()
+    }
+    fn send_buffered(&mut self) -> Result<(), crawler_sched::Error> {
+        self.inner.send_buffered()
+    }
+}
+
+fn request(n: usize) -> Request {
+    Request::get(&format!("http://h.test/{n}")).unwrap()
+}
+
+fn answered() -> Feedback {
+    Feedback {
+        sent: true,
+        status: Some(200),
+        latency: Duration::from_millis(5),
+        ..Default::default()
+    }
+}
+
+/// Two workers, each lease reply late by up to 20 ms: every request is handed out at or
+/// after the time its send was booked for (on the fleet's clock), the booked times are the
+/// interval apart, and the hand-outs keep to them: half come within 3 ms of their booked
+/// time. Sent when the lease's reply arrived (without booked send times), they were late by
+/// the reply's delay, 10 ms in the median here, and the next worker's send on time followed
+/// closer than the interval.
+#[test]
+fn a_fleets_sends_leave_at_their_booked_times_whatever_the_reply_delays() {
+    let redis = Redis::start();
+    let job = "booked-spacing";
+    let ahead = Duration::from_millis(50);
+    let booked = Booked::default();
+    let mut fa = noting_worker_of(open(&redis, job, ahead), 1, Arc::clone(&booked));
+    let fb = noting_worker_of(open(&redis, job, ahead), 7, Arc::clone(&booked));
+    let clock = open(&redis, job, ahead).budget();
+    let pages = 16;
+    let now = Instant::now();
+    for n in 0..pages {
+        assert_eq!(fa.enqueue(request(n), now), crawler_core::Admission::Queued);
+    }
+    // (booked send time, hand-out time), fleet ms.
+    let sent = Arc::new(Mutex::new(Vec::new()));
+    let threads: Vec<_> = [fa, fb]
+        .into_iter()
+        .map(|mut f| {
+            let sent = Arc::clone(&sent);
+            let booked = Arc::clone(&booked);
+            let clock = Arc::clone(&clock);
+            std::thread::spawn(move || {
+                loop {
+                    let now = Instant::now();
+                    match f.next(now) {
+                        Next::Ready(lease, _) => {
+                            let at = clock.now_ms();
+                            let slot = booked.lock().unwrap().get(&lease.0).copied();
+                            sent.lock().unwrap().push((slot.unwrap_or(f64::NAN), at));
+                            f.complete(lease, &answered(), Instant::now());
+                            f.acknowledge(lease);
+                        }
+                        Next::NotBefore(at) => {
+                            std::thread::sleep(at.saturating_duration_since(now));
+                        }
+                        Next::Empty => break,
+                    }
+                }
+                f.held()
+            })
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap(), 0, "nothing is left held at the end");
+    }
+    let mut sent = sent.lock().unwrap().clone();
+    assert_eq!(sent.len(), pages);
+    sent.sort_by(|a, b| a.0.total_cmp(&b.0));
+    // 1 ms for the estimates of the Redis clock by the workers and by this test.
+    for (slot, at) in &sent {
+        assert!(
+            *at >= slot - 1.0,
+            "handed out {:.1} ms before its booked time: {sent:.1?}",
+            slot - at
+        );
+    }
+    for w in sent.windows(2) {
+        assert!(
+            w[1].0 - w[0].0 >= GAP_MS - 0.01,
+            "booked {:.1} ms apart: {sent:.1?}",
+            w[1].0 - w[0].0
+        );
+    }
+    let mut late: Vec<f64> = sent.iter().map(|(slot, at)| at - slot).collect();
+    late.sort_by(f64::total_cmp);
+    let median = late[late.len() / 2];
+    assert!(
+        median <= 3.0,
+        "hand-outs late by {median:.1} ms in the median: {sent:.1?}"
+    );
+}
+
+/// The fleet view of a store, noting the booked send time of every lease it is asked about.
+struct Noting {
+    inner: Box<dyn Fleet>,
+    booked: Booked,
+}
+
+/// Booked send times by lease, as a worker's frontier learnt them.
+type Booked = Arc<Mutex<std::collections::HashMap<u64, f64>>>;
+
+impl Fleet for Noting {
+    fn status(&self) -> crawler_sched::FleetStatus {
+        self.inner.status()
+    }
+    fn booked_at(&self, lease: u64) -> Option<f64> {
+        let at = self.inner.booked_at(lease)?;
+        self.booked.lock().unwrap().insert(lease, at);
+        Some(at)
+    }
+    fn now_ms(&self) -> f64 {
+        self.inner.now_ms()
+    }
+    fn still_clear(&self, host: &str, at: f64) -> bool {
+        self.inner.still_clear(host, at)
+    }
+}
+
+/// A worker over its own store with slow lease replies.
+fn worker_of(store: RedisStore, draw: u64) -> FleetFrontier<SlowReplies> {
+    noting_worker_of(store, draw, Booked::default())
+}
+
+/// A worker over its own store with slow lease replies, noting each lease's booked time.
+fn noting_worker_of(store: RedisStore, draw: u64, booked: Booked) -> FleetFrontier<SlowReplies> {
+    let budget = store.budget();
+    let fleet = Box::new(Noting {
+        inner: store.fleet(),
+        booked,
+    });
+    let mut config = FrontierConfig::from_settings(&settings(), vec![]);
+    config.throttle = Box::new(move |host, _now| {
+        Box::new(SharedThrottle::new(
+            host,
+            Arc::clone(&budget),
+            Params::from_settings(&settings()),
+        ))
+    });
+    FleetFrontier::new(
+        Frontier::with_store(config, SlowReplies { inner: store, draw }),
+        fleet,
+    )
+}
+
+/// Send one request, then lease the next one ahead of its slot, and return the worker
+/// holding it.
+fn holding(store: RedisStore) -> FleetFrontier<SlowReplies> {
+    let mut f = worker_of(store, 0);
+    let now = Instant::now();
+    for n in 0..3 {
+        f.enqueue(request(n), now);
+    }
+    let mut sent = 0;
+    for _ in 0..100 {
+        match f.next(Instant::now()) {
+            Next::Ready(lease, _) => {
+                assert_eq!(sent, 0, "the second request must be held for its slot");
+                sent += 1;
+                f.complete(lease, &answered(), Instant::now());
+                f.acknowledge(lease);
+            }
+            Next::NotBefore(_) if sent == 1 && f.held() == 1 => return f,
+            Next::NotBefore(at) => {
+                std::thread::sleep(at.saturating_duration_since(Instant::now()));
+            }
+            Next::Empty => panic!("requests are queued"),
+        }
+    }
+    panic!("the second request was never leased ahead of its slot");
+}
+
+#[test]
+fn a_request_held_for_its_slot_goes_back_to_its_queue_when_the_worker_stops() {
+    let redis = Redis::start();
+    let job = "booked-stop";
+    let ahead = Duration::from_millis(150);
+    let f = holding(open(&redis, job, ahead));
+    assert_eq!(f.held(), 1);
+    drop(f);
+    // At once, not when the lease expires (30 s): nothing leased, both requests queued.
+    let other = open(&redis, job, ahead);
+    let status = other.fleet().status();
+    assert_eq!(status.leased, 0, "{status:?}");
+    assert_eq!(status.queued, 2, "{status:?}");
+}
+
+#[test]
+fn a_hold_placed_after_the_lease_keeps_the_held_request_back() {
+    let redis = Redis::start();
+    let job = "booked-hold";
+    let ahead = Duration::from_millis(150);
+    let mut f = holding(open(&redis, job, ahead));
+    // Another worker learns of a Retry-After and holds the host for a minute.
+    let other = open(&redis, job, ahead);
+    // Read the host's state (any time is clear of holds so far, at the end of time).
+    assert!(other.fleet().still_clear("h.test", f64::INFINITY));
+    let budget = other.budget();
+    let v = budget.cached("h.test").unwrap();
+    let mut held = v.state.clone();
+    held.hold_until = budget.now_ms() + 60_000.0;
+    assert!(budget.commit("h.test", v.version, &held, None).unwrap());
+    // The held request's slot comes and goes: it is not handed out, but queued again.
+    let until = Instant::now() + Duration::from_millis(400);
+    while Instant::now() < until {
+        match f.next(Instant::now()) {
+            Next::Ready(..) => panic!("a request was handed out inside a hold"),
+            Next::NotBefore(at) => {
+                std::thread::sleep(at.min(until).saturating_duration_since(Instant::now()));
+            }
+            Next::Empty => break,
+        }
+    }
+    assert_eq!(f.held(), 0);
+    assert_eq!(f.queued(), 2, "the held request is queued again");
+}
