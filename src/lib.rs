@@ -38,6 +38,8 @@
 //! engine), [`http`] (downloader, robots), [`sched`] (frontier, politeness slots), [`lab`]
 //! (a local site that behaves like real servers, for tests and benchmarks).
 
+#[cfg(feature = "mimalloc")]
+mod allocator;
 pub mod cli;
 mod conditional;
 mod error;
@@ -68,9 +70,13 @@ pub use runner::{Contract, Runner};
 /// ```
 ///
 /// Built with transparent huge pages off for the process: with them, mimalloc's eagerly
-/// committed arenas doubled the crawl's peak RSS.
+/// committed arenas doubled the crawl's peak RSS. Call [`tune_allocator`] first thing in
+/// `main` too, so that freed memory goes back to the OS at once.
 #[cfg(feature = "mimalloc")]
 pub use mimalloc::MiMalloc;
+
+#[cfg(feature = "mimalloc")]
+pub use allocator::tune_allocator;
 
 use crawler_core::{
     BoxedDownloaderMiddleware, BoxedSpiderMiddleware, DownloaderMiddleware, MiddlewareStats,
