@@ -748,15 +748,6 @@ impl HostMachine {
             // met again at the pace that was refused.
             let rate = self.state.rate * t.cut;
             self.set_rate(rate, trigger, now);
-            if self.state.holds == 0 && self.state.phase == Phase::Discover {
-                // Refused at the very start, at the first pace tried: the limiter has no
-                // burst to speak of and its limit is under that pace (a burst-0 bucket at
-                // about the start rate). Climb back to just under it, as under any lowest
-                // refused rate, instead of discovering the same refusal again.
-                self.state.ceiling = Some(sent_rate);
-                self.state.phase = Phase::Settled;
-                self.set_estimate(sent_rate * t.ceiling_margin, trigger, now);
-            }
             return;
         }
         self.state.ceiling = Some(self.state.ceiling.map_or(sent_rate, |c| c.min(sent_rate)));

@@ -41,7 +41,7 @@ fn table(cells: &[sim::Cell], minutes: f64) -> Vec<(String, f64, Outcome)> {
 /// refused only after the burst drains, late in the crawl) and, for two of three draws,
 /// the fixed window at 1 r/s with Retry-After (88%); every run reaches 80%. Refusals: at
 /// most 4 per 1,000 pages at 3 and 5 r/s; at 1 r/s a ten-minute crawl is ~550 pages and
-/// the learning episodes (one to six) are more than 3 per 1,000 but for nginx burst 0.
+/// the learning episodes (two to six) are more than 3 per 1,000.
 #[test]
 fn matrix_of_limiters_reaches_ninety_percent_with_few_refusals() {
     let rows = table(&sim::seeded(sim::matrix(), &SEEDS), 10.0);
@@ -276,4 +276,36 @@ fn a_probe_with_no_room_under_the_ceiling_is_not_a_probe() {
         "a refusal at the settled rate lowers it: {before} -> {}",
         m.rate()
     );
+}
+
+/// Two requests close together at the very start (a fleet's workers, or robots.txt and the
+/// first page) can be refused once by a burst-0 limiter whatever the rate it allows: that
+/// refusal says nothing about the limit, and must not cap the rate near the start pace.
+#[test]
+fn an_early_refusal_does_not_cap_the_rate() {
+    use super::HostMachine;
+    use crawler_core::Feedback;
+    use std::time::Duration;
+
+    let answer = |status: u16| Feedback {
+        sent: true,
+        status: Some(status),
+        latency: Duration::from_millis(20),
+        retry_after: (status == 429).then(|| Duration::from_secs(1)),
+        ..Default::default()
+    };
+    let mut m = HostMachine::new(defaults(), 0.0);
+    m.on_send(0.0);
+    let _ = m.on_feedback(&answer(200), 20.0);
+    m.on_send(300.0);
+    let _ = m.on_feedback(&answer(429), 320.0);
+    // The server accepts everything from now on.
+    let mut t: f64 = 320.0;
+    while t < 300_000.0 {
+        t = m.ready_at().max(t);
+        m.on_send(t);
+        let _ = m.on_feedback(&answer(200), t + 20.0);
+        t += 20.0;
+    }
+    assert!(m.rate() > 3.0, "{}", m.rate());
 }
