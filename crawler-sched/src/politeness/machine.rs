@@ -620,32 +620,31 @@ impl HostMachine {
                     };
                     if now - self.state.calm_since >= calm {
                         // The rate held through a calm period: it is safe. Probe a little
-                        // above it in case the server allows more than was learned.
-                        self.state.safe_rate = Some(self.state.rate);
-                        self.state.phase = Phase::Probe;
+                        // above it in case the server allows more than was learned, but
+                        // never at a rate that was refused: up to just under the lowest
+                        // one, which every probe raises, so a server that raised its limit
+                        // is still found.
                         self.state.calm_since = now;
-                        let mut probe = self.state.rate * (1.0 + step);
-                        if let Some(c) = self.state.ceiling {
-                            // Never at a rate that was refused: up to just under the
-                            // lowest one (the ceiling rises with every probe that holds,
-                            // so a server that raised its limit is still found).
+                        let rate = self.state.rate;
+                        let mut probe = rate * (1.0 + step);
+                        if let Some(c) = self.state.ceiling.as_mut() {
                             let under = if room {
                                 tuning.ceiling_margin
                             } else {
                                 tuning.probe_under_ceiling
                             };
-                            probe = probe.min(c * under).max(self.state.rate);
-                        }
-                        if let Some(c) = self.state.ceiling.as_mut() {
+                            probe = probe.min(*c * under).max(rate);
                             *c = c.max(probe / tuning.ceiling_margin);
                         }
-                        if probe <= self.state.rate * (1.0 + 1e-6) {
+                        if probe <= rate * (1.0 + 1e-6) {
                             // Already just under a refused rate: no probe this time (the
-                            // ceiling has moved up for the next one). The rate is not a
-                            // probe, and a refusal at it is not a failed probe.
+                            // ceiling has moved up for the next one), and a refusal at this
+                            // rate is not a failed probe.
                             self.state.phase = Phase::Settled;
                             return;
                         }
+                        self.state.safe_rate = Some(rate);
+                        self.state.phase = Phase::Probe;
                         self.set_estimate(probe / tuning.slack, Trigger::Probe, now);
                         self.set_rate(probe, Trigger::Probe, now);
                     }
