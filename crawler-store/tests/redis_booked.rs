@@ -7,7 +7,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,55 +18,10 @@ use crawler_sched::{
 use crawler_store::{RedisOptions, RedisStore};
 use tokio::time::Instant;
 
-struct Redis {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
+#[path = "support/redis.rs"]
+mod redis_server;
 
-impl Redis {
-    fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (apt-get install redis-server)");
-        // Owned at once, so a server that never answers is still killed and waited for.
-        let redis = Self {
-            child,
-            port,
-            _dir: dir,
-        };
-        for _ in 0..250 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return redis;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("redis-server did not come up on port {port}");
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use redis_server::Redis;
 
 /// A fixed 200 ms pace, no randomisation: the booked interval the sends must keep.
 const GAP_MS: f64 = 200.0;

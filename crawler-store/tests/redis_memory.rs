@@ -6,111 +6,32 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::io::{Read, Write};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crawler_core::Request;
 use crawler_sched::{Entry, QueueStore, fingerprint};
 use crawler_store::{RedisOptions, RedisStore};
 
-struct Redis {
-    child: Child,
-    port: u16,
-    dir: tempfile::TempDir,
-}
+#[path = "support/redis.rs"]
+mod redis_server;
 
-impl Redis {
-    fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Self::spawn(port, dir.path());
-        let r = Self { child, port, dir };
-        r.wait_ready();
-        r
-    }
+use redis_server::Redis;
 
-    /// No automatic snapshots and no AOF: only an explicit `SAVE` is kept.
-    fn spawn(port: u16, dir: &Path) -> Child {
-        Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (apt-get install redis-server)")
-    }
-
-    fn wait_ready(&self) {
-        for _ in 0..250 {
-            if self
-                .command(&["PING"])
-                .is_some_and(|r| r.starts_with("+PONG"))
-            {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("redis-server did not come up on port {}", self.port);
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    fn command(&self, args: &[&str]) -> Option<String> {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        let mut cmd = format!("*{}\r\n", args.len());
-        for a in args {
-            cmd.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-        }
-        s.write_all(cmd.as_bytes()).ok()?;
-        let mut buf = vec![0u8; 64 * 1024];
-        let n = s.read(&mut buf).ok()?;
-        Some(String::from_utf8_lossy(&buf[..n]).into_owned())
-    }
-
-    /// Kill the server (losing everything since the last `SAVE`) and start it again from
-    /// that snapshot: what a restart from an old RDB file, or a failover to a replica that
-    /// was behind, looks like.
-    fn crash_and_restart(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.child = Self::spawn(self.port, self.dir.path());
-        self.wait_ready();
-    }
-
-    /// The lease ids in the job's `lease` hash, sorted.
-    fn lease_ids(&self, job: &str) -> Vec<String> {
-        let reply = self
-            .command(&["HKEYS", &format!("crawler:{{{job}}}:lease")])
-            .unwrap();
-        // "*N", then "$len", "value" pairs.
-        let mut ids: Vec<String> = reply
-            .lines()
-            .skip(1)
-            .skip(1)
-            .step_by(2)
-            .map(str::to_owned)
-            .collect();
-        ids.sort();
-        ids
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The lease ids in the job's `lease` hash, sorted.
+fn lease_ids(redis: &Redis, job: &str) -> Vec<String> {
+    let reply = redis
+        .command(&["HKEYS", &format!("crawler:{{{job}}}:lease")])
+        .unwrap();
+    // "*N", then "$len", "value" pairs.
+    let mut ids: Vec<String> = reply
+        .lines()
+        .skip(1)
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect();
+    ids.sort();
+    ids
 }
 
 fn options(redis: &Redis, job: &str) -> RedisOptions {
@@ -146,7 +67,7 @@ fn lease_ids_never_repeat_and_a_stale_ack_spares_the_new_lease() {
 
     // A leases the page; then Redis loses everything after the snapshot, that lease too.
     let (na, _) = a.lease("h.test").unwrap().expect("A leases the page");
-    let before = redis.lease_ids("leases");
+    let before = lease_ids(&redis, "leases");
     assert_eq!(before, vec![format!("{}:{na}", a.lease_token())]);
     redis.crash_and_restart();
 
@@ -156,7 +77,7 @@ fn lease_ids_never_repeat_and_a_stale_ack_spares_the_new_lease() {
         .unwrap()
         .expect("the page is queued again");
     assert_eq!(request.url.as_str(), "http://h.test/1");
-    let after = redis.lease_ids("leases");
+    let after = lease_ids(&redis, "leases");
     assert_eq!(after, vec![format!("{}:{nb}", b.lease_token())]);
     assert_ne!(
         before, after,
@@ -167,7 +88,7 @@ fn lease_ids_never_repeat_and_a_stale_ack_spares_the_new_lease() {
     a.ack(na).unwrap();
     a.flush().unwrap();
     assert_eq!(
-        redis.lease_ids("leases"),
+        lease_ids(&redis, "leases"),
         after,
         "a stale acknowledgement deleted another worker's live lease"
     );
