@@ -91,6 +91,10 @@ pub struct Fit {
     /// consistent set is a union of runs (one per bucket capacity, roughly), and the top
     /// run is the explanation with the smallest burst.
     pub top: f64,
+    /// The smallest burst (requests beyond the first) a bucket refilling at `top` needs to
+    /// accept what was accepted. Under one, every request must keep its spacing and arrival
+    /// jitter alone can cause a refusal; from one up, the bucket absorbs it.
+    pub burst: f64,
 }
 
 impl SendLog {
@@ -182,6 +186,7 @@ impl SendLog {
         // the consistent rates.
         const COARSE: usize = 240;
         const FINE: usize = 48;
+        const ZOOMS: usize = 4;
         let ratio = (max / min).powf(1.0 / (COARSE - 1) as f64);
         let grid: Vec<(f64, f64)> = (0..COARSE)
             .map(|i| {
@@ -210,13 +215,26 @@ impl SendLog {
             .map(|(r, _)| *r)
             .collect();
         for &(r, _) in peaks.iter().take(16) {
-            let lo = r / ratio;
-            let step = (ratio * ratio).powf(1.0 / (FINE - 1) as f64);
-            for k in 0..FINE {
-                let x = lo * step.powi(k as i32);
-                if self.margin(x, jitter_ms) > 0.0 {
-                    good.push(x);
+            // Zoom in on the peak: a fine scan around it, then around the best rate that
+            // scan found, a few times. Long episodes pin the rate to a tenth of a percent
+            // or less, under one fine step; a scan that stops short of it finds no bucket
+            // at all and the machine falls back on weaker evidence.
+            let (mut lo, mut width) = (r / ratio, ratio * ratio);
+            for _ in 0..ZOOMS {
+                let step = width.powf(1.0 / (FINE - 1) as f64);
+                let mut best = (f64::NEG_INFINITY, lo);
+                for k in 0..FINE {
+                    let x = lo * step.powi(k as i32);
+                    let m = self.margin(x, jitter_ms);
+                    if m > 0.0 {
+                        good.push(x);
+                    }
+                    if m > best.0 {
+                        best = (m, x);
+                    }
                 }
+                width = step * step;
+                lo = best.1 / step;
             }
         }
         if good.is_empty() {
@@ -234,7 +252,8 @@ impl SendLog {
             }
             top = w[0];
         }
-        Some(Fit { lo, hi, top })
+        let burst = self.bounds(top, jitter_ms).0;
+        Some(Fit { lo, hi, top, burst })
     }
 
     /// How well a bucket refilling at `r`/s explains the log: positive when some burst
@@ -244,6 +263,13 @@ impl SendLog {
     /// arrival refused when that exceeds the burst (and then nothing changes). `excess` 0
     /// is a full bucket, which is what the first logged send meets.
     fn margin(&self, r: f64, jitter_ms: f64) -> f64 {
+        let (need, below) = self.bounds(r, jitter_ms);
+        below - need
+    }
+
+    /// The bursts a bucket refilling at `r`/s may have: at least the first, under the
+    /// second.
+    fn bounds(&self, r: f64, jitter_ms: f64) -> (f64, f64) {
         let per_ms = r / 1_000.0;
         // The excess after the last accepted arrival, and when that was: nginx measures
         // from there, and clamps at zero only after adding the new request.
@@ -270,7 +296,7 @@ impl SendLog {
                 }
             }
         }
-        below - need
+        (need, below)
     }
 }
 
@@ -337,6 +363,31 @@ mod tests {
             .fit_token_bucket(0.05, 20.0, 5.0)
             .expect("a bucket fits");
         assert!(fit.lo > 0.85 && fit.hi < 1.15, "{fit:?}");
+    }
+
+    #[test]
+    fn a_long_episode_pins_the_rate_to_a_fraction_of_a_percent() {
+        // A fast first episode, a hold, then minutes just above the limit until the burst
+        // drains: the consistent rates are a sliver around 3/s, far under one step of the
+        // coarse grid, and the fit must still find them (and the burst).
+        // The logged send times are off the arrivals by up to 4.5 ms either way (a busy
+        // client's clock), which uses up most of the fit's tolerance.
+        let bucket = (3.0, 20.0);
+        let mut exact = SendLog::default();
+        let (t, x) = episode(&mut exact, bucket, (0.0, None), 0.0, 6.0);
+        let (end, _) = episode(&mut exact, bucket, x, t + 30_000.0, 3.06);
+        assert!(end - t > 300_000.0, "the burst lasted {end} ms");
+        let mut log = SendLog::default();
+        for (i, &(at, answer)) in exact.entries.iter().enumerate() {
+            let noise = (i * 7_919 % 10) as f64 - 4.5;
+            log.record(at + noise, answer, 100_000, f64::INFINITY);
+        }
+        let fit = log
+            .fit_token_bucket(0.05, 20.0, 5.0)
+            .expect("a bucket fits");
+        assert!(fit.lo > 2.98 && fit.hi < 3.02, "{fit:?}");
+        assert!(fit.hi / fit.lo < 1.01, "{fit:?}");
+        assert!((fit.burst - 20.0).abs() < 1.0, "{fit:?}");
     }
 
     #[test]

@@ -61,6 +61,7 @@ impl HostMachine {
                 phase: Phase::Discover,
                 estimate: None,
                 ceiling: None,
+                pinned: None,
                 confident: false,
                 declared: None,
                 safe_rate: None,
@@ -636,6 +637,9 @@ impl HostMachine {
                             probe = probe.min(*c * under).max(rate);
                             *c = c.max(probe / tuning.ceiling_margin);
                         }
+                        if let Some(p) = self.state.pinned {
+                            probe = probe.min(p * tuning.probe_under_ceiling).max(rate);
+                        }
                         if probe <= rate * (1.0 + 1e-6) {
                             // Already just under a refused rate: no probe this time (the
                             // ceiling has moved up for the next one), and a refusal at this
@@ -755,6 +759,9 @@ impl HostMachine {
             sent_rate.max(self.params.max_rate) * 1.5,
             t.fit_jitter_ms,
         );
+        // A fit narrow enough pins the rate for the probes to come; no bucket at all means
+        // the limiter is of another kind and nothing is pinned.
+        self.state.pinned = fit.filter(|f| f.hi <= t.pinned_fit * f.top).map(|f| f.hi);
         if self.state.phase == Phase::Probe
             && let Some(safe) = self.state.safe_rate
         {
@@ -764,12 +771,15 @@ impl HostMachine {
             self.state.probe_calm_ms *= 2.0;
             self.state.phase = Phase::Settled;
             let mut est = safe / t.slack;
+            let mut slack = t.slack;
             if let Some(f) = fit.filter(|f| f.hi <= t.narrow_fit * f.top) {
                 est = est.min(f.top);
+                slack = fit_slack(&f, &t);
             }
             self.set_estimate(est, trigger, now);
-            // Back to the rate that held, unless the fit now puts the limit under it.
-            self.set_rate(safe.min(est), trigger, now);
+            // Back to the rate that held, unless the fit now puts the limit under it (then
+            // a margin under the fitted rate).
+            self.set_rate(safe.min(est * slack), trigger, now);
             return;
         }
         let recent = self
@@ -809,8 +819,20 @@ impl HostMachine {
             self.state.phase = Phase::Settled;
         }
         self.set_estimate(est, trigger, now);
-        let rate = (est * t.slack).min(sent_rate);
+        let slack = narrow.map_or(t.slack, |f| fit_slack(&f, &t));
+        let rate = (est * slack).min(sent_rate);
         self.set_rate(rate, trigger, now);
+    }
+}
+
+/// The margin under a fitted bucket's rate: small when the fit pins the rate and the bucket
+/// has a burst to absorb arrival jitter, the full slack otherwise (every request must keep
+/// its spacing, or the fit may still be a window limiter seen as a bucket).
+fn fit_slack(fit: &super::estimate::Fit, t: &super::Tuning) -> f64 {
+    if fit.burst >= 1.0 && fit.hi <= t.pinned_fit * fit.top {
+        t.bursty_slack
+    } else {
+        t.slack
     }
 }
 

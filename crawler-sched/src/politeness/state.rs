@@ -45,6 +45,11 @@ pub struct HostState {
     /// Whether the estimate comes from a narrow fit (then the rate settles under it and
     /// probes rarely) or is a guess (then the rate climbs towards the ceiling).
     pub confident: bool,
+    /// The fastest refill rate of a token-bucket fit narrow enough to pin the server's
+    /// rate (see [`Tuning::pinned_fit`](super::Tuning::pinned_fit)): probes stay under it.
+    /// Cleared when a later refusal leaves no bucket that explains the log.
+    #[serde(default)]
+    pub pinned: Option<f64>,
     /// The last rate that held through a calm period (a failed probe returns to it).
     pub safe_rate: Option<f64>,
     /// Responses to requests sent before this do not cut again (one episode, one cut).

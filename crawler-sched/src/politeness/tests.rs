@@ -36,10 +36,9 @@ fn table(cells: &[sim::Cell], minutes: f64) -> Vec<(String, f64, Outcome)> {
 /// The politeness goal on virtual time: ten-minute crawls behind every limiter kind, rate
 /// and Retry-After choice, with default settings, each with three draws of transit and
 /// latency. No request ever lands inside an announced wait, in any cell. The rate goal
-/// (steady at least 90% of the allowed rate) is met in 85 of the 90 runs today: the misses
-/// are nginx burst 20 with Retry-After 30 s at 3 r/s (84%: a quick probe above the limit is
-/// refused only after the burst drains, late in the crawl) and, for two of three draws,
-/// the fixed window at 1 r/s with Retry-After (88%); every run reaches 80%. Refusals: at
+/// (steady at least 90% of the allowed rate) is met in 88 of the 90 runs today: the misses
+/// are two draws of the fixed window at 1 r/s with Retry-After (88%); every run reaches
+/// 80%. Refusals: at
 /// most 4 per 1,000 pages at 3 and 5 r/s; at 1 r/s a ten-minute crawl is ~550 pages and
 /// the learning episodes (two to six) are more than 3 per 1,000.
 #[test]
@@ -61,7 +60,7 @@ fn matrix_of_limiters_reaches_ninety_percent_with_few_refusals() {
         }
     }
     assert!(failed.is_empty(), "cells failing the goal: {failed:?}");
-    assert!(at_ninety >= 82, "{at_ninety} of {} runs at 90%", rows.len());
+    assert!(at_ninety >= 87, "{at_ninety} of {} runs at 90%", rows.len());
 }
 
 /// Once converged, at most one refusal per five minutes of steady crawling: an hour behind
@@ -308,4 +307,49 @@ fn an_early_refusal_does_not_cap_the_rate() {
         t += 20.0;
     }
     assert!(m.rate() > 3.0, "{}", m.rate());
+}
+
+/// Behind a token bucket with a large burst, a probe above the limit is refused only once
+/// the burst has drained, minutes later. The episodes before and during it pin the bucket's
+/// rate to a fraction of a percent: from then on the rate stays just under it (the burst
+/// absorbs jitter, so 1% under, not 5%) and no probe goes above it again, on every draw.
+#[test]
+fn a_pinned_bucket_rate_holds_the_pace_and_caps_the_probes() {
+    let params = defaults();
+    let cells = sim::seeded(
+        sim::matrix()
+            .into_iter()
+            .filter(|c| c.name.starts_with("nginx b20 3 r/s RA"))
+            .collect(),
+        &SEEDS,
+    );
+    assert_eq!(cells.len(), 3);
+    for cell in cells {
+        let (o, audit) = sim::run_audited(&cell, &params, 600_000.0);
+        let pinned = audit
+            .iter()
+            .position(|a| {
+                matches!(a.trigger, super::Trigger::Status429)
+                    && matches!(a.what, super::What::Estimate { rate } if (rate - 3.0).abs() < 0.015)
+            })
+            .unwrap_or_else(|| panic!("{}: no refusal pinned the rate: {audit:?}", cell.name));
+        for a in &audit[pinned..] {
+            if let super::What::Rate { new, .. } = a.what {
+                assert!(
+                    new <= 3.0,
+                    "{}: {new:.3}/s after the rate was pinned ({:?})",
+                    cell.name,
+                    a.trigger
+                );
+            }
+        }
+        let after = audit[pinned..]
+            .iter()
+            .filter(|a| matches!(a.what, super::What::Hold { .. }))
+            .count();
+        assert!(after <= 1, "{}: {after} holds after pinning", cell.name);
+        // The probe that pins the rate may fall into the measured second half; before the
+        // pin (probes above the limit again and again) this cell settled at 84%.
+        assert!(o.steady >= 0.86 * 3.0, "{}: {:.2}", cell.name, o.steady);
+    }
 }

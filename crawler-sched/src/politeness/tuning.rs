@@ -19,6 +19,10 @@ pub struct Tuning {
     /// refuses a request that arrives a millisecond early, and arrivals jitter, so exactly
     /// 100% is never safe; 5% under covers tens of milliseconds of jitter at 5 r/s.
     pub slack: f64,
+    /// Fraction of a fitted bucket's rate the pace settles at when the fit says the bucket
+    /// has a burst of at least one request: the burst absorbs arrival jitter, so only the
+    /// fit's own error needs a margin.
+    pub bursty_slack: f64,
     /// Window (ms) of the recent accepted rate, the estimate when the fit cannot tell.
     pub recent_window_ms: f64,
     /// The recent accepted rate includes any burst the server granted, so a guess from it
@@ -51,6 +55,12 @@ pub struct Tuning {
     /// which every probe that holds raises: a refused rate is not tried again until the
     /// rates under it have held.
     pub probe_under_ceiling: f64,
+    /// A token-bucket fit whose consistent refill rates span at most this ratio pins the
+    /// server's rate: probes go no higher than its fastest rate. Two long episodes of a
+    /// real bucket pin its rate to a percent or less, while a window limiter read as a
+    /// bucket leaves a wider range (or, after a few episodes, no bucket at all); probing
+    /// above a pinned rate would only drain the burst and cost a hold.
+    pub pinned_fit: f64,
     /// When the lowest refused rate is more than this fraction above the estimate, the
     /// estimate may be low (a window limiter seen as a slow bucket), and probes come sooner.
     pub fast_probe_room: f64,
@@ -94,6 +104,7 @@ impl Default for Tuning {
         Self {
             discover_doubling_ms: 10_000.0,
             slack: 0.95,
+            bursty_slack: 0.99,
             recent_window_ms: 10_000.0,
             guess: 0.9,
             fit_jitter_ms: 5.0,
@@ -106,6 +117,7 @@ impl Default for Tuning {
             probe_calm_ms: 300_000.0,
             probe_step: 0.03,
             probe_under_ceiling: 0.99,
+            pinned_fit: 1.01,
             fast_probe_room: 0.08,
             fast_probe_calm_ms: 60_000.0,
             fast_probe_step: 0.05,
