@@ -32,7 +32,7 @@ use url::Url;
 use crate::error::Result;
 
 /// What the last successful fetch of a URL told us, to ask "has it changed?" next time.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Validators {
     /// The `ETag` response header, sent back as `If-None-Match`.
     pub etag: Option<String>,
@@ -56,7 +56,7 @@ impl Validators {
     pub fn version_time(&self) -> i64 {
         self.last_modified
             .as_deref()
-            .and_then(parse_imf_fixdate)
+            .and_then(parse_http_date)
             .unwrap_or(self.fetched_at_unix)
     }
 }
@@ -110,8 +110,18 @@ pub trait ConditionalStore: Send + Sync + 'static {
     }
 }
 
-/// The storage key of a URL: its text without the fragment.
+/// The storage key of a URL: its canonical form ([`canonical_url`]), the same one request
+/// fingerprints are made of.
 pub fn conditional_key(url: &Url) -> String {
+    canonical_url(url)
+}
+
+/// The canonical form of a URL, for de-duplication and for keys of stored validators:
+/// scheme and host lower case, default port dropped, fragment dropped (it never reaches a
+/// server), path and query kept as they are (query order can carry meaning, so it is not
+/// sorted).
+pub fn canonical_url(url: &Url) -> String {
+    // The url crate already lower-cases scheme and host and drops default ports when parsing.
     let mut u = url.clone();
     u.set_fragment(None);
     u.into()
@@ -183,50 +193,12 @@ impl ConditionalStore for MemoryConditional {
     }
 }
 
-/// Parse an HTTP-date in the preferred IMF-fixdate form (`Sun, 06 Nov 1994 08:49:37 GMT`),
-/// the only form servers may generate (RFC 9110 §5.6.7), to Unix seconds. Core carries no
-/// date crate, and the obsolete forms are not worth one here: an unreadable date just falls
-/// back to the fetch time.
-pub(crate) fn parse_imf_fixdate(s: &str) -> Option<i64> {
-    let s = s.trim();
-    let (_, rest) = s.split_once(", ")?;
-    let mut parts = rest.split(' ');
-    let day: i64 = parts.next()?.parse().ok()?;
-    let month = match parts.next()? {
-        "Jan" => 1,
-        "Feb" => 2,
-        "Mar" => 3,
-        "Apr" => 4,
-        "May" => 5,
-        "Jun" => 6,
-        "Jul" => 7,
-        "Aug" => 8,
-        "Sep" => 9,
-        "Oct" => 10,
-        "Nov" => 11,
-        "Dec" => 12,
-        _ => return None,
-    };
-    let year: i64 = parts.next()?.parse().ok()?;
-    let mut hms = parts.next()?.split(':');
-    let h: i64 = hms.next()?.parse().ok()?;
-    let m: i64 = hms.next()?.parse().ok()?;
-    let sec: i64 = hms.next()?.parse().ok()?;
-    if parts.next()? != "GMT" || !(1..=31).contains(&day) || h > 23 || m > 59 || sec > 60 {
-        return None;
-    }
-    Some(days_from_civil(year, month, day) * 86_400 + h * 3600 + m * 60 + sec)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+/// An HTTP-date (RFC 9110 §5.6.7, any of its three forms) in Unix seconds; `None` when it
+/// does not parse, and the caller falls back to the fetch time.
+pub(crate) fn parse_http_date(s: &str) -> Option<i64> {
+    let t = httpdate::parse_http_date(s.trim()).ok()?;
+    let secs = t.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
+    i64::try_from(secs).ok()
 }
 
 #[cfg(test)]
@@ -236,12 +208,12 @@ mod tests {
     #[test]
     fn http_dates_parse_and_garbage_falls_back_to_the_fetch_time() {
         assert_eq!(
-            parse_imf_fixdate("Sun, 06 Nov 1994 08:49:37 GMT"),
+            parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT"),
             Some(784_111_777)
         );
-        assert_eq!(parse_imf_fixdate("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
+        assert_eq!(parse_http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
         assert_eq!(
-            parse_imf_fixdate("Mon, 29 Feb 2016 12:00:00 GMT"),
+            parse_http_date("Mon, 29 Feb 2016 12:00:00 GMT"),
             Some(1_456_747_200)
         );
         for bad in [
@@ -250,7 +222,7 @@ mod tests {
             "Sun, 06 Nov 1994 08:49:37 PST",
             "Sun, 32 Nov 1994 08:49:37 GMT",
         ] {
-            assert_eq!(parse_imf_fixdate(bad), None, "{bad}");
+            assert_eq!(parse_http_date(bad), None, "{bad}");
         }
         let v = Validators {
             etag: None,

@@ -35,6 +35,7 @@ mod failures;
 mod feed;
 mod fetch;
 mod links;
+pub mod matching;
 mod middleware;
 mod output;
 mod pipeline;
@@ -47,7 +48,7 @@ mod spider;
 mod stats;
 
 pub use conditional::{
-    CachedPage, ConditionalStore, MemoryConditional, Validators, conditional_key,
+    CachedPage, ConditionalStore, MemoryConditional, Validators, canonical_url, conditional_key,
 };
 pub use config::{
     Resolved, SECTIONS, Section, SettingRow, SettingsLayers, Source, find_settings_file,

@@ -250,11 +250,18 @@ impl LinkExtractor {
         let host = url.host_str().unwrap_or_default();
         let host = host.strip_suffix('.').unwrap_or(host);
         if !self.allow_domains.is_empty()
-            && !self.allow_domains.iter().any(|d| domain_matches(host, d))
+            && !self
+                .allow_domains
+                .iter()
+                .any(|d| crate::matching::host_in_domain(host, d))
         {
             return false;
         }
-        if self.deny_domains.iter().any(|d| domain_matches(host, d)) {
+        if self
+            .deny_domains
+            .iter()
+            .any(|d| crate::matching::host_in_domain(host, d))
+        {
             return false;
         }
         if self.has_denied_extension(url.path()) {
@@ -331,12 +338,6 @@ fn resolve(base: &Url, href: &str) -> Option<Url> {
 fn has_token(list: &str, token: &str) -> bool {
     list.split(|c: char| c.is_ascii_whitespace() || c == ',')
         .any(|t| t.eq_ignore_ascii_case(token))
-}
-
-fn domain_matches(host: &str, domain: &str) -> bool {
-    host.len() >= domain.len()
-        && host[host.len() - domain.len()..].eq_ignore_ascii_case(domain)
-        && (host.len() == domain.len() || host.as_bytes()[host.len() - domain.len() - 1] == b'.')
 }
 
 /// The URL of a `content="5; url=/next"` refresh, in the forms browsers accept:

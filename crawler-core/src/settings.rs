@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::matching::{Wildcard, wildcard_match};
 
 /// The crawl's settings. Every field has a documented, polite default.
 ///
@@ -290,7 +291,7 @@ impl HostRule {
     pub fn matches(&self, host: &str) -> bool {
         let pattern = self.pattern.to_ascii_lowercase();
         let host = host.to_ascii_lowercase();
-        if glob_match(pattern.as_bytes(), host.as_bytes()) {
+        if wildcard_match(&pattern, &host, Wildcard::Glob) {
             return true;
         }
         match host.rsplit_once(':') {
@@ -299,7 +300,7 @@ impl HostRule {
                     && !port.is_empty()
                     && port.bytes().all(|b| b.is_ascii_digit()) =>
             {
-                glob_match(pattern.as_bytes(), name.as_bytes())
+                wildcard_match(&pattern, name, Wildcard::Glob)
             }
             _ => false,
         }
@@ -350,34 +351,6 @@ impl HostRule {
             s.obey_robots = !ignore;
         }
     }
-}
-
-/// Glob match with `*` (any run, possibly empty) and `?` (one byte), iterative with one
-/// backtrack point so hostile patterns stay linear-ish.
-fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
-    let (mut p, mut t) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while t < text.len() {
-        match pattern.get(p) {
-            Some(b'*') => {
-                star = Some((p, t));
-                p += 1;
-            }
-            Some(&c) if c == b'?' || c == text[t] => {
-                p += 1;
-                t += 1;
-            }
-            _ => match star {
-                Some((sp, st)) => {
-                    p = sp + 1;
-                    t = st + 1;
-                    star = Some((sp, st + 1));
-                }
-                None => return false,
-            },
-        }
-    }
-    pattern[p..].iter().all(|&c| c == b'*')
 }
 
 /// When feed files are synced to the disk (the `feed_fsync` setting).

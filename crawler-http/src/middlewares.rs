@@ -181,11 +181,7 @@ impl HttpAuth {
         let Some(host) = url.host_str() else {
             return false;
         };
-        let host = host.to_ascii_lowercase();
-        host == self.domain
-            || host
-                .strip_suffix(self.domain.as_str())
-                .is_some_and(|rest| rest.ends_with('.'))
+        crawler_core::matching::host_in_domain(host, &self.domain)
     }
 }
 

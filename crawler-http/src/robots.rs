@@ -19,6 +19,7 @@
 //! Bodies over [`ROBOTS_MAX_BYTES`] are cut at the last line break before the limit, so a rule
 //! is never read half-way (`Disallow: /private` cut to `Disallow: /p` would forbid too much).
 
+use crawler_core::matching::{Wildcard, wildcard_match};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -778,7 +779,7 @@ fn scan_rules(body: &[u8], token: &str, url: &Url) -> Scan {
         found_group = true;
         for (allow, pattern, shown) in rules {
             // An empty Disallow allows everything and decides nothing.
-            if pattern.is_empty() || !pattern_matches(pattern, path) {
+            if pattern.is_empty() || !path_matches(pattern, path) {
                 continue;
             }
             let better = match &best {
@@ -798,40 +799,9 @@ fn scan_rules(body: &[u8], token: &str, url: &Url) -> Scan {
     }
 }
 
-/// RFC 9309 path matching: a prefix match where `*` matches any run of characters and a final
-/// `$` anchors the end. Greedy with one backtrack point, so hostile patterns stay
-/// O(pattern × path) instead of exponential.
-fn pattern_matches(pattern: &str, path: &str) -> bool {
-    let (pattern, anchored) = match pattern.strip_suffix('$') {
-        Some(p) => (p, true),
-        None => (pattern, false),
-    };
-    let (p, s) = (pattern.as_bytes(), path.as_bytes());
-    let (mut pi, mut si) = (0usize, 0usize);
-    let mut star: Option<(usize, usize)> = None;
-    loop {
-        if pi == p.len() {
-            if !anchored || si == s.len() {
-                return true;
-            }
-        } else if p.get(pi) == Some(&b'*') {
-            star = Some((pi, si));
-            pi += 1;
-            continue;
-        } else if si < s.len() && p.get(pi) == s.get(si) {
-            pi += 1;
-            si += 1;
-            continue;
-        }
-        match star {
-            Some((sp, ss)) if ss < s.len() => {
-                star = Some((sp, ss + 1));
-                pi = sp + 1;
-                si = ss + 1;
-            }
-            _ => return false,
-        }
-    }
+/// RFC 9309 path matching: a prefix match, `*` any run, a final `$` anchors the end.
+fn path_matches(pattern: &str, path: &str) -> bool {
+    wildcard_match(pattern, path, Wildcard::RobotsPath)
 }
 
 #[cfg(test)]
@@ -935,17 +905,17 @@ mod tests {
 
     #[test]
     fn pattern_matching() {
-        assert!(pattern_matches("/a", "/abc"));
-        assert!(!pattern_matches("/a$", "/abc"));
-        assert!(pattern_matches("/a*c$", "/abbbc"));
-        assert!(pattern_matches("*", ""));
-        assert!(pattern_matches("/*/x", "/a/b/x"));
-        assert!(!pattern_matches("/*/y", "/a/b/x"));
-        assert!(pattern_matches("/$", "/"));
-        assert!(!pattern_matches("/$", "/a"));
+        assert!(path_matches("/a", "/abc"));
+        assert!(!path_matches("/a$", "/abc"));
+        assert!(path_matches("/a*c$", "/abbbc"));
+        assert!(path_matches("*", ""));
+        assert!(path_matches("/*/x", "/a/b/x"));
+        assert!(!path_matches("/*/y", "/a/b/x"));
+        assert!(path_matches("/$", "/"));
+        assert!(!path_matches("/$", "/a"));
         // Many stars against a long miss stays fast (no exponential backtracking).
         let pattern = "/*a".repeat(200) + "$";
         let path = "/".to_owned() + &"a".repeat(5_000) + "b";
-        assert!(!pattern_matches(&pattern, &path));
+        assert!(!path_matches(&pattern, &path));
     }
 }

@@ -2,7 +2,7 @@
 
 use std::hash::{BuildHasherDefault, Hasher};
 
-use crawler_core::{Request, Url};
+use crawler_core::Request;
 use serde::{Deserialize, Serialize};
 
 /// A stable 128-bit digest of a request's method, canonical URL and body.
@@ -18,15 +18,7 @@ impl Fingerprint {
     }
 }
 
-/// The canonical form of a URL used for de-duplication: scheme and host lower case, default
-/// port dropped, fragment dropped, path and query kept as they are (query order can carry
-/// meaning, so it is not sorted).
-pub fn canonical_url(url: &Url) -> String {
-    // The url crate already lower-cases scheme and host and drops default ports when parsing.
-    let mut u = url.clone();
-    u.set_fragment(None);
-    u.into()
-}
+pub use crawler_core::canonical_url;
 
 /// The fingerprint of a request.
 pub fn fingerprint(request: &Request) -> Fingerprint {
@@ -85,7 +77,7 @@ mod tests {
         assert_eq!(fp("http://example.com/a#top"), fp("http://example.com/a"));
         assert_eq!(fp("http://example.com"), fp("http://example.com/"));
         assert_eq!(
-            canonical_url(&Url::parse("HTTP://Example.com:80/P?b=2&a=1#f").unwrap()),
+            canonical_url(&crawler_core::Url::parse("HTTP://Example.com:80/P?b=2&a=1#f").unwrap()),
             "http://example.com/P?b=2&a=1"
         );
     }

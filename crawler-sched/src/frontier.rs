@@ -117,13 +117,9 @@ pub fn is_allowed_domain(url: &Url, domains: &[String]) -> bool {
     let Some(host) = url.host_str() else {
         return false;
     };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    domains.iter().any(|d| {
-        host == d
-            || (host.len() > d.len()
-                && host.ends_with(d.as_str())
-                && host.as_bytes()[host.len() - d.len() - 1] == b'.')
-    })
+    domains
+        .iter()
+        .any(|d| crawler_core::matching::host_in_domain(host, d))
 }
 
 /// How long a host stays idle before its slot may be dropped. Short, because only slots

@@ -10,7 +10,7 @@ use crate::cache::{CacheStore, CachedResponse};
 use crate::error::Error;
 use crate::options::StoreOptions;
 use crate::sled_store::SledStore;
-use crate::validators::{ValidatorStore, Validators as StoredValidators};
+use crate::validators::ValidatorStore;
 
 /// Validators (and optionally the HTTP cache) in sled, for `HttpDownloader::with_store`.
 ///
@@ -104,25 +104,11 @@ fn core_err(e: Error) -> crawler_core::Error {
 
 impl ConditionalStore for SledConditional {
     fn validators(&self, url: &Url) -> crawler_core::Result<Option<Validators>> {
-        let v = self.validators.get(key(url)).map_err(core_err)?;
-        Ok(v.map(|v| Validators {
-            etag: v.etag,
-            last_modified: v.last_modified,
-            fetched_at_unix: v.fetched_at_unix,
-            content_hash: v.content_hash,
-            body_len: v.body_len,
-        }))
+        self.validators.get(key(url)).map_err(core_err)
     }
 
     fn put_validators(&self, url: &Url, v: &Validators) -> crawler_core::Result<()> {
-        let stored = StoredValidators {
-            etag: v.etag.clone(),
-            last_modified: v.last_modified.clone(),
-            fetched_at_unix: v.fetched_at_unix,
-            content_hash: v.content_hash,
-            body_len: v.body_len,
-        };
-        self.validators.put(key(url), &stored).map_err(core_err)
+        self.validators.put(key(url), v).map_err(core_err)
     }
 
     fn keeps_responses(&self) -> bool {

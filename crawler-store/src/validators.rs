@@ -3,26 +3,12 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-
 use crate::db::{open_db, open_tree};
 use crate::error::Error;
 use crate::options::StoreOptions;
 
-/// What the last successful fetch of a URL told us, to ask "has it changed?" next time.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Validators {
-    /// The `ETag` response header, sent back as `If-None-Match`.
-    pub etag: Option<String>,
-    /// The `Last-Modified` response header, sent back as `If-Modified-Since`.
-    pub last_modified: Option<String>,
-    /// When the last successful fetch happened (Unix seconds); compared with sitemap lastmod.
-    pub fetched_at_unix: i64,
-    /// A hash of the body, to tell a real change from a re-served identical page.
-    pub content_hash: u64,
-    /// The body's length in bytes.
-    pub body_len: u64,
-}
+/// The validators kept per URL: core's type, stored as JSON.
+pub use crawler_core::Validators;
 
 /// Validators by request fingerprint. Cheap to clone; every method takes `&self`, so many
 /// tasks can share one store.
