@@ -22,12 +22,16 @@
 //! that crawl's alone.
 
 #[allow(dead_code)]
-#[path = "../examples/books.rs"]
+#[path = "../examples/books/spider.rs"]
 mod books;
 
 #[allow(dead_code)]
 #[path = "support/real.rs"]
 mod real;
+
+#[path = "support/many_hosts.rs"]
+mod many_hosts_support;
+use many_hosts_support::{ManyHosts, rss_mib};
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -55,40 +59,6 @@ fn cpu_seconds() -> f64 {
             .unwrap_or(0.0)
     };
     (ticks(11) + ticks(12)) / 100.0
-}
-
-/// Current resident set size in MiB (VmRSS).
-fn rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
-}
-
-/// One page on each of many host names (`h1.hosts.test` ...). No DNS is involved: the
-/// lab is the crawl's HTTP proxy, so every name reaches it (it serves by path).
-struct ManyHosts {
-    hosts: usize,
-}
-
-impl Spider for ManyHosts {
-    type Item = ();
-
-    fn name(&self) -> &str {
-        "many-hosts"
-    }
-
-    fn start_requests(&self) -> Result<Vec<Request>> {
-        (0..self.hosts)
-            .map(|i| Request::get(&format!("http://h{i}.hosts.test/")))
-            .collect()
-    }
-
-    async fn parse(&self, _page: Response, _out: &mut Output<()>) -> Result<()> {
-        Ok(())
-    }
 }
 
 /// Crawl one page on each of `hosts` host names and print RSS every tenth of the way: once
@@ -170,9 +140,9 @@ fn serve(books: usize, mode: &str) -> std::result::Result<(), Box<dyn std::error
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let mut lab = crawler::lab::Lab::builder().books(books);
+        let mut lab = crawler_lab::Lab::builder().books(books);
         match mode {
-            "chaos" => lab = lab.scenario(crawler::lab::Scenario::chaos()),
+            "chaos" => lab = lab.scenario(crawler_lab::Scenario::chaos()),
             "heavy" => lab = lab.related_links(HEAVY_RELATED),
             _ => {}
         }
@@ -229,24 +199,13 @@ struct Nginx {
 
 impl Nginx {
     fn start(root: &std::path::Path) -> std::result::Result<Self, Box<dyn std::error::Error>> {
-        let bin = real::which("nginx").ok_or("nginx not found")?;
         let dir = tempfile::tempdir()?;
-        let d = dir.path();
         let port = real::free_port()?;
-        let conf = format!(
-            r#"daemon off;
-worker_processes 2;
-pid {d}/nginx.pid;
-error_log {d}/error.log warn;
-events {{ worker_connections 1024; }}
-http {{
-    access_log off;
-    client_body_temp_path {d}/body;
-    proxy_temp_path {d}/proxy;
-    fastcgi_temp_path {d}/fastcgi;
-    uwsgi_temp_path {d}/uwsgi;
-    scgi_temp_path {d}/scgi;
-    types {{ text/html html; text/plain txt; application/xml xml; }}
+        let child = real::spawn_nginx(
+            dir.path(),
+            "worker_processes 2;\nevents { worker_connections 1024; }",
+            &format!(
+                r#"    types {{ text/html html; text/plain txt; application/xml xml; }}
     default_type application/octet-stream;
     sendfile on;
     keepalive_requests 1000000;
@@ -255,35 +214,16 @@ http {{
         listen 127.0.0.1:{port};
         root {root};
         index index.html;
-    }}
-}}
-"#,
-            d = d.display(),
-            root = root.display(),
-        );
-        let conf_path = d.join("nginx.conf");
-        std::fs::write(&conf_path, conf)?;
-        let child = Command::new(bin)
-            .arg("-p")
-            .arg(d)
-            .arg("-c")
-            .arg(&conf_path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
+    }}"#,
+                root = root.display(),
+            ),
+        )?;
         let server = Self {
             child,
             url: format!("http://127.0.0.1:{port}/"),
             _dir: dir,
         };
-        let until = Instant::now() + std::time::Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if Instant::now() > until {
-                return Err("nginx did not start listening".into());
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        real::wait_listening(std::net::SocketAddr::from(([127, 0, 0, 1], port)), "nginx")?;
         Ok(server)
     }
 }

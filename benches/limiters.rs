@@ -19,7 +19,7 @@ mod real;
 
 use std::time::Duration;
 
-use crawler::lab::{Lab, LimitReqDelay, RetryAfter, Scenario};
+use crawler_lab::{Lab, LimitReqDelay, RetryAfter, Scenario};
 use real::{Content, HaproxyLimit, NginxLimit, RealServer};
 
 /// The limit every config allows, requests per second.

@@ -11,13 +11,13 @@
 //! violations are requests that arrived inside a Retry-After window the server announced.
 
 #[allow(dead_code)]
-#[path = "../examples/books.rs"]
+#[path = "../examples/books/spider.rs"]
 mod books;
 
 use std::time::Duration;
 
-use crawler::lab::{Dialect, Lab, RetryAfter, Scenario};
 use crawler::prelude::*;
+use crawler_lab::{Dialect, Lab, RetryAfter, Scenario};
 
 struct Row {
     name: String,

@@ -28,7 +28,7 @@
 //! 90% of the allowed rate; header gateways: zero refusals and at least 97%.
 
 #[allow(dead_code)]
-#[path = "../examples/books.rs"]
+#[path = "../examples/books/spider.rs"]
 mod books;
 #[allow(dead_code)]
 #[path = "support/matrix.rs"]

@@ -15,7 +15,7 @@
 //! request and byte counts); politeness is off, as for our own loopback server.
 
 #[allow(dead_code)]
-#[path = "../examples/books.rs"]
+#[path = "../examples/books/spider.rs"]
 mod books;
 #[allow(dead_code)]
 #[path = "../examples/sitemap.rs"]
@@ -23,8 +23,8 @@ mod sitemap;
 
 use std::path::Path;
 
-use crawler::lab::Lab;
 use crawler::prelude::*;
+use crawler_lab::Lab;
 
 type BoxError = Box<dyn std::error::Error>;
 

@@ -12,14 +12,14 @@
 #![allow(clippy::unwrap_used)]
 
 #[allow(dead_code)]
-#[path = "../examples/books.rs"]
+#[path = "../examples/books/spider.rs"]
 mod books;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crawler::lab::Lab;
 use crawler::prelude::*;
+use crawler_lab::Lab;
 
 /// Crawls every lab host from its front page.
 struct Many(Vec<String>);

@@ -78,8 +78,8 @@ pub fn rates(stats: &Stats) -> Vec<(String, Option<f64>)> {
 #[tokio::main]
 async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     crawler::init_logging();
-    let scenario = crawler::lab::Scenario::by_name("ratelimit-headers")?;
-    let lab = crawler::lab::Lab::builder()
+    let scenario = crawler_lab::Scenario::by_name("ratelimit-headers")?;
+    let lab = crawler_lab::Lab::builder()
         .books(1000)
         .scenario(scenario)
         .start()

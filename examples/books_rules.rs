@@ -17,21 +17,14 @@
 //!
 //! Items go to `books_rules.jsonl`; the final stats are printed.
 
+// The book item and how a book page is scraped are the basic example's.
+#[allow(dead_code)] // its `Books` spider is not used here
+#[path = "books/spider.rs"]
+mod spider;
+
 use crawler::core::{LinkExtractor, Rule, Rules};
 use crawler::prelude::*;
-
-/// One book, as scraped from its detail page.
-#[derive(Debug, Serialize, serde::Deserialize)]
-pub struct Book {
-    /// The page the book was found on.
-    pub url: String,
-    /// Its title.
-    pub title: String,
-    /// Its price as shown, e.g. "£51.77".
-    pub price: String,
-    /// The stock line, e.g. "In stock (19 available)".
-    pub stock: String,
-}
+pub use spider::Book;
 
 /// Crawls a catalogue by rules from one start URL.
 pub struct BooksRules {
@@ -78,12 +71,7 @@ impl Spider for BooksRules {
 
     async fn parse(&self, page: Response, out: &mut Output<Book>) -> Result<()> {
         if page.callback() == Some("book") {
-            out.item(Book {
-                url: page.url().to_string(),
-                title: page.text_of("div.product h1")?,
-                price: page.text_of("div.product p.price")?,
-                stock: page.text_of("div.product p.stock")?,
-            });
+            out.item(Book::from_page(&page)?);
         }
         self.rules.apply(&page, out);
         Ok(())
@@ -98,7 +86,7 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let start = match std::env::args().nth(1) {
         Some(url) => url,
         None => {
-            let site = crawler::lab::Lab::builder().books(1000).start().await?;
+            let site = crawler_lab::Lab::builder().books(1000).start().await?;
             println!("lab site with 1,000 books at {}", site.url());
             let url = site.url();
             lab = Some(site);

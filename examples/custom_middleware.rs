@@ -153,7 +153,7 @@ pub fn crawl(start: String, tag: &str, max_pence: u32) -> Crawl<Catalogue> {
 #[tokio::main]
 async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     crawler::init_logging();
-    let lab = crawler::lab::Lab::builder().books(200).start().await?;
+    let lab = crawler_lab::Lab::builder().books(200).start().await?;
     println!("lab site with 200 books at {}", lab.url());
     let stats = crawl(lab.url(), "custom-middleware-example", 3000)
         .feed("custom_middleware.jsonl")?

@@ -126,12 +126,12 @@ impl Spider for Login {
 #[tokio::main]
 async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     crawler::init_logging();
-    let lab = crawler::lab::Lab::builder().books(1000).start().await?;
+    let lab = crawler_lab::Lab::builder().books(1000).start().await?;
     println!("lab site at {}", lab.url());
     let spider = Login {
         base: lab.url(),
-        username: crawler::lab::USERNAME.into(),
-        password: crawler::lab::PASSWORD.into(),
+        username: crawler_lab::USERNAME.into(),
+        password: crawler_lab::PASSWORD.into(),
     };
     let stats = Crawl::new(spider)
         .feed("login.jsonl")?

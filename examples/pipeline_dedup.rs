@@ -162,7 +162,7 @@ impl Pipeline<Book> for SledStore {
 #[tokio::main]
 async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     crawler::init_logging();
-    let lab = crawler::lab::Lab::builder().books(200).start().await?;
+    let lab = crawler_lab::Lab::builder().books(200).start().await?;
     println!("lab site with 200 books at {}", lab.url());
     let dir = std::path::Path::new("pipeline_dedup.sled");
     let store = SledStore::open(dir)?;

@@ -104,7 +104,7 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
 
-    let lab = crawler::lab::Lab::builder().books(10_000).start().await?;
+    let lab = crawler_lab::Lab::builder().books(10_000).start().await?;
     let tmp = tempfile::tempdir()?;
     let dir = tmp.path().join("cache");
     println!("lab site with 10,000 books at {}", lab.url());

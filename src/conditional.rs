@@ -7,7 +7,7 @@ use crawler_core::{ConditionalStore, Settings};
 use crawler_http::HttpDownloader;
 use crawler_store::SledConditional;
 
-use crate::Error;
+use crate::{Error, ErrorKind};
 
 /// Give the downloader its store: the one set in code, else the one the settings ask for.
 pub(crate) fn attach(
@@ -42,7 +42,8 @@ pub(crate) fn cache_dir(settings: &Settings) -> Option<PathBuf> {
 fn open(settings: &Settings) -> Result<Option<Arc<dyn ConditionalStore>>, Error> {
     let Some(dir) = cache_dir(settings) else {
         if settings.http_cache {
-            return Err(Error::from_message(
+            return Err(Error::new(
+                ErrorKind::Settings,
                 "http_cache is on but there is nowhere to keep responses: set cache_dir or \
                  job_dir"
                     .to_owned(),
@@ -54,15 +55,15 @@ fn open(settings: &Settings) -> Result<Option<Arc<dyn ConditionalStore>>, Error>
         return Ok(None);
     }
     std::fs::create_dir_all(&dir).map_err(|e| {
-        Error::from_message(format!(
-            "cannot create cache directory {}: {e}",
-            dir.display()
-        ))
+        Error::new(
+            ErrorKind::Io,
+            format!("cannot create cache directory {}", dir.display()),
+        )
+        .with_source(e)
     })?;
     let cache = settings
         .http_cache
         .then_some((settings.http_cache_max_bytes > 0).then_some(settings.http_cache_max_bytes));
-    let store = SledConditional::open(&dir, cache, SledConditional::options())
-        .map_err(|e| Error::from_message(e.to_string()))?;
+    let store = SledConditional::open(&dir, cache, SledConditional::options())?;
     Ok(Some(Arc::new(store)))
 }

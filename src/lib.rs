@@ -35,16 +35,16 @@
 //! ```
 //!
 //! The pieces live in their own crates and are re-exported here: [`core`] (spider API,
-//! engine), [`http`] (downloader, robots), [`sched`] (frontier, politeness slots), [`lab`]
-//! (a local site that behaves like real servers, for tests and benchmarks).
+//! engine), [`http`] (downloader, robots), [`sched`] (frontier, politeness slots), [`store`]
+//! (job directories, the HTTP cache, the Redis fleet). The command lines (the `crawler`
+//! binary, a project's `Runner`) are the `crawler-cli` crate; the test site is
+//! `crawler-lab`.
 
 #[cfg(feature = "mimalloc")]
 mod allocator;
-pub mod cli;
 mod conditional;
 mod error;
 pub mod progress;
-pub mod runner;
 pub mod sitemaps;
 
 use std::path::PathBuf;
@@ -52,11 +52,9 @@ use std::sync::Arc;
 
 pub use crawler_core as core;
 pub use crawler_http as http;
-pub use crawler_lab as lab;
 pub use crawler_sched as sched;
 pub use crawler_store as store;
-pub use error::Error;
-pub use runner::{Contract, Runner};
+pub use error::{Error, ErrorKind};
 
 /// mimalloc, for a spider project that wants it as its global allocator (the `crawler`
 /// binary and the benchmarks use it): less CPU per page than the system allocator at about
@@ -83,20 +81,23 @@ use crawler_core::{
     Middlewares, SpiderMiddleware, SpiderWithMiddlewares,
 };
 use crawler_core::{
-    ConditionalStore, Engine, FeedSpec, Pipeline, Settings, Shutdown, Spider, Stats,
+    ConditionalStore, Engine, FeedSpec, Pipeline, Settings, SettingsLayers, Shutdown, Spider, Stats,
 };
 use crawler_http::HttpDownloader;
 use crawler_sched::{FleetFrontier, Frontier, FrontierConfig, MemoryStore, QueueStore};
 
-/// Run an engine as a task of the runtime rather than in the caller's future. Under
-/// `#[tokio::main]` the caller's future is polled on the main thread, outside the worker
-/// pool, so each worker's report to the engine woke that thread through a futex: measured,
-/// a fifth of the crawl's CPU per page (BENCHMARKS.md, "Speed (issue 16)").
-pub(crate) async fn run_as_task<S: Spider>(engine: HttpEngine<S>) -> Result<Stats, Error> {
+/// Run a built engine to completion as a task of the runtime rather than in the caller's
+/// future. Under `#[tokio::main]` the caller's future is polled on the main thread, outside
+/// the worker pool, so each worker's report to the engine woke that thread through a futex:
+/// measured, a fifth of the crawl's CPU per page (BENCHMARKS.md, "Speed (issue 16)").
+pub async fn run_engine<S: Spider>(engine: HttpEngine<S>) -> Result<Stats, Error> {
     match tokio::spawn(engine.run()).await {
         Ok(result) => Ok(result?),
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(e) => Err(Error::from_message(format!("the crawl was cancelled: {e}"))),
+        Err(e) => Err(Error::new(
+            ErrorKind::Cancelled,
+            format!("the crawl was cancelled: {e}"),
+        )),
     }
 }
 
@@ -148,8 +149,7 @@ fn open_job(
             flush_every_ms: Some(50),
             ..Default::default()
         },
-    )
-    .map_err(|e| Error::from_message(e.to_string()))?;
+    )?;
     let resuming = store.saved_stats().is_some() || store.queued() > 0;
     if store.requeued_on_open() > 0 {
         tracing::info!(
@@ -195,8 +195,7 @@ fn open_fleet(
         stop: Some(shutdown.clone()),
         ..crawler_store::RedisOptions::new(url, job)
     };
-    let store =
-        crawler_store::RedisStore::open(options).map_err(|e| Error::from_message(e.to_string()))?;
+    let store = crawler_store::RedisStore::open(options)?;
     let budget = store.budget();
     let fleet = store.fleet();
     let mut config = FrontierConfig::from_settings(settings, allowed);
@@ -216,11 +215,11 @@ fn open_fleet(
 /// Refuse settings the private-address guard cannot enforce (a proxy, set or in the
 /// environment, with `deny_private_addresses` on): a clear error at startup rather than a
 /// crawl that silently reaches private addresses through the proxy.
-pub(crate) fn check_guard(settings: &Settings) -> Result<(), Error> {
+pub fn check_guard(settings: &Settings) -> Result<(), Error> {
     let env = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
     match crawler_http::unchecked_proxy(settings, env) {
-        Some(why) => Err(Error::from_message(why)),
+        Some(why) => Err(Error::new(ErrorKind::Settings, why)),
         None => Ok(()),
     }
 }
@@ -342,6 +341,19 @@ impl<S: Spider> Crawl<S> {
         Ok(s)
     }
 
+    /// Take this crawl's settings from layered sources (defaults < settings file < the
+    /// spider's `custom_settings` < `CRAWLER_*` environment < `-s`), as the runner does.
+    /// Errors name the layer (and for the file, the line and column) that set a bad value.
+    pub fn with_settings_layers(mut self, layers: &SettingsLayers) -> Result<Self, Error> {
+        let custom = self.spider.custom_settings();
+        let resolved = layers.resolve(Some((self.spider.name(), &custom)))?;
+        self.settings = resolved.settings;
+        // `effective_settings` re-applies the spider's settings over the base; the layers
+        // above the spider's are re-applied after them, so precedence is kept.
+        self.overrides.extend(layers.overrides());
+        Ok(self)
+    }
+
     /// Build the engine without running it (to get a shutdown handle or progress).
     pub fn build(self) -> Result<HttpEngine<S>, Error> {
         let settings = self.effective_settings()?;
@@ -396,11 +408,12 @@ impl<S: Spider> Crawl<S> {
     pub async fn run(self) -> Result<Stats, Error> {
         let show = self.progress;
         let settings = self.effective_settings()?;
-        cli::warn_default_user_agent(&settings);
+        warn_default_user_agent(&settings);
         let middleware_stats = self.middleware_stats();
         let engine = self.build()?.handle_ctrl_c(true);
-        let progress = show.then(|| progress::spawn(engine.progress(), settings.progress_interval));
-        let mut stats = run_as_task(engine).await?;
+        let progress =
+            show.then(|| progress::spawn_log_lines(engine.progress(), settings.progress_interval));
+        let mut stats = run_engine(engine).await?;
         stats.middlewares = middleware_stats.snapshot();
         for (name, counters) in &stats.middlewares {
             tracing::info!(middleware = %name, ?counters, "middleware stats");
@@ -424,19 +437,27 @@ impl<S: Spider> Crawl<S> {
     }
 }
 
-impl Error {
-    fn context(self, what: &str) -> Self {
-        Self::from_message(format!("{what}: {self}"))
-    }
-}
-
 /// Send a `tracing` subscriber to stderr with `RUST_LOG`-style filtering (default `info`),
-/// secrets redacted.
+/// secrets redacted, colour only on a terminal.
 pub fn init_logging() {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(progress::LogWriter::default)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(progress::RedactingWriter::default)
         .try_init();
+}
+
+/// Warn once, at crawl start, that the User-Agent was never set: operators who see the crawl
+/// in their logs cannot tell whose it is or how to reach them.
+pub fn warn_default_user_agent(settings: &Settings) {
+    if settings.has_default_user_agent() {
+        tracing::warn!(
+            user_agent = %settings.user_agent,
+            "user_agent is still the default; set it to name your crawler and a contact \
+             (crawler.toml [general] user_agent = \"mybot/1.0 (+https://example.com/bot)\")"
+        );
+    }
 }

@@ -1,27 +1,22 @@
-//! Showing a crawl's progress: a live display on a terminal, periodic log lines elsewhere.
+//! A crawl's progress as text, and a follower that logs it.
 //!
-//! On a terminal (stderr), [`spawn`] draws a spinner with pages, items, queue, requests/s and
-//! the busiest hosts (their current rate, holds and queue). Log lines written through
-//! [`LogWriter`] are printed above the display instead of through it. When stderr is not a
-//! terminal (a pipe, a file, CI), the same figures are logged as one `progress:` line every
-//! `progress_interval`.
+//! [`display`] is one summary line (pages, items, queue, requests/s) and the busiest hosts
+//! (their current rate, holds and queue). [`follow`] turns the engine's progress snapshots
+//! into figures with a requests/s meter; [`spawn_log_lines`] logs a `progress:` line every
+//! `progress_interval`, which is what [`Crawl::run`](crate::Crawl::run) shows. The live
+//! terminal display of the `crawler` command is crawler-cli's, built on the same pieces.
 
-use std::io::{IsTerminal, Write};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use crawler_core::{HostStats, Progress};
-use indicatif::{ProgressBar, ProgressStyle};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// How many hosts the live display lists.
-const BUSIEST_HOSTS: usize = 3;
+/// How many hosts [`display`] lists.
+pub const BUSIEST_HOSTS: usize = 3;
 
-/// The live display, if one is drawn, so log lines can be printed around it.
-static ACTIVE_BAR: Mutex<Option<ProgressBar>> = Mutex::new(None);
-
-fn line(p: &Progress, rate: f64) -> String {
+/// One line: pages, items, queue, in flight, failures and requests/s.
+pub fn summary(p: &Progress, rate: f64) -> String {
     let s = &p.stats;
     let failed: u64 = s.failed.values().sum();
     format!(
@@ -53,12 +48,12 @@ fn host_line(h: &HostStats) -> String {
     text
 }
 
-/// The display's text: the summary line, then the busiest hosts (most queued, then most
-/// requested), when the engine publishes per-host figures.
-fn display(p: &Progress, rate: f64) -> String {
+/// The summary line, then the busiest hosts (most queued, then most requested), when the
+/// engine publishes per-host figures.
+pub fn display(p: &Progress, rate: f64) -> String {
     let mut hosts: Vec<&HostStats> = p.stats.hosts.iter().collect();
     hosts.sort_by(|a, b| b.queued.cmp(&a.queued).then(b.requests.cmp(&a.requests)));
-    let mut text = line(p, rate);
+    let mut text = summary(p, rate);
     for h in hosts.iter().take(BUSIEST_HOSTS) {
         text.push('\n');
         text.push_str(&host_line(h));
@@ -66,86 +61,60 @@ fn display(p: &Progress, rate: f64) -> String {
     text
 }
 
-/// Follow progress snapshots until the crawl finishes. On a terminal (stderr) this draws a
-/// live display; otherwise it logs one `progress:` line every `interval` (and one at the end).
-pub fn spawn(rx: watch::Receiver<Progress>, interval: Duration) -> JoinHandle<()> {
-    spawn_with(rx, interval, std::io::stderr().is_terminal())
+/// Follow progress snapshots until the crawl finishes, calling `update` with each snapshot
+/// and the current requests/s (measured over whole seconds; the crawl's average before the
+/// first second and at the end).
+pub async fn follow(mut rx: watch::Receiver<Progress>, mut update: impl FnMut(&Progress, f64)) {
+    let start = tokio::time::Instant::now();
+    let mut last_pages = 0u64;
+    let mut last_at = start;
+    let mut rate = 0.0;
+    while rx.changed().await.is_ok() {
+        let p = rx.borrow_and_update().clone();
+        let pages: u64 = p.stats.status.values().sum();
+        let now = tokio::time::Instant::now();
+        let dt = (now - last_at).as_secs_f64();
+        if dt >= 1.0 {
+            rate = pages.saturating_sub(last_pages) as f64 / dt;
+            last_pages = pages;
+            last_at = now;
+        }
+        if p.finished || last_at == start {
+            rate = p.stats.pages_per_sec();
+        }
+        update(&p, rate);
+        if p.finished {
+            break;
+        }
+    }
 }
 
-/// [`spawn`], choosing the live display (`live`) or log lines explicitly.
-pub fn spawn_with(
-    mut rx: watch::Receiver<Progress>,
-    interval: Duration,
-    live: bool,
-) -> JoinHandle<()> {
+/// Log one `progress:` line every `interval` (and one at the end) until the crawl finishes.
+pub fn spawn_log_lines(rx: watch::Receiver<Progress>, interval: Duration) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let bar = live.then(|| {
-            let bar = ProgressBar::new_spinner();
-            bar.set_style(
-                ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
-                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-            );
-            bar.enable_steady_tick(Duration::from_millis(120));
-            if let Ok(mut active) = ACTIVE_BAR.lock() {
-                *active = Some(bar.clone());
-            }
-            bar
-        });
-        let start = tokio::time::Instant::now();
-        let mut last_log = start;
-        let mut last_pages = 0u64;
-        let mut last_at = start;
-        let mut rate = 0.0;
-        while rx.changed().await.is_ok() {
-            let p = rx.borrow_and_update().clone();
-            let pages: u64 = p.stats.status.values().sum();
+        let mut last_log: Option<tokio::time::Instant> = None;
+        follow(rx, |p, rate| {
             let now = tokio::time::Instant::now();
-            let dt = (now - last_at).as_secs_f64();
-            if dt >= 1.0 {
-                rate = pages.saturating_sub(last_pages) as f64 / dt;
-                last_pages = pages;
-                last_at = now;
+            if last_log.is_none_or(|t| now - t >= interval) || p.finished {
+                tracing::info!("progress: {}", summary(p, rate));
+                last_log = Some(now);
             }
-            if p.finished || last_at == start {
-                // No full second measured yet, or the end: the average over the crawl.
-                rate = p.stats.pages_per_sec();
-            }
-            if let Some(bar) = &bar {
-                bar.set_message(display(&p, rate));
-            } else if now - last_log >= interval || p.finished {
-                tracing::info!("progress: {}", line(&p, rate));
-                last_log = now;
-            }
-            if p.finished {
-                break;
-            }
-        }
-        if let Some(bar) = bar {
-            if let Ok(mut active) = ACTIVE_BAR.lock() {
-                *active = None;
-            }
-            bar.finish_and_clear();
-        }
+        })
+        .await;
     })
 }
 
 /// A `tracing-subscriber` writer to stderr that redacts secrets (see
-/// [`crawler_core::redact`]) and prints above the live display rather than through it (use with `tracing_subscriber::fmt().with_writer(LogWriter::default)`).
+/// [`crawler_core::redact`]): use with `tracing_subscriber::fmt().with_writer(...)`.
 #[derive(Debug, Default)]
-pub struct LogWriter;
+pub struct RedactingWriter;
 
-impl Write for LogWriter {
+impl std::io::Write for RedactingWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         // Every log line passes the one redaction rule (crawler_core::redact): URL
         // passwords and the crawl's configured secrets never reach the logs.
         let text = String::from_utf8_lossy(buf);
-        let clean = crawler_core::redact::scrub(&text);
-        let bytes = clean.as_bytes();
-        let bar = ACTIVE_BAR.lock().ok().and_then(|b| b.clone());
-        match bar {
-            Some(bar) => bar.suspend(|| std::io::stderr().write_all(bytes))?,
-            None => std::io::stderr().write_all(bytes)?,
-        }
+        std::io::stderr().write_all(crawler_core::redact::scrub(&text).as_bytes())?;
         Ok(buf.len())
     }
 

@@ -4,15 +4,15 @@
 //! request exactly once, and list exactly the failed URLs in the failures file.
 
 #[allow(dead_code)]
-#[path = "../examples/books.rs"]
+#[path = "../examples/books/spider.rs"]
 mod books;
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use books::Books;
-use crawler::lab::{FaultKind, Lab, Scenario};
 use crawler::prelude::*;
+use crawler_lab::{FaultKind, Lab, Scenario};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_crawl_accounts_for_every_url() {

@@ -19,8 +19,8 @@ mod pipeline_dedup;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use crawler::lab::{Dialect, Lab, Scenario};
 use crawler::prelude::*;
+use crawler_lab::{Dialect, Lab, Scenario};
 
 fn fast<S: Spider>(crawl: Crawl<S>) -> Crawl<S> {
     // Our own loopback server: lift the per-host budget so tests run in seconds.
@@ -104,8 +104,8 @@ async fn login_posts_the_form_and_keeps_the_session() {
     let feed = dir.path().join("login.jsonl");
     let spider = login::Login {
         base: lab.url(),
-        username: crawler::lab::USERNAME.into(),
-        password: crawler::lab::PASSWORD.into(),
+        username: crawler_lab::USERNAME.into(),
+        password: crawler_lab::PASSWORD.into(),
     };
     let stats = fast(Crawl::new(spider))
         .feed(&feed)
@@ -123,7 +123,7 @@ async fn login_posts_the_form_and_keeps_the_session() {
         .collect();
     expected.sort();
     assert_eq!(titles, expected, "{stats}");
-    assert!(books.iter().all(|b| b.account == crawler::lab::USERNAME));
+    assert!(books.iter().all(|b| b.account == crawler_lab::USERNAME));
     assert_eq!(stats.spider_errors, 0);
 
     let recorded = lab.recorder().requests();
@@ -146,7 +146,7 @@ async fn login_posts_the_form_and_keeps_the_session() {
         .iter()
         .filter(|r| r.path.starts_with("/account/books/"))
         .collect();
-    assert_eq!(book_pages.len(), crawler::lab::ACCOUNT_BOOKS as usize);
+    assert_eq!(book_pages.len(), crawler_lab::ACCOUNT_BOOKS as usize);
     // Every one carried the session from the jar, and the csrftoken (Path=/login) stayed home.
     for r in &book_pages {
         assert_eq!(r.status, 200, "{r:?}");

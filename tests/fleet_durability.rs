@@ -9,7 +9,7 @@
 #![allow(clippy::unwrap_used)]
 
 #[allow(dead_code)]
-#[path = "../examples/books.rs"]
+#[path = "../examples/books/spider.rs"]
 mod books;
 #[path = "support/fleet.rs"]
 mod fleet;
@@ -18,7 +18,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use crawler::lab::Lab;
+use crawler_lab::Lab;
 use fleet::{
     Ended, Redis, ended, feeds, signal, spawn_worker, stderr_lines, union, wait_for_items,
     wait_for_line, whole_lines, worker_command,

@@ -1,15 +1,15 @@
 //! End-to-end crawls of the lab's book site through the real HTTP stack.
 
 #[allow(dead_code)]
-#[path = "../examples/books.rs"]
+#[path = "../examples/books/spider.rs"]
 mod books;
 
 use std::collections::HashSet;
 use std::time::Duration;
 
 use books::{Book, Books};
-use crawler::lab::Lab;
 use crawler::prelude::*;
+use crawler_lab::Lab;
 
 fn fast(crawl: Crawl<Books>) -> Crawl<Books> {
     // Our own loopback server: lift the per-host budget so tests run in seconds.

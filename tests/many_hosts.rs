@@ -8,40 +8,12 @@
 
 use std::time::Instant;
 
-use crawler::lab::Lab;
+#[path = "../benches/support/many_hosts.rs"]
+mod many_hosts;
+
 use crawler::prelude::*;
-
-/// One page on each of `hosts` host names.
-struct ManyHosts {
-    hosts: usize,
-}
-
-impl Spider for ManyHosts {
-    type Item = ();
-
-    fn name(&self) -> &str {
-        "many-hosts"
-    }
-
-    fn start_requests(&self) -> Result<Vec<Request>> {
-        (0..self.hosts)
-            .map(|i| Request::get(&format!("http://h{i}.hosts.test/")))
-            .collect()
-    }
-
-    async fn parse(&self, _page: Response, _out: &mut Output<()>) -> Result<()> {
-        Ok(())
-    }
-}
-
-fn rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
-}
+use crawler_lab::Lab;
+use many_hosts::{ManyHosts, rss_mib};
 
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())

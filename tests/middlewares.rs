@@ -9,8 +9,8 @@
 mod login;
 
 use crawler::core::{Action, Bytes, DownloaderMiddleware, HeaderMap};
-use crawler::lab::Lab;
 use crawler::prelude::*;
+use crawler_lab::Lab;
 
 /// Follows listing and book links from its start URLs; one item (the path) per book page.
 struct Pages {
@@ -201,8 +201,8 @@ async fn cookies_can_be_switched_off_and_the_user_agent_follows_the_settings() {
     // With cookies off the login form's CSRF cookie never comes back: the POST is refused.
     let spider = login::Login {
         base: lab.url(),
-        username: crawler::lab::USERNAME.into(),
-        password: crawler::lab::PASSWORD.into(),
+        username: crawler_lab::USERNAME.into(),
+        password: crawler_lab::PASSWORD.into(),
     };
     let stats = fast(Crawl::new(spider))
         .set("cookies_enabled", "false")

@@ -4,14 +4,14 @@
 //! scenarios run in the `politeness` benchmark.
 
 #[allow(dead_code)]
-#[path = "../examples/books.rs"]
+#[path = "../examples/books/spider.rs"]
 mod books;
 
 use std::time::Duration;
 
 use books::Books;
-use crawler::lab::{Block, Dialect, Lab, Overload, RetryAfter, Scenario};
 use crawler::prelude::*;
+use crawler_lab::{Block, Dialect, Lab, Overload, RetryAfter, Scenario};
 
 fn crawl(start: String) -> Crawl<Books> {
     Crawl::new(Books { start }).progress(false)

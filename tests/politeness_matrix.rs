@@ -10,7 +10,7 @@
 //! politeness policy is being rewritten: run it with `--ignored`.
 
 #[allow(dead_code)]
-#[path = "../examples/books.rs"]
+#[path = "../examples/books/spider.rs"]
 mod books;
 #[allow(dead_code)]
 #[path = "../benches/support/matrix.rs"]
@@ -21,7 +21,7 @@ mod real;
 
 use std::sync::OnceLock;
 
-use crawler::lab::Dialect;
+use crawler_lab::Dialect;
 use matrix::{Cell, Kind, Outcome};
 
 fn cells() -> Vec<Cell> {

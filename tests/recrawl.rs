@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 #[allow(dead_code)]
-#[path = "../examples/books.rs"]
+#[path = "../examples/books/spider.rs"]
 mod books;
 
 use std::collections::{BTreeSet, HashSet};
@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use books::{Book, Books};
-use crawler::lab::{Lab, RecordedRequest};
 use crawler::prelude::*;
+use crawler_lab::{Lab, RecordedRequest};
 
 /// The full site of the issue: 10,000 books (about 11,500 pages).
 const BOOKS: usize = 10_000;

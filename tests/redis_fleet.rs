@@ -11,7 +11,7 @@
 #![allow(clippy::unwrap_used)]
 
 #[allow(dead_code)]
-#[path = "../examples/books.rs"]
+#[path = "../examples/books/spider.rs"]
 mod books;
 
 #[path = "support/fleet.rs"]
@@ -21,8 +21,8 @@ use std::collections::HashSet;
 use std::process::Child;
 use std::time::Duration;
 
-use crawler::lab::{Lab, RetryAfter, Scenario};
 use crawler::prelude::*;
+use crawler_lab::{Lab, RetryAfter, Scenario};
 use fleet::{
     Redis, feeds, fetches, field, finish, free_port, redis_meta, signal, spawn_worker, union,
     wait_for_fleet_items, wait_for_items,

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
-use crawler::lab::{Lab, RecordedRequest, RetryAfter, Scenario, ScriptReply};
 use crawler::prelude::*;
+use crawler_lab::{Lab, RecordedRequest, RetryAfter, Scenario, ScriptReply};
 
 /// One item per page that reached the spider.
 #[derive(Debug, Serialize)]

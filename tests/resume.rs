@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 #[allow(dead_code)]
-#[path = "../examples/books.rs"]
+#[path = "../examples/books/spider.rs"]
 mod books;
 
 use std::collections::HashMap;
@@ -15,8 +15,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crawler::lab::Lab;
 use crawler::prelude::*;
+use crawler_lab::Lab;
 
 /// The crawl the child runs: the lab's books into a JSON Lines feed, with a job directory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

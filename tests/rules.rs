@@ -8,8 +8,8 @@ use std::collections::{BTreeSet, HashMap};
 
 use books_rules::{Book, BooksRules};
 use crawler::core::{LinkExtractor, Rule, Rules};
-use crawler::lab::Lab;
 use crawler::prelude::*;
+use crawler_lab::Lab;
 
 fn fast<S: Spider>(crawl: Crawl<S>) -> Crawl<S> {
     // Our own loopback server: lift the per-host budget so tests run in seconds.

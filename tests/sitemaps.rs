@@ -8,9 +8,9 @@ mod sitemap;
 
 use std::collections::{BTreeSet, HashMap};
 
-use crawler::lab::{FaultKind, Lab, Robots, Scenario};
 use crawler::prelude::*;
 use crawler::sitemaps::SitemapSpider;
+use crawler_lab::{FaultKind, Lab, Robots, Scenario};
 use sitemap::{Book, BookSitemap, crawl};
 
 fn fast(crawl: Crawl<BookSitemap>) -> Crawl<BookSitemap> {

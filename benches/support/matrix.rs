@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
-use crawler::lab::{Dialect, Lab, LimitReqDelay, RetryAfter, Scenario};
 use crawler::prelude::*;
+use crawler_lab::{Dialect, Lab, LimitReqDelay, RetryAfter, Scenario};
 
 #[allow(unused_imports)]
 use crate::real::{self, Content, HaproxyLimit, NginxLimit, RealServer};

@@ -124,7 +124,6 @@ impl RealServer {
 
     /// Starts nginx with `limit_req` in front of `content`.
     pub fn nginx(limit: NginxLimit, content: &Content) -> Result<Self, String> {
-        let bin = which("nginx").ok_or("nginx not found")?;
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let d = dir.path();
         std::fs::write(d.join("index.html"), "<html><body>ok</body></html>\n")
@@ -146,21 +145,11 @@ impl RealServer {
         let ra = limit.retry_after.map_or(String::new(), |s| s.to_string());
         // `$msec` is when the log line is written: for a refusal, its arrival; for a proxied
         // page, a few ms later. `$request_time` lets the parser subtract that back.
-        let conf = format!(
-            r#"daemon off;
-master_process off;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log warn;
-events {{ worker_connections 512; }}
-http {{
-    access_log off;
-    client_body_temp_path {d}/body;
-    proxy_temp_path {d}/proxy;
-    fastcgi_temp_path {d}/fastcgi;
-    uwsgi_temp_path {d}/uwsgi;
-    scgi_temp_path {d}/scgi;
-    log_format lab '$msec $status $request_uri $request_time';
+        let child = spawn_nginx(
+            d,
+            "master_process off;\nworker_processes 1;\nevents { worker_connections 512; }",
+            &format!(
+                r#"    log_format lab '$msec $status $request_uri $request_time';
     limit_req_zone $binary_remote_addr zone=z:1m rate={rate}r/s;
     limit_req_status 429;
     map $status $retry_after {{ 429 "{ra}"; default ""; }}
@@ -172,24 +161,11 @@ http {{
             add_header Retry-After $retry_after always;
             {serve}
         }}
-    }}
-}}
-"#,
-            d = d.display(),
-            rate = limit.rate,
-        );
-        let conf_path = d.join("nginx.conf");
-        std::fs::write(&conf_path, conf).map_err(|e| e.to_string())?;
-        let child = Command::new(bin)
-            .arg("-p")
-            .arg(d)
-            .arg("-c")
-            .arg(&conf_path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("nginx: {e}"))?;
+    }}"#,
+                d = d.display(),
+                rate = limit.rate,
+            ),
+        )?;
         let server = Self {
             child,
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
@@ -262,20 +238,61 @@ backend be
     }
 
     fn wait_listening(&self) -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if std::net::TcpStream::connect(self.addr).is_ok() {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Err(format!("{} did not listen on {}", self.kind, self.addr))
+        wait_listening(self.addr, self.kind)
     }
 
     /// The directory holding the config and logs (for diagnostics).
     pub fn dir(&self) -> &Path {
         self._dir.path()
     }
+}
+
+/// Start nginx as an unprivileged foreground child with its own prefix `d` (pid, logs and
+/// temporary files under it, no access log unless `http` asks for one): `main` holds the
+/// top-level directives (workers, `events`), `http` the lines inside `http { }`.
+pub fn spawn_nginx(d: &Path, main: &str, http: &str) -> Result<Child, String> {
+    let bin = which("nginx").ok_or("nginx not found")?;
+    let conf = format!(
+        r#"daemon off;
+{main}
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+http {{
+    access_log off;
+    client_body_temp_path {d}/body;
+    proxy_temp_path {d}/proxy;
+    fastcgi_temp_path {d}/fastcgi;
+    uwsgi_temp_path {d}/uwsgi;
+    scgi_temp_path {d}/scgi;
+{http}
+}}
+"#,
+        d = d.display(),
+    );
+    let conf_path = d.join("nginx.conf");
+    std::fs::write(&conf_path, conf).map_err(|e| e.to_string())?;
+    Command::new(bin)
+        .arg("-p")
+        .arg(d)
+        .arg("-c")
+        .arg(&conf_path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("nginx: {e}"))
+}
+
+/// Wait up to ten seconds for something to listen on `addr`.
+pub fn wait_listening(addr: SocketAddr, what: &str) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if std::net::TcpStream::connect(addr).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Err(format!("{what} did not listen on {addr}"))
 }
 
 impl Drop for RealServer {

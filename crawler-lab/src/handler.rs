@@ -65,8 +65,8 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub(crate) fn live_for(&self, client: Option<&str>, path: &str) -> &Live {
-        if let Some(client) = client
-            && let Some((_, live)) = self.by_client.iter().find(|(k, _)| k == client)
+        if let Some((_, live)) =
+            client.and_then(|client| self.by_client.iter().find(|(k, _)| k == client))
         {
             return live;
         }
@@ -190,9 +190,7 @@ pub(crate) async fn handle(
                     let w = write_ratelimit(d, &v, &mut reply.headers);
                     wait = max_opt(wait, w);
                 }
-                if sc.enforce_retry_after
-                    && let Some(w) = wait
-                {
+                if let Some(w) = wait.filter(|_| sc.enforce_retry_after) {
                     st.hold_until = st.hold_until.max(now + Duration::from_secs_f64(w));
                 }
                 drop(clients);
@@ -270,8 +268,9 @@ fn not_modified(req: &Req<'_>, v: Validators) -> bool {
             .map(str::trim)
             .any(|tag| tag == "*" || tag.strip_prefix("W/").unwrap_or(tag) == ours);
     }
-    if let Some(ims) = req.if_modified_since
-        && let Ok(t) = httpdate::parse_http_date(ims)
+    if let Some(t) = req
+        .if_modified_since
+        .and_then(|ims| httpdate::parse_http_date(ims).ok())
     {
         let since = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         return v.last_modified <= since;

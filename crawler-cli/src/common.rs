@@ -1,12 +1,6 @@
 //! Pieces shared by the two command lines: the project runner ([`crate::Runner`]) and the
-//! standalone `crawler` binary. Settings options, logging, the crawl-and-watch loop and the
-//! metrics endpoint live here; the standalone verbs are in [`tools`].
-
-pub mod metrics;
-pub mod tools;
-
-mod bench;
-mod scaffold;
+//! standalone `crawler` binary. Settings options, logging and the crawl-and-watch loop live
+//! here; the standalone verbs are in `tools`, the metrics endpoint in `metrics`.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -15,7 +9,9 @@ use std::process::ExitCode;
 use crawler_core::{LogFormat, Settings, SettingsLayers, Stats, find_settings_file};
 use tracing_subscriber::EnvFilter;
 
-use crate::{Error, HttpEngine, progress};
+use crawler::{Error, HttpEngine};
+
+use crate::progress;
 
 /// The options every verb that reads settings accepts.
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -89,18 +85,6 @@ pub fn init_logging(settings: &Settings) {
     };
 }
 
-/// Warn once, at crawl start, that the User-Agent was never set: operators who see the crawl
-/// in their logs cannot tell whose it is or how to reach them.
-pub fn warn_default_user_agent(settings: &Settings) {
-    if settings.has_default_user_agent() {
-        tracing::warn!(
-            user_agent = %settings.user_agent,
-            "user_agent is still the default; set it to name your crawler and a contact \
-             (crawler.toml [general] user_agent = \"mybot/1.0 (+https://example.com/bot)\")"
-        );
-    }
-}
-
 /// Run a built engine with Ctrl-C handling, the progress display (unless `quiet`) and the
 /// metrics endpoint (when `metrics_addr` is set); return the final stats.
 pub async fn run_engine<S: crawler_core::Spider>(
@@ -108,15 +92,12 @@ pub async fn run_engine<S: crawler_core::Spider>(
     settings: &Settings,
     show_progress: bool,
 ) -> Result<Stats, Error> {
-    warn_default_user_agent(settings);
+    crawler::warn_default_user_agent(settings);
     let engine = engine.handle_ctrl_c(true);
     let rx = engine.progress();
     let display = show_progress.then(|| progress::spawn(rx.clone(), settings.progress_interval));
-    let metrics = match settings.metrics_socket_addr() {
-        Some(addr) => Some(metrics::serve(addr, rx.clone()).await?),
-        None => None,
-    };
-    let stats = crate::run_as_task(engine).await;
+    let metrics = serve_metrics(settings, &rx).await?;
+    let stats = crawler::run_engine(engine).await;
     if let Some(d) = display {
         let _ = d.await;
     }
@@ -124,6 +105,36 @@ pub async fn run_engine<S: crawler_core::Spider>(
         m.abort();
     }
     stats
+}
+
+/// The metrics endpoint, when `metrics_addr` is set.
+#[cfg(feature = "metrics")]
+async fn serve_metrics(
+    settings: &Settings,
+    rx: &tokio::sync::watch::Receiver<crawler_core::Progress>,
+) -> Result<Option<tokio::task::JoinHandle<()>>, Error> {
+    match settings.metrics_socket_addr() {
+        Some(addr) => Ok(Some(crate::metrics::serve(addr, rx.clone()).await?)),
+        None => Ok(None),
+    }
+}
+
+/// Without the `metrics` feature, `metrics_addr` is refused rather than ignored.
+#[cfg(not(feature = "metrics"))]
+async fn serve_metrics(
+    settings: &Settings,
+    _rx: &tokio::sync::watch::Receiver<crawler_core::Progress>,
+) -> Result<Option<tokio::task::JoinHandle<()>>, Error> {
+    match settings.metrics_socket_addr() {
+        Some(addr) => Err(Error::new(
+            crawler::ErrorKind::Settings,
+            format!(
+                "metrics_addr is set ({addr}) but this program was built without crawler-cli's \
+                 `metrics` feature"
+            ),
+        )),
+        None => Ok(None),
+    }
 }
 
 /// Exit status for usage and settings errors.

@@ -4,13 +4,15 @@ use std::path::{Path, PathBuf};
 
 use crawler_core::{SECTIONS, Settings, parse_http_url, section_of};
 
-use crate::Error;
+use crawler::{Error, ErrorKind};
 
 /// Where this binary's framework sources live (the workspace it was built from).
-const FRAMEWORK_DIR: &str = env!("CARGO_MANIFEST_DIR");
+/// The framework's directory (the workspace root, one above this crate), which a new
+/// project depends on by path.
+const FRAMEWORK_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 
 fn err(msg: impl Into<String>) -> Error {
-    Error::from_message(msg.into())
+    Error::new(ErrorKind::Other, msg.into())
 }
 
 fn write(path: &Path, text: &str) -> Result<(), Error> {
@@ -104,7 +106,7 @@ const MAIN_RS: &str = r#"//! PROJECT: a crawler project. `cargo run -- list` sho
 
 mod spiders;
 
-use crawler::{Contract, Runner};
+use crawler_cli::{Contract, Runner};
 
 // The allocator is the project's choice: mimalloc costs less CPU per page than the system
 // allocator (the framework's BENCHMARKS.md, "Speed (issue 16)"). Delete these two lines
@@ -137,71 +139,8 @@ async fn run() -> std::process::ExitCode {
 }
 "#;
 
-const BOOKS_RS: &str = r#"//! An example spider: the book catalogue of the crawler lab (`crawler lab` serves it on
-//! http://127.0.0.1:8080/). Listing pages are followed; each book page gives one item.
-
-use crawler::prelude::*;
-
-/// One book.
-#[derive(Debug, Serialize)]
-pub struct Book {
-    /// The book's page.
-    pub url: String,
-    /// Its title.
-    pub title: String,
-    /// Its price as shown.
-    pub price: String,
-}
-
-/// Crawls the lab's catalogue from `start`.
-pub struct Books {
-    /// The site root, ending in `/`.
-    pub start: String,
-}
-
-impl Books {
-    /// Start at $BOOKS_URL, or the lab's default address.
-    pub fn from_env() -> Self {
-        let mut start =
-            std::env::var("BOOKS_URL").unwrap_or_else(|_| "http://127.0.0.1:8080/".to_owned());
-        if !start.ends_with('/') {
-            start.push('/');
-        }
-        Self { start }
-    }
-}
-
-impl Spider for Books {
-    type Item = Book;
-
-    fn name(&self) -> &str {
-        "books"
-    }
-
-    fn start_urls(&self) -> Vec<String> {
-        vec![self.start.clone()]
-    }
-
-    async fn parse(&self, page: Response, out: &mut Output<Book>) -> Result<()> {
-        if page.callback() == Some("book") {
-            out.item(Book {
-                url: page.url().to_string(),
-                title: page.text_of("div.product h1")?,
-                price: page.text_of("div.product p.price")?,
-            });
-            return Ok(());
-        }
-        for href in page.select("a").attrs("href") {
-            if href.contains("/book-") || href.starts_with("book-") {
-                out.follow_with(href, "book");
-            } else {
-                out.follow(href);
-            }
-        }
-        Ok(())
-    }
-}
-"#;
+/// The example spider of a new project: the framework's own basic example.
+const BOOKS_RS: &str = include_str!("../../examples/books/spider.rs");
 
 const README_MD: &str = r#"# PROJECT
 
@@ -259,7 +198,12 @@ edition = "2024"
 publish = false
 
 [dependencies]
-crawler = {{ path = "{dep_path}" }}
+# The framework. Its `redis` feature (a fleet on Redis: `redis_url`) is off here, so the
+# project compiles less; add `features = ["mimalloc", "redis"]` to crawl as a fleet.
+crawler = {{ path = "{dep_path}", default-features = false, features = ["mimalloc"] }}
+# The project's command line (`cargo run -- crawl NAME`). Add `features = ["metrics"]` for
+# the Prometheus endpoint (`metrics_addr`).
+crawler-cli = {{ path = "{dep_path}/crawler-cli", default-features = false }}
 # The derive macros expand to `serde::...` paths, so the project names serde itself.
 serde = {{ version = "1", features = ["derive"] }}
 tokio = {{ version = "1", features = ["rt-multi-thread", "macros"] }}

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use crawler::lab::Lab;
+use crawler_lab::Lab;
 
 const BIN: &str = env!("CARGO_BIN_EXE_crawler");
 

@@ -13,8 +13,8 @@ use crawler_http::{
     robots_client,
 };
 
-use super::{Failure, SettingsArgs, failed, usage};
-use crate::Error;
+use crate::common::{self, EXIT_FAILED, Failure, SettingsArgs, failed, usage};
+use crawler::{Error, ErrorKind};
 
 #[derive(clap::Parser, Debug)]
 #[command(
@@ -82,8 +82,10 @@ enum Verb {
         markdown: bool,
     },
     /// Serve the local test site (crawler-lab) until Ctrl-C.
+    #[cfg(feature = "lab")]
     Lab(crawler_lab::cli::LabArgs),
     /// Crawl an in-process lab as fast as a host you own allows, and print pages/s.
+    #[cfg(feature = "lab")]
     Bench {
         /// Books in the lab's catalogue.
         #[arg(long, default_value_t = 1000, value_name = "N")]
@@ -105,7 +107,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString>,
 {
-    let cli: Cli = match super::parse(args.into_iter().map(Into::into)) {
+    let cli: Cli = match common::parse(args.into_iter().map(Into::into)) {
         Ok(cli) => cli,
         Err(code) => return code,
     };
@@ -119,17 +121,18 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
     // Scaffolding and the lab need no settings; a broken crawler.toml must not stop `new`.
     match cli.verb {
         Verb::New { name, path } => {
-            super::scaffold::new_project(&name, path).map_err(usage)?;
+            crate::scaffold::new_project(&name, path).map_err(usage)?;
             return Ok(ExitCode::SUCCESS);
         }
         Verb::Genspider { name, url } => {
-            super::scaffold::genspider(&name, &url).map_err(usage)?;
+            crate::scaffold::genspider(&name, &url).map_err(usage)?;
             return Ok(ExitCode::SUCCESS);
         }
+        #[cfg(feature = "lab")]
         Verb::Lab(args) => {
             crawler_lab::cli::run(args)
                 .await
-                .map_err(|e| failed(Error::from_message(e.to_string())))?;
+                .map_err(|e| failed(Error::new(ErrorKind::Other, e.to_string())))?;
             return Ok(ExitCode::SUCCESS);
         }
         Verb::Settings { markdown: true } => {
@@ -141,7 +144,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
     let layers = cli.common.layers().map_err(usage)?;
     let resolved = layers.resolve(None).map_err(usage)?;
     let settings = resolved.settings.clone();
-    super::init_logging(&settings);
+    common::init_logging(&settings);
     match cli.verb {
         Verb::Settings { .. } => {
             if let Some(path) = layers.file_path() {
@@ -158,15 +161,21 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
         } => fetch(&settings, &url, css.as_deref(), html, no_headers).await,
         Verb::Robots { url, agent } => robots(&settings, &url, agent.as_deref()).await,
         Verb::Sitemap { url } => sitemap(&settings, &url).await,
-        Verb::Bench { books, concurrency } => super::bench::bench(&layers, books, concurrency)
+        #[cfg(feature = "lab")]
+        Verb::Bench { books, concurrency } => crate::bench::bench(&layers, books, concurrency)
             .await
             .map(|()| ExitCode::SUCCESS),
-        Verb::New { .. } | Verb::Genspider { .. } | Verb::Lab(_) => Ok(ExitCode::SUCCESS),
+        Verb::New { .. } | Verb::Genspider { .. } => Ok(ExitCode::SUCCESS),
+        #[cfg(feature = "lab")]
+        Verb::Lab(_) => Ok(ExitCode::SUCCESS),
     }
 }
 
 fn out_err(e: std::io::Error) -> Failure {
-    failed(Error::from_message(format!("cannot write to stdout: {e}")))
+    failed(Error::new(
+        ErrorKind::Other,
+        format!("cannot write to stdout: {e}"),
+    ))
 }
 
 async fn fetch(
@@ -177,24 +186,30 @@ async fn fetch(
     no_headers: bool,
 ) -> Result<ExitCode, Failure> {
     let req = Request::get(url).map_err(usage)?;
-    crate::check_guard(settings).map_err(usage)?;
+    crawler::check_guard(settings).map_err(usage)?;
     let downloader = HttpDownloader::new(settings).map_err(failed)?;
     let page = match downloader.fetch_once(&req).await.outcome {
         Fetched::Response(page) => page,
         Fetched::Requeue(why) => {
-            return Err(failed(Error::from_message(format!("{url}: {why}"))));
+            return Err(failed(Error::new(
+                ErrorKind::Other,
+                format!("{url}: {why}"),
+            )));
         }
         Fetched::Disallowed => {
-            return Err(failed(Error::from_message(format!(
-                "{url} is disallowed by robots.txt for {} (see `crawler robots {url}`)",
-                settings.user_agent
-            ))));
+            return Err(failed(Error::new(
+                ErrorKind::Other,
+                format!(
+                    "{url} is disallowed by robots.txt for {} (see `crawler robots {url}`)",
+                    settings.user_agent
+                ),
+            )));
         }
         Fetched::Failed(f) => {
-            return Err(failed(Error::from_message(format!(
-                "{url}: {}: {}",
-                f.kind, f.message
-            ))));
+            return Err(failed(Error::new(
+                ErrorKind::Other,
+                format!("{url}: {}: {}", f.kind, f.message),
+            )));
         }
     };
     let mut out = std::io::stdout().lock();
@@ -209,9 +224,10 @@ async fn fetch(
     match css {
         Some(css) => {
             if let Err(e) = scraper::Selector::parse(css) {
-                return Err(usage(Error::from_message(format!(
-                    "invalid CSS selector '{css}': {e}"
-                ))));
+                return Err(usage(Error::new(
+                    ErrorKind::Other,
+                    format!("invalid CSS selector '{css}': {e}"),
+                )));
             }
             let found: Vec<String> = page
                 .select(css)
@@ -223,7 +239,7 @@ async fn fetch(
             }
             if found.is_empty() {
                 eprintln!("no element matches '{css}'");
-                return Ok(ExitCode::from(super::EXIT_FAILED));
+                return Ok(ExitCode::from(EXIT_FAILED));
             }
         }
         None => {
@@ -234,7 +250,7 @@ async fn fetch(
     Ok(if (200..400).contains(&page.status()) {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(super::EXIT_FAILED)
+        ExitCode::from(EXIT_FAILED)
     })
 }
 
@@ -294,9 +310,10 @@ fn http_client(settings: &Settings) -> Result<reqwest::Client, Failure> {
         .redirect(reqwest::redirect::Policy::limited(settings.max_redirects))
         .build()
         .map_err(|e| {
-            failed(Error::from_message(format!(
-                "cannot build the HTTP client: {e}"
-            )))
+            failed(Error::new(
+                ErrorKind::Other,
+                format!("cannot build the HTTP client: {e}"),
+            ))
         })
 }
 
@@ -314,10 +331,10 @@ async fn sitemap(settings: &Settings, url: &str) -> Result<ExitCode, Failure> {
             .filter_map(|s| parse_http_url(s).ok())
             .collect();
         if roots.is_empty() {
-            return Err(failed(Error::from_message(format!(
-                "{} lists no sitemaps",
-                report.robots_url
-            ))));
+            return Err(failed(Error::new(
+                ErrorKind::Other,
+                format!("{} lists no sitemaps", report.robots_url),
+            )));
         }
         roots
     } else {
@@ -355,7 +372,7 @@ async fn sitemap(settings: &Settings, url: &str) -> Result<ExitCode, Failure> {
         s.fetched, s.urls, s.errors, s.skipped, s.dropped
     );
     Ok(if errors > 0 && s.urls == 0 {
-        ExitCode::from(super::EXIT_FAILED)
+        ExitCode::from(EXIT_FAILED)
     } else {
         ExitCode::SUCCESS
     })

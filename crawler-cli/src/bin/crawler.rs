@@ -16,5 +16,5 @@ fn main() -> std::process::ExitCode {
 
 #[tokio::main]
 async fn run() -> std::process::ExitCode {
-    crawler::cli::tools::run_standalone().await
+    crawler_cli::run_standalone().await
 }

@@ -2,7 +2,7 @@
 //!
 //! ```no_run
 //! use crawler::prelude::*;
-//! use crawler::{Contract, Runner};
+//! use crawler_cli::{Contract, Runner};
 //!
 //! struct Titles;
 //!
@@ -50,8 +50,8 @@ use crawler_core::{
 };
 use crawler_http::HttpDownloader;
 
-use crate::cli::{self, Failure, SettingsArgs, failed, usage};
-use crate::{Crawl, Error};
+use crate::common::{self as cli, Failure, SettingsArgs, failed, usage};
+use crawler::{Crawl, Error, ErrorKind};
 
 type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 
@@ -170,12 +170,12 @@ async fn run_contract<S: Spider>(
     contract: &Contract,
     settings: &Settings,
 ) -> Result<String, Error> {
-    let fail = |msg: String| Error::from_message(format!("{}: {msg}", contract.url));
+    let fail = |msg: String| Error::new(ErrorKind::Other, format!("{}: {msg}", contract.url));
     let mut req = Request::get(&contract.url)?;
     if let Some(cb) = &contract.callback {
         req = req.callback(cb.clone());
     }
-    crate::check_guard(settings)?;
+    crawler::check_guard(settings)?;
     let downloader = HttpDownloader::new(settings)?;
     let page = match downloader.fetch_once(&req).await.outcome {
         Fetched::Response(page) => page,
@@ -348,20 +348,24 @@ impl Runner {
 
     fn unknown_spider(&self, name: &str) -> Failure {
         let names = self.names();
-        let hint = crawler_core_nearest(name, &names)
+        let hint = nearest_name(name, &names)
             .map(|n| format!("; did you mean '{n}'?"))
             .unwrap_or_default();
-        usage(Error::from_message(format!(
-            "no spider named '{name}'{hint} (spiders: {})",
-            names.join(", ")
-        )))
+        usage(Error::new(
+            ErrorKind::Other,
+            format!(
+                "no spider named '{name}'{hint} (spiders: {})",
+                names.join(", ")
+            ),
+        ))
     }
 
     async fn run_verb(mut self, cli: RunnerCli) -> Result<(), Failure> {
         if let Some(dup) = self.duplicate_names() {
-            return Err(usage(Error::from_message(format!(
-                "two spiders are named '{dup}'"
-            ))));
+            return Err(usage(Error::new(
+                ErrorKind::Other,
+                format!("two spiders are named '{dup}'"),
+            )));
         }
         let mut layers = cli.common.layers().map_err(usage)?;
         match cli.verb {
@@ -452,9 +456,10 @@ impl Runner {
                     }
                 }
                 if failures > 0 {
-                    return Err(failed(Error::from_message(format!(
-                        "{failures} contract check(s) failed"
-                    ))));
+                    return Err(failed(Error::new(
+                        ErrorKind::Other,
+                        format!("{failures} contract check(s) failed"),
+                    )));
                 }
                 Ok(())
             }
@@ -462,34 +467,13 @@ impl Runner {
     }
 }
 
-fn crawler_core_nearest<'a>(word: &str, names: &'a [String]) -> Option<&'a str> {
+/// The spider name nearest to `word`, if one is close enough to be a likely typo (the
+/// same measure and threshold as the settings' "did you mean").
+fn nearest_name<'a>(word: &str, names: &'a [String]) -> Option<&'a str> {
     names
         .iter()
-        .map(|n| (strsim_like(word, n), n.as_str()))
-        .filter(|(score, _)| *score > 0.7)
+        .map(|n| (strsim::jaro_winkler(word, n), n.as_str()))
+        .filter(|(score, _)| *score > 0.8)
         .max_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, n)| n)
-}
-
-/// A cheap similarity (shared prefix and length), enough to catch typos in spider names
-/// without another dependency in the facade.
-fn strsim_like(a: &str, b: &str) -> f64 {
-    let common = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
-    let longest = a.chars().count().max(b.chars().count()).max(1);
-    common as f64 / longest as f64
-}
-
-impl<S: Spider> Crawl<S> {
-    /// Take this crawl's settings from layered sources (defaults < settings file < the
-    /// spider's `custom_settings` < `CRAWLER_*` environment < `-s`), as the runner does.
-    /// Errors name the layer (and for the file, the line and column) that set a bad value.
-    pub fn with_settings_layers(mut self, layers: &SettingsLayers) -> Result<Self, Error> {
-        let custom = self.spider.custom_settings();
-        let resolved = layers.resolve(Some((self.spider.name(), &custom)))?;
-        self.settings = resolved.settings;
-        // `effective_settings` re-applies the spider's settings over the base; the layers
-        // above the spider's are re-applied after them, so precedence is kept.
-        self.overrides.extend(layers.overrides());
-        Ok(self)
-    }
 }

@@ -1,53 +1,14 @@
 //! `crawler bench`: crawl an in-process lab with the budget of a host you own and report
 //! pages/s, like Scrapy's `bench`.
 
-use crawler_core::{Output, Response, Result, SettingsLayers, Spider};
-use serde::Serialize;
+use crawler_core::SettingsLayers;
 
-use super::{Failure, failed, usage};
-use crate::{Crawl, Error};
+use crate::common::{self, Failure, failed, usage};
+use crawler::{Crawl, Error, ErrorKind};
 
-/// One book from the lab's catalogue.
-#[derive(Debug, Serialize)]
-struct Book {
-    title: String,
-    price: String,
-}
-
-/// The lab's book catalogue: listings and detail pages.
-struct BenchBooks {
-    start: String,
-}
-
-impl Spider for BenchBooks {
-    type Item = Book;
-
-    fn name(&self) -> &str {
-        "bench"
-    }
-
-    fn start_urls(&self) -> Vec<String> {
-        vec![self.start.clone()]
-    }
-
-    async fn parse(&self, page: Response, out: &mut Output<Book>) -> Result<()> {
-        if page.callback() == Some("book") {
-            out.item(Book {
-                title: page.text_of("div.product h1")?,
-                price: page.text_of("div.product p.price")?,
-            });
-            return Ok(());
-        }
-        for href in page.select("a").attrs("href") {
-            if href.contains("/book-") || href.starts_with("book-") {
-                out.follow_with(href, "book");
-            } else {
-                out.follow(href);
-            }
-        }
-        Ok(())
-    }
-}
+// The spider of the basic example (and of a new project's scaffold).
+#[path = "../../examples/books/spider.rs"]
+mod books;
 
 /// Start a lab with `books` books, crawl it, print the stats and pages/s.
 pub(super) async fn bench(
@@ -59,7 +20,7 @@ pub(super) async fn bench(
         .books(books)
         .start()
         .await
-        .map_err(|e| usage(Error::from_message(e.to_string())))?;
+        .map_err(|e| usage(Error::new(ErrorKind::Other, e.to_string())))?;
     eprintln!("bench: lab with {} books at {}", lab.books(), lab.url());
     // The lab is our own server on loopback: a fixed, zero delay and high concurrency, as for
     // any host you own. The user's layers still apply on top (e.g. -s concurrency=64).
@@ -82,12 +43,12 @@ pub(super) async fn bench(
     }
     let base = ours.resolve(None).map_err(usage)?.settings;
     own = own.with_base(base);
-    let crawl = Crawl::new(BenchBooks { start: lab.url() })
+    let crawl = Crawl::new(books::Books { start: lab.url() })
         .with_settings_layers(&own)
         .map_err(usage)?;
     let settings = crawl.effective_settings().map_err(usage)?;
     let engine = crawl.build().map_err(failed)?;
-    let result = super::run_engine(engine, &settings, true).await;
+    let result = common::run_engine(engine, &settings, true).await;
     lab.shutdown().await;
     let stats = result.map_err(failed)?;
     println!("{stats}");

@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::Error;
+use crawler::{Error, ErrorKind};
 
 /// Longest a client may take to send its request before the connection is dropped.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
@@ -35,9 +35,12 @@ pub async fn serve(
     addr: SocketAddr,
     rx: watch::Receiver<Progress>,
 ) -> Result<JoinHandle<()>, Error> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|e| Error::from_message(format!("cannot serve metrics on {addr}: {e}")))?;
+    let listener = TcpListener::bind(addr).await.map_err(|e| {
+        Error::new(
+            ErrorKind::Io,
+            format!("cannot serve metrics on {addr}: {e}"),
+        )
+    })?;
     let bound = listener.local_addr().unwrap_or(addr);
     tracing::info!("metrics at http://{bound}/metrics");
     Ok(serve_on(listener, rx))
