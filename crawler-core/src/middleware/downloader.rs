@@ -11,7 +11,8 @@ use crate::fetch::{Download, Downloader, Failure, FailureKind, Feedback, Fetched
 use crate::request::Request;
 use crate::response::Response;
 
-use super::stats::{MiddlewareStats, StatsSource};
+use super::stack::{Member, Stages, Tallies, insert_nonzero};
+use super::stats::MiddlewareStats;
 
 /// What a downloader middleware decided about an outgoing request.
 // Moved once per request; boxing the response would cost an allocation on the hot path.
@@ -130,46 +131,36 @@ impl Tally {
     fn bump(c: &AtomicU64) {
         c.fetch_add(1, Ordering::Relaxed);
     }
+}
 
+impl Tallies for Tally {
     fn snapshot(&self, into: &mut BTreeMap<String, u64>) {
-        for (k, c) in [
-            ("requests", &self.requests),
-            ("responded", &self.responded),
-            ("dropped", &self.dropped),
-            ("responses", &self.responses),
-            ("replaced", &self.replaced),
-            ("retried", &self.retried),
-        ] {
-            let n = c.load(Ordering::Relaxed);
-            if n > 0 {
-                into.insert(k.to_owned(), n);
-            }
-        }
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        insert_nonzero(
+            into,
+            [
+                ("requests", load(&self.requests)),
+                ("responded", load(&self.responded)),
+                ("dropped", load(&self.dropped)),
+                ("responses", load(&self.responses)),
+                ("replaced", load(&self.replaced)),
+                ("retried", load(&self.retried)),
+            ],
+        );
     }
 }
 
-struct Stage {
-    mw: BoxedDownloaderMiddleware,
-    tally: Tally,
-}
-
-struct DownloaderStages(Vec<Stage>);
-
-impl StatsSource for DownloaderStages {
-    fn collect(&self, into: &mut BTreeMap<String, BTreeMap<String, u64>>) {
-        for s in &self.0 {
-            let entry = into
-                .entry(format!("downloader:{}", s.mw.name()))
-                .or_default();
-            s.tally.snapshot(entry);
-            for (k, v) in s.mw.counters() {
-                if v > 0 {
-                    entry.insert(k, v);
-                }
-            }
-        }
+impl Member for dyn DynDownloaderMiddleware {
+    fn name(&self) -> &str {
+        DynDownloaderMiddleware::name(self)
+    }
+    fn counters(&self) -> Vec<(String, u64)> {
+        DynDownloaderMiddleware::counters(self)
     }
 }
+
+/// The downloader stack's stages, with what it counted at each.
+type DownloaderStages = Stages<dyn DynDownloaderMiddleware, Tally>;
 
 /// A downloader with a stack of [`DownloaderMiddleware`]s around it; a [`Downloader`] itself.
 pub struct Middlewares<D> {
@@ -180,16 +171,9 @@ pub struct Middlewares<D> {
 impl<D: Downloader> Middlewares<D> {
     /// `inner` with the middlewares in `stack`, first nearest the engine.
     pub fn new(inner: D, stack: Vec<BoxedDownloaderMiddleware>) -> Self {
-        let stages = stack
-            .into_iter()
-            .map(|mw| Stage {
-                mw,
-                tally: Tally::default(),
-            })
-            .collect();
         Self {
             inner,
-            stages: Arc::new(DownloaderStages(stages)),
+            stages: Arc::new(Stages::new("downloader", stack)),
         }
     }
 
@@ -200,16 +184,12 @@ impl<D: Downloader> Middlewares<D> {
 
     /// The names of the middlewares, in stack order.
     pub fn names(&self) -> Vec<String> {
-        self.stages
-            .0
-            .iter()
-            .map(|s| s.mw.name().to_owned())
-            .collect()
+        self.stages.names()
     }
 
     /// Report this stack's counters into `stats`.
     pub fn register_stats(&self, stats: &MiddlewareStats) {
-        stats.register(Arc::clone(&self.stages) as Arc<dyn StatsSource>);
+        self.stages.register(stats);
     }
 
     /// Run the response hooks from stage `from` (exclusive) back to the first.
@@ -219,7 +199,7 @@ impl<D: Downloader> Middlewares<D> {
         mut response: Response,
         from: usize,
     ) -> std::result::Result<Response, (String, String)> {
-        for stage in self.stages.0[..from].iter().rev() {
+        for stage in self.stages.as_slice()[..from].iter().rev() {
             Tally::bump(&stage.tally.responses);
             match stage.mw.process_response(request, response).await {
                 After::Pass(r) => response = r,
@@ -248,7 +228,7 @@ impl<D: Downloader> Downloader for Middlewares<D> {
 
     async fn fetch(&self, request: &Request) -> Download {
         let mut req = request.clone();
-        let stages = &self.stages.0;
+        let stages = self.stages.as_slice();
         let mut answered = None;
         for stage in stages {
             Tally::bump(&stage.tally.requests);

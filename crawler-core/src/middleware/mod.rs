@@ -7,6 +7,7 @@
 //!
 //! - `downloader.rs`: [`DownloaderMiddleware`], its object-safe form, and [`Middlewares`].
 //! - `spider.rs`: [`SpiderMiddleware`], [`Page`] and [`SpiderWithMiddlewares`].
+//! - `stack.rs`: what both stacks share, written once: stages, names, counters.
 //! - `stats.rs`: [`MiddlewareStats`], where every stack reports its counters.
 //! - `referer.rs`: [`RefererPolicy`], the built-in spider middleware.
 //! - `registry.rs`: the built-in names, stack ordering, and the middleware settings' checks.
@@ -62,6 +63,7 @@ mod downloader;
 mod referer;
 mod registry;
 mod spider;
+mod stack;
 mod stats;
 
 pub use downloader::{

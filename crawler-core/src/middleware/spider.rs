@@ -13,7 +13,8 @@ use crate::request::Request;
 use crate::response::Response;
 use crate::spider::Spider;
 
-use super::stats::{MiddlewareStats, StatsSource};
+use super::stack::{Member, Stages, Tallies, insert_nonzero};
+use super::stats::MiddlewareStats;
 
 /// What a spider middleware knows about the page whose output it sees.
 #[derive(Debug, Clone)]
@@ -24,6 +25,17 @@ pub struct Page {
     pub status: u16,
     /// The request that fetched it.
     pub request: Request,
+}
+
+impl Page {
+    /// What the middlewares are told about `page`, taken before the callback consumes it.
+    fn of(page: &Response) -> Self {
+        Self {
+            url: page.url().clone(),
+            status: page.status(),
+            request: page.request().clone(),
+        }
+    }
 }
 
 /// A spider middleware: filters or transforms what the spider's callbacks return.
@@ -53,41 +65,43 @@ pub trait SpiderMiddleware<I>: Send + Sync + 'static {
 /// A boxed spider middleware, as kept in a stack.
 pub type BoxedSpiderMiddleware<I> = Box<dyn SpiderMiddleware<I>>;
 
-struct SpiderStage<I> {
-    mw: BoxedSpiderMiddleware<I>,
+/// What the spider stack counts at each stage: items and requests in, and out.
+#[derive(Default)]
+struct SpiderTally {
     items_in: AtomicU64,
     items_out: AtomicU64,
     requests_in: AtomicU64,
     requests_out: AtomicU64,
 }
 
-struct SpiderStages<I>(Vec<SpiderStage<I>>);
-
-impl<I: Send + 'static> StatsSource for SpiderStages<I> {
-    fn collect(&self, into: &mut BTreeMap<String, BTreeMap<String, u64>>) {
-        for s in &self.0 {
-            let entry = into.entry(format!("spider:{}", s.mw.name())).or_default();
-            let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-            let items_dropped = load(&s.items_in).saturating_sub(load(&s.items_out));
-            let requests_dropped = load(&s.requests_in).saturating_sub(load(&s.requests_out));
-            for (k, v) in [
-                ("items_in", load(&s.items_in)),
+impl Tallies for SpiderTally {
+    fn snapshot(&self, into: &mut BTreeMap<String, u64>) {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let items_dropped = load(&self.items_in).saturating_sub(load(&self.items_out));
+        let requests_dropped = load(&self.requests_in).saturating_sub(load(&self.requests_out));
+        insert_nonzero(
+            into,
+            [
+                ("items_in", load(&self.items_in)),
                 ("items_dropped", items_dropped),
-                ("requests_in", load(&s.requests_in)),
+                ("requests_in", load(&self.requests_in)),
                 ("requests_dropped", requests_dropped),
-            ] {
-                if v > 0 {
-                    entry.insert(k.to_owned(), v);
-                }
-            }
-            for (k, v) in s.mw.counters() {
-                if v > 0 {
-                    entry.insert(k, v);
-                }
-            }
-        }
+            ],
+        );
     }
 }
+
+impl<I: 'static> Member for dyn SpiderMiddleware<I> {
+    fn name(&self) -> &str {
+        SpiderMiddleware::name(self)
+    }
+    fn counters(&self) -> Vec<(String, u64)> {
+        SpiderMiddleware::counters(self)
+    }
+}
+
+/// The spider stack's stages, with what it counted at each.
+type SpiderStages<I> = Stages<dyn SpiderMiddleware<I>, SpiderTally>;
 
 /// A spider with a stack of [`SpiderMiddleware`]s over its output; a [`Spider`] itself.
 pub struct SpiderWithMiddlewares<S: Spider> {
@@ -98,19 +112,9 @@ pub struct SpiderWithMiddlewares<S: Spider> {
 impl<S: Spider> SpiderWithMiddlewares<S> {
     /// `inner` with the middlewares in `stack`, first nearest the engine.
     pub fn new(inner: S, stack: Vec<BoxedSpiderMiddleware<S::Item>>) -> Self {
-        let stages = stack
-            .into_iter()
-            .map(|mw| SpiderStage {
-                mw,
-                items_in: AtomicU64::new(0),
-                items_out: AtomicU64::new(0),
-                requests_in: AtomicU64::new(0),
-                requests_out: AtomicU64::new(0),
-            })
-            .collect();
         Self {
             inner,
-            stages: Arc::new(SpiderStages(stages)),
+            stages: Arc::new(Stages::new("spider", stack)),
         }
     }
 
@@ -121,27 +125,24 @@ impl<S: Spider> SpiderWithMiddlewares<S> {
 
     /// The names of the middlewares, in stack order.
     pub fn names(&self) -> Vec<String> {
-        self.stages
-            .0
-            .iter()
-            .map(|s| s.mw.name().to_owned())
-            .collect()
+        self.stages.names()
     }
 
     /// Report this stack's counters into `stats`.
     pub fn register_stats(&self, stats: &MiddlewareStats) {
-        stats.register(Arc::clone(&self.stages) as Arc<dyn StatsSource>);
+        self.stages.register(stats);
     }
 
     fn run_output(&self, page: &Page, out: &mut Output<S::Item>) {
         let (items, requests) = out.parts_mut();
-        for s in self.stages.0.iter().rev() {
-            s.items_in.fetch_add(items.len() as u64, Ordering::Relaxed);
-            s.requests_in
+        for s in self.stages.as_slice().iter().rev() {
+            let t = &s.tally;
+            t.items_in.fetch_add(items.len() as u64, Ordering::Relaxed);
+            t.requests_in
                 .fetch_add(requests.len() as u64, Ordering::Relaxed);
             s.mw.process_output(page, items, requests);
-            s.items_out.fetch_add(items.len() as u64, Ordering::Relaxed);
-            s.requests_out
+            t.items_out.fetch_add(items.len() as u64, Ordering::Relaxed);
+            t.requests_out
                 .fetch_add(requests.len() as u64, Ordering::Relaxed);
         }
     }
@@ -160,7 +161,7 @@ impl<S: Spider> Spider for SpiderWithMiddlewares<S> {
 
     fn start_requests(&self) -> Result<Vec<Request>> {
         let mut requests = self.inner.start_requests()?;
-        for s in self.stages.0.iter().rev() {
+        for s in self.stages.as_slice().iter().rev() {
             s.mw.process_start_requests(&mut requests);
         }
         Ok(requests)
@@ -175,11 +176,7 @@ impl<S: Spider> Spider for SpiderWithMiddlewares<S> {
     }
 
     async fn parse(&self, page: Response, out: &mut Output<S::Item>) -> Result<()> {
-        let info = Page {
-            url: page.url().clone(),
-            status: page.status(),
-            request: page.request().clone(),
-        };
+        let info = Page::of(&page);
         // A callback error keeps what the page produced up to it, so the middlewares see
         // that output too.
         let result = self.inner.parse(page, out).await;
@@ -188,11 +185,7 @@ impl<S: Spider> Spider for SpiderWithMiddlewares<S> {
     }
 
     async fn not_modified(&self, page: Response, out: &mut Output<S::Item>) -> Result<()> {
-        let info = Page {
-            url: page.url().clone(),
-            status: page.status(),
-            request: page.request().clone(),
-        };
+        let info = Page::of(&page);
         let result = self.inner.not_modified(page, out).await;
         self.run_output(&info, out);
         result
