@@ -28,7 +28,6 @@
 
 mod charset;
 mod conditional;
-mod config;
 mod engine;
 mod error;
 mod failures;
@@ -49,10 +48,6 @@ mod stats;
 
 pub use conditional::{
     CachedPage, ConditionalStore, MemoryConditional, Validators, canonical_url, conditional_key,
-};
-pub use config::{
-    Resolved, SECTIONS, Section, SettingRow, SettingsLayers, Source, find_settings_file,
-    section_of, settings_markdown,
 };
 pub use engine::{
     DONT_REDIRECT_META, Engine, FINAL_HOSTS, PROGRESS_HOSTS, Progress, REDIRECTS, Shutdown,
@@ -77,7 +72,9 @@ pub use request::{Request, parse_http_url};
 pub use response::{AfterAck, BodyOrigin, Element, Response, Selection};
 pub use rules::{FOLLOW_CALLBACK, RULE_META_KEY, Rule, RuleRequests, Rules};
 pub use settings::{
-    FeedFsync, HOST_RULE_KEYS, HostKeyMode, HostRule, LogFormat, Settings, ThrottleMode,
+    FeedFsync, HOST_RULE_KEYS, HostKeyMode, HostRule, LogFormat, Resolved, SECTIONS, Section,
+    SettingRow, Settings, SettingsLayers, Source, ThrottleMode, find_settings_file, section_of,
+    settings_markdown,
 };
 pub use spider::Spider;
 pub use stats::Stats;

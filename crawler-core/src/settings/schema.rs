@@ -1,11 +1,16 @@
-//! Settings: every knob of a crawl, with polite defaults.
+//! The schema: the [`Settings`] struct with its documented defaults, the small enums its
+//! fields use, and the checks types alone cannot express ([`Settings::validate`]). Setting a
+//! value from text is in `text.rs`; this file uses nothing else of the folder but the
+//! `[[hosts]]` rule type.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::matching::{Wildcard, wildcard_match};
+
+use super::host_rules::HostRule;
 
 /// The crawl's settings. Every field has a documented, polite default.
 ///
@@ -237,120 +242,16 @@ pub enum HostKeyMode {
     Ip,
 }
 
-/// Settings for the hosts whose names match a glob: written `[[hosts]]` in crawler.toml.
-///
-/// Only the fields given change; the rest come from the crawl's settings. Meant for hosts
-/// you own or have an agreement with (raise the budget) and for fragile ones (lower it).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HostRule {
-    /// A glob on the host (with `:port` when the URL has a non-default port): `*` matches any
-    /// run of characters, `?` one character. `*.example.com` matches `www.example.com` but
-    /// not `example.com`. Case-insensitive.
-    #[serde(rename = "match")]
-    pub pattern: String,
-    /// The ceiling on the host's rate, requests/s (sets `max_rate`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rate: Option<f64>,
-    /// Requests that may go back to back (sets `burst`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub burst: Option<u32>,
-    /// Requests in flight to the host (sets `concurrency_per_host`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub concurrency: Option<usize>,
-    /// Delay between requests (sets `download_delay`), e.g. `"500ms"`.
-    #[serde(
-        default,
-        with = "humantime_serde",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub delay: Option<Duration>,
-    /// The rate the host starts at, requests/s (sets `start_rate`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub start_rate: Option<f64>,
-    /// Do not fetch or obey robots.txt on this host (sets `obey_robots = false`): only for
-    /// hosts you own.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ignore_robots: Option<bool>,
-}
-
-/// The fields of a `[[hosts]]` rule, as written in crawler.toml.
-pub const HOST_RULE_KEYS: &[&str] = &[
-    "match",
-    "rate",
-    "burst",
-    "concurrency",
-    "delay",
-    "start_rate",
-    "ignore_robots",
-];
-
-impl HostRule {
-    /// Whether this rule applies to `host` (a host key, `host` or `host:port`). A pattern
-    /// without a port also matches the host on any port.
-    pub fn matches(&self, host: &str) -> bool {
-        let pattern = self.pattern.to_ascii_lowercase();
-        let host = host.to_ascii_lowercase();
-        if wildcard_match(&pattern, &host, Wildcard::Glob) {
-            return true;
-        }
-        match host.rsplit_once(':') {
-            Some((name, port))
-                if !pattern.contains(':')
-                    && !port.is_empty()
-                    && port.bytes().all(|b| b.is_ascii_digit()) =>
-            {
-                wildcard_match(&pattern, name, Wildcard::Glob)
-            }
-            _ => false,
-        }
-    }
-
-    /// The first problem with this rule's values: (field, why).
-    pub fn problem(&self) -> Option<(&'static str, String)> {
-        let positive = |r: f64| r.is_finite() && r > 0.0;
-        if self.pattern.trim().is_empty() {
-            return Some(("match", "must not be empty".into()));
-        }
-        if self.rate.is_some_and(|r| !positive(r)) {
-            return Some(("rate", "must be a positive number".into()));
-        }
-        if self.start_rate.is_some_and(|r| !positive(r)) {
-            return Some(("start_rate", "must be a positive number".into()));
-        }
-        if self.burst == Some(0) {
-            return Some(("burst", "must be at least 1".into()));
-        }
-        if self.concurrency == Some(0) {
-            return Some(("concurrency", "must be at least 1".into()));
-        }
-        None
-    }
-
-    fn apply(&self, s: &mut Settings) {
-        if let Some(rate) = self.rate {
-            s.max_rate = rate;
-            // A ceiling below the floor or the start would fail validation; the rule's
-            // ceiling is what the user asked for, so the others give way.
-            s.min_rate = s.min_rate.min(rate);
-            s.start_rate = s.start_rate.min(rate);
-        }
-        if let Some(start) = self.start_rate {
-            s.start_rate = start.min(s.max_rate);
-        }
-        if let Some(burst) = self.burst {
-            s.burst = burst;
-        }
-        if let Some(c) = self.concurrency {
-            s.concurrency_per_host = c;
-        }
-        if let Some(d) = self.delay {
-            s.download_delay = d;
-        }
-        if let Some(ignore) = self.ignore_robots {
-            s.obey_robots = !ignore;
-        }
-    }
+/// How hosts are paced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ThrottleMode {
+    /// Adapt each host's rate to its responses and headers (the default).
+    Adaptive,
+    /// Scrapy's AutoThrottle: delay from latency and a target concurrency.
+    Autothrottle,
+    /// A fixed delay and concurrency per host.
+    Fixed,
 }
 
 /// When feed files are synced to the disk (the `feed_fsync` setting).
@@ -493,18 +394,6 @@ impl Settings {
         }
     }
 
-    /// Set one setting from its text form, as given on a command line: numbers, `true`/`false`,
-    /// durations like `500ms`, or plain text. Unknown keys and values of the wrong type are
-    /// errors that name the key (and the nearest valid key for a typo).
-    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
-        let mut map = self.to_map()?;
-        set_text(&mut map, key, value)?;
-        let updated = Settings::from_map(map)?;
-        updated.validate()?;
-        *self = updated;
-        Ok(())
-    }
-
     /// Check ranges that types alone cannot express.
     pub fn validate(&self) -> Result<()> {
         match self.problem() {
@@ -578,7 +467,7 @@ impl Settings {
             return bad(&["user_agent"], "must not be empty");
         }
         if let Some(addr) = &self.metrics_addr
-            && crate::config::metrics_socket_addr(addr).is_none()
+            && metrics_socket_addr(addr).is_none()
         {
             return bad(
                 &["metrics_addr"],
@@ -624,6 +513,35 @@ impl Settings {
     }
 }
 
+// Here, beside the fields it sets and `for_host` that calls it, so that host_rules.rs needs
+// nothing from the schema.
+impl HostRule {
+    fn apply(&self, s: &mut Settings) {
+        if let Some(rate) = self.rate {
+            s.max_rate = rate;
+            // A ceiling below the floor or the start would fail validation; the rule's
+            // ceiling is what the user asked for, so the others give way.
+            s.min_rate = s.min_rate.min(rate);
+            s.start_rate = s.start_rate.min(rate);
+        }
+        if let Some(start) = self.start_rate {
+            s.start_rate = start.min(s.max_rate);
+        }
+        if let Some(burst) = self.burst {
+            s.burst = burst;
+        }
+        if let Some(c) = self.concurrency {
+            s.concurrency_per_host = c;
+        }
+        if let Some(d) = self.delay {
+            s.download_delay = d;
+        }
+        if let Some(ignore) = self.ignore_robots {
+            s.obey_robots = !ignore;
+        }
+    }
+}
+
 /// Whether `proxy` is a URL the HTTP client takes as a proxy: http or https with a host
 /// (a bare `host:port` means http, as for the client).
 fn proxy_url_ok(proxy: &str) -> bool {
@@ -639,132 +557,26 @@ fn proxy_url_ok(proxy: &str) -> bool {
     })
 }
 
-/// Set `key` in a settings map from its text form, keeping the JSON type of the current value
-/// (so "10" for a string stays text). Errors name the key and the value.
-pub(crate) fn set_text(
-    map: &mut serde_json::Map<String, serde_json::Value>,
-    key: &str,
-    value: &str,
-) -> Result<()> {
-    let Some(current) = map.get(key).cloned() else {
-        return Err(unknown_key(key));
-    };
-    let mut last_err = None;
-    for candidate in text_candidates(&current, value) {
-        match try_set(map, key, candidate) {
-            Ok(()) => return Ok(()),
-            Err(e) => last_err = Some(e),
-        }
+/// Parse a metrics address: `host:port`, or a bare port on 127.0.0.1.
+pub(crate) fn metrics_socket_addr(addr: &str) -> Option<SocketAddr> {
+    let addr = addr.trim();
+    if let Ok(port) = addr.parse::<u16>() {
+        return Some(SocketAddr::from(([127, 0, 0, 1], port)));
     }
-    let why = last_err.unwrap_or_else(|| "no value".to_owned());
-    Err(Error::new(
-        ErrorKind::Settings,
-        format!(
-            "invalid value '{}' for {key}: {}{}",
-            crate::redact::redact_setting(key, value),
-            crate::redact::redact_setting(key, &why),
-            type_hint(&current)
-        ),
-    ))
+    addr.parse().ok()
 }
 
-/// Put `value` at `key` if the whole map still deserializes; else the reason.
-pub(crate) fn try_set(
-    map: &mut serde_json::Map<String, serde_json::Value>,
-    key: &str,
-    value: serde_json::Value,
-) -> std::result::Result<(), String> {
-    let old = map.insert(key.to_owned(), value);
-    match serde_json::from_value::<Settings>(serde_json::Value::Object(map.clone())) {
-        Ok(_) => Ok(()),
-        Err(e) => {
-            match old {
-                Some(old) => map.insert(key.to_owned(), old),
-                None => map.remove(key),
-            };
-            Err(e.to_string())
-        }
+impl Settings {
+    /// The metrics endpoint's socket address, if `metrics_addr` is set.
+    pub fn metrics_socket_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr.as_deref().and_then(metrics_socket_addr)
     }
-}
 
-/// A hint for durations, whose serde error ("expected a duration") does not say the form.
-pub(crate) fn type_hint(current: &serde_json::Value) -> &'static str {
-    match current {
-        serde_json::Value::String(s) if humantime::parse_duration(s).is_ok() => {
-            " (durations are written like \"500ms\", \"2s\", \"1m\")"
-        }
-        _ => "",
+    /// Whether `user_agent` is still the built-in default (the crawl should warn: operators
+    /// cannot tell who is crawling them).
+    pub fn has_default_user_agent(&self) -> bool {
+        self.user_agent == Settings::default().user_agent
     }
-}
-
-/// The JSON values a text may stand for, most likely first, given the field's current value.
-fn text_candidates(current: &serde_json::Value, value: &str) -> Vec<serde_json::Value> {
-    use serde_json::Value;
-    let scalar = |v: &str| {
-        serde_json::from_str(v.trim()).unwrap_or_else(|_| Value::String(v.trim().to_owned()))
-    };
-    // "none" or nothing unsets an optional setting; for other settings Null does not
-    // deserialize and the next candidate is tried.
-    let unset = value.trim().is_empty() || value.trim().eq_ignore_ascii_case("none");
-    match current {
-        Value::String(_) if unset => vec![Value::Null, Value::String(value.to_owned())],
-        Value::String(_) => vec![Value::String(value.to_owned())],
-        // Lists are written "a,b,c" on a command line (or as a JSON array).
-        Value::Array(_) if !value.trim_start().starts_with('[') => vec![Value::Array(
-            value
-                .split(',')
-                .filter(|v| !v.trim().is_empty())
-                .map(scalar)
-                .collect(),
-        )],
-        // An unset optional: empty or "none" unsets it; otherwise text first, since most
-        // optional settings are paths and addresses, then the typed reading.
-        Value::Null => {
-            if unset {
-                vec![Value::Null]
-            } else {
-                vec![Value::String(value.to_owned()), scalar(value)]
-            }
-        }
-        _ => vec![scalar(value)],
-    }
-}
-
-/// How hosts are paced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ThrottleMode {
-    /// Adapt each host's rate to its responses and headers (the default).
-    Adaptive,
-    /// Scrapy's AutoThrottle: delay from latency and a target concurrency.
-    Autothrottle,
-    /// A fixed delay and concurrency per host.
-    Fixed,
-}
-
-/// The valid name nearest to `word`, if one is close enough to be a likely typo.
-pub(crate) fn nearest<'a>(
-    word: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> Option<&'a str> {
-    candidates
-        .into_iter()
-        .map(|k| (strsim::jaro_winkler(k, word), k))
-        .filter(|(score, _)| *score > 0.8)
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, k)| k)
-}
-
-pub(crate) fn unknown_key(key: &str) -> Error {
-    let keys = Settings::keys();
-    let hint = match nearest(key, keys.iter().map(String::as_str)) {
-        Some(k) => format!("; did you mean '{k}'?"),
-        None => format!("; valid keys: {}", keys.join(", ")),
-    };
-    Error::new(
-        ErrorKind::Settings,
-        format!("unknown setting '{key}'{hint}"),
-    )
 }
 
 #[cfg(test)]
@@ -772,38 +584,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn set_parses_each_type() {
+    fn host_rules_first_match_wins() {
         let mut s = Settings::default();
-        s.set("concurrency", "64").unwrap();
-        s.set("download_delay", "250ms").unwrap();
-        s.set("obey_robots", "false").unwrap();
-        s.set("user_agent", "mybot/1.0").unwrap();
-        s.set("retry_http_codes", "500, 503").unwrap();
-        s.set("throttle", "fixed").unwrap();
-        assert_eq!(s.retry_http_codes, [500, 503]);
-        assert_eq!(s.throttle, ThrottleMode::Fixed);
-        assert!(s.set("throttle", "fast").is_err());
-        assert_eq!(s.concurrency, 64);
-        assert_eq!(s.download_delay, Duration::from_millis(250));
-        assert!(!s.obey_robots);
-        assert_eq!(s.user_agent, "mybot/1.0");
-    }
-
-    #[test]
-    fn errors_name_the_key_and_suggest() {
-        let mut s = Settings::default();
-        let e = s.set("concurency", "4").unwrap_err();
-        assert!(e.to_string().contains("did you mean 'concurrency'"), "{e}");
-        let e = s.set("concurrency", "many").unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("invalid value 'many' for concurrency"),
-            "{e}"
-        );
-        let e = s.set("download_delay", "soon").unwrap_err();
-        assert!(e.to_string().contains("download_delay"), "{e}");
-        let e = s.set("concurrency", "0").unwrap_err();
-        assert!(e.to_string().contains("at least 1"), "{e}");
-        assert_eq!(s, Settings::default(), "failed sets change nothing");
+        s.set(
+            "hosts",
+            r#"[{"match":"*.example.com","rate":50,"concurrency":8},{"match":"*","rate":0.5}]"#,
+        )
+        .unwrap();
+        let h = s.for_host("www.example.com");
+        assert_eq!((h.max_rate, h.concurrency_per_host), (50.0, 8));
+        let other = s.for_host("example.com");
+        assert_eq!(other.max_rate, 0.5);
+        assert!(other.start_rate <= 0.5 && other.min_rate <= 0.5);
+        assert!(other.validate().is_ok());
+        let port = s.for_host("a.example.com:8080");
+        assert_eq!(port.max_rate, 50.0);
     }
 }
