@@ -1,9 +1,11 @@
 //! The feed writer thread: items in, leases out once their items are on disk.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
 use crate::error::Result;
 use crate::feed::FeedWriter;
@@ -11,7 +13,7 @@ use crate::fetch::Lease;
 
 /// Items buffered between the workers and the feed writer; a slow disk slows the crawl
 /// instead of growing memory.
-pub(super) const FEED_BUFFER: usize = 1024;
+const FEED_BUFFER: usize = 1024;
 /// The feed writer's group commit: how long written items may wait for their fsync (and
 /// their requests for their acknowledgement). The job store hands its own writes to the disk
 /// every 50 ms as well, so an acknowledgement is durable about 100 ms after its items were
@@ -25,13 +27,46 @@ pub(super) enum FeedMsg<I> {
     Flushed(Lease),
 }
 
+/// The engine's end of the feed writer thread.
+pub(super) struct FeedThread<I> {
+    /// Items, and the markers that release their leases.
+    pub(super) items: mpsc::Sender<FeedMsg<I>>,
+    /// Leases whose items are on disk, for acknowledgement.
+    pub(super) acks: mpsc::UnboundedReceiver<Lease>,
+    /// Set on a second stop request: the writer stops at once, acknowledging nothing more.
+    pub(super) abort: Arc<AtomicBool>,
+    /// The thread: how many items it wrote, or why it stopped.
+    pub(super) task: JoinHandle<Result<u64>>,
+}
+
+impl<I: serde::Serialize + Send + 'static> FeedThread<I> {
+    /// Start the writer on the opened feeds; with `fsync`, each group commit syncs.
+    pub(super) fn spawn(writers: Vec<FeedWriter>, fsync: bool) -> Self {
+        let (items_tx, items_rx) = mpsc::channel::<FeedMsg<I>>(FEED_BUFFER);
+        let (acks_tx, acks_rx) = mpsc::unbounded_channel::<Lease>();
+        let abort = Arc::new(AtomicBool::new(false));
+        let task = {
+            let abort = Arc::clone(&abort);
+            tokio::task::spawn_blocking(move || {
+                write_feeds(writers, items_rx, acks_tx, fsync, &abort)
+            })
+        };
+        Self {
+            items: items_tx,
+            acks: acks_rx,
+            abort,
+            task,
+        }
+    }
+}
+
 /// The feed writer thread: write items as they come and hand back the leases whose items
 /// are on disk, in group commits: at most every [`GROUP_COMMIT`] (at once when the queue
 /// runs dry and `fsync` is off) the files are flushed and, with `fsync`, synced, and only
 /// then are the leases collected since the last commit released for acknowledgement. So an
 /// acknowledgement never reaches the job store before the items of its request reach the
 /// disk. On an error nothing more is released: those requests are fetched again on resume.
-pub(super) fn write_feeds<I: serde::Serialize>(
+fn write_feeds<I: serde::Serialize>(
     mut writers: Vec<FeedWriter>,
     mut rx: mpsc::Receiver<FeedMsg<I>>,
     acks: mpsc::UnboundedSender<Lease>,

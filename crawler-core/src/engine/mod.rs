@@ -23,6 +23,7 @@ mod feeds;
 mod redirect;
 mod retry;
 mod run;
+mod settle;
 mod shutdown;
 mod worker;
 
