@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
+use url::Url;
 
 use super::feeds::FeedMsg;
 use super::redirect::{DONT_REDIRECT_META, REDIRECTS, redirect};
@@ -11,6 +12,7 @@ use crate::fetch::{Download, Downloader, Failure, FailureKind, Feedback, Fetched
 use crate::output::Output;
 use crate::pipeline::{DynPipeline, Processed};
 use crate::request::Request;
+use crate::response::Response;
 use crate::spider::Spider;
 
 /// What workers share.
@@ -130,6 +132,17 @@ pub(super) async fn work<S: Spider, D: Downloader>(
         }
         Fetched::Response(r) => r,
     };
+    answered(&ctx, req, response, feedback).await
+}
+
+/// A response came: follow it when it is a redirect, end it when its status is a failure,
+/// or have the spider parse it.
+async fn answered<S: Spider, D: Downloader>(
+    ctx: &Ctx<S, D>,
+    req: Request,
+    response: Response,
+    feedback: Feedback,
+) -> Completion {
     let status = response.status();
     // A 304 answered from the HTTP cache counts as not modified (the server sent no body),
     // yet the spider parses the cached page so its items are still produced.
@@ -148,24 +161,7 @@ pub(super) async fn work<S: Spider, D: Downloader>(
             .and_then(|v| v.as_bool())
             .unwrap_or(false)
     {
-        let mut done = match redirect(&req, &response, ctx.max_redirects) {
-            Ok(next) => {
-                tracing::debug!(from = %req.url, to = %next.url, status, "redirect");
-                let mut done = Completion::new(feedback, Terminal::Redirected);
-                done.requests = vec![next];
-                done
-            }
-            Err(failure) => {
-                tracing::debug!(url = %req.url, status, "redirect not followed: {}", failure.message);
-                let mut done = Completion::new(feedback, Terminal::Failed(failure.kind));
-                done.message = failure.message;
-                done.request = Some(req);
-                done
-            }
-        };
-        done.status = Some(status);
-        done.bytes = response.body().len() as u64;
-        return done;
+        return redirected(req, &response, feedback, ctx.max_redirects);
     }
     let mut done = Completion::new(feedback, terminal);
     done.status = Some(if revalidated { 304 } else { status });
@@ -183,12 +179,48 @@ pub(super) async fn work<S: Spider, D: Downloader>(
         done.request = Some(req);
         return done;
     }
+    let unchanged = status == 304 && !revalidated;
+    parse_page(ctx, req.depth, response, unchanged, done).await
+}
 
+/// A 3xx to follow: its next hop becomes the follow-up request, or the request fails with
+/// the reason it cannot be followed.
+fn redirected(req: Request, response: &Response, feedback: Feedback, max: usize) -> Completion {
+    let status = response.status();
+    let mut done = match redirect(&req, response, max) {
+        Ok(next) => {
+            tracing::debug!(from = %req.url, to = %next.url, status, "redirect");
+            let mut done = Completion::new(feedback, Terminal::Redirected);
+            done.requests = vec![next];
+            done
+        }
+        Err(failure) => {
+            tracing::debug!(url = %req.url, status, "redirect not followed: {}", failure.message);
+            let mut done = Completion::new(feedback, Terminal::Failed(failure.kind));
+            done.message = failure.message;
+            done.request = Some(req);
+            done
+        }
+    };
+    done.status = Some(status);
+    done.bytes = response.body().len() as u64;
+    done
+}
+
+/// Have the spider parse the page (its `not_modified` hook when it is `unchanged` and no
+/// copy is at hand), then send its items through the pipelines to the feeds.
+async fn parse_page<S: Spider, D: Downloader>(
+    ctx: &Ctx<S, D>,
+    depth: u32,
+    response: Response,
+    unchanged: bool,
+    mut done: Completion,
+) -> Completion {
     let url = response.url().clone();
     let after_ack = response.take_after_ack();
     let problems = response.problems();
-    let mut out = Output::new(response.base_url().clone(), req.depth);
-    let result = if status == 304 && !revalidated {
+    let mut out = Output::new(response.base_url().clone(), depth);
+    let result = if unchanged {
         // Unchanged and no copy to replay: the spider's hook decides (default: nothing).
         ctx.spider.not_modified(response, &mut out).await
     } else {
@@ -214,6 +246,21 @@ pub(super) async fn work<S: Spider, D: Downloader>(
     }
     done.requests = requests;
 
+    deliver(ctx, items, &url, &mut done).await;
+    if !done.spider_error && !done.feed_closed {
+        done.after_ack = after_ack;
+    }
+    done
+}
+
+/// Run each item through the pipelines, then (when a feed is open) to the feed writer,
+/// counting what was kept and dropped; stops when the writer is gone.
+async fn deliver<S: Spider, D: Downloader>(
+    ctx: &Ctx<S, D>,
+    items: Vec<S::Item>,
+    url: &Url,
+    done: &mut Completion,
+) {
     'items: for mut item in items {
         for p in &ctx.pipelines {
             match p.process(item).await {
@@ -238,8 +285,4 @@ pub(super) async fn work<S: Spider, D: Downloader>(
         }
         done.items += 1;
     }
-    if !done.spider_error && !done.feed_closed {
-        done.after_ack = after_ack;
-    }
-    done
 }
