@@ -25,6 +25,8 @@ mod retry;
 mod run;
 mod settle;
 mod shutdown;
+#[cfg(test)]
+mod tests;
 mod worker;
 
 pub use redirect::{DONT_REDIRECT_META, REDIRECTS, redirect};
