@@ -115,7 +115,7 @@ impl LinkExtractorBuilder {
 
     /// Skip links marked `rel="nofollow"`, and every link of a page whose
     /// `<meta name="robots">` says `nofollow` or `none` (default off: such links are
-    /// returned with [`Link::nofollow`] set).
+    /// returned with [`Link::nofollow`](super::Link::nofollow) set).
     pub fn respect_nofollow(mut self, on: bool) -> Self {
         self.respect_nofollow = on;
         self
