@@ -2,11 +2,12 @@
 //! and the pipelines, writes the feeds, and accounts for every request.
 //!
 //! This folder owns a crawl from its first request to its final stats: what a crawl is and
-//! how it is built (here), the main loop (`run`), the per-request worker (`worker`), the
-//! retry policy (`retry`), redirects (`redirect`), the feed writer thread (`feeds`) and
-//! stopping on request or signal (`shutdown`). It speaks no HTTP and keeps no frontier of
-//! its own: downloads go through the [`Downloader`], order and politeness through the
-//! [`Scheduler`]; the only files it writes are the feeds and the failures file.
+//! how it is built (here), the main loop (`run`), what happens when a worker ends
+//! (`settle`: accounting and acknowledgement), the per-request worker (`worker`), the retry
+//! policy (`retry`), redirects (`redirect`), the feed writer thread (`feeds`) and stopping on
+//! request or signal (`shutdown`). It speaks no HTTP and keeps no frontier of its own:
+//! downloads go through the [`Downloader`], order and politeness through the [`Scheduler`];
+//! the only files it writes are the feeds and the failures file.
 
 use std::sync::Arc;
 
