@@ -1,0 +1,123 @@
+//! The engine: the loop that asks the scheduler what is ready, downloads it, runs the spider
+//! and the pipelines, writes the feeds, and accounts for every request.
+//!
+//! This folder owns a crawl from its first request to its final stats: what a crawl is and
+//! how it is built (here), the main loop (`run`), what happens when a worker ends
+//! (`settle`: accounting and acknowledgement), the per-request worker (`worker`), the retry
+//! policy (`retry`), redirects (`redirect`), the feed writer thread (`feeds`) and stopping on
+//! request or signal (`shutdown`). It speaks no HTTP and keeps no frontier of its own:
+//! downloads go through the [`Downloader`], order and politeness through the [`Scheduler`];
+//! the only files it writes are the feeds and the failures file.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::feed::FeedSpec;
+use crate::fetch::{Downloader, Scheduler};
+use crate::pipeline::{DynPipeline, Pipeline};
+use crate::settings::Settings;
+use crate::spider::Spider;
+use crate::stats::Stats;
+
+mod feeds;
+mod redirect;
+mod retry;
+mod run;
+mod settle;
+mod shutdown;
+#[cfg(test)]
+mod tests;
+mod worker;
+
+pub use redirect::{DONT_REDIRECT_META, REDIRECTS, redirect};
+pub use shutdown::Shutdown;
+
+/// Hosts in each progress snapshot (and so in the live display, the metrics and the saved
+/// stats): the busiest ones. A crawl touching 100,000 hosts must not copy 100,000 records
+/// four times a second, nor export 100,000 metric series.
+pub const PROGRESS_HOSTS: usize = 50;
+/// Hosts in the final stats: the busiest ones, a generous cap that still bounds the report.
+pub const FINAL_HOSTS: usize = 1000;
+
+/// A snapshot of a running crawl, for progress displays.
+#[derive(Debug, Clone, Default)]
+pub struct Progress {
+    /// Counters so far.
+    pub stats: Stats,
+    /// Requests waiting in the frontier.
+    pub queued: usize,
+    /// Requests being downloaded or parsed.
+    pub in_flight: usize,
+    /// Whether scheduling has stopped because a shutdown was asked for.
+    pub stopping: bool,
+    /// Whether the crawl is over.
+    pub finished: bool,
+}
+
+/// Runs one spider to completion.
+pub struct Engine<S: Spider, D: Downloader, Q: Scheduler> {
+    spider: Arc<S>,
+    downloader: Arc<D>,
+    scheduler: Q,
+    settings: Settings,
+    pipelines: Vec<Box<dyn DynPipeline<S::Item>>>,
+    feeds: Vec<FeedSpec>,
+    shutdown: Shutdown,
+    progress: watch::Sender<Progress>,
+    handle_ctrl_c: bool,
+}
+
+impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
+    /// An engine for `spider`, fetching with `downloader` in the order `scheduler` decides.
+    pub fn new(spider: S, downloader: D, scheduler: Q, settings: Settings) -> Self {
+        Self {
+            spider: Arc::new(spider),
+            downloader: Arc::new(downloader),
+            scheduler,
+            settings,
+            pipelines: Vec::new(),
+            feeds: Vec::new(),
+            shutdown: Shutdown::new(),
+            progress: watch::channel(Progress::default()).0,
+            handle_ctrl_c: false,
+        }
+    }
+
+    /// Add a pipeline stage after the ones already added.
+    pub fn pipeline(mut self, stage: impl Pipeline<S::Item>) -> Self {
+        self.pipelines.push(Box::new(stage));
+        self
+    }
+
+    /// Write items to a feed as well.
+    pub fn feed(mut self, spec: FeedSpec) -> Self {
+        self.feeds.push(spec);
+        self
+    }
+
+    /// Stop gracefully on Ctrl-C, and on SIGTERM (how systemd, Docker and Kubernetes stop
+    /// a service) on Unix: the first signal finishes the requests in flight and leaves a
+    /// resumable job; a second one, at any point (the final drain included), stops at once.
+    pub fn handle_ctrl_c(mut self, yes: bool) -> Self {
+        self.handle_ctrl_c = yes;
+        self
+    }
+
+    /// Use `shutdown` as this crawl's stop handle: parts built before the engine (a Redis
+    /// frontier, whose retries during an outage must notice Ctrl-C) can watch it.
+    pub fn with_shutdown(mut self, shutdown: Shutdown) -> Self {
+        self.shutdown = shutdown;
+        self
+    }
+
+    /// A handle that stops the crawl, like Ctrl-C.
+    pub fn shutdown_handle(&self) -> Shutdown {
+        self.shutdown.clone()
+    }
+
+    /// Progress snapshots, refreshed a few times a second while the crawl runs.
+    pub fn progress(&self) -> watch::Receiver<Progress> {
+        self.progress.subscribe()
+    }
+}

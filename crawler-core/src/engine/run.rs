@@ -1,0 +1,511 @@
+//! The crawl's life: open everything, run the main loop (start workers on what is ready,
+//! then wait for the next event and handle it), and finally drain the feeds and settle the
+//! stats. What happens when a worker ends is in `settle`.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::{JoinError, JoinHandle, JoinSet};
+use tokio::time::{Instant, Interval, MissedTickBehavior};
+
+use super::feeds::{FeedMsg, FeedThread};
+use super::retry::RetryPolicy;
+use super::settle::{acknowledge, busiest, offer};
+use super::shutdown::{Shutdown, listen_for_signals, second_stop};
+use super::worker::{Completion, Ctx, Report, work};
+use super::{Engine, FINAL_HOSTS, PROGRESS_HOSTS, Progress};
+use crate::error::{Error, ErrorKind, Result};
+use crate::failures::FailureLog;
+use crate::feed::{FeedSpec, FeedWriter};
+use crate::fetch::{Downloader, Feedback, Lease, Next, Scheduler};
+use crate::pipeline::DynPipeline;
+use crate::response::AfterAck;
+use crate::settings::{FeedFsync, Settings};
+use crate::spider::Spider;
+use crate::stats::Stats;
+
+/// How often the progress snapshot is refreshed.
+const PROGRESS_TICK: Duration = Duration::from_millis(250);
+/// How often stats are saved and a persistent frontier is made durable.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+
+impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
+    /// Run the crawl until the frontier is empty or a shutdown is asked for, then flush the
+    /// feeds and return the final stats.
+    ///
+    /// A request's lease is acknowledged only once its follow-up requests are queued and its
+    /// items are flushed to the feeds, so with a persistent frontier a crash (even `kill -9`)
+    /// loses nothing: unacknowledged requests are fetched again on resume, and the only
+    /// duplicates in the feeds are items of requests that were in flight.
+    pub async fn run(self) -> Result<Stats> {
+        let mut crawl = Crawl::open(self).await?;
+        crawl.main_loop().await;
+        crawl.finish().await
+    }
+}
+
+/// A crawl under way: what the steps of the main loop read and change.
+pub(super) struct Crawl<S: Spider, D: Downloader, Q: Scheduler> {
+    pub(super) scheduler: Q,
+    settings: Settings,
+    shutdown: Shutdown,
+    progress: watch::Sender<Progress>,
+    /// The Ctrl-C and SIGTERM listener, when the engine handles them.
+    signals: Option<JoinHandle<()>>,
+    pub(super) stats: Stats,
+    pub(super) failures: Option<FailureLog>,
+    /// What the workers share.
+    ctx: Arc<Ctx<S, D>>,
+    /// Without a feed, items end after the pipelines: sending each one to the writer
+    /// thread (a wake-up per item) and waiting for its flush would buy nothing.
+    pub(super) has_feeds: bool,
+    feed: FeedThread<S::Item>,
+    pub(super) retry: RetryPolicy,
+    tasks: JoinSet<Completion>,
+    pub(super) leases: HashMap<tokio::task::Id, Lease>,
+    /// Workers report what a response told its host's slot the moment it arrives, before
+    /// the spider parses it: with several requests in flight to one host, a `remaining=0`
+    /// or a Retry-After must stop the next send even while a slow parse runs.
+    feedback_tx: mpsc::UnboundedSender<(Lease, Feedback)>,
+    pub(super) feedback_rx: mpsc::UnboundedReceiver<(Lease, Feedback)>,
+    pub(super) reported: HashSet<Lease>,
+    /// Fetched pages whose items must reach the feeds before their lease is acknowledged;
+    /// the marker goes through the same channel as the items, after them.
+    pub(super) marks: VecDeque<Lease>,
+    /// Work deferred until a lease is acknowledged (validators of pages whose items are
+    /// still on their way to the feeds).
+    pub(super) after_acks: HashMap<u64, AfterAck>,
+    stop_rx: watch::Receiver<u32>,
+    pub(super) stopping: bool,
+    pub(super) abandoned: u64,
+    fatal: Option<Error>,
+    /// The feed writer ended before the crawl did: it failed, and the crawl stops.
+    feed_gone: bool,
+    started: Instant,
+    /// Time spent by the runs of this job before this one.
+    elapsed_before: Duration,
+    ticker: Interval,
+    last_checkpoint: Instant,
+}
+
+impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
+    /// Check the settings, open the feeds, the pipelines and the failures file, start the
+    /// feed writer (and the signal listener), and queue the start requests, or take up a
+    /// resumed job where it stopped.
+    async fn open(engine: Engine<S, D, Q>) -> Result<Self> {
+        let Engine {
+            spider,
+            downloader,
+            mut scheduler,
+            settings,
+            pipelines,
+            feeds,
+            shutdown,
+            progress,
+            handle_ctrl_c,
+        } = engine;
+        settings.validate()?;
+        let started = Instant::now();
+
+        // Open everything fallible before the first request, so a bad path costs nothing.
+        let writers = open_outputs(&feeds, &pipelines).await?;
+        let restored = scheduler.restored_stats();
+        let failures = match &settings.failures_file {
+            // A resumed job keeps the failures of the runs before it, and so does a fleet
+            // worker started again: the fleet already acknowledged those requests.
+            Some(path) => Some(FailureLog::open(
+                std::path::Path::new(path),
+                restored.is_some() || scheduler.is_shared(),
+            )?),
+            None => None,
+        };
+        let feed = FeedThread::spawn(writers, settings.feed_fsync == FeedFsync::Group);
+
+        let signals = handle_ctrl_c.then(|| tokio::spawn(listen_for_signals(shutdown.clone())));
+
+        let stats = first_stats(&*spider, &mut scheduler, restored)?;
+        let elapsed_before = stats.elapsed;
+
+        let has_feeds = !feeds.is_empty();
+        let ctx = Arc::new(Ctx {
+            spider,
+            downloader,
+            pipelines,
+            items_tx: feed.items.clone(),
+            has_feeds,
+            max_redirects: settings.max_redirects,
+        });
+        let (feedback_tx, feedback_rx) = mpsc::unbounded_channel::<(Lease, Feedback)>();
+        let stop_rx = shutdown.subscribe();
+        let stopping = shutdown.requested() > 0;
+        let retry = RetryPolicy::from(&settings);
+        let mut ticker = tokio::time::interval(PROGRESS_TICK);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        Ok(Self {
+            scheduler,
+            settings,
+            shutdown,
+            progress,
+            signals,
+            stats,
+            failures,
+            ctx,
+            has_feeds,
+            feed,
+            retry,
+            tasks: JoinSet::new(),
+            leases: HashMap::new(),
+            feedback_tx,
+            feedback_rx,
+            reported: HashSet::new(),
+            marks: VecDeque::new(),
+            after_acks: HashMap::new(),
+            stop_rx,
+            stopping,
+            abandoned: 0,
+            fatal: None,
+            feed_gone: false,
+            started,
+            elapsed_before,
+            ticker,
+            last_checkpoint: Instant::now(),
+        })
+    }
+
+    /// Until the frontier is empty (or a stop is asked for), every worker has reported and
+    /// every flush marker is on its way to the feed writer.
+    async fn main_loop(&mut self) {
+        loop {
+            let wake = if self.stopping {
+                None
+            } else {
+                self.start_workers()
+            };
+            if let Some(e) = self.scheduler.take_error() {
+                tracing::error!("stopping: {e}");
+                self.fatal.get_or_insert(e);
+                self.stopping = true;
+            }
+            if self.tasks.is_empty() && self.marks.is_empty() && (self.stopping || wake.is_none()) {
+                break;
+            }
+            self.next_event(wake).await;
+        }
+    }
+
+    /// Start a worker on each request the scheduler says may go now, up to the concurrency
+    /// limit. Returns when the next one will be ready, if the scheduler said so.
+    fn start_workers(&mut self) -> Option<Instant> {
+        while self.tasks.len() < self.settings.concurrency {
+            match self.scheduler.next(Instant::now()) {
+                Next::Ready(lease, req) => {
+                    let report = Report {
+                        lease,
+                        tx: self.feedback_tx.clone(),
+                    };
+                    let handle = self.tasks.spawn(work(Arc::clone(&self.ctx), req, report));
+                    self.leases.insert(handle.id(), lease);
+                }
+                Next::NotBefore(at) => return Some(at),
+                Next::Empty => break,
+            }
+        }
+        None
+    }
+
+    /// Wait for the next thing to happen and handle it: a worker ended, the feed channel has
+    /// room for a flush marker, the writer released a lease, a worker reported early, the
+    /// scheduler's next request is due (`wake`), a stop was asked for, or progress is due.
+    async fn next_event(&mut self, wake: Option<Instant>) {
+        tokio::select! {
+            joined = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
+                self.joined(joined);
+            }
+            () = send_mark(&self.feed.items, &mut self.marks), if !self.marks.is_empty() => {}
+            lease = self.feed.acks.recv(), if !self.feed_gone => match lease {
+                Some(lease) => acknowledge(&mut self.scheduler, &mut self.after_acks, lease),
+                None => {
+                    // Only a failure ends the writer while the crawl still holds the
+                    // items channel open.
+                    self.feed_gone = true;
+                    if !self.stopping {
+                        tracing::error!("the feed writer stopped; stopping the crawl");
+                    }
+                    self.stopping = true;
+                }
+            },
+            Some((lease, fb)) = self.feedback_rx.recv() => {
+                if self.reported.insert(lease) {
+                    self.scheduler.complete(lease, &fb, Instant::now());
+                }
+            }
+            _ = sleep_until(wake), if wake.is_some() => {}
+            changed = self.stop_rx.changed() => self.stop_asked(changed.is_ok()),
+            _ = self.ticker.tick() => self.tick(),
+        }
+    }
+
+    /// A stop was asked for (`changed` is false if the handle is gone): the first stops
+    /// scheduling, the second abandons the requests in flight and the feed writer's backlog.
+    fn stop_asked(&mut self, changed: bool) {
+        let asked = if changed {
+            *self.stop_rx.borrow_and_update()
+        } else {
+            1
+        };
+        self.stopping = asked >= 1;
+        if asked >= 2 {
+            tracing::warn!(
+                in_flight = self.tasks.len(),
+                "stopping now; requests in flight stay pending"
+            );
+            self.tasks.abort_all();
+            self.feed.abort.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Refresh the progress snapshot and, once every [`CHECKPOINT_EVERY`], save the stats.
+    fn tick(&mut self) {
+        self.stats.elapsed = self.elapsed_before + self.started.elapsed();
+        if self.last_checkpoint.elapsed() >= CHECKPOINT_EVERY {
+            // Per-host figures feed the live display and metrics; once a second
+            // is plenty and keeps the cost off the hot path.
+            self.stats.hosts = busiest(self.scheduler.host_stats(), PROGRESS_HOSTS);
+            self.scheduler.checkpoint(&self.stats);
+            if let Some(log) = self.failures.as_mut() {
+                log.flush();
+            }
+            self.last_checkpoint = Instant::now();
+        }
+        self.progress.send_replace(Progress {
+            stats: self.stats.clone(),
+            queued: self.scheduler.queued(),
+            in_flight: self.tasks.len(),
+            stopping: self.stopping,
+            finished: false,
+        });
+    }
+
+    /// After the loop: let the feed writer drain (unless a second stop cuts it short),
+    /// acknowledge what reached the disk, close the pipelines and the failures file, and
+    /// settle the final stats.
+    async fn finish(self) -> Result<Stats> {
+        let Crawl {
+            mut scheduler,
+            settings,
+            shutdown,
+            progress,
+            signals,
+            mut stats,
+            failures,
+            ctx,
+            feed,
+            mut after_acks,
+            mut stop_rx,
+            stopping,
+            abandoned,
+            mut fatal,
+            started,
+            elapsed_before,
+            ..
+        } = self;
+        let FeedThread {
+            items,
+            mut acks,
+            abort,
+            task,
+        } = feed;
+        drop(items);
+        let Ok(ctx) = Arc::try_unwrap(ctx) else {
+            return Err(Error::msg("internal error: a worker outlived the crawl"));
+        };
+        let Ctx {
+            pipelines,
+            items_tx,
+            ..
+        } = ctx;
+        // Closing the channel lets the feed writer drain, close the JSON array and sync.
+        drop(items_tx);
+        if shutdown.requested() >= 2 {
+            abort.store(true, Ordering::Relaxed);
+        }
+        let joined = wait_for_writer(task, &abort, &mut stop_rx).await;
+        // Leases whose items reached the disk before the writer stopped.
+        while let Ok(lease) = acks.try_recv() {
+            acknowledge(&mut scheduler, &mut after_acks, lease);
+        }
+        let written = items_written(joined, &mut fatal);
+        close_pipelines(&pipelines, &mut stop_rx).await;
+        if let Some(s) = signals {
+            s.abort();
+        }
+        if let Some(log) = failures {
+            let n = log.finish()?;
+            tracing::info!(
+                failed = n,
+                "failed requests listed in {}",
+                settings.failures_file.as_deref().unwrap_or("")
+            );
+        }
+        stats.pending = scheduler.queued() as u64 + abandoned;
+        stats.hosts = busiest(scheduler.host_stats(), FINAL_HOSTS);
+        stats.elapsed = elapsed_before + started.elapsed();
+        debug_assert!(written <= stats.items_scraped);
+        // The final checkpoint keeps pending counts out: they are recomputed on resume.
+        let mut saved = stats.clone();
+        saved.pending = 0;
+        scheduler.checkpoint(&saved);
+        progress.send_replace(Progress {
+            stats: stats.clone(),
+            queued: scheduler.queued(),
+            in_flight: 0,
+            stopping,
+            finished: true,
+        });
+        if let Some(e) = fatal.or_else(|| scheduler.take_error()) {
+            return Err(e);
+        }
+        if !stats.reconciles() && !scheduler.is_shared() {
+            tracing::error!(
+                ?stats,
+                "terminal states do not add up to the requests enqueued"
+            );
+        }
+        Ok(stats)
+    }
+}
+
+/// Open the feeds' files, then the pipelines; the first failure ends the crawl before it
+/// starts.
+async fn open_outputs<I>(
+    feeds: &[FeedSpec],
+    pipelines: &[Box<dyn DynPipeline<I>>],
+) -> Result<Vec<FeedWriter>> {
+    let writers = feeds
+        .iter()
+        .map(FeedWriter::open)
+        .collect::<Result<Vec<_>>>()?;
+    for p in pipelines {
+        p.open().await.map_err(|e| {
+            Error::new(
+                ErrorKind::Other,
+                format!("pipeline {} failed to open: {e}", p.name()),
+            )
+        })?;
+    }
+    Ok(writers)
+}
+
+/// The stats a crawl starts from: a resumed job's saved ones, squared with its frontier, or
+/// fresh ones once the spider's start requests are queued.
+fn first_stats<S: Spider, Q: Scheduler>(
+    spider: &S,
+    scheduler: &mut Q,
+    restored: Option<Stats>,
+) -> Result<Stats> {
+    let now = Instant::now();
+    Ok(match restored {
+        Some(mut saved) => {
+            // The frontier is the truth about what is still to do; counters saved a
+            // moment before a crash may lag it.
+            saved.requests_enqueued = saved.terminal() + scheduler.queued() as u64;
+            saved.pending = 0;
+            tracing::info!(
+                spider = spider.name(),
+                queued = scheduler.queued(),
+                "resuming a crawl"
+            );
+            saved
+        }
+        None => {
+            let mut fresh = Stats::default();
+            for req in spider.start_requests()? {
+                offer(scheduler, &mut fresh, req, now);
+            }
+            tracing::info!(
+                spider = spider.name(),
+                queued = scheduler.queued(),
+                "crawl started"
+            );
+            fresh
+        }
+    })
+}
+
+/// Wait for the feed writer to finish; a second stop request makes it stop at once.
+async fn wait_for_writer(
+    mut feed_task: JoinHandle<Result<u64>>,
+    abort: &AtomicBool,
+    stop_rx: &mut watch::Receiver<u32>,
+) -> std::result::Result<Result<u64>, JoinError> {
+    tokio::select! {
+        joined = &mut feed_task => joined,
+        () = second_stop(stop_rx) => {
+            tracing::warn!("stopping now: items not yet written are dropped, and their requests stay unacknowledged for a resume");
+            abort.store(true, Ordering::Relaxed);
+            // The writer checks the flag between items, so this is quick.
+            feed_task.await
+        }
+    }
+}
+
+/// How many items the feed writer wrote; its failure, if it failed, becomes the crawl's.
+fn items_written(
+    joined: std::result::Result<Result<u64>, JoinError>,
+    fatal: &mut Option<Error>,
+) -> u64 {
+    match joined {
+        Ok(Ok(n)) => n,
+        Ok(Err(e)) => {
+            tracing::error!("{e}");
+            fatal.get_or_insert(e);
+            0
+        }
+        Err(e) => {
+            fatal.get_or_insert(Error::msg(format!("the feed writer crashed: {e}")));
+            0
+        }
+    }
+}
+
+/// Close the pipelines in order; a second stop request stops waiting for them.
+async fn close_pipelines<I>(
+    pipelines: &[Box<dyn DynPipeline<I>>],
+    stop_rx: &mut watch::Receiver<u32>,
+) {
+    for p in pipelines {
+        tokio::select! {
+            closed = p.close() => {
+                if let Err(e) = closed {
+                    tracing::error!(pipeline = p.name(), "pipeline failed to close: {e}");
+                }
+            }
+            () = second_stop(stop_rx) => {
+                tracing::warn!(pipeline = p.name(), "stopping now: not waiting for the pipeline to close");
+            }
+        }
+    }
+}
+
+/// Send the oldest flush marker once the feed channel has room for it.
+async fn send_mark<I>(items: &mpsc::Sender<FeedMsg<I>>, marks: &mut VecDeque<Lease>) {
+    match items.reserve().await {
+        Ok(permit) => {
+            if let Some(lease) = marks.pop_front() {
+                permit.send(FeedMsg::Flushed(lease));
+            }
+        }
+        // The writer is gone: whether these items reached the disk is unknown,
+        // so their leases stay open and a resume fetches the pages again.
+        Err(_) => marks.clear(),
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    if let Some(at) = at {
+        tokio::time::sleep_until(at).await;
+    }
+}

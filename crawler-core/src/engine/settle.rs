@@ -1,0 +1,215 @@
+//! Settling a finished request: tell its host's slot what happened, retry or requeue it,
+//! count it in the stats (and the failures file), queue its follow-ups, and acknowledge its
+//! lease, at once or once its items are on disk.
+
+use tokio::task::{Id, JoinError};
+use tokio::time::Instant;
+
+use super::run::Crawl;
+use super::worker::{Completion, Terminal};
+use crate::failures::{FailureLog, FailureRecord};
+use crate::fetch::{Admission, Downloader, FailureKind, HostStats, Lease, Scheduler};
+use crate::request::Request;
+use crate::response::AfterAck;
+use crate::spider::Spider;
+use crate::stats::Stats;
+
+impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
+    /// A worker ended (`None`: there was none to wait for): settle its request, unless it
+    /// was abandoned.
+    pub(super) fn joined(&mut self, joined: Option<Result<(Id, Completion), JoinError>>) {
+        let (id, done) = match joined {
+            Some(Ok((id, done))) => (id, done),
+            Some(Err(e)) if e.is_cancelled() => {
+                // Abandoned on a second Ctrl-C: the lease stays open, so a
+                // persistent frontier fetches the request again on resume.
+                self.leases.remove(&e.id());
+                self.abandoned += 1;
+                return;
+            }
+            Some(Err(e)) => (e.id(), Completion::panicked(&e)),
+            None => return,
+        };
+        let now = Instant::now();
+        let Some(lease) = self.leases.remove(&id) else {
+            return;
+        };
+        self.settle(lease, done, now);
+    }
+
+    /// Settle what the worker holding `lease` reported.
+    fn settle(&mut self, lease: Lease, mut done: Completion, now: Instant) {
+        // The worker's early report may still sit in the channel.
+        while let Ok((early, fb)) = self.feedback_rx.try_recv() {
+            if self.reported.insert(early) {
+                self.scheduler.complete(early, &fb, now);
+            }
+        }
+        if !self.reported.remove(&lease) {
+            self.scheduler.complete(lease, &done.feedback, now);
+        }
+        if done.feed_closed {
+            // Some of its items never reached the feeds: the lease stays open,
+            // so a persistent frontier fetches the page again on resume.
+            if !self.stopping {
+                tracing::error!("the feed writer stopped; stopping the crawl");
+            }
+            self.stopping = true;
+            self.abandoned += 1;
+            return;
+        }
+        if let Terminal::Requeued = done.terminal {
+            // Not an attempt: the page was not sent (robots.txt went in its
+            // place, or is unavailable and the host is held).
+            if let Some(req) = done.request.take() {
+                self.scheduler.retry(lease, req, now);
+            }
+        } else if let Some((req, at)) = self.retry.plan(&mut done, now) {
+            self.scheduler.retry(lease, req, at);
+            self.stats.retries += 1;
+        }
+        self.record_skipped();
+        let terminal = !matches!(done.terminal, Terminal::Retrying | Terminal::Requeued);
+        let wrote_items = self.has_feeds && done.items > 0;
+        let after_ack = done.after_ack.take();
+        account(
+            &mut self.scheduler,
+            &mut self.stats,
+            &mut self.failures,
+            done,
+        );
+        // Follow-up requests are queued now; items may still be on their way to
+        // the feeds.
+        if terminal {
+            self.release(lease, wrote_items, after_ack);
+        }
+    }
+
+    /// Count (and list in the failures file) the requests the scheduler gave up on without
+    /// sending them, because their host is skipped.
+    fn record_skipped(&mut self) {
+        for (req, why) in self.scheduler.take_skipped() {
+            tracing::warn!(url = %req.url, "not fetched: {why}");
+            self.stats.skipped_host += 1;
+            if let Some(log) = self.failures.as_mut() {
+                log.record(&FailureRecord {
+                    url: req.url.as_str(),
+                    reason: FailureKind::HostSkipped.as_str(),
+                    attempts: req.retries,
+                    status: None,
+                    message: &why,
+                });
+            }
+        }
+    }
+
+    /// A request is done: acknowledge its lease now, or, when it wrote items, once a flush
+    /// marker sent after them comes back from the feed writer.
+    fn release(&mut self, lease: Lease, wrote_items: bool, after_ack: Option<AfterAck>) {
+        if wrote_items {
+            self.marks.push_back(lease);
+            if let Some(work) = after_ack {
+                self.after_acks.insert(lease.0, work);
+            }
+        } else {
+            self.scheduler.acknowledge(lease);
+            if let Some(work) = after_ack {
+                work.run();
+            }
+        }
+    }
+}
+
+/// The feed writer has the items of `lease` on disk: acknowledge it, and run the work that
+/// waited for that.
+pub(super) fn acknowledge<Q: Scheduler>(
+    scheduler: &mut Q,
+    after_acks: &mut std::collections::HashMap<u64, AfterAck>,
+    lease: Lease,
+) {
+    scheduler.acknowledge(lease);
+    if let Some(work) = after_acks.remove(&lease.0) {
+        work.run();
+    }
+}
+
+/// Queue a request, counted as enqueued (and as filtered when the scheduler turns it away).
+pub(super) fn offer<Q: Scheduler>(
+    scheduler: &mut Q,
+    stats: &mut Stats,
+    req: Request,
+    now: Instant,
+) {
+    stats.requests_enqueued += 1;
+    if let Admission::Filtered(reason) = scheduler.enqueue(req, now) {
+        Stats::bump(&mut stats.filtered, reason.as_str());
+    }
+}
+
+/// Count a finished attempt in the stats (and the failures file), and queue its follow-up
+/// requests.
+fn account<Q: Scheduler>(
+    scheduler: &mut Q,
+    stats: &mut Stats,
+    failures: &mut Option<FailureLog>,
+    done: Completion,
+) {
+    match done.terminal {
+        Terminal::Fetched => stats.fetched += 1,
+        Terminal::NotModified => stats.not_modified += 1,
+        Terminal::Disallowed => stats.disallowed += 1,
+        Terminal::Redirected => stats.redirected += 1,
+        Terminal::Failed(kind) => {
+            Stats::bump(&mut stats.failed, kind.as_str());
+            if let (Some(log), Some(req)) = (failures.as_mut(), &done.request) {
+                // A failed redirect hop is reported under the URL that was asked for; the hop
+                // that failed goes in the message.
+                let (url, message) = match req.redirect_urls.first() {
+                    Some(first) => (
+                        first.as_str(),
+                        format!(
+                            "{} (at {} after {} redirects)",
+                            done.message,
+                            req.url,
+                            req.redirect_urls.len()
+                        ),
+                    ),
+                    None => (req.url.as_str(), done.message.clone()),
+                };
+                log.record(&FailureRecord {
+                    url,
+                    reason: kind.as_str(),
+                    attempts: req.retries + 1,
+                    status: done.status,
+                    message: &message,
+                });
+            }
+        }
+        Terminal::Retrying | Terminal::Requeued => {}
+    }
+    if let Some(status) = done.status {
+        *stats.status.entry(status).or_default() += 1;
+    }
+    stats.response_bytes += done.bytes;
+    stats.items_scraped += done.items;
+    stats.items_dropped += done.dropped;
+    stats.invalid_links += done.invalid_links;
+    stats.spider_errors += u64::from(done.spider_error);
+    let now = Instant::now();
+    for req in done.requests {
+        offer(scheduler, stats, req, now);
+    }
+}
+
+/// The `n` busiest hosts (most queued, then most requests, then most holds), in that order.
+pub(super) fn busiest(mut hosts: Vec<HostStats>, n: usize) -> Vec<HostStats> {
+    let key = |h: &HostStats| std::cmp::Reverse((h.queued, h.requests, h.holds));
+    if hosts.len() > n {
+        // Partition in linear time, then sort only what is kept.
+        hosts.select_nth_unstable_by_key(n, key);
+        hosts.truncate(n);
+        hosts.shrink_to_fit();
+    }
+    hosts.sort_by_key(key);
+    hosts
+}
