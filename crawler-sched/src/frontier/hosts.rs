@@ -16,7 +16,7 @@ use crate::throttle::Throttle;
 const PRUNE_AFTER: Duration = Duration::from_secs(5);
 
 /// Dropped hosts whose figures are kept for the stats (the busiest ones).
-const RETIRED_KEPT: usize = 1_000;
+pub(super) const RETIRED_KEPT: usize = 1_000;
 
 /// Busiest first, then by name (a stable order for reports).
 pub(super) fn sort_busiest(hosts: &mut [HostStats]) {

@@ -41,7 +41,7 @@ pub struct Frontier<S: QueueStore = MemoryStore> {
     host_ids: HashMap<String, usize>,
     /// Hosts that went idle (nothing queued, nothing in flight), oldest first, with when.
     idle: VecDeque<(Instant, usize)>,
-    /// Figures of dropped hosts, the busiest [`RETIRED_KEPT`] of them, for the final stats.
+    /// Figures of dropped hosts, the busiest [`RETIRED_KEPT`](hosts::RETIRED_KEPT) of them, for the final stats.
     retired: Vec<HostStats>,
     /// (ready at, tie-breaker, host index): the next host allowed to send is on top.
     ready: BinaryHeap<Reverse<(Instant, u64, usize)>>,
