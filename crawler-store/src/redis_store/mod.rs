@@ -12,13 +12,20 @@ use crawler_sched::{
 };
 
 use crate::error::Error;
-use crate::redis_job::Job;
-use crate::redis_link::Link;
-use crate::redis_lua::STEP;
+use job::Job;
+use link::Link;
+use lua::STEP;
+use reply::{MEMBER_HEADER, member, server_ms};
 
 mod clock;
+mod job;
+mod link;
+mod lua;
+mod reply;
 mod step;
-use crate::redis_reply::{MEMBER_HEADER, member, server_ms};
+
+pub use link::redis_round_trips;
+
 /// Pushes buffered before they are sent without waiting for the next lease.
 const PUSH_BATCH: usize = 256;
 /// Fingerprints remembered locally as seen; past this the memory is cleared (the shared
