@@ -1,36 +1,54 @@
 //! [`RedisStore`]: one crawl's frontier, seen set, leases and per-host budgets in Redis,
 //! shared by every worker that opens the same job.
+//!
+//! This folder owns everything the crate says to Redis: the store's state and its public
+//! handles, and the connection, the scripts and the reply decoding under them. Nothing
+//! else in the crate talks to Redis, and nothing here decides politeness: the per-host
+//! machine of crawler-sched does, on the state this store reads and commits.
+//!
+//! - `mod.rs`: [`RedisOptions`], [`RedisStore`] (joining a job, its counters) and the
+//!   handles [`RedisBudget`] and [`RedisFleet`], over one shared `Inner`.
+//! - `state`: the worker's view of each host's shared politeness state.
+//! - `queue`: the [`QueueStore`](crawler_sched::QueueStore) methods (pushes, leases with
+//!   the send they book, acknowledgements).
+//! - `fleet`: [`SharedBudget`] for [`RedisBudget`], [`Fleet`] for [`RedisFleet`].
+//! - `step`: one round trip: the script's arguments from what is buffered, and its reply.
+//! - `clock`: the worker's estimate of the Redis server's clock, the fleet's clock.
+//! - `job`: which job, and which run of it, a worker joined (epoch, token, steps).
+//! - `link`: one synchronous connection with retries, script loading and a round-trip
+//!   counter.
+//! - `lua`: the step and join scripts.
+//! - `reply`: decoding the scripts' replies, and the byte layout of queue members.
+//!
+//! The connection, the scripts and the reply decoding live here rather than in a `redis/`
+//! folder beside this one: only this store uses them, and a crate-level module named
+//! `redis` would make `redis::...` paths mean two things next to the redis crate.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use crawler_core::{Feedback, Request, Shutdown};
-use crawler_sched::politeness::{HostMachine, HostState, Params};
-use crawler_sched::{
-    Entry, Fingerprint, Fleet, FleetStatus, QueueStore, SharedBudget, Versioned, fingerprint,
-};
+use crawler_core::{Feedback, Shutdown};
+use crawler_sched::politeness::{HostState, Params};
+use crawler_sched::{Fleet, FleetStatus, SharedBudget, Versioned};
 
 use crate::error::Error;
 use job::Job;
 use link::Link;
 use lua::STEP;
-use reply::{MEMBER_HEADER, member, server_ms};
+use reply::server_ms;
 
 mod clock;
+mod fleet;
 mod job;
 mod link;
 mod lua;
+mod queue;
 mod reply;
+mod state;
 mod step;
 
 pub use link::redis_round_trips;
-
-/// Pushes buffered before they are sent without waiting for the next lease.
-const PUSH_BATCH: usize = 256;
-/// Fingerprints remembered locally as seen; past this the memory is cleared (the shared
-/// seen set stays the truth, the local set only saves round trips and batching).
-const LOCAL_SEEN_MAX: usize = 1 << 21;
 
 /// How to reach Redis and which crawl to join.
 #[derive(Debug, Clone)]
@@ -183,7 +201,7 @@ struct Leased {
     member: Vec<u8>,
 }
 
-/// A [`QueueStore`] in Redis shared by a fleet of workers, and (through
+/// A [`QueueStore`](crawler_sched::QueueStore) in Redis shared by a fleet of workers, and (through
 /// [`RedisStore::budget`]) their shared per-host budget. See the [crate docs](crate#redis)
 /// for the key layout, the round trips and the failure behaviour.
 pub struct RedisStore {
@@ -332,413 +350,5 @@ impl RedisStore {
         }
         out.sort_by_key(|(w, _)| *w);
         Ok(out)
-    }
-}
-
-impl Inner {
-    fn key_arg(&self) -> Vec<Vec<u8>> {
-        vec![
-            self.prefix.as_bytes().to_vec(),
-            self.worker.to_string().into_bytes(),
-            self.timeout.as_millis().to_string().into_bytes(),
-        ]
-    }
-
-    /// Keep a failure that could not be returned, for [`Fleet::take_error`].
-    fn keep_error(&mut self, what: &str, e: Error) {
-        tracing::error!("{what}: {e}");
-        self.error.get_or_insert(e);
-    }
-
-    fn params_for(&self, host: &str) -> Option<&Params> {
-        self.params.get(host).or(self.default_params.as_ref())
-    }
-
-    /// The Redis server's clock now, as estimated from the round trips so far (ms).
-    fn now_ms(&self) -> f64 {
-        self.origin.elapsed().as_secs_f64() * 1_000.0 + self.clock.offset_ms()
-    }
-
-    /// The host's state as last heard, or a fresh one on the fleet's clock.
-    fn machine(&self, host: &str, params: &Params) -> (HostMachine, u64) {
-        match self.states.get(host) {
-            Some(v) => (
-                HostMachine::with_state(params.clone(), v.state.clone()),
-                v.version,
-            ),
-            None => (HostMachine::new(params.clone(), self.now_ms()), 0),
-        }
-    }
-
-    fn remember(&mut self, host: &str, version: u64, state: &str) {
-        if state.is_empty() {
-            return;
-        }
-        match serde_json::from_str::<HostState>(state) {
-            Ok(state) => {
-                self.states
-                    .insert(host.to_owned(), Versioned { state, version });
-            }
-            Err(e) => tracing::warn!(host, "unreadable politeness state in Redis: {e}"),
-        }
-    }
-
-    /// Turn the routine outcomes waiting for each host (but `except`, whose lease will
-    /// carry them) into state commits for this step.
-    fn fold_deferred(&mut self, except: Option<&str>) {
-        let hosts: Vec<String> = self
-            .deferred
-            .keys()
-            .filter(|h| Some(h.as_str()) != except)
-            .cloned()
-            .collect();
-        for host in hosts {
-            let Some(params) = self.params_for(&host).cloned() else {
-                self.deferred.remove(&host);
-                continue;
-            };
-            let folded = self.deferred.remove(&host).unwrap_or_default();
-            let (mut m, expected) = self.machine(&host, &params);
-            for (fb, at) in &folded {
-                let _ = m.on_feedback(fb, *at);
-            }
-            // Routine outcomes change little (discovery growth), but every change is logged
-            // with its trigger, here as on a local crawl.
-            crawler_sched::log_changes(&host, m.take_audit(), &mut Default::default());
-            self.commits.push(Commit {
-                host,
-                expected,
-                state: m.state().clone(),
-                skip: String::new(),
-                folded,
-            });
-        }
-    }
-}
-
-impl QueueStore for RedisStore {
-    /// Answers from local memory: a fingerprint this worker has not met is taken as new,
-    /// and the shared seen set decides when the push reaches Redis (in the same atomic
-    /// step as the queue insert). A request another worker queued first is then dropped
-    /// there and counted as a duplicate in the stats this worker saves.
-    fn insert_seen(&mut self, fp: Fingerprint) -> Result<bool, crawler_sched::Error> {
-        let mut inner = lock(&self.inner);
-        if inner.seen.len() >= LOCAL_SEEN_MAX {
-            inner.seen.clear();
-        }
-        let new = inner.seen.insert(fp.0);
-        inner.last_fp = new.then_some(fp.0);
-        Ok(new)
-    }
-
-    fn push(&mut self, host: &str, entry: Entry) -> Result<(), crawler_sched::Error> {
-        let mut inner = lock(&self.inner);
-        // Only the request whose fingerprint was just admitted carries it; a retry or a
-        // `dont_filter` request skips the shared seen set.
-        let fp = inner
-            .last_fp
-            .take()
-            .filter(|fp| !entry.request.dont_filter && fingerprint(&entry.request).0 == *fp)
-            .map(u128::to_be_bytes);
-        let m = member(&entry, inner.job.tag())
-            .map_err(|e| Error::redis_reply(&inner.link.shown, format!("cannot encode: {e}")))?;
-        inner.pushes.push((host.to_owned(), fp, m));
-        *inner.lens.entry(host.to_owned()).or_default() += 1;
-        if inner.pushes.len() >= PUSH_BATCH {
-            inner.step(Ask::default())?;
-        }
-        Ok(())
-    }
-
-    /// With a budget, the send is booked in the host's shared state in the same atomic
-    /// step as the lease: the worker runs the host's machine on the state it last heard,
-    /// and Redis commits the result only if nobody changed the state in between and its
-    /// own clock agrees the send is due (otherwise the fresher state comes back and the
-    /// worker decides again).
-    fn lease(&mut self, host: &str) -> Result<Option<(u64, Request)>, crawler_sched::Error> {
-        let mut inner = lock(&self.inner);
-        let mut leased = None;
-        // The changes of the outcomes this lease carries; logged once it is committed.
-        let mut audit = Vec::new();
-        for _ in 0..8 {
-            let params = inner.params_for(host).cloned();
-            let ask = match &params {
-                Some(params) if !inner.skipped_here.contains(host) => {
-                    let (mut m, expected) = inner.machine(host, params);
-                    let now = inner.now_ms();
-                    // Routine outcomes waiting for this host ride with the lease.
-                    for (fb, at) in inner.deferred.get(host).into_iter().flatten() {
-                        let _ = m.on_feedback(fb, *at);
-                    }
-                    audit = m.take_audit();
-                    let claim = m.ready_at();
-                    let ahead = crawler_sched::lease_ahead(&m, inner.lease_ahead_ms);
-                    // The configured cap, fleet-wide: pacing keeps the rate, and every
-                    // worker gets a share of the host's requests to parse.
-                    let concurrency = params.concurrency.max(1);
-                    if claim > now + ahead + 1.0 {
-                        // Not due (less the look-ahead) by what this worker last heard; the
-                        // throttle's ready time says when to come back. (Requests in flight fleet-wide are
-                        // counted by Redis, which also gets this worker's acknowledgements
-                        // in the same step.)
-                        return Ok(None);
-                    }
-                    // Booked at the slot, and never sooner than the look-ahead from now, even
-                    // when the slot has passed: the worker holds the request until then
-                    // (FleetFrontier), so it leaves on time whatever the reply's delay. A
-                    // send booked for now would leave late by that delay, and the next
-                    // worker's, on time, would follow it closer than the interval.
-                    let at = claim.max(now + ahead);
-                    m.on_send(at);
-                    let state = serde_json::to_string(m.state()).map_err(|e| {
-                        inner.bad(&format!("cannot encode a politeness state: {e}"))
-                    })?;
-                    LeaseAsk {
-                        host,
-                        budget: true,
-                        expected,
-                        claim,
-                        ahead,
-                        at,
-                        state,
-                        concurrency,
-                        number: inner.next_lease + 1,
-                    }
-                }
-                _ => LeaseAsk {
-                    host,
-                    budget: false,
-                    expected: 0,
-                    claim: 0.0,
-                    ahead: 0.0,
-                    at: 0.0,
-                    state: String::new(),
-                    concurrency: u32::MAX,
-                    number: inner.next_lease + 1,
-                },
-            };
-            let booked = ask.budget.then_some(ask.at);
-            let answer = inner.step(Ask {
-                lease: Some(ask),
-                sync: false,
-                peek: None,
-            })?;
-            inner.booked = match (&answer, booked) {
-                (Some(l), Some(at)) if l.code == 1 => Some((l.id, at)),
-                _ => None,
-            };
-            if answer.as_ref().is_some_and(|l| l.code == 1) {
-                // The lease's commit carried them.
-                inner.deferred.remove(host);
-                crawler_sched::log_changes(
-                    host,
-                    std::mem::take(&mut audit),
-                    &mut Default::default(),
-                );
-            }
-            match answer {
-                Some(l) if l.code == 4 => continue,
-                other => {
-                    leased = other;
-                    break;
-                }
-            }
-        }
-        let Some(leased) = leased else {
-            return Ok(None);
-        };
-        if leased.code != 1 {
-            return Ok(None);
-        }
-        let json = leased.member.get(MEMBER_HEADER..).unwrap_or_default();
-        // The number is spent even if the request does not decode: ids never repeat.
-        inner.next_lease = leased.id;
-        let request: Request = serde_json::from_slice(json)
-            .map_err(|e| inner.bad(&format!("a queued request of {host} does not decode: {e}")))?;
-        inner.open_leases.insert(leased.id);
-        Ok(Some((leased.id, request)))
-    }
-
-    fn send_buffered(&mut self) -> Result<(), crawler_sched::Error> {
-        lock(&self.inner).step(Ask::default())?;
-        Ok(())
-    }
-
-    /// Buffered: sent with the next round trip, after the pushes it follows.
-    fn ack(&mut self, lease: u64) -> Result<(), crawler_sched::Error> {
-        let mut inner = lock(&self.inner);
-        inner.open_leases.remove(&lease);
-        inner.acks.push(lease);
-        Ok(())
-    }
-
-    fn host_len(&self, host: &str) -> usize {
-        lock(&self.inner).lens.get(host).copied().unwrap_or(0)
-    }
-
-    fn queued(&self) -> usize {
-        let mut inner = lock(&self.inner);
-        // Called by the engine every tick: a convenient time to renew leases of long
-        // downloads.
-        if !inner.open_leases.is_empty() && inner.last_renew.elapsed() >= inner.timeout / 4 {
-            if let Err(e) = inner.step(Ask::default()) {
-                inner.keep_error("cannot renew leases", e);
-            }
-        }
-        inner.lens.values().sum()
-    }
-
-    fn hosts(&self) -> Vec<String> {
-        let mut inner = lock(&self.inner);
-        if let Err(e) = inner.sync_if_due() {
-            inner.keep_error("cannot read the fleet's state", e);
-        }
-        inner
-            .lens
-            .iter()
-            .filter(|(_, n)| **n > 0)
-            .map(|(h, _)| h.clone())
-            .collect()
-    }
-
-    fn next_seq(&self) -> u64 {
-        1
-    }
-
-    /// Saves this worker's stats (with duplicates found by the shared seen set moved from
-    /// "enqueued" to "filtered") under its worker number, and sends everything buffered.
-    fn checkpoint(&mut self, stats: &serde_json::Value) -> Result<(), crawler_sched::Error> {
-        let mut inner = lock(&self.inner);
-        let mut stats = stats.clone();
-        let dups = inner.dups;
-        if let Some(n) = stats.get_mut("requests_enqueued") {
-            *n = (n.as_u64().unwrap_or(0).saturating_sub(dups)).into();
-        }
-        if let Some(serde_json::Value::Object(f)) = stats.get_mut("filtered") {
-            let d = f
-                .get("duplicate")
-                .and_then(serde_json::Value::as_u64)
-                .unwrap_or(0);
-            f.insert("duplicate".into(), (d + dups).into());
-        }
-        inner.stats = Some(stats.to_string());
-        inner.step(Ask::default())?;
-        Ok(())
-    }
-}
-
-impl SharedBudget for RedisBudget {
-    fn register(&self, host: &str, params: &Params) {
-        let mut inner = lock(&self.inner);
-        if inner.default_params.is_some() {
-            inner.params.insert(host.to_owned(), params.clone());
-        }
-    }
-
-    fn cached(&self, host: &str) -> Option<Versioned> {
-        lock(&self.inner).states.get(host).cloned()
-    }
-
-    fn now_ms(&self) -> f64 {
-        lock(&self.inner).now_ms()
-    }
-
-    fn lease_ahead_ms(&self) -> f64 {
-        lock(&self.inner).lease_ahead_ms
-    }
-
-    fn defer(&self, host: &str, feedback: &Feedback, at: f64) {
-        let mut inner = lock(&self.inner);
-        if inner.params_for(host).is_some() {
-            inner
-                .deferred
-                .entry(host.to_owned())
-                .or_default()
-                .push((feedback.clone(), at));
-        }
-    }
-
-    fn commit(
-        &self,
-        host: &str,
-        expected: u64,
-        state: &HostState,
-        skip: Option<&str>,
-    ) -> Result<bool, crawler_sched::Error> {
-        let mut inner = lock(&self.inner);
-        if inner.params_for(host).is_none() {
-            return Ok(true);
-        }
-        if let Some(why) = skip {
-            inner.skipped_here.insert(host.to_owned());
-            tracing::warn!(host, "host skipped for the whole fleet: {why}");
-        }
-        inner.commits.push(Commit {
-            host: host.to_owned(),
-            expected,
-            state: state.clone(),
-            skip: skip.unwrap_or("").to_owned(),
-            folded: Vec::new(),
-        });
-        inner.step(Ask::default())?;
-        Ok(inner.committed.get(host).copied().unwrap_or(false))
-    }
-}
-
-impl Fleet for RedisFleet {
-    fn status(&self) -> FleetStatus {
-        let mut inner = lock(&self.inner);
-        let fresh = inner.step(Ask {
-            lease: None,
-            sync: true,
-            peek: None,
-        });
-        if let Err(e) = fresh {
-            // The last known state stands for this call; the engine takes the error next
-            // (through `take_error`) and stops, so an idle worker never waits forever.
-            inner.keep_error("cannot read the fleet's state", e);
-        }
-        inner.fleet
-    }
-
-    fn take_error(&self) -> Option<crawler_sched::Error> {
-        lock(&self.inner).error.take().map(Into::into)
-    }
-
-    fn booked_at(&self, lease: u64) -> Option<f64> {
-        let (id, at) = lock(&self.inner).booked?;
-        (id == lease).then_some(at)
-    }
-
-    fn now_ms(&self) -> f64 {
-        lock(&self.inner).now_ms()
-    }
-
-    /// One round trip that reads the host's state (and sends whatever is buffered).
-    fn still_clear(&self, host: &str, at: f64) -> bool {
-        let mut inner = lock(&self.inner);
-        if inner.params_for(host).is_none() {
-            return true;
-        }
-        let read = inner.step(Ask {
-            lease: None,
-            sync: false,
-            peek: Some(host),
-        });
-        if let Err(e) = read {
-            // Unknown is not clear: the request goes back to its queue, its lease open
-            // until it is queued again, and the engine stops on the error.
-            inner.keep_error("cannot read a host's politeness state", e);
-            return false;
-        }
-        if inner.skipped_here.contains(host) {
-            return false;
-        }
-        // A hold placed since the lease ends after the booked send; one placed before it
-        // ended at or before it (the slot was booked after it).
-        inner
-            .states
-            .get(host)
-            .is_none_or(|v| v.state.hold_until <= at)
     }
 }
