@@ -16,7 +16,7 @@
 //!
 //! The machine's methods are cut by what they decide, one file each; they all work on the
 //! [`HostMachine`] defined here and share nothing but its fields and the helpers marked
-//! `pub(super)`. Pure: no clock, no I/O, no randomness but the machine's own generator.
+//! `pub(super)`. Pure: no clock, no I/O but debug logs, no randomness but its own generator.
 //!
 //! - `pacing`: when the next send may go (the GCRA bucket under the floors), rate and
 //!   estimate changes with their audit records, holds, backoff and skips.
