@@ -11,6 +11,12 @@
 //! The local frontier runs a machine per host on tokio's clock
 //! ([`Politeness`](crate::Politeness)); a fleet runs the same machine with its state in
 //! Redis, committed by compare-and-set, so there is one source of truth for the rules.
+//!
+//! This folder owns every politeness rule and nothing else: no clock, no I/O but debug logs.
+//! Time comes in as milliseconds and state goes out as data; the throttles
+//! ([`Politeness`](crate::Politeness), [`SharedThrottle`](crate::SharedThrottle)) bring the
+//! clock and the storage. The machine's methods are cut by responsibility in `machine/`;
+//! `sim` and `tests` are the virtual-time limiter matrix that guards its behaviour.
 
 mod audit;
 mod edge;

@@ -3,9 +3,9 @@
 
 use redis::Value;
 
+use super::reply::{float_at, int, int_at, text};
 use super::{Ask, Inner, Leased};
 use crate::error::Error;
-use crate::redis_reply::{float_at, int, int_at, text};
 use crawler_sched::FleetStatus;
 
 /// Arguments of a step that asks for no lease (the lease block's placeholders).

@@ -1,15 +1,15 @@
 //! Which job, and which run of it, a worker joined: the job epoch, the worker's random
 //! token (its lease ids) and its count of steps Redis applied, the three things that let a
-//! worker notice that Redis forgot or rolled back (see the script docs in `redis_lua`).
+//! worker notice that Redis forgot or rolled back (see the script docs in `lua`).
 
 use std::time::Duration;
 
 use redis::Value;
 
+use super::link::Link;
+use super::lua::JOIN;
+use super::reply::{int_at, text};
 use crate::error::Error;
-use crate::redis_link::Link;
-use crate::redis_lua::JOIN;
-use crate::redis_reply::{int_at, text};
 
 /// A worker's identity in one run of a job.
 pub(crate) struct Job {

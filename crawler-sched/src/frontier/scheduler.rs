@@ -1,0 +1,208 @@
+//! crawler-core's [`Scheduler`] for [`Frontier`]: admission, handing out requests as their
+//! hosts allow, outcomes, retries, checkpoints and the stats.
+
+use std::cmp::Reverse;
+
+use crawler_core::{Admission, Feedback, FilterReason, HostStats, Lease, Next, Request, Scheduler};
+use tokio::time::Instant;
+
+use super::hosts::sort_busiest;
+use super::{DelayedRequest, Frontier};
+use crate::error::Error;
+use crate::fingerprint::fingerprint;
+use crate::store::QueueStore;
+use crate::throttle::Verdict;
+
+impl<S: QueueStore> Scheduler for Frontier<S> {
+    fn enqueue(&mut self, request: Request, now: Instant) -> Admission {
+        if let Some(reason) = self.filter(&request) {
+            return Admission::Filtered(reason);
+        }
+        if !request.dont_filter {
+            match self.store.insert_seen(fingerprint(&request)) {
+                Ok(true) => {}
+                Ok(false) => return Admission::Filtered(FilterReason::Duplicate),
+                Err(e) => self.failed(e),
+            }
+        }
+        self.push(request, now);
+        Admission::Queued
+    }
+
+    fn next(&mut self, now: Instant) -> Next {
+        self.release_delayed(now);
+        self.prune_idle(now);
+        let retry_at = self.delayed.peek().map(|Reverse((at, _, _))| *at);
+        while let Some(&Reverse((at, _, id))) = self.ready.peek() {
+            if at > now {
+                return Next::NotBefore(retry_at.map_or(at, |r| r.min(at)));
+            }
+            self.ready.pop();
+            let Some(host) = self.hosts.get_mut(id) else {
+                continue;
+            };
+            host.scheduled = false;
+            if host.in_flight >= host.throttle.concurrency() {
+                continue;
+            }
+            // A hold may have arrived since this entry was pushed.
+            if host.throttle.ready_at() > now {
+                self.reschedule(id, now);
+                continue;
+            }
+            let (lease, mut request) = match self.store.lease(&host.key) {
+                Ok(Some(leased)) => leased,
+                Ok(None) => continue,
+                Err(e) => {
+                    self.failed(e);
+                    continue;
+                }
+            };
+            // A first contact with nothing else queued for the host (a broad crawl's one
+            // page per host) asks the server to close the connection after answering: kept
+            // alive in the pool, one idle connection per host touched would cost a file
+            // descriptor and tens of KiB each until it expires. A host with more work, or
+            // seen before, keeps its connection (reused, and kinder to the server).
+            if host.figures.requests == 0
+                && host.in_flight == 0
+                && self.store.host_len(&host.key) == 0
+                && request.header_value("connection").is_none()
+            {
+                request
+                    .headers
+                    .push(("Connection".to_owned(), "close".to_owned()));
+            }
+            host.in_flight += 1;
+            host.figures.requests += 1;
+            host.throttle.on_send(now);
+            self.leases.insert(lease, id);
+            self.reschedule(id, now);
+            return Next::Ready(Lease(lease), request);
+        }
+        match retry_at {
+            Some(at) => Next::NotBefore(at),
+            None => Next::Empty,
+        }
+    }
+
+    fn complete(&mut self, lease: Lease, feedback: &Feedback, now: Instant) {
+        let Some(id) = self.leases.remove(&lease.0) else {
+            return;
+        };
+        let mut verdict = Verdict::Continue;
+        if let Some(host) = self.hosts.get_mut(id) {
+            host.in_flight = host.in_flight.saturating_sub(1);
+            host.figures.record(feedback);
+            verdict = host.throttle.on_feedback(feedback, now);
+        }
+        if let Verdict::Skip(why) = verdict {
+            self.skip_host(id, why);
+        }
+        // The feedback may have moved the host's ready time; a heap entry already pushed is
+        // re-checked against the throttle when it comes up in next().
+        self.reschedule(id, now);
+        if let Some(host) = self.hosts.get(id)
+            && host.in_flight == 0
+            && !host.scheduled
+            && self.idle.len() < self.hosts.len().saturating_mul(2).max(64)
+        {
+            self.idle.push_back((now, id));
+        }
+    }
+
+    fn queued(&self) -> usize {
+        self.store.queued() + self.delayed.len()
+    }
+
+    fn acknowledge(&mut self, lease: Lease) {
+        if let Err(e) = self.store.ack(lease.0) {
+            self.failed(e);
+        }
+    }
+
+    fn retry(&mut self, lease: Lease, request: Request, not_before: Instant) {
+        let skipped = self
+            .host_ids
+            .get(&self.config.key(&request.url))
+            .and_then(|&id| self.hosts.get(id))
+            .and_then(|h| h.skipped.clone());
+        if let Some(why) = skipped {
+            self.skipped.push((request, why));
+            self.acknowledge(lease);
+            return;
+        }
+        self.seq += 1;
+        // The old lease stays open while the retry waits in memory: a crash in between
+        // returns the request to its queue instead of losing it.
+        self.delayed.push(Reverse((
+            not_before,
+            self.seq,
+            DelayedRequest(request, lease),
+        )));
+    }
+
+    fn checkpoint(&mut self, stats: &crawler_core::Stats) {
+        let now = Instant::now();
+        // Only for a store that keeps them, and only hosts with something to keep: a broad
+        // crawl has many hosts a fresh slot would treat the same (serialising them all every
+        // second would cost more memory and time than the crawl itself).
+        let states: Vec<(String, serde_json::Value)> = if self.store.keeps_host_states() {
+            self.hosts
+                .iter()
+                .filter(|(_, h)| !h.throttle.forgettable(now))
+                .map(|(_, h)| (h.key.clone(), h.throttle.save(now)))
+                .filter(|(_, v)| !v.is_null())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        // Host states first: the checkpoint's flush then makes both durable together.
+        let saved = self
+            .store
+            .save_host_states(&states)
+            .and_then(|()| {
+                serde_json::to_value(stats)
+                    .map_err(|e| Error::new("cannot serialise the stats", Some(Box::new(e))))
+            })
+            .and_then(|v| self.store.checkpoint(&v));
+        if let Err(e) = saved {
+            self.failed(e);
+        }
+    }
+
+    fn restored_stats(&mut self) -> Option<crawler_core::Stats> {
+        let saved = self.store.saved_stats()?;
+        match serde_json::from_value(saved) {
+            Ok(stats) => Some(stats),
+            Err(e) => {
+                tracing::warn!("saved stats are unreadable, starting the counters afresh: {e}");
+                None
+            }
+        }
+    }
+
+    fn take_skipped(&mut self) -> Vec<(Request, String)> {
+        std::mem::take(&mut self.skipped)
+    }
+
+    fn host_stats(&self) -> Vec<HostStats> {
+        let mut out: Vec<HostStats> = self
+            .hosts
+            .iter()
+            .map(|(_, h)| self.stats_of(h))
+            .chain(self.retired.iter().cloned())
+            .collect();
+        sort_busiest(&mut out);
+        out
+    }
+
+    fn take_error(&mut self) -> Option<crawler_core::Error> {
+        self.error.take().map(|e| {
+            crawler_core::Error::new(
+                crawler_core::ErrorKind::Storage,
+                "the frontier store failed",
+            )
+            .with_source(e)
+        })
+    }
+}

@@ -1,0 +1,468 @@
+use super::config::domain_key;
+use super::*;
+use crate::resolve::IpKeys;
+use crawler_core::ThrottleMode;
+use crawler_core::{
+    Admission, Feedback, FilterReason, HostKeyMode, Lease, Next, Request, Scheduler, Settings, Url,
+};
+use std::time::Duration;
+
+fn frontier(settings: &Settings, domains: &[&str]) -> Frontier {
+    Frontier::new(FrontierConfig::from_settings(
+        settings,
+        domains.iter().map(|s| s.to_string()).collect(),
+    ))
+}
+
+fn req(url: &str) -> Request {
+    Request::get(url).unwrap()
+}
+
+fn ready(f: &mut Frontier, now: Instant) -> (Lease, Request) {
+    match f.next(now) {
+        Next::Ready(l, r) => (l, r),
+        other => panic!("expected a ready request, got {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn duplicates_offsite_depth_and_long_urls_are_filtered() {
+    let s = Settings {
+        depth_limit: 2,
+        max_url_length: 60,
+        ..Default::default()
+    };
+    let mut f = frontier(&s, &["Example.com", "books.test:8080"]);
+    let now = Instant::now();
+    assert_eq!(
+        f.enqueue(req("http://example.com/a"), now),
+        Admission::Queued
+    );
+    assert_eq!(
+        f.enqueue(req("http://EXAMPLE.com:80/a#x"), now),
+        Admission::Filtered(FilterReason::Duplicate)
+    );
+    assert_eq!(
+        f.enqueue(req("http://www.example.com/a"), now),
+        Admission::Queued
+    );
+    assert_eq!(
+        f.enqueue(req("http://books.test:8080/"), now),
+        Admission::Queued
+    );
+    for off in [
+        "http://badexample.com/",
+        "http://example.org/",
+        "http://com/",
+    ] {
+        assert_eq!(
+            f.enqueue(req(off), now),
+            Admission::Filtered(FilterReason::Offsite)
+        );
+    }
+    let mut deep = req("http://example.com/deep");
+    deep.depth = 3;
+    assert_eq!(
+        f.enqueue(deep.clone(), now),
+        Admission::Filtered(FilterReason::Depth)
+    );
+    deep.depth = 2;
+    assert_eq!(f.enqueue(deep, now), Admission::Queued);
+    let long = format!("http://example.com/{}", "x".repeat(60));
+    assert_eq!(
+        f.enqueue(req(&long), now),
+        Admission::Filtered(FilterReason::UrlTooLong)
+    );
+    assert_eq!(f.queued(), 4);
+    let mut again = req("http://example.com/a");
+    again.dont_filter = true;
+    assert_eq!(f.enqueue(again, now), Admission::Queued);
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_host_waits_its_delay_while_others_proceed() {
+    let s = Settings {
+        throttle: ThrottleMode::Fixed,
+        download_delay: Duration::from_secs(2),
+        randomize_delay: false,
+        ..Default::default()
+    };
+    let mut f = frontier(&s, &[]);
+    let t0 = Instant::now();
+    for u in ["http://a.test/1", "http://a.test/2", "http://b.test/1"] {
+        f.enqueue(req(u), t0);
+    }
+    let (l1, r1) = ready(&mut f, t0);
+    let (l2, r2) = ready(&mut f, t0);
+    let hosts: Vec<_> = [r1.url.host_str(), r2.url.host_str()]
+        .into_iter()
+        .flatten()
+        .collect();
+    assert!(
+        hosts.contains(&"a.test") && hosts.contains(&"b.test"),
+        "{hosts:?}"
+    );
+    // a.test has one in flight (concurrency 1): nothing is ready until it completes.
+    assert!(matches!(f.next(t0), Next::Empty));
+    let fb = Feedback {
+        sent: true,
+        status: Some(200),
+        ..Default::default()
+    };
+    f.complete(l1, &fb, t0);
+    f.complete(l2, &fb, t0);
+    match f.next(t0) {
+        Next::NotBefore(at) => assert_eq!(at, t0 + Duration::from_secs(2)),
+        other => panic!("a.test must wait its delay, got {other:?}"),
+    }
+    let (_, r3) = ready(&mut f, t0 + Duration::from_secs(2));
+    assert_eq!(r3.url.as_str(), "http://a.test/2");
+    assert!(matches!(f.next(t0 + Duration::from_secs(5)), Next::Empty));
+    assert_eq!(f.queued(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_hosts_with_nothing_learned_are_dropped_and_held_ones_kept() {
+    let s = Settings::default();
+    let mut f = frontier(&s, &[]);
+    let t0 = Instant::now();
+    let n = 200;
+    for i in 0..n {
+        f.enqueue(req(&format!("http://h{i}.test/")), t0);
+    }
+    f.enqueue(req("http://held.test/"), t0);
+    let ok = Feedback {
+        sent: true,
+        status: Some(200),
+        ..Default::default()
+    };
+    let refused = Feedback {
+        sent: true,
+        status: Some(429),
+        retry_after: Some(Duration::from_secs(600)),
+        ..Default::default()
+    };
+    for _ in 0..=n {
+        let (lease, r) = ready(&mut f, t0);
+        // One request for a host never seen: its connection is not kept for reuse.
+        assert_eq!(r.header_value("connection"), Some("close"));
+        let fb = if r.url.host_str() == Some("held.test") {
+            &refused
+        } else {
+            &ok
+        };
+        f.complete(lease, fb, t0);
+        f.acknowledge(lease);
+    }
+    assert_eq!(f.hosts().count(), n + 1);
+    // Idle long enough: every host with nothing learned goes; the one under a hold stays.
+    let later = t0 + Duration::from_secs(30);
+    assert!(matches!(f.next(later), Next::Empty));
+    let live: Vec<&str> = f.hosts().map(|(h, _, _)| h).collect();
+    assert_eq!(live, ["held.test"]);
+    // Their figures are still reported, and a host seen again gets a fresh slot.
+    let stats = f.host_stats();
+    assert_eq!(stats.len(), n + 1);
+    assert!(stats.iter().all(|h| h.requests == 1));
+    assert_eq!(
+        f.enqueue(req("http://h7.test/again"), later),
+        Admission::Queued
+    );
+    let (_, r) = ready(&mut f, later);
+    assert_eq!(r.url.as_str(), "http://h7.test/again");
+    // The held host still waits out its Retry-After.
+    f.enqueue(req("http://held.test/2"), later);
+    assert!(matches!(f.next(later), Next::NotBefore(_)));
+    // A host with more work queued keeps its connection alive.
+    f.enqueue(req("http://two.test/1"), later);
+    f.enqueue(req("http://two.test/2"), later);
+    let (_, r) = ready(&mut f, later);
+    assert_eq!(r.url.host_str(), Some("two.test"));
+    assert_eq!(r.header_value("connection"), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn priority_first_then_first_in_first_out() {
+    let s = Settings {
+        throttle: ThrottleMode::Fixed,
+        download_delay: Duration::ZERO,
+        ..Default::default()
+    };
+    let mut f = frontier(&s, &[]);
+    let now = Instant::now();
+    f.enqueue(req("http://a.test/low1"), now);
+    f.enqueue(req("http://a.test/high").priority(5), now);
+    f.enqueue(req("http://a.test/low2"), now);
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        let (l, r) = ready(&mut f, now);
+        order.push(r.url.path().to_owned());
+        f.complete(
+            l,
+            &Feedback {
+                sent: true,
+                ..Default::default()
+            },
+            now,
+        );
+    }
+    assert_eq!(order, ["/high", "/low1", "/low2"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn per_host_concurrency_is_respected() {
+    let s = Settings {
+        throttle: ThrottleMode::Fixed,
+        download_delay: Duration::ZERO,
+        concurrency_per_host: 3,
+        ..Default::default()
+    };
+    let mut f = frontier(&s, &[]);
+    let now = Instant::now();
+    for i in 0..10 {
+        f.enqueue(req(&format!("http://a.test/{i}")), now);
+    }
+    let mut leases = Vec::new();
+    while let Next::Ready(l, _) = f.next(now) {
+        leases.push(l);
+    }
+    assert_eq!(leases.len(), 3);
+    f.complete(
+        leases[0],
+        &Feedback {
+            sent: true,
+            ..Default::default()
+        },
+        now,
+    );
+    assert!(matches!(f.next(now), Next::Ready(..)));
+    assert!(matches!(f.next(now), Next::Empty));
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_holds_the_whole_host() {
+    let s = Settings {
+        throttle: ThrottleMode::Fixed,
+        download_delay: Duration::ZERO,
+        concurrency_per_host: 2,
+        ..Default::default()
+    };
+    let mut f = frontier(&s, &[]);
+    let now = Instant::now();
+    for i in 0..4 {
+        f.enqueue(req(&format!("http://a.test/{i}")), now);
+    }
+    let (l, _) = ready(&mut f, now);
+    let (_l2, _) = ready(&mut f, now);
+    let fb = Feedback {
+        sent: true,
+        status: Some(429),
+        retry_after: Some(Duration::from_secs(30)),
+        ..Default::default()
+    };
+    f.complete(l, &fb, now);
+    match f.next(now + Duration::from_secs(1)) {
+        Next::NotBefore(at) => assert_eq!(at, now + Duration::from_millis(30_250)),
+        other => panic!("expected a hold, got {other:?}"),
+    }
+    assert!(matches!(
+        f.next(now + Duration::from_millis(30_250)),
+        Next::Ready(..)
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_wait_for_their_time_and_skipped_hosts_drain() {
+    let s = Settings {
+        throttle: ThrottleMode::Fixed,
+        max_retry_after: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let mut f = frontier(&s, &[]);
+    let now = Instant::now();
+    f.enqueue(req("http://a.test/again"), now);
+    let (first, again) = ready(&mut f, now);
+    let sent = Feedback {
+        sent: true,
+        status: Some(500),
+        ..Default::default()
+    };
+    f.complete(first, &sent, now);
+    f.retry(first, again, now + Duration::from_secs(5));
+    assert_eq!(f.queued(), 1);
+    match f.next(now) {
+        Next::NotBefore(at) => assert_eq!(at, now + Duration::from_secs(5)),
+        other => panic!("the retry must wait, got {other:?}"),
+    }
+    let (l, r) = ready(&mut f, now + Duration::from_secs(5));
+    assert_eq!(r.url.path(), "/again");
+
+    for i in 0..3 {
+        f.enqueue(req(&format!("http://a.test/{i}")), now);
+    }
+    let fb = Feedback {
+        sent: true,
+        status: Some(503),
+        retry_after: Some(Duration::from_secs(3600)),
+        ..Default::default()
+    };
+    f.complete(l, &fb, now);
+    let skipped = f.take_skipped();
+    assert_eq!(skipped.len(), 3);
+    assert!(skipped[0].1.contains("max_retry_after"), "{}", skipped[0].1);
+    assert_eq!(f.queued(), 0);
+    // Later links to the skipped host are set aside too, never queued.
+    assert_eq!(f.enqueue(req("http://a.test/late"), now), Admission::Queued);
+    assert_eq!(f.take_skipped().len(), 1);
+    assert!(matches!(f.next(now + Duration::from_secs(10)), Next::Empty));
+    let stats = f.host_stats();
+    assert_eq!(stats[0].host, "a.test");
+    assert_eq!(stats[0].status.get(&503), Some(&1));
+    assert!(stats[0].skipped.is_some());
+}
+
+mod host_rule_tests {
+    use super::*;
+    use crawler_core::{HostRule, ThrottleMode};
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn host_rules_set_a_hosts_pace() {
+        let rule: HostRule = serde_json::from_value(serde_json::json!({
+            "match": "fast.test", "concurrency": 3, "delay": "0s"
+        }))
+        .unwrap();
+        let s = Settings {
+            throttle: ThrottleMode::Fixed,
+            download_delay: Duration::from_secs(5),
+            hosts: vec![rule],
+            ..Default::default()
+        };
+        let mut f = Frontier::new(FrontierConfig::from_settings(&s, vec![]));
+        let now = Instant::now();
+        for i in 0..5 {
+            f.enqueue(Request::get(&format!("http://fast.test/{i}")).unwrap(), now);
+            f.enqueue(Request::get(&format!("http://slow.test/{i}")).unwrap(), now);
+        }
+        let mut hosts = Vec::new();
+        while let Next::Ready(_, r) = f.next(now) {
+            hosts.push(r.url.host_str().unwrap_or_default().to_owned());
+        }
+        assert_eq!(
+            hosts.iter().filter(|h| *h == "fast.test").count(),
+            3,
+            "{hosts:?}"
+        );
+        assert_eq!(
+            hosts.iter().filter(|h| *h == "slow.test").count(),
+            1,
+            "{hosts:?}"
+        );
+    }
+}
+
+mod domain_rule_tests {
+    use super::*;
+    use crawler_core::{HostRule, ThrottleMode};
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn host_rules_match_the_urls_host_whatever_the_slot_key() {
+        let rule: HostRule = serde_json::from_value(serde_json::json!({
+            "match": "*.example.com", "concurrency": 3, "delay": "0s"
+        }))
+        .unwrap();
+        let s = Settings {
+            throttle: ThrottleMode::Fixed,
+            download_delay: Duration::from_secs(5),
+            host_key: HostKeyMode::Domain,
+            hosts: vec![rule],
+            ..Default::default()
+        };
+        let mut f = Frontier::new(FrontierConfig::from_settings(&s, vec![]));
+        let now = Instant::now();
+        for i in 0..5 {
+            f.enqueue(
+                Request::get(&format!("http://a.example.com/{i}")).unwrap(),
+                now,
+            );
+        }
+        let mut sent = 0;
+        while let Next::Ready(..) = f.next(now) {
+            sent += 1;
+        }
+        assert_eq!(
+            sent, 3,
+            "the rule's concurrency and delay apply to the domain's slot"
+        );
+    }
+}
+
+mod key_tests {
+    use super::*;
+
+    #[test]
+    fn domain_mode_shares_one_slot_per_registrable_domain() {
+        let url = |s: &str| Url::parse(s).unwrap();
+        assert_eq!(
+            domain_key(&url("http://a.b.example.co.uk/x")),
+            "example.co.uk"
+        );
+        assert_eq!(
+            domain_key(&url("https://www.example.com:8443/")),
+            "example.com"
+        );
+        assert_eq!(domain_key(&url("http://127.0.0.1:8080/")), "127.0.0.1:8080");
+        assert_eq!(
+            host_key(&url("https://www.example.com:8443/")),
+            "www.example.com:8443"
+        );
+
+        let s = Settings {
+            host_key: HostKeyMode::Domain,
+            ..Default::default()
+        };
+        let mut f = Frontier::new(FrontierConfig::from_settings(&s, vec![]));
+        let now = Instant::now();
+        f.enqueue(Request::get("http://a.example.com/1").unwrap(), now);
+        f.enqueue(Request::get("http://b.example.com/2").unwrap(), now);
+        // One slot, one request in flight: the second host waits for the first.
+        assert!(matches!(f.next(now), Next::Ready(..)));
+        assert!(!matches!(f.next(now), Next::Ready(..)));
+        assert_eq!(f.hosts().count(), 1);
+    }
+
+    /// A test resolver: two names on one shared-hosting machine, a third elsewhere.
+    fn shared_hosting(name: &str) -> Option<std::net::IpAddr> {
+        match name {
+            "a.test" | "b.test" => Some([192, 0, 2, 1].into()),
+            "c.test" => Some([192, 0, 2, 2].into()),
+            _ => None,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ip_mode_shares_one_slot_per_address() {
+        let s = Settings {
+            host_key: HostKeyMode::Ip,
+            ..Default::default()
+        };
+        let mut config = FrontierConfig::from_settings(&s, vec![]);
+        config.ip_keys = std::sync::Arc::new(IpKeys::with_lookup(64, shared_hosting));
+        let mut f = Frontier::new(config);
+        let now = Instant::now();
+        f.enqueue(Request::get("http://a.test/1").unwrap(), now);
+        f.enqueue(Request::get("http://b.test/2").unwrap(), now);
+        f.enqueue(Request::get("http://c.test/3").unwrap(), now);
+        // a and b share 192.0.2.1 (one in flight), c has its own slot.
+        let mut hosts = Vec::new();
+        while let Next::Ready(_, r) = f.next(now) {
+            hosts.push(r.url.host_str().unwrap_or("").to_owned());
+        }
+        assert_eq!(hosts.len(), 2, "{hosts:?}");
+        assert!(hosts.contains(&"c.test".to_owned()));
+        let mut keys: Vec<&str> = f.hosts().map(|(k, _, _)| k).collect();
+        keys.sort();
+        assert_eq!(keys, ["192.0.2.1", "192.0.2.2"]);
+    }
+}

@@ -1,0 +1,180 @@
+//! The outcome of a request: [`HostMachine::on_feedback`] and the rules every mode obeys
+//! (Crawl-delay, robots.txt outages, Retry-After on any status, exhausted RateLimit quotas,
+//! challenge pages, refusals without Retry-After, 403 streaks), then the mode's own rule:
+//! AutoThrottle here, the adaptive mode in `refusal` and `adapt`.
+
+use crawler_core::Feedback;
+
+use super::HostMachine;
+use crate::politeness::audit::{Change, Phase, Trigger, Verdict, What};
+use crate::politeness::edge::WindowEdge;
+use crate::politeness::estimate::Answer;
+use crate::politeness::params::{Millis, Mode, ms};
+
+impl HostMachine {
+    /// A request ended at `now`: learn from it. `fb.latency` dates the send.
+    pub fn on_feedback(&mut self, fb: &Feedback, now: Millis) -> Verdict {
+        self.state.in_flight = self.state.in_flight.saturating_sub(1);
+        if !fb.sent {
+            // Nothing reached the host (a robots refusal from cache): give the slot back.
+            self.state.tat = (self.state.tat - self.state.last_gap).max(now);
+            self.state.last_gap = 0.0;
+            return Verdict::Continue;
+        }
+        let sent_at = now - ms(fb.latency);
+        if let Some(cd) = fb.crawl_delay {
+            let cd = ms(cd);
+            if cd > self.state.crawl_delay_ms {
+                self.state.crawl_delay_ms = cd;
+                self.audit.push(Change {
+                    at: now,
+                    trigger: Trigger::CrawlDelay,
+                    what: What::CrawlDelay { floor_ms: cd },
+                });
+            }
+        }
+        if fb.robots_unavailable {
+            return self.robots_unavailable(fb, now);
+        }
+        self.state.robots_down_since = None;
+
+        let refused = matches!(fb.status, Some(429 | 503));
+        if refused && self.params.mode == Mode::Adaptive {
+            // Learn from the refusal before its hold moves the start of the active period.
+            self.record(sent_at, Answer::Refused);
+            self.refused(sent_at, now, refusal_trigger(fb.status));
+        }
+        let mut verdict = Verdict::Continue;
+        if let Some(wait) = fb.retry_after {
+            verdict = self.hold(ms(wait), now, Trigger::RetryAfter);
+        } else if refused {
+            let trigger = refusal_trigger(fb.status);
+            verdict = self.backoff(now, trigger);
+        }
+        if verdict != Verdict::Continue {
+            return verdict;
+        }
+        if let Some(rl) = fb.rate_limit
+            && let Some(reset) = rl.reset
+        {
+            self.state.edge = Some(WindowEdge::observe(
+                self.state.edge,
+                ms(reset),
+                reset.subsec_nanos() == 0,
+                rl.window.map(ms),
+                sent_at,
+                now,
+            ));
+        }
+        if let Some(rl) = fb.rate_limit
+            && rl.remaining == 0
+        {
+            // The server asked for the whole announced reset, rounded up or not: the
+            // narrowed edge only paces the requests before it.
+            verdict = match rl.reset.or(rl.window) {
+                Some(reset) => self.hold(ms(reset), now, Trigger::RateLimitExhausted),
+                None => self.backoff(now, Trigger::RateLimitExhausted),
+            };
+            if verdict != Verdict::Continue {
+                return verdict;
+            }
+        }
+        if fb.soft_block {
+            verdict = self.hold(self.params.soft_pause_ms, now, Trigger::Challenge);
+            if verdict != Verdict::Continue {
+                return verdict;
+            }
+            self.challenge(sent_at, now);
+            return Verdict::Continue;
+        }
+        if fb.status == Some(403) {
+            self.state.forbidden = self.state.forbidden.saturating_add(1);
+            let t = &self.params.tuning;
+            if self.state.forbidden >= t.forbidden_skip_after {
+                let reason = format!(
+                    "{} consecutive 403 responses: the host blocks this crawler",
+                    self.state.forbidden
+                );
+                return self.skip(reason, Trigger::Forbidden, now);
+            }
+            if self.state.forbidden % t.forbidden_slow_after.max(1) == 0 {
+                let rate = self.state.rate * 0.5;
+                if self.params.mode == Mode::Adaptive {
+                    self.set_rate(rate, Trigger::Forbidden, now);
+                }
+                return self.backoff(now, Trigger::Forbidden);
+            }
+        } else if fb.status.is_some() {
+            self.state.forbidden = 0;
+        }
+        if !refused && fb.status.is_some() && fb.retry_after.is_none() {
+            self.state.backoff_level = 0;
+        }
+        match self.params.mode {
+            Mode::Adaptive => self.adapt(fb, refused, sent_at, now),
+            Mode::AutoThrottle => self.autothrottle(fb, now),
+            Mode::Fixed => {}
+        }
+        Verdict::Continue
+    }
+
+    fn robots_unavailable(&mut self, fb: &Feedback, now: Millis) -> Verdict {
+        let since = *self.state.robots_down_since.get_or_insert(now);
+        let down = now - since;
+        if down > self.params.robots_outage_max_ms {
+            let reason = format!(
+                "robots.txt unavailable for {:.0}s (robots_outage_max is {:.0}s)",
+                down / 1_000.0,
+                self.params.robots_outage_max_ms / 1_000.0
+            );
+            return self.skip(reason, Trigger::RobotsUnavailable, now);
+        }
+        match fb.retry_after {
+            Some(wait) => self.hold(ms(wait), now, Trigger::RobotsUnavailable),
+            None => self.backoff(now, Trigger::RobotsUnavailable),
+        }
+    }
+
+    fn challenge(&mut self, sent_at: Millis, now: Millis) {
+        if self.params.mode != Mode::Adaptive || self.state.last_cut.is_some_and(|c| sent_at < c) {
+            return;
+        }
+        // Growing back to the rate that tripped the block would trip it again.
+        let resumed = self.state.rate * self.params.soft_resume;
+        let est = self.state.estimate.map_or(resumed, |e| e.min(resumed));
+        self.set_estimate(est, Trigger::Challenge, now);
+        self.state.last_cut = Some(now);
+        self.state.calm_since = now;
+        if self.state.phase != Phase::Steered {
+            self.state.phase = Phase::Settled;
+        }
+        self.set_rate(resumed, Trigger::Challenge, now);
+    }
+
+    /// Scrapy's AutoThrottle: the delay moves halfway towards `latency / target`; a non-200
+    /// response may raise the delay but never lower it.
+    fn autothrottle(&mut self, fb: &Feedback, now: Millis) {
+        let Some(status) = fb.status else {
+            return;
+        };
+        let delay = 1_000.0 / self.state.rate.max(1e-9);
+        let target = ms(fb.latency) / self.params.autothrottle_target.max(1e-3);
+        let max = self
+            .params
+            .autothrottle_max_delay_ms
+            .max(self.params.min_gap_ms);
+        let mut new = ((delay + target) / 2.0).clamp(self.params.min_gap_ms, max);
+        if status != 200 && new < delay {
+            new = delay;
+        }
+        self.set_rate(1_000.0 / new.max(1e-3), Trigger::AutoThrottle, now);
+    }
+}
+
+fn refusal_trigger(status: Option<u16>) -> Trigger {
+    if status == Some(503) {
+        Trigger::Status503
+    } else {
+        Trigger::Status429
+    }
+}

@@ -1,0 +1,217 @@
+//! The per-host politeness state machine: time and feedback in, decisions out.
+//!
+//! One [`HostMachine`] per host key decides when the next request may go and how many may
+//! be in flight. It has no clock and does no I/O: every method takes the time as
+//! milliseconds on the caller's clock ([`Millis`]), so the same machine runs a local crawl
+//! (milliseconds since the slot was made), a fleet (the Redis server's clock) and the
+//! paused-clock tests, and its whole state serialises for resume and for the fleet's
+//! compare-and-set.
+//!
+//! The rules every mode obeys: holds (Retry-After on any status, an exhausted RateLimit
+//! quota, challenge pages, refusals without Retry-After by growing backoff, robots.txt
+//! outages), the Crawl-delay floor, skipping a host that asks for a wait beyond
+//! `max_retry_after`, a streak of 403s. The modes differ only in how the pacing rate moves:
+//! [`Mode::Adaptive`] learns the server's limit from what it accepted, [`Mode::AutoThrottle`]
+//! is Scrapy's latency rule, [`Mode::Fixed`] a fixed delay.
+//!
+//! The machine's methods are cut by what they decide, one file each; they all work on the
+//! [`HostMachine`] defined here and share nothing but its fields and the helpers marked
+//! `pub(super)`. Pure: no clock, no I/O but debug logs, no randomness but its own generator.
+//!
+//! - `pacing`: when the next send may go (the GCRA bucket under the floors), rate and
+//!   estimate changes with their audit records, holds, backoff and skips.
+//! - `feedback`: [`HostMachine::on_feedback`], the rules every mode obeys (Crawl-delay,
+//!   robots.txt outages, Retry-After, exhausted quotas, challenge pages, 403 streaks), and
+//!   AutoThrottle.
+//! - `refusal`: a 429 or 503 in adaptive mode: what the server accepted, and the estimate
+//!   of its limit that follows.
+//! - `adapt`: an accepted answer in adaptive mode: latency easing, RateLimit steering,
+//!   discovery growth, the climb back and probes above the estimate.
+
+use super::audit::{Change, Phase};
+use super::estimate::SendLog;
+use super::params::{Millis, Mode, Params};
+use super::state::HostState;
+
+mod adapt;
+mod feedback;
+mod pacing;
+mod refusal;
+
+/// One host's politeness machine: [`Params`] plus [`HostState`], and the audit records of
+/// the changes not yet taken by the caller.
+#[derive(Debug, Clone)]
+pub struct HostMachine {
+    params: Params,
+    state: HostState,
+    audit: Vec<Change>,
+}
+
+impl HostMachine {
+    /// A fresh host at `now`.
+    pub fn new(params: Params, now: Millis) -> Self {
+        let rate = match params.mode {
+            Mode::Adaptive => params.start_rate,
+            Mode::AutoThrottle => params.start_rate.min(
+                1_000.0
+                    / params
+                        .min_gap_ms
+                        .max(1_000.0 / params.start_rate.max(1e-9))
+                        .max(1.0),
+            ),
+            Mode::Fixed => 0.0,
+        };
+        let mut m = Self {
+            state: HostState {
+                rate,
+                tat: now,
+                hold_until: now,
+                last_gap: 0.0,
+                holds: 0,
+                held_ms: 0.0,
+                crawl_delay_ms: 0.0,
+                backoff_level: 0,
+                forbidden: 0,
+                robots_down_since: None,
+                in_flight: 0,
+                phase: Phase::Discover,
+                estimate: None,
+                ceiling: None,
+                pinned: None,
+                confident: false,
+                declared: None,
+                safe_rate: None,
+                last_cut: None,
+                calm_since: now,
+                probe_calm_ms: params.tuning.probe_calm_ms,
+                lat_fast: None,
+                lat_slow: None,
+                grown_at: now,
+                active_since: now,
+                last_episode: None,
+                edge: None,
+                log: SendLog::default(),
+                seed: 0x9e37_79b9_7f4a_7c15,
+            },
+            params,
+            audit: Vec::new(),
+        };
+        if m.params.mode != Mode::Fixed {
+            m.state.rate = m.clamp(m.state.rate);
+        }
+        m
+    }
+
+    /// A machine with a known state (restored, or read from the fleet's store).
+    pub fn with_state(params: Params, state: HostState) -> Self {
+        Self {
+            params,
+            state,
+            audit: Vec::new(),
+        }
+    }
+
+    /// The parameters.
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// The state.
+    pub fn state(&self) -> &HostState {
+        &self.state
+    }
+
+    /// Take the audit records made since the last call.
+    pub fn take_audit(&mut self) -> Vec<Change> {
+        std::mem::take(&mut self.audit)
+    }
+
+    /// Move every instant of the state by `delta` ms (a restored state's clock origin
+    /// differs from the new run's).
+    pub fn shift(&mut self, delta: f64) {
+        let s = &mut self.state;
+        for t in [
+            &mut s.tat,
+            &mut s.hold_until,
+            &mut s.calm_since,
+            &mut s.grown_at,
+            &mut s.active_since,
+        ] {
+            *t += delta;
+        }
+        if let Some(t) = s.last_cut.as_mut() {
+            *t += delta;
+        }
+        if let Some(t) = s.robots_down_since.as_mut() {
+            *t += delta;
+        }
+        if let Some((a, b)) = s.last_episode.as_mut() {
+            *a += delta;
+            *b += delta;
+        }
+        if let Some(e) = s.edge.as_mut() {
+            e.lo += delta;
+            e.hi += delta;
+        }
+        s.log.shift(delta);
+    }
+
+    /// The pacing rate, requests/s (for a fixed delay of zero: unlimited, reported as the
+    /// ceiling).
+    pub fn rate(&self) -> f64 {
+        let iv = self.interval();
+        if iv <= 0.0 {
+            self.params.max_rate
+        } else {
+            1_000.0 / iv
+        }
+    }
+
+    /// Holds placed so far and their total length (ms).
+    pub fn holds(&self) -> (u64, f64) {
+        (self.state.holds, self.state.held_ms)
+    }
+
+    /// Requests allowed in flight now.
+    pub fn concurrency(&self) -> u32 {
+        let max = self.params.concurrency.max(1);
+        match self.params.mode {
+            Mode::Adaptive => {
+                // Little's law: enough in flight to sustain the rate at the current latency,
+                // with headroom for jitter, but no more: a second request to a host that
+                // answers within the pacing interval would only be refused alongside the
+                // first.
+                let lat = self.state.lat_fast.unwrap_or(0.0);
+                let want = (self.params.tuning.concurrency_headroom * self.rate() * lat).ceil();
+                (want as u32).clamp(1, max)
+            }
+            Mode::AutoThrottle | Mode::Fixed => max,
+        }
+    }
+
+    /// Whether forgetting this host now would change nothing a fresh machine would not do
+    /// the same or more carefully: nothing in flight, no hold, the bucket full again, and
+    /// nothing learned that a fresh start lacks (no refusal, no estimate, no declared budget,
+    /// no Crawl-delay, no backoff or 403 streak, no robots.txt outage). A broad crawl drops
+    /// such hosts once idle so its memory does not grow with every host it ever touched.
+    pub fn is_pristine(&self, now: Millis) -> bool {
+        let s = &self.state;
+        s.in_flight == 0
+            && s.hold_until <= now
+            && s.tat <= now
+            && s.holds == 0
+            && s.phase == Phase::Discover
+            && s.estimate.is_none()
+            && s.ceiling.is_none()
+            && s.declared.is_none()
+            && s.crawl_delay_ms <= 0.0
+            && s.backoff_level == 0
+            && s.forbidden == 0
+            && s.robots_down_since.is_none()
+    }
+
+    /// Whether another request may be in flight now.
+    pub fn has_room(&self) -> bool {
+        self.state.in_flight < self.concurrency()
+    }
+}

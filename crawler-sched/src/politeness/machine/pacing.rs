@@ -1,0 +1,164 @@
+//! Pacing and holds: when the next send may go (a GCRA token bucket under the Crawl-delay
+//! and `download_delay` floors), every change of the rate or the estimate with its audit
+//! record, holds, backoff and skips. Decides nothing about feedback: the other files call
+//! these helpers.
+
+use super::HostMachine;
+use crate::politeness::audit::{Change, Trigger, Verdict, What};
+use crate::politeness::params::{Millis, Mode};
+
+impl HostMachine {
+    /// The gap floor: Crawl-delay and `download_delay`.
+    fn floor_ms(&self) -> f64 {
+        self.state.crawl_delay_ms.max(self.params.min_gap_ms)
+    }
+
+    /// The nominal gap between sends (ms).
+    pub(super) fn interval(&self) -> f64 {
+        let pace = match self.params.mode {
+            Mode::Fixed => 0.0,
+            _ => 1_000.0 / self.state.rate.max(1e-9),
+        };
+        pace.max(self.floor_ms())
+    }
+
+    /// Sends allowed back to back: never under a delay floor, which would break it.
+    fn burst(&self) -> u32 {
+        if self.floor_ms() > 0.0 {
+            1
+        } else {
+            self.params.burst.max(1)
+        }
+    }
+
+    /// The earliest instant the next request may be sent.
+    pub fn ready_at(&self) -> Millis {
+        let slack = self.interval() * f64::from(self.burst() - 1);
+        (self.state.tat - slack).max(self.state.hold_until)
+    }
+
+    /// A request is being sent at `now`: book its slot.
+    pub fn on_send(&mut self, now: Millis) {
+        self.state.in_flight = self.state.in_flight.saturating_add(1);
+        let gap = self.gap();
+        self.state.last_gap = gap;
+        self.state.tat = self.state.tat.max(now) + gap;
+    }
+
+    /// The gap booked for one send: the interval, randomised in fixed mode (0.5x to 1.5x,
+    /// never below the Crawl-delay floor).
+    fn gap(&mut self) -> f64 {
+        let iv = self.interval();
+        if self.params.mode == Mode::Fixed && self.params.randomize && iv > 0.0 {
+            let f = 0.5 + self.random();
+            (iv * f).max(self.state.crawl_delay_ms)
+        } else {
+            iv
+        }
+    }
+
+    /// A uniform draw in [0, 1) from the machine's own generator (splitmix64).
+    fn random(&mut self) -> f64 {
+        self.state.seed = self.state.seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.state.seed;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    pub(super) fn clamp(&self, rate: f64) -> f64 {
+        // A declared budget caps the rate and also lowers the floor: min_rate never
+        // exceeds what the server said it allows.
+        let mut top = self.params.max_rate;
+        let mut bottom = self.params.min_rate;
+        if let Some(d) = self.state.declared {
+            top = top.min(d);
+            bottom = bottom.min(d);
+        }
+        rate.clamp(bottom.min(top), top)
+    }
+
+    pub(super) fn set_rate(&mut self, new: f64, trigger: Trigger, now: Millis) {
+        let new = self.clamp(new);
+        let old = self.state.rate;
+        if (new - old).abs() <= 1e-9 {
+            return;
+        }
+        self.state.rate = new;
+        let routine = matches!(trigger, Trigger::Discover | Trigger::AutoThrottle)
+            && (new - old).abs() / old.max(1e-9) <= self.params.tuning.audit_min_step;
+        if !routine {
+            self.audit.push(Change {
+                at: now,
+                trigger,
+                what: What::Rate { old, new },
+            });
+        }
+    }
+
+    pub(super) fn set_estimate(&mut self, est: f64, trigger: Trigger, now: Millis) {
+        self.state.estimate = Some(est);
+        self.audit.push(Change {
+            at: now,
+            trigger,
+            what: What::Estimate { rate: est },
+        });
+    }
+
+    /// Hold the whole host for `wait` ms (plus the margin) from `now`; a wait longer than
+    /// allowed skips the host instead.
+    pub(super) fn hold(&mut self, wait: f64, now: Millis, trigger: Trigger) -> Verdict {
+        if wait > self.params.max_wait_ms {
+            let reason = format!(
+                "{} asked for a wait of {:.0}s, more than max_retry_after ({:.0}s)",
+                trigger.as_str(),
+                wait / 1_000.0,
+                self.params.max_wait_ms / 1_000.0
+            );
+            return self.skip(reason, trigger, now);
+        }
+        // The margin absorbs skew and transit; proportional for short waits, so a
+        // one-second quota window does not lose a quarter of its budget to it.
+        let margin = self.params.hold_margin_ms.min(wait / 50.0 + 5.0);
+        let until = now + wait + margin;
+        if until > self.state.hold_until {
+            let extra = until - self.state.hold_until.max(now);
+            self.state.holds += 1;
+            self.state.held_ms += extra;
+            self.state.hold_until = until;
+            self.state.active_since = until;
+            self.audit.push(Change {
+                at: now,
+                trigger,
+                what: What::Hold {
+                    until,
+                    wait_ms: wait + margin,
+                },
+            });
+        }
+        Verdict::Continue
+    }
+
+    /// A backoff hold: base x 2^level, capped, with jitter; the level grows on repeats.
+    pub(super) fn backoff(&mut self, now: Millis, trigger: Trigger) -> Verdict {
+        let t = &self.params.tuning;
+        let nominal = (t.backoff_base_ms * 2f64.powi(self.state.backoff_level.min(30) as i32))
+            .min(t.backoff_cap_ms);
+        let jitter = t.backoff_jitter.clamp(0.0, 1.0);
+        let wait = nominal * (1.0 - jitter * self.random());
+        self.state.backoff_level = self.state.backoff_level.saturating_add(1);
+        self.hold(wait, now, trigger)
+    }
+
+    pub(super) fn skip(&mut self, reason: String, trigger: Trigger, now: Millis) -> Verdict {
+        self.audit.push(Change {
+            at: now,
+            trigger,
+            what: What::Skip {
+                reason: reason.clone(),
+            },
+        });
+        Verdict::Skip(reason)
+    }
+}

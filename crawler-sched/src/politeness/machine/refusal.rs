@@ -1,0 +1,148 @@
+//! Refusals and the estimate: a 429 or 503 in adaptive mode, what the server accepted
+//! before it (the send log), and the limit estimate, ceiling and pinned rate that follow.
+
+use super::HostMachine;
+use crate::politeness::Tuning;
+use crate::politeness::audit::{Phase, Trigger};
+use crate::politeness::estimate::{Answer, Fit};
+use crate::politeness::params::Millis;
+
+impl HostMachine {
+    pub(super) fn record(&mut self, sent_at: Millis, answer: Answer) {
+        let t = &self.params.tuning;
+        self.state
+            .log
+            .record(sent_at, answer, t.log_capacity, t.log_horizon_ms);
+    }
+
+    /// A 429 or 503: estimate the server's limit from what it accepted.
+    pub(super) fn refused(&mut self, sent_at: Millis, now: Millis, trigger: Trigger) {
+        if self.state.last_cut.is_some_and(|c| sent_at < c) {
+            // Sent before the last cut: the same episode, already answered.
+            return;
+        }
+        let t = self.params.tuning.clone();
+        let sent_rate = self.state.rate;
+        self.state.last_cut = Some(now);
+        self.state.calm_since = now;
+        // The previous episode emptied the limiter when its first refused request arrived,
+        // so what it accepted from then to this refusal (hold included) is what it
+        // refilled: exactly the refill rate if the hold was too short to fill the whole
+        // burst back, less if the bucket overflowed. Counts only, so arrival jitter cannot
+        // spoil it as it can the fit. It is believed only right after a hold (a long calm
+        // stretch below the limit lets the bucket overflow too) and when the burst the
+        // previous episode needed at that rate is more than the hold could refill.
+        let fresh = sent_at - self.state.active_since <= t.recent_window_ms;
+        let refill = self
+            .state
+            .last_episode
+            .filter(|_| fresh)
+            .and_then(|(start, empty)| {
+                let span = sent_at - empty;
+                if span < 1_000.0 {
+                    return None;
+                }
+                let log = &self.state.log;
+                let w = log.accepted_between(empty, sent_at) as f64 * 1_000.0 / span;
+                let burst =
+                    log.accepted_between(start, empty) as f64 - w * (empty - start) / 1_000.0;
+                let refilled = w * (self.state.active_since - empty) / 1_000.0;
+                (w > 0.0 && refilled <= burst).then_some(w)
+            });
+        self.state.last_episode = Some((self.state.active_since, sent_at));
+        let accepted_since_hold = self
+            .state
+            .log
+            .accepted_between(self.state.active_since, sent_at);
+        if accepted_since_hold < 2 {
+            // Refused as soon as the last hold ended (or at the very start): no evidence
+            // about the rate, only that the limiter had not recovered (a window still
+            // full, a bucket still empty). The backoff grows and the estimate stays; the
+            // rate is halved, blindly but once per hold, so that an unknown host is not
+            // met again at the pace that was refused.
+            let rate = self.state.rate * t.cut;
+            self.set_rate(rate, trigger, now);
+            return;
+        }
+        self.state.ceiling = Some(self.state.ceiling.map_or(sent_rate, |c| c.min(sent_rate)));
+        let fit = self.state.log.fit_token_bucket(
+            (self.params.min_rate * 0.5).max(0.01),
+            sent_rate.max(self.params.max_rate) * 1.5,
+            t.fit_jitter_ms,
+        );
+        // A fit narrow enough pins the rate for the probes to come; no bucket at all means
+        // the limiter is of another kind and nothing is pinned.
+        self.state.pinned = fit.filter(|f| f.hi <= t.pinned_fit * f.top).map(|f| f.hi);
+        if self.state.phase == Phase::Probe
+            && let Some(safe) = self.state.safe_rate
+        {
+            // A probe failed: the limit lies under the probe. Go back to the rate that held
+            // (or under what a narrow fit now says, when a burst made a too-fast rate look
+            // safe for a while), and probe half as often.
+            self.state.probe_calm_ms *= 2.0;
+            self.state.phase = Phase::Settled;
+            let mut est = safe / t.slack;
+            let mut slack = t.slack;
+            if let Some(f) = fit.filter(|f| f.hi <= t.narrow_fit * f.top) {
+                est = est.min(f.top);
+                slack = fit_slack(&f, &t);
+            }
+            self.set_estimate(est, trigger, now);
+            // Back to the rate that held, unless the fit now puts the limit under it (then
+            // a margin under the fitted rate).
+            self.set_rate(safe.min(est * slack), trigger, now);
+            return;
+        }
+        let recent = self
+            .state
+            .log
+            .accepted_rate(sent_at, t.recent_window_ms, self.state.active_since)
+            .map(|a| a.min(sent_rate));
+        tracing::debug!(
+            ?fit,
+            ?recent,
+            sent_rate,
+            "refusal: what the limit estimate sees"
+        );
+        // A narrow token-bucket fit is the limit, unless it explains a sustained rate
+        // with a huge burst and a trickle of refill: that is a window limiter seen through
+        // the bucket model, and the recent accepted rate is the better witness.
+        let narrow = fit.filter(|f| {
+            f.hi <= t.narrow_fit * f.top && recent.is_none_or(|r| f.top >= t.fit_floor * r)
+        });
+        // The refill witness, unless it is far below the recent accepted rate: a window
+        // limiter refills nothing until its window turns, so after a long hold the witness
+        // says little about it.
+        let witness = refill
+            .filter(|w| recent.is_some_and(|r| *w >= t.fit_floor * r))
+            .map(|w| w.min(recent.unwrap_or(w)));
+        let est = match (narrow, witness, recent) {
+            (Some(f), _, _) => f.top,
+            (None, Some(w), _) => w,
+            // What the server accepted recently; a burst inflates it, so keep a margin
+            // below, and the climb that follows finds the rest.
+            (None, None, Some(r)) => r * t.guess,
+            (None, None, None) => sent_rate * t.cut,
+        };
+        tracing::debug!(?refill, ?witness, est, "refusal: the estimate");
+        self.state.confident = narrow.is_some() || witness.is_some();
+        if self.state.phase != Phase::Steered {
+            self.state.phase = Phase::Settled;
+        }
+        self.set_estimate(est, trigger, now);
+        let slack = narrow.map_or(t.slack, |f| fit_slack(&f, &t));
+        let rate = (est * slack).min(sent_rate);
+        self.set_rate(rate, trigger, now);
+    }
+}
+
+/// The margin under a fitted bucket's rate: small when the fit pins the rate and the bucket
+/// has a burst to absorb arrival jitter, the full slack otherwise (every request must keep
+/// its spacing, or the fit may still be a window limiter seen as a bucket).
+fn fit_slack(fit: &Fit, t: &Tuning) -> f64 {
+    if fit.burst >= 1.0 && fit.hi <= t.pinned_fit * fit.top {
+        t.bursty_slack
+    } else {
+        t.slack
+    }
+}

@@ -1,0 +1,106 @@
+//! Politeness shared by a fleet: one per-host budget for many worker processes.
+//!
+//! When several processes crawl as one (a shared frontier in Redis, say), each host's rate,
+//! token bucket and holds must be shared too, or N workers send N times the host's budget.
+//! The fleet runs the very same [`HostMachine`] as a local crawl; only where its state
+//! lives differs:
+//!
+//! - [`SharedBudget`]: the contract a shared backend implements (crawler-store implements
+//!   it on Redis). The backend keeps each host's [`HostState`] with a version, and a
+//!   worker changes it by compare-and-set: it computes the next state in Rust from the
+//!   version it holds and commits it only if nobody committed in between (otherwise it
+//!   recomputes from the fresher state). The backend's clock is the fleet's clock. A send
+//!   is booked in the same atomic step as the lease that hands the request out, so no
+//!   worker can send outside the budget.
+//! - [`SharedThrottle`]: a [`Throttle`](crate::Throttle) over that state: ready time, rate and holds from
+//!   the last state heard (no round trip), every outcome committed at once.
+//! - [`FleetFrontier`]: a [`Frontier`](crate::Frontier) that knows it is one of many: it picks up hosts that
+//!   other workers queued work for, and does not report "nothing left" while the fleet still
+//!   has work queued or leased (a lease of a killed worker comes back when it expires).
+//!   A request the store leased ahead of its slot ([`lease_ahead`]) is held here and handed
+//!   out at the booked time, never before, so the fleet's sends are spaced as booked.
+//!
+//! This folder owns the fleet's side of politeness and of the frontier, and only the
+//! contracts a backend implements: no Redis here (crawler-store implements [`SharedBudget`]
+//! and [`Fleet`]), and no rule of its own (the rules are the machine's, in
+//! [`crate::politeness`]).
+//!
+//! - `mod.rs`: the [`SharedBudget`] contract, [`Versioned`] and [`lease_ahead`].
+//! - `throttle`: [`SharedThrottle`], the [`Throttle`](crate::Throttle) over the shared state.
+//! - `fleet`: the [`Fleet`] contract and [`FleetFrontier`].
+
+use crawler_core::Feedback;
+
+use crate::error::Error;
+use crate::politeness::{HostMachine, HostState, Params};
+
+mod fleet;
+mod throttle;
+
+pub use fleet::{Fleet, FleetFrontier, FleetStatus};
+pub use throttle::SharedThrottle;
+
+/// A host's machine state as the shared store holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Versioned {
+    /// The state.
+    pub state: HostState,
+    /// Its version: every commit adds one.
+    pub version: u64,
+}
+
+/// A per-host politeness state shared by every worker of a crawl.
+///
+/// Implementations keep each host's [`HostState`] where all workers see it, with a
+/// version, and must book sends in the same atomic step as the lease that hands a
+/// request out (their `QueueStore::lease`), because a throttle hears of a send only after
+/// the fact.
+pub trait SharedBudget: Send + Sync + 'static {
+    /// Use `params` for `host` from now on (its first request, or a `[[hosts]]` rule).
+    fn register(&self, host: &str, params: &Params);
+    /// The host's state as last heard, if any (no round trip).
+    fn cached(&self, host: &str) -> Option<Versioned>;
+    /// The fleet's clock now (the shared store's time, in ms), as estimated locally.
+    fn now_ms(&self) -> f64;
+    /// How long before a host's slot its next request may be leased at most (ms; see
+    /// [`lease_ahead`]): the backend books the send at the slot and the worker holds the
+    /// request until then. 0 (the default): a lease only once the slot is due.
+    fn lease_ahead_ms(&self) -> f64 {
+        0.0
+    }
+    /// Queue a routine outcome (nothing every worker must know at once) that happened at
+    /// fleet time `at`: the backend folds it into the host's state with its next commit
+    /// (the next lease of the host, typically), saving a round trip per request.
+    fn defer(&self, host: &str, feedback: &Feedback, at: f64);
+    /// Replace version `expected` of the host's state with `state` (and mark the host
+    /// skipped for the whole fleet with `skip`), atomically. `Ok(false)` when another
+    /// worker committed first; the cache then holds the fresher state.
+    fn commit(
+        &self,
+        host: &str,
+        expected: u64,
+        state: &HostState,
+        skip: Option<&str>,
+    ) -> Result<bool, Error>;
+}
+
+/// The largest share of a host's interval a lease may be taken ahead of its slot: well
+/// under one interval, so a worker never holds one slot while the next is already due.
+const AHEAD_SHARE: f64 = 0.5;
+
+/// How long before the host's next slot (`machine.ready_at()`) a fleet worker may lease its
+/// next request (ms): `max_ms`, but at most half the host's interval.
+///
+/// Why lease early at all: a send is booked in the shared store at the lease, but reaches
+/// the server when the lease's reply has come back and the worker got round to sending, so
+/// the replies' jitter between workers would shrink the gaps between the fleet's sends
+/// below the booked interval (and a limiter without a burst refuses any request that comes
+/// early). Leased a little ahead and sent at the slot it booked, each request leaves on
+/// its own timer, and consecutive sends are spaced as booked whatever the replies' delays.
+pub fn lease_ahead(machine: &HostMachine, max_ms: f64) -> f64 {
+    let rate = machine.rate();
+    if max_ms <= 0.0 || rate <= 0.0 || !rate.is_finite() {
+        return 0.0;
+    }
+    max_ms.min(AHEAD_SHARE * 1_000.0 / rate)
+}

@@ -1,0 +1,149 @@
+//! [`SharedThrottle`]: a host's [`Throttle`] whose machine state lives in a [`SharedBudget`],
+//! read from the last state heard and changed by compare-and-set.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crawler_core::Feedback;
+use tokio::time::Instant;
+
+use super::{SharedBudget, lease_ahead};
+use crate::politeness::{HostMachine, HostState, Params, Verdict};
+use crate::throttle::{AuditRecord, Throttle};
+
+/// How many times an outcome is recomputed when other workers keep committing first.
+const COMMIT_TRIES: usize = 16;
+
+/// A [`Throttle`] whose [`HostMachine`] state lives in a [`SharedBudget`].
+pub struct SharedThrottle {
+    host: String,
+    budget: Arc<dyn SharedBudget>,
+    params: Params,
+    /// Until the backend first answers for this host: a fresh machine from now.
+    fresh: HostState,
+    audit: VecDeque<AuditRecord>,
+}
+
+impl SharedThrottle {
+    /// The throttle of `host`, registering its parameters with `budget`.
+    pub fn new(host: &str, budget: Arc<dyn SharedBudget>, params: Params) -> Self {
+        budget.register(host, &params);
+        let fresh = HostMachine::new(params.clone(), budget.now_ms())
+            .state()
+            .clone();
+        Self {
+            host: host.to_owned(),
+            budget,
+            params,
+            fresh,
+            audit: VecDeque::new(),
+        }
+    }
+
+    fn machine(&self) -> (HostMachine, u64) {
+        match self.budget.cached(&self.host) {
+            Some(v) => (
+                HostMachine::with_state(self.params.clone(), v.state),
+                v.version,
+            ),
+            None => (
+                HostMachine::with_state(self.params.clone(), self.fresh.clone()),
+                0,
+            ),
+        }
+    }
+}
+
+/// Whether an outcome can wait for the host's next commit: a plain answer that neither
+/// holds the host nor changes a floor or a budget.
+fn routine(fb: &Feedback) -> bool {
+    fb.sent
+        && fb.failure.is_none()
+        && fb.retry_after.is_none()
+        && fb.rate_limit.is_none()
+        && fb.crawl_delay.is_none()
+        && !fb.soft_block
+        && !fb.robots_unavailable
+        && fb
+            .status
+            .is_some_and(|s| s < 500 && s != 429 && s != 403 && s != 408)
+}
+
+impl Throttle for SharedThrottle {
+    fn concurrency(&self) -> usize {
+        // The store enforces the fleet-wide limit at lease time; locally the same bound.
+        self.machine().0.concurrency() as usize
+    }
+
+    /// When the next request may be leased: the slot, less the look-ahead the budget
+    /// allows (the request then waits for its slot in [`FleetFrontier`](super::FleetFrontier)).
+    fn ready_at(&self) -> Instant {
+        let (m, _) = self.machine();
+        let ahead = lease_ahead(&m, self.budget.lease_ahead_ms());
+        let wait = m.ready_at() - ahead - self.budget.now_ms();
+        let now = Instant::now();
+        if wait > 0.0 {
+            now + Duration::from_secs_f64(wait / 1_000.0)
+        } else {
+            // Due already: a time in the past, so that a caller comparing with the `now`
+            // it took a moment ago sees the host as ready.
+            now.checked_sub(Duration::from_secs_f64(1.0 - wait / 1_000.0))
+                .unwrap_or(now)
+        }
+    }
+
+    fn on_send(&mut self, _now: Instant) {
+        // The send was booked by the store in the step that leased the request.
+    }
+
+    fn on_feedback(&mut self, feedback: &Feedback, _now: Instant) -> Verdict {
+        if routine(feedback) {
+            let (mut m, _) = self.machine();
+            let at = self.budget.now_ms();
+            let verdict = m.on_feedback(feedback, at);
+            if verdict == Verdict::Continue {
+                self.budget.defer(&self.host, feedback, at);
+                return verdict;
+            }
+        }
+        let mut verdict = Verdict::Continue;
+        for _ in 0..COMMIT_TRIES {
+            let (mut m, version) = self.machine();
+            verdict = m.on_feedback(feedback, self.budget.now_ms());
+            let skip = match &verdict {
+                Verdict::Skip(why) => Some(why.as_str()),
+                Verdict::Continue => None,
+            };
+            match self.budget.commit(&self.host, version, m.state(), skip) {
+                Ok(true) => {
+                    let changes = m.take_audit();
+                    crate::throttle::log_changes(&self.host, changes, &mut self.audit);
+                    return verdict;
+                }
+                Ok(false) => continue,
+                Err(e) => {
+                    // The store reports the same outage through the frontier and stops the
+                    // crawl if it lasts; the throttle can only say so.
+                    tracing::error!(host = %self.host, "cannot commit to the shared budget: {e}");
+                    return verdict;
+                }
+            }
+        }
+        tracing::warn!(host = %self.host, "the shared budget stayed contended; outcome dropped");
+        verdict
+    }
+
+    fn rate(&self) -> f64 {
+        self.machine().0.rate()
+    }
+
+    fn holds(&self) -> (u64, Duration) {
+        let (n, ms) = self.machine().0.holds();
+        (n, Duration::from_secs_f64(ms.max(0.0) / 1_000.0))
+    }
+
+    fn audit(&self) -> Vec<AuditRecord> {
+        self.audit.iter().cloned().collect()
+    }
+}

@@ -1,0 +1,238 @@
+//! The frontier's view of a host's pacing: the [`Throttle`] trait, and [`Politeness`], the
+//! local implementation that runs the per-host [`HostMachine`] on tokio's clock.
+//!
+//! The fleet implements [`Throttle`] over the same machine with its state in Redis
+//! (see the `shared` module); the throttle modes (`adaptive`, `autothrottle`, `fixed`)
+//! are policies of that one machine, not separate implementations.
+//!
+//! This folder owns the translation between tokio's clock and the machine's milliseconds,
+//! saving and restoring a host's state, and the audit log. It must not decide anything
+//! about pacing itself: every rule lives in the machine ([`crate::politeness`]). The tests
+//! are in `tests.rs`.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crawler_core::{Feedback, Settings};
+use tokio::time::Instant;
+
+pub use crate::politeness::Verdict;
+use crate::politeness::{Change, HostMachine, HostState, Params, What};
+
+/// Decides how fast one host is fetched.
+pub trait Throttle: Send {
+    /// Requests allowed in flight at once.
+    fn concurrency(&self) -> usize;
+    /// The earliest instant the next request may be sent.
+    fn ready_at(&self) -> Instant;
+    /// A request is being sent at `now`.
+    fn on_send(&mut self, now: Instant);
+    /// A request ended; learn from it.
+    fn on_feedback(&mut self, feedback: &Feedback, now: Instant) -> Verdict;
+    /// The rate the host is paced at now, requests/s.
+    fn rate(&self) -> f64;
+    /// Holds placed so far and their total length.
+    fn holds(&self) -> (u64, Duration);
+    /// What is worth keeping across a restart (a hold still running, what was learned about
+    /// the host), for a persistent frontier. `Null` when nothing is.
+    fn save(&self, _now: Instant) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+    /// Take back what [`Throttle::save`] kept.
+    fn restore(&mut self, _state: &serde_json::Value, _now: Instant) {}
+    /// Whether the host's slot may be dropped now because a fresh slot would behave the same
+    /// or more carefully (nothing running, nothing learned). `false` keeps it.
+    fn forgettable(&self, _now: Instant) -> bool {
+        false
+    }
+    /// The most recent politeness changes of the host (rate, holds, estimate, skip), each
+    /// with its trigger, oldest first.
+    fn audit(&self) -> Vec<AuditRecord> {
+        Vec::new()
+    }
+}
+
+/// One politeness change of a host, for logs, reports and metrics.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct AuditRecord {
+    /// The host key.
+    pub host: String,
+    /// Wall-clock time of the change, milliseconds since the Unix epoch.
+    pub unix_ms: i64,
+    /// What caused it (`429`, `Retry-After`, `RateLimit`, `latency`, `crawl-delay`, …).
+    pub trigger: String,
+    /// What changed.
+    pub what: What,
+}
+
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Build the throttle `settings` ask for (after any `[[hosts]]` rule), for a new host.
+pub fn throttle_for(settings: &Settings, host: &str, now: Instant) -> Box<dyn Throttle> {
+    Box::new(Politeness::new(host, Params::from_settings(settings), now))
+}
+
+/// How many audit records a host keeps in memory (the log has them all).
+const AUDIT_KEPT: usize = 256;
+
+/// A host's [`HostMachine`] on tokio's clock: milliseconds since the slot was made.
+pub struct Politeness {
+    host: String,
+    machine: HostMachine,
+    origin: Instant,
+    audit: VecDeque<AuditRecord>,
+}
+
+impl Politeness {
+    /// The throttle of `host` with `params`, starting at `now`.
+    pub fn new(host: &str, params: Params, now: Instant) -> Self {
+        Self {
+            host: host.to_owned(),
+            machine: HostMachine::new(params, 0.0),
+            origin: now,
+            audit: VecDeque::new(),
+        }
+    }
+
+    /// The machine (for tests and reports).
+    pub fn machine(&self) -> &HostMachine {
+        &self.machine
+    }
+
+    fn at(&self, now: Instant) -> f64 {
+        if now >= self.origin {
+            (now - self.origin).as_secs_f64() * 1_000.0
+        } else {
+            -((self.origin - now).as_secs_f64() * 1_000.0)
+        }
+    }
+
+    fn instant(&self, ms: f64) -> Instant {
+        if ms >= 0.0 {
+            self.origin + Duration::from_secs_f64(ms / 1_000.0)
+        } else {
+            self.origin
+                .checked_sub(Duration::from_secs_f64(-ms / 1_000.0))
+                .unwrap_or(self.origin)
+        }
+    }
+
+    /// Log the machine's changes with their triggers and keep the latest.
+    fn drain_audit(&mut self) {
+        let changes = self.machine.take_audit();
+        log_changes(&self.host, changes, &mut self.audit);
+    }
+}
+
+/// Log each change with its trigger, and keep the latest `AUDIT_KEPT` in `kept`.
+pub fn log_changes(host: &str, changes: Vec<Change>, kept: &mut VecDeque<AuditRecord>) {
+    for Change { trigger, what, .. } in changes {
+        match &what {
+            What::Rate { old, new } => tracing::info!(
+                host = %host, trigger = trigger.as_str(),
+                old = format!("{old:.3}"), new = format!("{new:.3}"), "rate changed"
+            ),
+            What::Hold { wait_ms, .. } => tracing::info!(
+                host = %host, trigger = trigger.as_str(),
+                wait = ?Duration::from_secs_f64(wait_ms / 1_000.0), "host held"
+            ),
+            What::CrawlDelay { floor_ms } => tracing::info!(
+                host = %host, trigger = trigger.as_str(),
+                floor = ?Duration::from_secs_f64(floor_ms / 1_000.0), "host delay floor raised"
+            ),
+            What::Estimate { rate } => tracing::info!(
+                host = %host, trigger = trigger.as_str(),
+                estimate = format!("{rate:.3}"), "server limit estimated"
+            ),
+            What::Skip { reason } => tracing::warn!(
+                host = %host, trigger = trigger.as_str(), "skipping host for this run: {reason}"
+            ),
+        }
+        if kept.len() >= AUDIT_KEPT {
+            kept.pop_front();
+        }
+        kept.push_back(AuditRecord {
+            host: host.to_owned(),
+            unix_ms: unix_ms(),
+            trigger: trigger.as_str().to_owned(),
+            what,
+        });
+    }
+}
+
+impl Throttle for Politeness {
+    fn concurrency(&self) -> usize {
+        self.machine.concurrency() as usize
+    }
+
+    fn ready_at(&self) -> Instant {
+        self.instant(self.machine.ready_at())
+    }
+
+    fn on_send(&mut self, now: Instant) {
+        let at = self.at(now);
+        self.machine.on_send(at);
+    }
+
+    fn on_feedback(&mut self, feedback: &Feedback, now: Instant) -> Verdict {
+        let at = self.at(now);
+        let verdict = self.machine.on_feedback(feedback, at);
+        self.drain_audit();
+        verdict
+    }
+
+    fn rate(&self) -> f64 {
+        self.machine.rate()
+    }
+
+    fn holds(&self) -> (u64, Duration) {
+        let (n, ms) = self.machine.holds();
+        (n, Duration::from_secs_f64(ms.max(0.0) / 1_000.0))
+    }
+
+    /// The whole machine state with its clock moved so that `now` is 0, and the wall
+    /// time, so a restore can count the time the process was down against holds and
+    /// calm periods alike.
+    fn save(&self, now: Instant) -> serde_json::Value {
+        let mut m = self.machine.clone();
+        m.shift(-self.at(now));
+        let mut state = m.state().clone();
+        // Requests in flight at a crash are lost or come back as new sends.
+        state.in_flight = 0;
+        serde_json::json!({ "machine": state, "saved_at_ms": unix_ms() })
+    }
+
+    fn restore(&mut self, saved: &serde_json::Value, now: Instant) {
+        let Some(state) = saved
+            .get("machine")
+            .and_then(|m| serde_json::from_value::<HostState>(m.clone()).ok())
+        else {
+            return;
+        };
+        let saved_at = saved
+            .get("saved_at_ms")
+            .and_then(serde_json::Value::as_i64)
+            .unwrap_or_else(unix_ms);
+        let down = (unix_ms() - saved_at).max(0) as f64;
+        let mut m = HostMachine::with_state(self.machine.params().clone(), state);
+        // Saved times are relative to the save; the process was down for `down` ms.
+        m.shift(self.at(now) - down);
+        self.machine = m;
+        tracing::info!(host = %self.host, "politeness state from the last run restored");
+    }
+
+    fn forgettable(&self, now: Instant) -> bool {
+        self.machine.is_pristine(self.at(now))
+    }
+
+    fn audit(&self) -> Vec<AuditRecord> {
+        self.audit.iter().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,124 @@
+//! The fleet-facing handles of a [`RedisStore`](super::RedisStore)'s job: [`SharedBudget`]
+//! for [`RedisBudget`] and [`Fleet`] for [`RedisFleet`].
+
+use crawler_core::Feedback;
+use crawler_sched::politeness::{HostState, Params};
+use crawler_sched::{Fleet, FleetStatus, SharedBudget, Versioned};
+
+use super::{Ask, Commit, RedisBudget, RedisFleet, lock};
+
+impl SharedBudget for RedisBudget {
+    fn register(&self, host: &str, params: &Params) {
+        let mut inner = lock(&self.inner);
+        if inner.default_params.is_some() {
+            inner.params.insert(host.to_owned(), params.clone());
+        }
+    }
+
+    fn cached(&self, host: &str) -> Option<Versioned> {
+        lock(&self.inner).states.get(host).cloned()
+    }
+
+    fn now_ms(&self) -> f64 {
+        lock(&self.inner).now_ms()
+    }
+
+    fn lease_ahead_ms(&self) -> f64 {
+        lock(&self.inner).lease_ahead_ms
+    }
+
+    fn defer(&self, host: &str, feedback: &Feedback, at: f64) {
+        let mut inner = lock(&self.inner);
+        if inner.params_for(host).is_some() {
+            inner
+                .deferred
+                .entry(host.to_owned())
+                .or_default()
+                .push((feedback.clone(), at));
+        }
+    }
+
+    fn commit(
+        &self,
+        host: &str,
+        expected: u64,
+        state: &HostState,
+        skip: Option<&str>,
+    ) -> Result<bool, crawler_sched::Error> {
+        let mut inner = lock(&self.inner);
+        if inner.params_for(host).is_none() {
+            return Ok(true);
+        }
+        if let Some(why) = skip {
+            inner.skipped_here.insert(host.to_owned());
+            tracing::warn!(host, "host skipped for the whole fleet: {why}");
+        }
+        inner.commits.push(Commit {
+            host: host.to_owned(),
+            expected,
+            state: state.clone(),
+            skip: skip.unwrap_or("").to_owned(),
+            folded: Vec::new(),
+        });
+        inner.step(Ask::default())?;
+        Ok(inner.committed.get(host).copied().unwrap_or(false))
+    }
+}
+
+impl Fleet for RedisFleet {
+    fn status(&self) -> FleetStatus {
+        let mut inner = lock(&self.inner);
+        let fresh = inner.step(Ask {
+            lease: None,
+            sync: true,
+            peek: None,
+        });
+        if let Err(e) = fresh {
+            // The last known state stands for this call; the engine takes the error next
+            // (through `take_error`) and stops, so an idle worker never waits forever.
+            inner.keep_error("cannot read the fleet's state", e);
+        }
+        inner.fleet
+    }
+
+    fn take_error(&self) -> Option<crawler_sched::Error> {
+        lock(&self.inner).error.take().map(Into::into)
+    }
+
+    fn booked_at(&self, lease: u64) -> Option<f64> {
+        let (id, at) = lock(&self.inner).booked?;
+        (id == lease).then_some(at)
+    }
+
+    fn now_ms(&self) -> f64 {
+        lock(&self.inner).now_ms()
+    }
+
+    /// One round trip that reads the host's state (and sends whatever is buffered).
+    fn still_clear(&self, host: &str, at: f64) -> bool {
+        let mut inner = lock(&self.inner);
+        if inner.params_for(host).is_none() {
+            return true;
+        }
+        let read = inner.step(Ask {
+            lease: None,
+            sync: false,
+            peek: Some(host),
+        });
+        if let Err(e) = read {
+            // Unknown is not clear: the request goes back to its queue, its lease open
+            // until it is queued again, and the engine stops on the error.
+            inner.keep_error("cannot read a host's politeness state", e);
+            return false;
+        }
+        if inner.skipped_here.contains(host) {
+            return false;
+        }
+        // A hold placed since the lease ends after the booked send; one placed before it
+        // ended at or before it (the slot was booked after it).
+        inner
+            .states
+            .get(host)
+            .is_none_or(|v| v.state.hold_until <= at)
+    }
+}

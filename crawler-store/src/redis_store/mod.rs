@@ -1,0 +1,354 @@
+//! [`RedisStore`]: one crawl's frontier, seen set, leases and per-host budgets in Redis,
+//! shared by every worker that opens the same job.
+//!
+//! This folder owns everything the crate says to Redis: the store's state and its public
+//! handles, and the connection, the scripts and the reply decoding under them. Nothing
+//! else in the crate talks to Redis, and nothing here decides politeness: the per-host
+//! machine of crawler-sched does, on the state this store reads and commits.
+//!
+//! - `mod.rs`: [`RedisOptions`], [`RedisStore`] (joining a job, its counters) and the
+//!   handles [`RedisBudget`] and [`RedisFleet`], over one shared `Inner`.
+//! - `state`: the worker's view of each host's shared politeness state.
+//! - `queue`: the [`QueueStore`](crawler_sched::QueueStore) methods (pushes, leases with
+//!   the send they book, acknowledgements).
+//! - `fleet`: [`SharedBudget`] for [`RedisBudget`], [`Fleet`] for [`RedisFleet`].
+//! - `step`: one round trip: the script's arguments from what is buffered, and its reply.
+//! - `clock`: the worker's estimate of the Redis server's clock, the fleet's clock.
+//! - `job`: which job, and which run of it, a worker joined (epoch, token, steps).
+//! - `link`: one synchronous connection with retries, script loading and a round-trip
+//!   counter.
+//! - `lua`: the step and join scripts.
+//! - `reply`: decoding the scripts' replies, and the byte layout of queue members.
+//!
+//! The connection, the scripts and the reply decoding live here rather than in a `redis/`
+//! folder beside this one: only this store uses them, and a crate-level module named
+//! `redis` would make `redis::...` paths mean two things next to the redis crate.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use crawler_core::{Feedback, Shutdown};
+use crawler_sched::politeness::{HostState, Params};
+use crawler_sched::{Fleet, FleetStatus, SharedBudget, Versioned};
+
+use crate::error::Error;
+use job::Job;
+use link::Link;
+use lua::STEP;
+use reply::server_ms;
+
+mod clock;
+mod fleet;
+mod job;
+mod link;
+mod lua;
+mod queue;
+mod reply;
+mod state;
+mod step;
+
+pub use link::redis_round_trips;
+
+/// How to reach Redis and which crawl to join.
+#[derive(Debug, Clone)]
+pub struct RedisOptions {
+    /// `redis://[:password@]host[:port][/db]`, or `rediss://` for TLS.
+    pub url: String,
+    /// The job name: workers that give the same name crawl as one.
+    pub job: String,
+    /// How long a leased request may go without renewal before another worker takes it
+    /// back (a worker renews its leases while it lives, so this is the time to notice a
+    /// dead worker). Default 30 s.
+    pub lease_timeout: Duration,
+    /// How long an operation is retried while Redis is unreachable before the store gives
+    /// up with an error. Default 60 s.
+    pub retry_for: Duration,
+    /// How often an idle worker asks for the fleet's state (work queued by others, expired
+    /// leases). Default 200 ms.
+    pub sync_every: Duration,
+    /// Enforce a shared per-host budget with these default parameters (hosts may register
+    /// their own through [`SharedBudget::register`]). `None`: leases ignore pacing.
+    pub budget: Option<Params>,
+    /// How long the job's keys live after the last step that touched them. Default 7 days.
+    pub idle_ttl: Duration,
+    /// How long before a host's slot its next request may be leased, at most (and never
+    /// more than half the host's interval). The send is booked at the slot, and
+    /// [`crawler_sched::FleetFrontier`] holds the request until then, so the fleet's sends
+    /// are spaced as booked rather than by when each lease's reply arrived. Default 50 ms;
+    /// zero leases only once the slot is due and sends at once.
+    pub lease_ahead: Duration,
+    /// The crawl's stop handle: while Redis is unreachable, a stop request (Ctrl-C,
+    /// SIGTERM) ends the retries at once, and the store then fails fast. `None`: retries
+    /// run for `retry_for`.
+    pub stop: Option<Shutdown>,
+}
+
+impl RedisOptions {
+    /// Options for joining `job` on the Redis server at `url`, with default timings and no
+    /// shared budget.
+    pub fn new(url: impl Into<String>, job: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            job: job.into(),
+            lease_timeout: Duration::from_secs(30),
+            retry_for: Duration::from_secs(60),
+            sync_every: Duration::from_millis(200),
+            budget: None,
+            idle_ttl: Duration::from_secs(7 * 24 * 3600),
+            lease_ahead: Duration::from_millis(50),
+            stop: None,
+        }
+    }
+}
+
+/// One politeness state commit waiting to be sent.
+struct Commit {
+    host: String,
+    expected: u64,
+    state: HostState,
+    skip: String,
+    /// Routine outcomes folded into this state: queued again if the commit loses.
+    folded: Vec<(Feedback, f64)>,
+}
+
+struct Inner {
+    link: Link,
+    prefix: String,
+    /// Which job, and which run of it, this worker joined.
+    job: Job,
+    worker: u32,
+    timeout: Duration,
+    idle_ttl: Duration,
+    sync_every: Duration,
+    default_params: Option<Params>,
+    /// [`RedisOptions::lease_ahead`], ms.
+    lease_ahead_ms: f64,
+    /// The last lease granted and the fleet time its send was booked for.
+    booked: Option<(u64, f64)>,
+    params: HashMap<String, Params>,
+    pushes: Vec<(String, Option<[u8; 16]>, Vec<u8>)>,
+    acks: Vec<u64>,
+    /// The last lease number this worker handed out (its ids in Redis are `TOKEN:N`).
+    next_lease: u64,
+    commits: Vec<Commit>,
+    stats: Option<String>,
+    open_leases: HashSet<u64>,
+    last_renew: std::time::Instant,
+    lens: HashMap<String, usize>,
+    /// Each host's politeness state as last heard (Redis counts requests in flight itself).
+    states: HashMap<String, Versioned>,
+    /// Results of the commits of the last step, by host: committed or not.
+    committed: HashMap<String, bool>,
+    /// Routine outcomes not yet committed, by host, with the fleet time they happened:
+    /// folded into the next commit of the host's state (the next lease, or the next step).
+    deferred: HashMap<String, Vec<(Feedback, f64)>>,
+    /// The folded outcomes of the commits in flight in the current step.
+    commits_sent: Vec<(String, Vec<(Feedback, f64)>)>,
+    skipped_here: HashSet<String>,
+    fleet: FleetStatus,
+    last_sync: Option<std::time::Instant>,
+    dups: u64,
+    reclaimed: u64,
+    /// Fingerprints this worker met, a cache of the shared seen set that saves round
+    /// trips. Only the shared set is the truth: this is forgotten on any doubt (Redis
+    /// rolled back, or the link reconnected, maybe to a server that restarted).
+    seen: HashSet<u128>,
+    last_fp: Option<u128>,
+    /// The link's reconnections as of the last step.
+    reconnects_seen: u64,
+    /// A failure met where it could not be returned (`queued`, `hosts`, fleet status),
+    /// for [`Fleet::take_error`].
+    error: Option<Error>,
+    /// Why Redis is known to have lost the job: every later step fails with it at once.
+    lost: Option<String>,
+    /// Local clock origin, and the Redis server's clock minus ours (ms), as the round
+    /// trips bound it.
+    origin: std::time::Instant,
+    clock: clock::ServerClock,
+}
+
+/// A lease to ask for, with the send it books.
+struct LeaseAsk<'a> {
+    host: &'a str,
+    budget: bool,
+    expected: u64,
+    claim: f64,
+    /// How far ahead of the server's clock the claim may be (ms).
+    ahead: f64,
+    /// The fleet time the send is booked for (budget leases).
+    at: f64,
+    state: String,
+    concurrency: u32,
+    /// The lease number this lease gets if granted.
+    number: u64,
+}
+
+/// What one step asks for besides flushing.
+#[derive(Default)]
+struct Ask<'a> {
+    lease: Option<LeaseAsk<'a>>,
+    sync: bool,
+    /// A host whose shared state to read afresh.
+    peek: Option<&'a str>,
+}
+
+/// A decoded lease answer.
+struct Leased {
+    code: i64,
+    /// The lease number (granted leases only).
+    id: u64,
+    member: Vec<u8>,
+}
+
+/// A [`QueueStore`](crawler_sched::QueueStore) in Redis shared by a fleet of workers, and (through
+/// [`RedisStore::budget`]) their shared per-host budget. See the [crate docs](crate#redis)
+/// for the key layout, the round trips and the failure behaviour.
+pub struct RedisStore {
+    inner: Arc<Mutex<Inner>>,
+}
+
+/// The [`SharedBudget`] of a [`RedisStore`]'s job.
+pub struct RedisBudget {
+    inner: Arc<Mutex<Inner>>,
+}
+
+/// The [`Fleet`] view of a [`RedisStore`]'s job.
+pub struct RedisFleet {
+    inner: Arc<Mutex<Inner>>,
+}
+
+fn lock(m: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
+    // A panic while holding the lock leaves buffers that are still valid to send.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl RedisStore {
+    /// Connect and join the job (retrying for `retry_for` while Redis is unreachable).
+    pub fn open(options: RedisOptions) -> Result<Self, Error> {
+        if options.url.starts_with("rediss:") {
+            // redis-rs takes rustls' process-wide provider; the workspace uses ring.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let mut link = Link::open(&options.url, options.retry_for, STEP, options.stop)?;
+        let origin = std::time::Instant::now();
+        let time: Vec<String> = link.query(&redis::cmd("TIME"), "read the server's clock")?;
+        let local = origin.elapsed().as_secs_f64() * 1_000.0;
+        let server = server_ms(&time).ok_or_else(|| {
+            Error::redis_reply(&link.shown, "TIME did not answer seconds and microseconds")
+        })?;
+        let prefix = format!("crawler:{{{}}}:", options.job);
+        let (job, worker) = Job::join(&mut link, &prefix, &options.job, options.idle_ttl)?;
+        let inner = Inner {
+            reconnects_seen: link.reconnects,
+            link,
+            prefix,
+            job,
+            worker,
+            timeout: options.lease_timeout.max(Duration::from_millis(100)),
+            idle_ttl: options.idle_ttl,
+            sync_every: options.sync_every,
+            default_params: options.budget,
+            lease_ahead_ms: options.lease_ahead.as_secs_f64() * 1_000.0,
+            booked: None,
+            params: HashMap::new(),
+            pushes: Vec::new(),
+            acks: Vec::new(),
+            next_lease: 0,
+            commits: Vec::new(),
+            stats: None,
+            open_leases: HashSet::new(),
+            last_renew: std::time::Instant::now(),
+            lens: HashMap::new(),
+            states: HashMap::new(),
+            committed: HashMap::new(),
+            deferred: HashMap::new(),
+            commits_sent: Vec::new(),
+            skipped_here: HashSet::new(),
+            fleet: FleetStatus::default(),
+            last_sync: None,
+            dups: 0,
+            reclaimed: 0,
+            seen: HashSet::new(),
+            last_fp: None,
+            error: None,
+            lost: None,
+            origin,
+            clock: clock::ServerClock::new(0.0, local, server),
+        };
+        Ok(Self {
+            inner: Arc::new(Mutex::new(inner)),
+        })
+    }
+
+    /// The job's shared per-host politeness state, for [`crawler_sched::SharedThrottle`].
+    /// Sends are booked by this store's leases only when [`RedisOptions::budget`] was set.
+    pub fn budget(&self) -> Arc<dyn SharedBudget> {
+        Arc::new(RedisBudget {
+            inner: Arc::clone(&self.inner),
+        })
+    }
+
+    /// The fleet view, for [`crawler_sched::FleetFrontier`].
+    pub fn fleet(&self) -> Box<dyn Fleet> {
+        Box::new(RedisFleet {
+            inner: Arc::clone(&self.inner),
+        })
+    }
+
+    /// This worker's number in the job (1 for the first to join).
+    pub fn worker(&self) -> u32 {
+        lock(&self.inner).worker
+    }
+
+    /// Round trips this store made to Redis so far.
+    pub fn round_trips(&self) -> u64 {
+        lock(&self.inner).link.round_trips
+    }
+
+    /// Leases of other (dead) workers this worker returned to their queues.
+    pub fn reclaimed(&self) -> u64 {
+        lock(&self.inner).reclaimed
+    }
+
+    /// The job's epoch: a random identity written when the job was created in Redis.
+    pub fn job_epoch(&self) -> String {
+        lock(&self.inner).job.epoch.clone()
+    }
+
+    /// This worker's lease id prefix in Redis (random per opened store), so lease ids
+    /// (`TOKEN:N`) never repeat across workers, restarts of a worker or of Redis.
+    pub fn lease_token(&self) -> String {
+        lock(&self.inner).job.token.clone()
+    }
+
+    /// Times this worker saw Redis roll back (its step generation went backwards) and
+    /// forgot its local seen cache.
+    pub fn rollbacks(&self) -> u64 {
+        lock(&self.inner).job.rollbacks
+    }
+
+    /// Send everything buffered (pushes, acknowledgements, reports) now.
+    pub fn flush(&self) -> Result<(), Error> {
+        lock(&self.inner).step(Ask::default()).map(|_| ())
+    }
+
+    /// Every worker's last saved stats (as saved by `QueueStore::checkpoint`), by worker.
+    pub fn worker_stats(&self) -> Result<Vec<(u32, serde_json::Value)>, Error> {
+        let mut inner = lock(&self.inner);
+        let key = format!("{}stats", inner.prefix);
+        let map: HashMap<String, String> = inner
+            .link
+            .query(redis::cmd("HGETALL").arg(key), "read the stats")?;
+        let mut out = Vec::new();
+        for (w, json) in map {
+            let w = w.parse().unwrap_or(0);
+            let v = serde_json::from_str(&json).map_err(|e| {
+                Error::redis_reply(&inner.link.shown, format!("worker {w}'s stats: {e}"))
+            })?;
+            out.push((w, v));
+        }
+        out.sort_by_key(|(w, _)| *w);
+        Ok(out)
+    }
+}

@@ -1,0 +1,227 @@
+//! The [`QueueStore`] methods of [`RedisStore`]: pushes buffered for the next round trip,
+//! leases that book their send in the host's shared state in the same step, buffered
+//! acknowledgements, and checkpoints.
+
+use crawler_core::Request;
+use crawler_sched::{Entry, Fingerprint, QueueStore, fingerprint};
+
+use super::reply::{MEMBER_HEADER, member};
+use super::{Ask, LeaseAsk, RedisStore, lock};
+use crate::error::Error;
+
+/// Pushes buffered before they are sent without waiting for the next lease.
+const PUSH_BATCH: usize = 256;
+/// Fingerprints remembered locally as seen; past this the memory is cleared (the shared
+/// seen set stays the truth, the local set only saves round trips and batching).
+const LOCAL_SEEN_MAX: usize = 1 << 21;
+
+impl QueueStore for RedisStore {
+    /// Answers from local memory: a fingerprint this worker has not met is taken as new,
+    /// and the shared seen set decides when the push reaches Redis (in the same atomic
+    /// step as the queue insert). A request another worker queued first is then dropped
+    /// there and counted as a duplicate in the stats this worker saves.
+    fn insert_seen(&mut self, fp: Fingerprint) -> Result<bool, crawler_sched::Error> {
+        let mut inner = lock(&self.inner);
+        if inner.seen.len() >= LOCAL_SEEN_MAX {
+            inner.seen.clear();
+        }
+        let new = inner.seen.insert(fp.0);
+        inner.last_fp = new.then_some(fp.0);
+        Ok(new)
+    }
+
+    fn push(&mut self, host: &str, entry: Entry) -> Result<(), crawler_sched::Error> {
+        let mut inner = lock(&self.inner);
+        // Only the request whose fingerprint was just admitted carries it; a retry or a
+        // `dont_filter` request skips the shared seen set.
+        let fp = inner
+            .last_fp
+            .take()
+            .filter(|fp| !entry.request.dont_filter && fingerprint(&entry.request).0 == *fp)
+            .map(u128::to_be_bytes);
+        let m = member(&entry, inner.job.tag())
+            .map_err(|e| Error::redis_reply(&inner.link.shown, format!("cannot encode: {e}")))?;
+        inner.pushes.push((host.to_owned(), fp, m));
+        *inner.lens.entry(host.to_owned()).or_default() += 1;
+        if inner.pushes.len() >= PUSH_BATCH {
+            inner.step(Ask::default())?;
+        }
+        Ok(())
+    }
+
+    /// With a budget, the send is booked in the host's shared state in the same atomic
+    /// step as the lease: the worker runs the host's machine on the state it last heard,
+    /// and Redis commits the result only if nobody changed the state in between and its
+    /// own clock agrees the send is due (otherwise the fresher state comes back and the
+    /// worker decides again).
+    fn lease(&mut self, host: &str) -> Result<Option<(u64, Request)>, crawler_sched::Error> {
+        let mut inner = lock(&self.inner);
+        let mut leased = None;
+        // The changes of the outcomes this lease carries; logged once it is committed.
+        let mut audit = Vec::new();
+        for _ in 0..8 {
+            let params = inner.params_for(host).cloned();
+            let ask = match &params {
+                Some(params) if !inner.skipped_here.contains(host) => {
+                    let (mut m, expected) = inner.machine(host, params);
+                    let now = inner.now_ms();
+                    // Routine outcomes waiting for this host ride with the lease.
+                    for (fb, at) in inner.deferred.get(host).into_iter().flatten() {
+                        let _ = m.on_feedback(fb, *at);
+                    }
+                    audit = m.take_audit();
+                    let claim = m.ready_at();
+                    let ahead = crawler_sched::lease_ahead(&m, inner.lease_ahead_ms);
+                    // The configured cap, fleet-wide: pacing keeps the rate, and every
+                    // worker gets a share of the host's requests to parse.
+                    let concurrency = params.concurrency.max(1);
+                    if claim > now + ahead + 1.0 {
+                        // Not due (less the look-ahead) by what this worker last heard; the
+                        // throttle's ready time says when to come back. (Requests in flight fleet-wide are
+                        // counted by Redis, which also gets this worker's acknowledgements
+                        // in the same step.)
+                        return Ok(None);
+                    }
+                    // Booked at the slot, and never sooner than the look-ahead from now, even
+                    // when the slot has passed: the worker holds the request until then
+                    // (FleetFrontier), so it leaves on time whatever the reply's delay. A
+                    // send booked for now would leave late by that delay, and the next
+                    // worker's, on time, would follow it closer than the interval.
+                    let at = claim.max(now + ahead);
+                    m.on_send(at);
+                    let state = serde_json::to_string(m.state()).map_err(|e| {
+                        inner.bad(&format!("cannot encode a politeness state: {e}"))
+                    })?;
+                    LeaseAsk {
+                        host,
+                        budget: true,
+                        expected,
+                        claim,
+                        ahead,
+                        at,
+                        state,
+                        concurrency,
+                        number: inner.next_lease + 1,
+                    }
+                }
+                _ => LeaseAsk {
+                    host,
+                    budget: false,
+                    expected: 0,
+                    claim: 0.0,
+                    ahead: 0.0,
+                    at: 0.0,
+                    state: String::new(),
+                    concurrency: u32::MAX,
+                    number: inner.next_lease + 1,
+                },
+            };
+            let booked = ask.budget.then_some(ask.at);
+            let answer = inner.step(Ask {
+                lease: Some(ask),
+                sync: false,
+                peek: None,
+            })?;
+            inner.booked = match (&answer, booked) {
+                (Some(l), Some(at)) if l.code == 1 => Some((l.id, at)),
+                _ => None,
+            };
+            if answer.as_ref().is_some_and(|l| l.code == 1) {
+                // The lease's commit carried them.
+                inner.deferred.remove(host);
+                crawler_sched::log_changes(
+                    host,
+                    std::mem::take(&mut audit),
+                    &mut Default::default(),
+                );
+            }
+            match answer {
+                Some(l) if l.code == 4 => continue,
+                other => {
+                    leased = other;
+                    break;
+                }
+            }
+        }
+        let Some(leased) = leased else {
+            return Ok(None);
+        };
+        if leased.code != 1 {
+            return Ok(None);
+        }
+        let json = leased.member.get(MEMBER_HEADER..).unwrap_or_default();
+        // The number is spent even if the request does not decode: ids never repeat.
+        inner.next_lease = leased.id;
+        let request: Request = serde_json::from_slice(json)
+            .map_err(|e| inner.bad(&format!("a queued request of {host} does not decode: {e}")))?;
+        inner.open_leases.insert(leased.id);
+        Ok(Some((leased.id, request)))
+    }
+
+    fn send_buffered(&mut self) -> Result<(), crawler_sched::Error> {
+        lock(&self.inner).step(Ask::default())?;
+        Ok(())
+    }
+
+    /// Buffered: sent with the next round trip, after the pushes it follows.
+    fn ack(&mut self, lease: u64) -> Result<(), crawler_sched::Error> {
+        let mut inner = lock(&self.inner);
+        inner.open_leases.remove(&lease);
+        inner.acks.push(lease);
+        Ok(())
+    }
+
+    fn host_len(&self, host: &str) -> usize {
+        lock(&self.inner).lens.get(host).copied().unwrap_or(0)
+    }
+
+    fn queued(&self) -> usize {
+        let mut inner = lock(&self.inner);
+        // Called by the engine every tick: a convenient time to renew leases of long
+        // downloads.
+        if !inner.open_leases.is_empty() && inner.last_renew.elapsed() >= inner.timeout / 4 {
+            if let Err(e) = inner.step(Ask::default()) {
+                inner.keep_error("cannot renew leases", e);
+            }
+        }
+        inner.lens.values().sum()
+    }
+
+    fn hosts(&self) -> Vec<String> {
+        let mut inner = lock(&self.inner);
+        if let Err(e) = inner.sync_if_due() {
+            inner.keep_error("cannot read the fleet's state", e);
+        }
+        inner
+            .lens
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(h, _)| h.clone())
+            .collect()
+    }
+
+    fn next_seq(&self) -> u64 {
+        1
+    }
+
+    /// Saves this worker's stats (with duplicates found by the shared seen set moved from
+    /// "enqueued" to "filtered") under its worker number, and sends everything buffered.
+    fn checkpoint(&mut self, stats: &serde_json::Value) -> Result<(), crawler_sched::Error> {
+        let mut inner = lock(&self.inner);
+        let mut stats = stats.clone();
+        let dups = inner.dups;
+        if let Some(n) = stats.get_mut("requests_enqueued") {
+            *n = (n.as_u64().unwrap_or(0).saturating_sub(dups)).into();
+        }
+        if let Some(serde_json::Value::Object(f)) = stats.get_mut("filtered") {
+            let d = f
+                .get("duplicate")
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0);
+            f.insert("duplicate".into(), (d + dups).into());
+        }
+        inner.stats = Some(stats.to_string());
+        inner.step(Ask::default())?;
+        Ok(())
+    }
+}
