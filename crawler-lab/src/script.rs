@@ -70,10 +70,10 @@ impl ScriptReply {
     /// recorder, so requests arriving inside it count as violations.
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         let (name, value) = (name.into(), value.into());
-        if name.eq_ignore_ascii_case("retry-after") {
-            if let Ok(secs) = value.trim().parse::<u64>() {
-                self.announce = Some(Duration::from_secs(secs));
-            }
+        if name.eq_ignore_ascii_case("retry-after")
+            && let Ok(secs) = value.trim().parse::<u64>()
+        {
+            self.announce = Some(Duration::from_secs(secs));
         }
         self.headers.push((name, value));
         self

@@ -102,7 +102,7 @@ fn main() {
             }
             _ => break,
         }
-        if served % 1_000_000 == 0 {
+        if served.is_multiple_of(1_000_000) {
             eprintln!(
                 "  {:>10} served, {:>9.0} dequeues/s, peak RSS {:.0} MiB",
                 served,

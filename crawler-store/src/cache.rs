@@ -163,10 +163,10 @@ impl CacheStore {
             // A stale order record (the response was replaced since) must not evict the
             // newer response.
             let current = s.responses.get(&fp).map_err(err)?;
-            if current.is_some_and(|v| crate::keys::u64_at(&v, 0) == crate::keys::u64_at(&n, 0)) {
-                if let Some(old) = s.responses.remove(&fp).map_err(err)? {
-                    s.bytes.fetch_sub(old.len() as u64, Ordering::Relaxed);
-                }
+            if current.is_some_and(|v| crate::keys::u64_at(&v, 0) == crate::keys::u64_at(&n, 0))
+                && let Some(old) = s.responses.remove(&fp).map_err(err)?
+            {
+                s.bytes.fetch_sub(old.len() as u64, Ordering::Relaxed);
             }
         }
         Ok(())

@@ -155,7 +155,7 @@ impl SeenSet {
 
     /// Put back the fingerprints of a seen-log record.
     pub(crate) fn remember_log(&mut self, record: &[u8], path: &Path) -> Result<(), Error> {
-        if record.len() % FP_LEN != 0 {
+        if !record.len().is_multiple_of(FP_LEN) {
             return Err(Error::corrupt(
                 path,
                 "a seen-log record has a partial fingerprint",

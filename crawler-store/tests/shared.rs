@@ -23,7 +23,9 @@ fn fp(n: u32) -> [u8; 16] {
 fn validators(n: u32) -> Validators {
     Validators {
         etag: Some(format!("\"v{n}\"")),
-        last_modified: (n % 2 == 0).then(|| "Wed, 21 Oct 2015 07:28:00 GMT".to_owned()),
+        last_modified: n
+            .is_multiple_of(2)
+            .then(|| "Wed, 21 Oct 2015 07:28:00 GMT".to_owned()),
         fetched_at_unix: 1_700_000_000 + i64::from(n),
         content_hash: u64::from(n) * 31,
         body_len: u64::from(n) + 100,

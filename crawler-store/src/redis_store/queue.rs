@@ -179,10 +179,11 @@ impl QueueStore for RedisStore {
         let mut inner = lock(&self.inner);
         // Called by the engine every tick: a convenient time to renew leases of long
         // downloads.
-        if !inner.open_leases.is_empty() && inner.last_renew.elapsed() >= inner.timeout / 4 {
-            if let Err(e) = inner.step(Ask::default()) {
-                inner.keep_error("cannot renew leases", e);
-            }
+        if !inner.open_leases.is_empty()
+            && inner.last_renew.elapsed() >= inner.timeout / 4
+            && let Err(e) = inner.step(Ask::default())
+        {
+            inner.keep_error("cannot renew leases", e);
         }
         inner.lens.values().sum()
     }

@@ -192,28 +192,28 @@ impl Inner {
                 self.committed.insert(host, ok);
             }
         }
-        if ask.sync {
-            if let Value::Array(s) = sync {
-                self.last_sync = Some(std::time::Instant::now());
-                let leased = usize::try_from(int_at(&s, 0)).unwrap_or(0);
-                for n in self.lens.values_mut() {
-                    *n = 0;
-                }
-                let mut queued = 0;
-                for chunk in s.get(1..).unwrap_or_default().chunks(3) {
-                    let host = text(chunk.first());
-                    let n = usize::try_from(int_at(chunk, 1)).unwrap_or(0);
-                    if int_at(chunk, 2) == 0 {
-                        queued += n;
-                    }
-                    self.lens.insert(host, n);
-                }
-                // Pushes still buffered here are work too.
-                for (host, _, _) in &self.pushes {
-                    *self.lens.entry(host.clone()).or_default() += 1;
-                }
-                self.fleet = FleetStatus { queued, leased };
+        if ask.sync
+            && let Value::Array(s) = sync
+        {
+            self.last_sync = Some(std::time::Instant::now());
+            let leased = usize::try_from(int_at(&s, 0)).unwrap_or(0);
+            for n in self.lens.values_mut() {
+                *n = 0;
             }
+            let mut queued = 0;
+            for chunk in s.get(1..).unwrap_or_default().chunks(3) {
+                let host = text(chunk.first());
+                let n = usize::try_from(int_at(chunk, 1)).unwrap_or(0);
+                if int_at(chunk, 2) == 0 {
+                    queued += n;
+                }
+                self.lens.insert(host, n);
+            }
+            // Pushes still buffered here are work too.
+            for (host, _, _) in &self.pushes {
+                *self.lens.entry(host.clone()).or_default() += 1;
+            }
+            self.fleet = FleetStatus { queued, leased };
         }
         if let (Some(host), Value::Array(p)) = (ask.peek, &peek)
             && !p.is_empty()

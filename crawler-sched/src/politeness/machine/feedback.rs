@@ -97,7 +97,11 @@ impl HostMachine {
                 );
                 return self.skip(reason, Trigger::Forbidden, now);
             }
-            if self.state.forbidden % t.forbidden_slow_after.max(1) == 0 {
+            if self
+                .state
+                .forbidden
+                .is_multiple_of(t.forbidden_slow_after.max(1))
+            {
                 let rate = self.state.rate * 0.5;
                 if self.params.mode == Mode::Adaptive {
                     self.set_rate(rate, Trigger::Forbidden, now);
