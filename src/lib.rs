@@ -162,6 +162,7 @@ fn open_job(
 
 /// The politeness parameters of a fleet's hosts: the same machine and modes as a local
 /// crawl, with a shorter send log (it travels with every commit of the shared state).
+#[cfg(feature = "redis")]
 fn fleet_params(settings: &Settings) -> crawler_sched::politeness::Params {
     let mut p = crawler_sched::politeness::Params::from_settings(settings);
     p.tuning.log_capacity = p.tuning.log_capacity.min(FLEET_LOG);
@@ -169,6 +170,7 @@ fn fleet_params(settings: &Settings) -> crawler_sched::politeness::Params {
 }
 
 /// Sends remembered per host in a fleet's shared state (about two minutes at 5 r/s).
+#[cfg(feature = "redis")]
 const FLEET_LOG: usize = 600;
 
 /// Join the Redis-backed crawl named by `job_name` (default: the spider's name): shared
@@ -176,6 +178,7 @@ const FLEET_LOG: usize = 600;
 ///
 /// `shutdown` is the crawl's stop handle: a stop request during a Redis outage ends the
 /// store's retries, so Ctrl-C is never stuck behind `redis_retry_for`.
+#[cfg(feature = "redis")]
 fn open_fleet(
     url: &str,
     spider: &str,
@@ -210,6 +213,22 @@ fn open_fleet(
     });
     let frontier = Frontier::with_store(config, Box::new(store) as Box<dyn QueueStore>);
     Ok(FleetFrontier::new(frontier, fleet))
+}
+
+/// Without the `redis` feature there is no fleet: `redis_url` is refused, never ignored.
+#[cfg(not(feature = "redis"))]
+fn open_fleet(
+    _url: &str,
+    _spider: &str,
+    _allowed: Vec<String>,
+    _settings: &Settings,
+    _shutdown: &Shutdown,
+) -> Result<FleetFrontier<Box<dyn QueueStore>>, Error> {
+    Err(Error::new(
+        ErrorKind::Settings,
+        "redis_url is set, but this program was built without the `redis` feature of the \
+         crawler crate (in Cargo.toml: crawler = { ..., features = [\"redis\"] })",
+    ))
 }
 
 /// Refuse settings the private-address guard cannot enforce (a proxy, set or in the

@@ -50,11 +50,13 @@ pub(crate) enum Repr {
         action: &'static str,
         source: sled::Error,
     },
+    #[cfg(feature = "redis")]
     #[error("invalid Redis URL {}: {source}", url.display())]
     RedisConfig {
         url: PathBuf,
         source: redis::RedisError,
     },
+    #[cfg(feature = "redis")]
     #[error(
         "Redis at {} failed during {action} (gave up after {:.1}s of retries): {source}",
         url.display(),
@@ -66,6 +68,7 @@ pub(crate) enum Repr {
         waited: std::time::Duration,
         source: redis::RedisError,
     },
+    #[cfg(feature = "redis")]
     #[error(
         "stopped on request while Redis at {} was unreachable during {action} (after {:.1}s): \
          {source}; updates not yet sent stay unacknowledged, so the fleet fetches those pages \
@@ -79,12 +82,14 @@ pub(crate) enum Repr {
         waited: std::time::Duration,
         source: redis::RedisError,
     },
+    #[cfg(feature = "redis")]
     #[error("not trying Redis again during {action}: earlier in this run, {why}")]
     RedisGivenUp {
         url: PathBuf,
         action: &'static str,
         why: String,
     },
+    #[cfg(feature = "redis")]
     #[error(
         "Redis at {} lost the state of job {job:?}: {detail}. Its shared queue, seen set and \
          leases are gone, so this worker stops rather than end a partial crawl as if it were \
@@ -97,6 +102,7 @@ pub(crate) enum Repr {
         job: String,
         detail: String,
     },
+    #[cfg(feature = "redis")]
     #[error("unexpected reply from Redis at {}: {detail}", url.display())]
     RedisReply { url: PathBuf, detail: String },
     #[error("cannot encode a record for {}: {source}", path.display())]
@@ -129,20 +135,26 @@ impl Error {
     /// Redis could not be reached (or kept failing) for longer than the store retries, or
     /// its URL is invalid.
     pub fn is_redis_unavailable(&self) -> bool {
-        matches!(
+        #[cfg(feature = "redis")]
+        return matches!(
             self.0,
             Repr::Redis { .. }
                 | Repr::RedisConfig { .. }
                 | Repr::RedisStopped { .. }
                 | Repr::RedisGivenUp { .. }
-        )
+        );
+        #[cfg(not(feature = "redis"))]
+        false
     }
 
     /// Redis forgot the job's shared state (a restart without persistence, a failover to a
     /// replica that was behind, eviction, or the keys' idle time-to-live ran out): the job
     /// epoch a worker joined is missing or different.
     pub fn is_redis_lost(&self) -> bool {
-        matches!(self.0, Repr::RedisLost { .. })
+        #[cfg(feature = "redis")]
+        return matches!(self.0, Repr::RedisLost { .. });
+        #[cfg(not(feature = "redis"))]
+        false
     }
 
     /// The job directory (or store path, or redacted Redis URL) the error is about.
@@ -156,6 +168,7 @@ impl Error {
             | Repr::Io { path, .. }
             | Repr::Sled { path, .. }
             | Repr::Encode { path, .. } => path,
+            #[cfg(feature = "redis")]
             Repr::RedisConfig { url, .. }
             | Repr::Redis { url, .. }
             | Repr::RedisStopped { url, .. }
@@ -202,6 +215,7 @@ impl Error {
         .into()
     }
 
+    #[cfg(feature = "redis")]
     pub(crate) fn redis_config(url: &str, source: redis::RedisError) -> Self {
         Repr::RedisConfig {
             url: url.into(),
@@ -210,6 +224,7 @@ impl Error {
         .into()
     }
 
+    #[cfg(feature = "redis")]
     pub(crate) fn redis(
         url: &str,
         action: &'static str,
@@ -225,6 +240,7 @@ impl Error {
         .into()
     }
 
+    #[cfg(feature = "redis")]
     pub(crate) fn redis_stopped(
         url: &str,
         action: &'static str,
@@ -240,6 +256,7 @@ impl Error {
         .into()
     }
 
+    #[cfg(feature = "redis")]
     pub(crate) fn redis_given_up(url: &str, action: &'static str, why: &str) -> Self {
         Repr::RedisGivenUp {
             url: url.into(),
@@ -249,6 +266,7 @@ impl Error {
         .into()
     }
 
+    #[cfg(feature = "redis")]
     pub(crate) fn redis_lost(url: &str, job: &str, detail: impl Into<String>) -> Self {
         Repr::RedisLost {
             url: url.into(),
@@ -258,6 +276,7 @@ impl Error {
         .into()
     }
 
+    #[cfg(feature = "redis")]
     pub(crate) fn redis_reply(url: &str, detail: impl Into<String>) -> Self {
         Repr::RedisReply {
             url: url.into(),

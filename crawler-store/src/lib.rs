@@ -211,6 +211,7 @@ mod db;
 mod error;
 mod keys;
 mod options;
+#[cfg(feature = "redis")]
 mod redis_store;
 mod seen;
 mod sled_store;
@@ -220,6 +221,7 @@ pub use cache::{CacheStore, CachedResponse};
 pub use conditional::SledConditional;
 pub use error::Error;
 pub use options::StoreOptions;
+#[cfg(feature = "redis")]
 pub use redis_store::{RedisBudget, RedisFleet, RedisOptions, RedisStore, redis_round_trips};
 pub use sled_store::SledStore;
 pub use validators::{ValidatorStore, Validators};
