@@ -7,10 +7,11 @@
 //! any crawler benchmark.
 //!
 //! The folder owns the wire and nothing else: accepting connections and the keep-alive loop
-//! ([`connection`]), parsing request heads ([`parse`]: no I/O), writing responses, the broken
-//! ones included ([`write`]), and the two types the handler works with, [`Req`] and [`Reply`].
-//! What to answer is the [`handler`](crate::handler)'s business: the server must not choose a
-//! status, header or body itself, except the bare refusals of requests it cannot parse.
+//! ([`connection`](mod@connection)), parsing request heads ([`parse`]: no I/O), writing
+//! responses, the broken ones included ([`write`](mod@write)), and the two types the handler
+//! works with, [`Req`] and [`Reply`]. What to answer is the [`handler`](crate::handler)'s
+//! business: the server must not choose a status, header or body itself, except the bare
+//! refusals of requests it cannot parse.
 
 use std::sync::Arc;
 use std::time::Duration;
