@@ -11,12 +11,17 @@
 
 #![allow(clippy::unwrap_used)]
 
+// The one redis-server helper of the workspace's tests.
+#[path = "../crawler-store/tests/support/redis.rs"]
+mod redis_server;
+use redis_server::Redis;
+
 #[allow(dead_code)]
 #[path = "../examples/books/spider.rs"]
 mod books;
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crawler::prelude::*;
 use crawler_lab::Lab;
@@ -68,7 +73,7 @@ fn main() {
         labs
     });
     let urls: Vec<String> = labs.iter().map(Lab::url).collect();
-    let redis = RedisServer::start();
+    let redis = Redis::start();
     println!("Redis-shared crawl, open lab: {hosts} hosts x {books} books, workers as processes\n");
     println!("| workers | pages | seconds | pages/s | Redis round trips | round trips/page |");
     println!("|---:|---:|---:|---:|---:|---:|");
@@ -110,7 +115,7 @@ fn main() {
     });
 }
 
-fn spawn(redis: &RedisServer, job: &str, urls: &[String]) -> Child {
+fn spawn(redis: &Redis, job: &str, urls: &[String]) -> Child {
     Command::new(std::env::current_exe().unwrap())
         .env("REDIS_BENCH_CHILD", "1")
         .env(
@@ -156,49 +161,4 @@ fn child() {
         stats.fetched,
         crawler::store::redis_round_trips()
     );
-}
-
-/// A redis-server of our own on a free loopback port, killed on drop.
-struct RedisServer {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl RedisServer {
-    fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed");
-        for _ in 0..250 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Self {
-            child,
-            port,
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }

@@ -74,7 +74,7 @@ fn assert_every_line_parses(feeds: &[std::path::PathBuf]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_worker_appends_to_its_feed() {
     let _serial = SERIAL.lock().await;
-    let redis = Redis::start(false);
+    let redis = Redis::start();
     const BOOKS: usize = 150;
     let lab = Lab::builder().books(BOOKS).start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -110,7 +110,7 @@ async fn a_restarted_worker_appends_to_its_feed() {
 async fn killed_workers_and_a_forgetful_redis_never_end_in_a_silent_partial_crawl() {
     let _serial = SERIAL.lock().await;
     // No persistence at all: a restart forgets the job.
-    let mut redis = Redis::start(false);
+    let mut redis = Redis::start();
     const BOOKS: usize = 400;
     let lab = Lab::builder().books(BOOKS).start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -205,7 +205,7 @@ async fn killed_workers_and_a_forgetful_redis_never_end_in_a_silent_partial_craw
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_request_during_a_redis_outage_is_obeyed_within_seconds() {
     let _serial = SERIAL.lock().await;
-    let mut redis = Redis::start(false);
+    let mut redis = Redis::start();
     let lab = Lab::builder().books(2000).start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let feeds = feeds(dir.path(), 2);

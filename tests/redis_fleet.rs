@@ -55,7 +55,7 @@ async fn child_worker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_workers_share_one_budget_and_respect_retry_after() {
     let _serial = SERIAL.lock().await;
-    let redis = Redis::start(false);
+    let redis = Redis::start();
     // The practice scenario scaled by 10: 50 requests/s per client with a burst of 50, and
     // Retry-After: 3 on refusals. The fleet starts at 100/s, twice too fast, so it meets a
     // refusal and must hold as one.
@@ -164,7 +164,7 @@ async fn four_workers_share_one_budget_and_respect_retry_after() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_workers_leases_are_reclaimed_by_the_others() {
     let _serial = SERIAL.lock().await;
-    let redis = Redis::start(false);
+    let redis = Redis::start();
     let lab = Lab::builder().books(400).start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let feeds = feeds(dir.path(), 4);
@@ -223,7 +223,7 @@ async fn a_killed_workers_leases_are_reclaimed_by_the_others() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_restart_mid_crawl_pauses_the_fleet_and_loses_nothing() {
     let _serial = SERIAL.lock().await;
-    let mut redis = Redis::start(true);
+    let mut redis = Redis::start_with_aof();
     let lab = Lab::builder().books(400).start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let feeds = feeds(dir.path(), 2);

@@ -8,7 +8,7 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -52,106 +52,11 @@ pub async fn child_worker_main() {
     }
 }
 
-/// A redis-server of our own on a free loopback port, killed on drop.
-pub struct Redis {
-    child: Child,
-    pub port: u16,
-    dir: tempfile::TempDir,
-    appendonly: bool,
-}
-
-pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
-impl Redis {
-    /// A server with no automatic snapshots, and an fsync-always AOF if `appendonly` (so
-    /// without it, a restart forgets everything).
-    pub fn start(appendonly: bool) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let child = Self::spawn(port, dir.path(), appendonly);
-        let r = Self {
-            child,
-            port,
-            dir,
-            appendonly,
-        };
-        r.wait_ready();
-        r
-    }
-
-    fn spawn(port: u16, dir: &Path, appendonly: bool) -> Child {
-        Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", ""])
-            .args(["--appendonly", if appendonly { "yes" } else { "no" }])
-            .args(["--appendfsync", "always"])
-            .arg("--dir")
-            .arg(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (apt-get install redis-server)")
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    fn wait_ready(&self) {
-        for _ in 0..250 {
-            if self
-                .command(&["PING"])
-                .is_some_and(|r| r.starts_with("+PONG"))
-            {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("redis-server did not come up on port {}", self.port);
-    }
-
-    /// One command in RESP (the tests do not depend on a Redis client), its raw reply;
-    /// `None` if the server is not there.
-    pub fn command(&self, args: &[&str]) -> Option<String> {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        let mut cmd = format!("*{}\r\n", args.len());
-        for a in args {
-            cmd.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-        }
-        s.write_all(cmd.as_bytes()).ok()?;
-        let mut buf = vec![0u8; 64 * 1024];
-        let n = s.read(&mut buf).ok()?;
-        Some(String::from_utf8_lossy(&buf[..n]).into_owned())
-    }
-
-    /// Stop the server the way an operator would (SIGTERM: it writes what its persistence
-    /// settings say and exits), stay down for `down`, then start it again on the same port
-    /// with the same data directory.
-    pub fn restart(&mut self, down: Duration) {
-        signal(self.child.id(), "TERM");
-        self.child.wait().unwrap();
-        std::thread::sleep(down);
-        self.child = Self::spawn(self.port, self.dir.path(), self.appendonly);
-        self.wait_ready();
-    }
-
-    /// Kill the server (SIGKILL) and leave it down.
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+// The one redis-server helper of the workspace's tests.
+#[path = "../../crawler-store/tests/support/redis.rs"]
+mod redis_server;
+#[allow(unused_imports)] // not every test binary that includes this needs both
+pub use redis_server::{Redis, free_port};
 
 /// Send a signal (`INT`, `TERM`, `KILL`) to a process.
 pub fn signal(pid: u32, name: &str) {

@@ -1,5 +1,7 @@
 //! A `redis-server` of a test's own: a free loopback port, a temporary directory, no
-//! persistence but an explicit `SAVE`. Each test binary uses part of it.
+//! automatic snapshots (only an explicit `SAVE`), and on request an fsync-always AOF. The
+//! store's Redis tests, the facade's fleet tests and the Redis benchmark all use this one
+//! (by `#[path]`); each uses part of it.
 
 #![allow(dead_code)]
 
@@ -8,32 +10,55 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+/// A free TCP port on 127.0.0.1 (free when asked; the caller binds it soon after).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// A running `redis-server`, killed and waited for on drop.
 pub struct Redis {
     child: Child,
     pub port: u16,
     dir: tempfile::TempDir,
+    appendonly: bool,
 }
 
 impl Redis {
+    /// A server without persistence: a restart forgets everything but an explicit `SAVE`.
     pub fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// A server that also keeps an fsync-always append-only file, so a restart (SIGTERM, or
+    /// a crash after the write) keeps every acknowledged write.
+    pub fn start_with_aof() -> Self {
+        Self::start_with(true)
+    }
+
+    fn start_with(appendonly: bool) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Self::spawn(port, dir.path());
-        let r = Self { child, port, dir };
+        let port = free_port();
+        let child = Self::spawn(port, dir.path(), appendonly);
+        let r = Self {
+            child,
+            port,
+            dir,
+            appendonly,
+        };
         r.wait_ready();
         r
     }
 
-    /// No automatic snapshots and no AOF: only an explicit `SAVE` is kept.
-    pub fn spawn(port: u16, dir: &Path) -> Child {
+    fn spawn(port: u16, dir: &Path, appendonly: bool) -> Child {
         Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
+            .args(["--save", ""])
+            .args(["--appendonly", if appendonly { "yes" } else { "no" }])
+            .args(["--appendfsync", "always"])
             .arg("--dir")
             .arg(dir)
             .stdout(Stdio::null())
@@ -42,7 +67,7 @@ impl Redis {
             .expect("redis-server must be installed (apt-get install redis-server)")
     }
 
-    pub fn wait_ready(&self) {
+    fn wait_ready(&self) {
         for _ in 0..250 {
             if self
                 .command(&["PING"])
@@ -59,6 +84,8 @@ impl Redis {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
+    /// One command in RESP (the tests do not depend on a Redis client), its raw reply;
+    /// `None` if the server is not there.
     pub fn command(&self, args: &[&str]) -> Option<String> {
         let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
@@ -76,16 +103,33 @@ impl Redis {
     /// that snapshot: what a restart from an old RDB file, or a failover to a replica that
     /// was behind, looks like.
     pub fn crash_and_restart(&mut self) {
+        self.kill();
+        self.child = Self::spawn(self.port, self.dir.path(), self.appendonly);
+        self.wait_ready();
+    }
+
+    /// Stop the server the way an operator would (SIGTERM: it writes what its persistence
+    /// settings say and exits), stay down for `down`, then start it again on the same port
+    /// with the same data directory.
+    pub fn restart(&mut self, down: Duration) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+        std::thread::sleep(down);
+        self.child = Self::spawn(self.port, self.dir.path(), self.appendonly);
+        self.wait_ready();
+    }
+
+    /// Kill the server (SIGKILL) and leave it down.
+    pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        self.child = Self::spawn(self.port, self.dir.path());
-        self.wait_ready();
     }
 }
 
 impl Drop for Redis {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
     }
 }
