@@ -30,7 +30,7 @@ use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use crate::error::Error;
-use crate::sitemap::error_chain;
+use crate::error_chain::error_chain;
 
 /// robots.txt files larger than this are cut here (Google's limit is 500 KiB; RFC 9309 asks
 /// for at least 500 KiB to be parsed).
