@@ -93,15 +93,18 @@ pub enum RobotsStatus {
 /// The verdict for one origin.
 #[derive(Debug)]
 pub struct RobotsRules {
-    rules: Rules,
+    access: Access,
     status: RobotsStatus,
     expires: Instant,
     /// The Retry-After of an unreachable robots.txt's response, if it sent one.
     retry_after: Option<Duration>,
 }
 
+/// What an origin lets us fetch: everything (no usable robots.txt), nothing (robots.txt
+/// unreachable for now), or what its parsed file says. (Not core's crawl `Rules`, nor the
+/// public [`RobotsRules`], which wraps this with the fetch's status and expiry.)
 #[derive(Debug)]
-enum Rules {
+enum Access {
     AllowAll,
     DisallowAll,
     Parsed(Box<Robot>),
@@ -110,17 +113,17 @@ enum Rules {
 impl RobotsRules {
     /// Whether `url` may be fetched.
     pub fn allowed(&self, url: &Url) -> bool {
-        match &self.rules {
-            Rules::AllowAll => true,
-            Rules::DisallowAll => false,
-            Rules::Parsed(r) => r.allowed(url.as_str()),
+        match &self.access {
+            Access::AllowAll => true,
+            Access::DisallowAll => false,
+            Access::Parsed(r) => r.allowed(url.as_str()),
         }
     }
 
     /// The Crawl-delay of the matching group, if any.
     pub fn crawl_delay(&self) -> Option<Duration> {
-        match &self.rules {
-            Rules::Parsed(r) => r
+        match &self.access {
+            Access::Parsed(r) => r
                 .delay
                 .filter(|d| d.is_finite() && *d > 0.0)
                 .map(|d| Duration::from_secs_f32(d.min(86_400.0))),
@@ -130,8 +133,8 @@ impl RobotsRules {
 
     /// Sitemap URLs listed in the file, as written.
     pub fn sitemaps(&self) -> &[String] {
-        match &self.rules {
-            Rules::Parsed(r) => &r.sitemaps,
+        match &self.access {
+            Access::Parsed(r) => &r.sitemaps,
             _ => &[],
         }
     }
@@ -582,7 +585,7 @@ fn verdict(
     let now = Instant::now();
     let unavailable = |status, reason: String| {
         (
-            Rules::AllowAll,
+            Access::AllowAll,
             RobotsStatus::Unavailable { status, reason },
             options.ttl,
         )
@@ -593,7 +596,7 @@ fn verdict(
             "robots.txt unreachable, disallowing for now: {reason}"
         );
         (
-            Rules::DisallowAll,
+            Access::DisallowAll,
             RobotsStatus::Unreachable { status, reason },
             options.retry_unreachable,
         )
@@ -601,7 +604,7 @@ fn verdict(
     let mut kept_body = None;
     let mut was_truncated = false;
     let mut asked_wait = None;
-    let (rules, status, ttl) = match got {
+    let (access, status, ttl) = match got {
         Retrieved::Body {
             status,
             body,
@@ -613,7 +616,7 @@ fn verdict(
                 Ok(robot) => {
                     kept_body = Some(body);
                     (
-                        Rules::Parsed(Box::new(robot)),
+                        Access::Parsed(Box::new(robot)),
                         RobotsStatus::Fetched { status },
                         options.ttl,
                     )
@@ -640,7 +643,7 @@ fn verdict(
     };
     (
         RobotsRules {
-            rules,
+            access,
             status,
             expires: now + ttl,
             retry_after: asked_wait,
@@ -848,7 +851,7 @@ mod tests {
 
     fn rules_of(agent: &str, txt: &[u8]) -> RobotsRules {
         RobotsRules {
-            rules: Rules::Parsed(Box::new(Robot::new(agent, txt).unwrap())),
+            access: Access::Parsed(Box::new(Robot::new(agent, txt).unwrap())),
             status: RobotsStatus::Fetched { status: 200 },
             expires: Instant::now(),
             retry_after: None,
