@@ -5,9 +5,9 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use crawler_core::Url;
-use texting_robots::Robot;
 use tokio::time::Instant;
 
+use super::parse::RobotsTxt;
 use super::{
     Access, ROBOTS_MAX_BYTES, ROBOTS_MAX_REDIRECTS, RobotsOptions, RobotsRules, RobotsStatus,
 };
@@ -152,13 +152,14 @@ async fn retrieve_inner(
     }
 }
 
-/// Interpret a retrieval (RFC 9309 §2.3.1). Also returns the body when rules were parsed.
+/// Interpret a retrieval (RFC 9309 §2.3.1). Also returns whether the body was cut at
+/// [`ROBOTS_MAX_BYTES`].
 pub(super) fn verdict(
     robots_url: &str,
     got: Retrieved,
     agent: &str,
     options: &RobotsOptions,
-) -> (RobotsRules, Option<Vec<u8>>, bool) {
+) -> (RobotsRules, bool) {
     let now = Instant::now();
     let unavailable = |status, reason: String| {
         (
@@ -178,7 +179,6 @@ pub(super) fn verdict(
             options.retry_unreachable,
         )
     };
-    let mut kept_body = None;
     let mut was_truncated = false;
     let mut asked_wait = None;
     let (access, status, ttl) = match got {
@@ -189,20 +189,11 @@ pub(super) fn verdict(
             ..
         } if (200..300).contains(&status) => {
             was_truncated = truncated;
-            match Robot::new(agent, &body) {
-                Ok(robot) => {
-                    kept_body = Some(body);
-                    (
-                        Access::Parsed(Box::new(robot)),
-                        RobotsStatus::Fetched { status },
-                        options.ttl,
-                    )
-                }
-                Err(e) => {
-                    tracing::warn!(url = robots_url, "unreadable robots.txt, allowing all: {e}");
-                    unavailable(Some(status), format!("unreadable robots.txt: {e}"))
-                }
-            }
+            (
+                Access::Parsed(Box::new(RobotsTxt::parse(agent, &body))),
+                RobotsStatus::Fetched { status },
+                options.ttl,
+            )
         }
         // 429 says "come back later", like a 5xx: nothing may be fetched until it is read.
         Retrieved::Body {
@@ -225,7 +216,6 @@ pub(super) fn verdict(
             expires: now + ttl,
             retry_after: asked_wait,
         },
-        kept_body,
         was_truncated,
     )
 }

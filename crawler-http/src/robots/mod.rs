@@ -22,22 +22,25 @@
 //! The folder: this file holds the verdict types ([`RobotsRules`], [`RobotsStatus`]) and the
 //! product token; `origins.rs` the bounded set of cached origins, `cache.rs` the
 //! [`RobotsCache`] that fetches once per origin and shares the fetch, `fetch.rs` the
-//! retrieval (redirects, size cap) and its reading under RFC 9309, `report.rs` the one-off
-//! [`fetch_robots`] report, `explain.rs` our reading of the file that names the deciding rule.
-//! Nothing here paces requests: robots.txt goes out as a send of the host's slot, which the
-//! downloader and the scheduler own.
+//! retrieval (redirects, size cap) and its reading under RFC 9309, `parse.rs` the one
+//! reading of a file (the group for our agent, its rules), `matching.rs` the verdict on a
+//! URL and the rule that decided it, `report.rs` the one-off [`fetch_robots`] report.
+//! `parse.rs` and `matching.rs` do no I/O. Nothing here paces requests: robots.txt goes out
+//! as a send of the host's slot, which the downloader and the scheduler own.
 
 mod cache;
-mod explain;
 mod fetch;
+mod matching;
 mod origins;
+mod parse;
 mod report;
 
 use std::time::Duration;
 
 use crawler_core::Url;
-use texting_robots::Robot;
 use tokio::time::Instant;
+
+use parse::RobotsTxt;
 
 pub use cache::{Check, RobotsCache};
 pub use report::{RobotsReport, fetch_robots, robots_client};
@@ -82,8 +85,8 @@ pub enum RobotsStatus {
         /// The final HTTP status.
         status: u16,
     },
-    /// No usable robots.txt (4xx, too many redirects, or an unparsable body): everything is
-    /// allowed.
+    /// No usable robots.txt (4xx, too many redirects, a redirect that cannot be followed):
+    /// everything is allowed.
     Unavailable {
         /// The final HTTP status, if a response arrived.
         status: Option<u16>,
@@ -117,7 +120,7 @@ pub struct RobotsRules {
 enum Access {
     AllowAll,
     DisallowAll,
-    Parsed(Box<Robot>),
+    Parsed(Box<RobotsTxt>),
 }
 
 impl RobotsRules {
@@ -126,7 +129,7 @@ impl RobotsRules {
         match &self.access {
             Access::AllowAll => true,
             Access::DisallowAll => false,
-            Access::Parsed(r) => r.allowed(url.as_str()),
+            Access::Parsed(r) => r.decide(url).allowed,
         }
     }
 
@@ -199,51 +202,4 @@ pub fn product_token(user_agent: &str) -> &str {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn product_tokens() {
-        assert_eq!(product_token("crawler/0.1 (+https://x)"), "crawler");
-        assert_eq!(product_token("MyBot"), "MyBot");
-        assert_eq!(product_token("Some Bot 2"), "Some");
-    }
-
-    fn rules_of(agent: &str, txt: &[u8]) -> RobotsRules {
-        RobotsRules {
-            access: Access::Parsed(Box::new(Robot::new(agent, txt).unwrap())),
-            status: RobotsStatus::Fetched { status: 200 },
-            expires: Instant::now(),
-            retry_after: None,
-        }
-    }
-
-    #[test]
-    fn parsed_rules_allow_disallow_and_delay() {
-        let rules = rules_of(
-            "crawler",
-            b"User-agent: *\nDisallow: /private/\nCrawl-delay: 2\nSitemap: http://h/s.xml\nSitemap: /rel.xml\n",
-        );
-        assert!(rules.allowed(&Url::parse("http://h/public").unwrap()));
-        assert!(!rules.allowed(&Url::parse("http://h/private/x").unwrap()));
-        assert_eq!(rules.crawl_delay(), Some(Duration::from_secs(2)));
-        assert_eq!(rules.sitemaps(), ["http://h/s.xml", "/rel.xml"]);
-        assert_eq!(
-            rules.sitemap_urls(),
-            [Url::parse("http://h/s.xml").unwrap()]
-        );
-    }
-
-    #[test]
-    fn specific_group_wins_over_star() {
-        let txt =
-            b"User-agent: *\nDisallow: /\n\nUser-agent: Crawler\nDisallow: /mine\nCrawl-delay: 5\n";
-        let ours = rules_of(product_token("crawler/0.1 (+https://x)"), txt);
-        assert!(ours.allowed(&Url::parse("http://h/page").unwrap()));
-        assert!(!ours.allowed(&Url::parse("http://h/mine").unwrap()));
-        assert_eq!(ours.crawl_delay(), Some(Duration::from_secs(5)));
-        let other = rules_of("otherbot", txt);
-        assert!(!other.allowed(&Url::parse("http://h/page").unwrap()));
-        assert_eq!(other.crawl_delay(), None);
-    }
-}
+mod tests;

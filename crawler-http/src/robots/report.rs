@@ -5,9 +5,8 @@ use std::time::Duration;
 
 use crawler_core::Url;
 
-use super::explain::scan_rules;
 use super::fetch::{retrieve, verdict};
-use super::{RobotsOptions, RobotsStatus, product_token};
+use super::{Access, RobotsOptions, RobotsStatus, product_token};
 use crate::error::Error;
 
 /// Everything robots.txt says about one URL for one agent (what `crawler robots URL --agent A`
@@ -42,16 +41,15 @@ pub async fn fetch_robots(client: &reqwest::Client, url: &Url, agent: &str) -> R
     let token = product_token(agent).to_owned();
     let robots_url = format!("{}/robots.txt", url.origin().ascii_serialization());
     let got = retrieve(client, &robots_url, options.fetch_timeout, false).await;
-    let (rules, body, truncated) = verdict(&robots_url, got, &token, &options);
-    let allowed = rules.allowed(url);
-    let (group, matched_rule) = match &body {
-        Some(body) => {
-            let scan = scan_rules(body, &token, url);
-            // Report our own scan's rule only where it agrees with texting_robots' verdict.
-            let rule = scan.rule.filter(|(allow, _)| *allow == allowed);
-            (scan.group, rule.map(|(_, text)| text))
+    let (rules, truncated) = verdict(&robots_url, got, &token, &options);
+    // The explanation comes from the very match that decides.
+    let (allowed, group, matched_rule) = match &rules.access {
+        Access::Parsed(file) => {
+            let decision = file.decide(url);
+            let rule = decision.rule.map(str::to_owned);
+            (decision.allowed, file.group.clone(), rule)
         }
-        None => (None, None),
+        _ => (rules.allowed(url), None, None),
     };
     RobotsReport {
         robots_url,
