@@ -81,7 +81,7 @@ async fn retrieve_inner(
                 .and_then(|v| v.to_str().ok())
                 .and_then(|loc| url.join(loc).ok());
             match next {
-                Some(n) if deny_private && crate::downloader::private_literal(&n) => {
+                Some(n) if deny_private && crate::guard::private_literal(&n) => {
                     return Retrieved::BadRedirect {
                         status: Some(status),
                         reason: format!("private address refused: redirect to '{n}'"),
