@@ -47,8 +47,9 @@ pub struct Check {
 
 impl RobotsCache {
     /// A cache that fetches with `client` (which should follow at most
-    /// [`ROBOTS_MAX_REDIRECTS`](super::ROBOTS_MAX_REDIRECTS) redirects, or none: 3xx answers are then followed here) and
-    /// matches groups by the product token of `user_agent`, with default [`RobotsOptions`].
+    /// [`ROBOTS_MAX_REDIRECTS`](super::ROBOTS_MAX_REDIRECTS) redirects, or none: 3xx answers
+    /// are then followed here) and matches groups by the product token of `user_agent`, with
+    /// default [`RobotsOptions`].
     pub fn new(client: reqwest::Client, user_agent: &str) -> Self {
         Self::with_options(client, user_agent, RobotsOptions::default())
     }

@@ -35,7 +35,8 @@ pub struct RobotsReport {
 
 /// Fetch `url`'s robots.txt with `client` and evaluate it for `agent` (a full User-Agent or
 /// just its product token), with default [`RobotsOptions`]. Redirects the client hands back
-/// are followed up to [`ROBOTS_MAX_REDIRECTS`](super::ROBOTS_MAX_REDIRECTS); [`robots_client`] builds a suitable client.
+/// are followed up to [`ROBOTS_MAX_REDIRECTS`](super::ROBOTS_MAX_REDIRECTS);
+/// [`robots_client`] builds a suitable client.
 pub async fn fetch_robots(client: &reqwest::Client, url: &Url, agent: &str) -> RobotsReport {
     let options = RobotsOptions::default();
     let token = product_token(agent).to_owned();
