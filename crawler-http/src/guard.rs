@@ -11,7 +11,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use crawler_core::Settings;
+use crawler_core::{Settings, Url};
 
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
@@ -141,6 +141,16 @@ impl Resolve for PublicOnly {
             }
             Ok(Box::new(public.into_iter()) as Addrs)
         })
+    }
+}
+
+/// Whether the URL's host is an IP literal in a private range (such hosts skip DNS, so the
+/// resolver cannot catch them).
+pub(crate) fn private_literal(url: &Url) -> bool {
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) => is_private(ip.into()),
+        Some(url::Host::Ipv6(ip)) => is_private(ip.into()),
+        _ => false,
     }
 }
 

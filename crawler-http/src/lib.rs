@@ -24,6 +24,7 @@
 mod challenge;
 mod downloader;
 mod error;
+mod error_chain;
 mod guard;
 mod headers;
 mod lastmod;

@@ -1,0 +1,140 @@
+//! The wire: the reqwest client, one send with its body cap, and the class of each
+//! transport error.
+
+use bytes::BytesMut;
+use crawler_core::{Failure, FailureKind, Request, Settings, Url};
+
+use super::HttpDownloader;
+use crate::error::Error;
+use crate::guard::PublicOnly;
+
+impl HttpDownloader {
+    pub(super) async fn send(
+        &self,
+        req: &Request,
+        max_body: u64,
+    ) -> Result<(Url, u16, http::HeaderMap, bytes::Bytes), Failure> {
+        let method = http::Method::from_bytes(req.method.as_bytes()).map_err(|_| {
+            Failure::new(
+                FailureKind::Other,
+                format!("invalid method '{}'", req.method),
+            )
+        })?;
+        let mut builder = self.client.request(method, req.url.clone());
+        for (k, v) in &req.headers {
+            builder = builder.header(k.as_str(), v.as_str());
+        }
+        if let Some(body) = &req.body {
+            builder = builder.body(body.clone());
+        }
+        let mut resp = builder.send().await.map_err(classify)?;
+        let status = resp.status().as_u16();
+        let url = resp.url().clone();
+        if let Some(len) = resp.content_length() {
+            // A declared length over the cap fails before a byte of body is read. (With
+            // compression the declared length is the compressed size; the streaming check
+            // below also covers the decompressed size.)
+            if len > max_body && resp.headers().get("content-encoding").is_none() {
+                return Err(too_large(max_body, status));
+            }
+        }
+        let headers = std::mem::take(resp.headers_mut());
+        let mut body = BytesMut::new();
+        while let Some(chunk) = resp.chunk().await.map_err(classify)? {
+            if body.len() as u64 + chunk.len() as u64 > max_body {
+                return Err(too_large(max_body, status));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok((url, status, headers, body.freeze()))
+    }
+}
+
+fn too_large(cap: u64, status: u16) -> Failure {
+    Failure {
+        kind: FailureKind::TooLarge,
+        message: format!("body larger than max_body_size ({cap} bytes)"),
+        status: Some(status),
+    }
+}
+
+/// How long an idle keep-alive connection is kept for reuse.
+const POOL_IDLE: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// The client for pages and robots.txt. It follows no redirect: a 3xx goes back to the
+/// engine, whose next hop is a new request through the target's robots.txt and its host's
+/// slot (robots.txt redirects are followed, counted and checked by the robots cache).
+pub(super) fn build_client(settings: &Settings) -> Result<reqwest::Client, Error> {
+    let deny_private = settings.deny_private_addresses;
+    let mut builder = reqwest::Client::builder();
+    if deny_private {
+        builder = builder.dns_resolver(std::sync::Arc::new(PublicOnly));
+    }
+    if let Some(proxy) = settings.proxy.as_deref().filter(|p| !p.trim().is_empty()) {
+        let proxy = reqwest::Proxy::all(proxy.trim())
+            .map_err(|e| Error::new(format!("invalid proxy URL '{proxy}'"), e))?;
+        builder = builder.proxy(proxy);
+    }
+    builder
+        .user_agent(settings.user_agent.as_str())
+        .connect_timeout(settings.connect_timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .gzip(true)
+        .brotli(true)
+        .deflate(true)
+        .tcp_nodelay(true)
+        // A broad crawl touches each host briefly: an idle keep-alive connection costs a
+        // file descriptor and ~20 KiB until it expires, so keep no more per host than the
+        // host may use at once, and not for long (servers commonly close idle connections
+        // after 5 to 75 s; a host paced slower than this reconnects, which it can afford).
+        .pool_max_idle_per_host(settings.concurrency_per_host.max(1))
+        .pool_idle_timeout(POOL_IDLE)
+        .build()
+        .map_err(|e| Error::new("cannot build the HTTP client", e))
+}
+
+/// Put a reqwest error in the class the stats and the retry policy use.
+pub(super) fn classify(e: reqwest::Error) -> Failure {
+    let mut chain = String::new();
+    let mut cause: Option<&dyn std::error::Error> = Some(&e);
+    while let Some(c) = cause {
+        if !chain.is_empty() {
+            chain.push_str(": ");
+        }
+        chain.push_str(&c.to_string());
+        cause = c.source();
+    }
+    let lower = chain.to_ascii_lowercase();
+    let kind = if lower.contains("private address refused") {
+        FailureKind::Forbidden
+    } else if e.is_redirect() {
+        FailureKind::TooManyRedirects
+    } else if e.is_timeout() {
+        FailureKind::Timeout
+    } else if lower.contains("dns error") || lower.contains("failed to lookup address") {
+        FailureKind::Dns
+    } else if (lower.contains("tls") || lower.contains("handshake"))
+        && (lower.contains("reset")
+            || lower.contains("broken pipe")
+            || lower.contains("unexpected eof")
+            || lower.contains("connection closed"))
+    {
+        // The peer hung up mid-handshake (an overloaded TLS terminator): the network failed,
+        // not the certificate, and another attempt may well succeed.
+        FailureKind::Connection
+    } else if lower.contains("certificate") || lower.contains("tls") || lower.contains("handshake")
+    {
+        FailureKind::Tls
+    } else if e.is_decode() {
+        FailureKind::Decode
+    } else if e.is_connect() || e.is_body() || e.is_request() {
+        FailureKind::Connection
+    } else {
+        FailureKind::Other
+    };
+    Failure {
+        kind,
+        message: chain,
+        status: e.status().map(|s| s.as_u16()),
+    }
+}

@@ -1,0 +1,362 @@
+//! The HTTP downloader: robots gate, conditional requests and the HTTP cache, reqwest,
+//! streaming size cap, total deadline, and the classification of every outcome for the
+//! engine and the host's slot.
+//!
+//! The folder: this file holds [`HttpDownloader`], its construction and the `Downloader`
+//! impl that puts the steps together; `client.rs` the reqwest client, the send with its
+//! body cap and the classification of transport errors; `robots_gate.rs` the robots.txt
+//! gate and the robots-sitemaps answer; `http_cache.rs` validators, conditional requests
+//! and the replay of cached pages. None of them paces requests or decides retries: the
+//! host's slot and the engine do, from the [`Feedback`] given back.
+
+mod client;
+mod http_cache;
+mod robots_gate;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crawler_core::{
+    AfterAck, BodyOrigin, ConditionalStore, Download, Downloader, Failure, FailureKind, Feedback,
+    Fetched, Request, Response, Settings,
+};
+use tokio::time::Instant;
+
+use crate::challenge::ChallengeMatcher;
+use crate::error::Error;
+use crate::guard::private_literal;
+use crate::headers::{parse_rate_limit, retry_after, server_clock_offset};
+use crate::robots::{RobotsCache, RobotsOptions};
+use client::build_client;
+use http_cache::{conditional_headers, header_of, read_cached, read_validators, remember};
+use robots_gate::wants_robots_sitemaps;
+
+/// Downloads requests with reqwest, politely and within limits.
+pub struct HttpDownloader {
+    client: reqwest::Client,
+    robots: Option<RobotsCache>,
+    /// The crawl's `obey_robots`; `[[hosts]]` rules may override it per host.
+    obey_robots: bool,
+    /// `[[hosts]]` rules, matched against each URL's own host (not its slot key).
+    host_rules: Vec<crawler_core::HostRule>,
+    max_body: u64,
+    timeout: Duration,
+    /// Redirect hops [`HttpDownloader::fetch_once`] follows (crawls follow them in the engine).
+    max_redirects: usize,
+    deny_private: bool,
+    /// Challenge-page markers, ASCII case-insensitive, built once; `None` without markers.
+    soft_block_markers: Option<ChallengeMatcher>,
+    /// Validators and cached responses of earlier runs, when the crawl keeps them.
+    store: Option<Arc<dyn ConditionalStore>>,
+    /// Send If-None-Match / If-Modified-Since (the `conditional_requests` setting).
+    send_validators: bool,
+    /// Answer cached URLs from the cache without any network (`http_cache_offline`).
+    offline: bool,
+}
+
+/// Request meta key: the largest body accepted for this request, in bytes, overriding
+/// `max_body_size` (sitemaps may be 50 MB, more than pages are allowed).
+pub const MAX_BODY_META: &str = "max_body_size";
+
+/// Request meta key: when `true`, the request (for an origin's `/robots.txt`) is answered
+/// from the robots.txt cache with the origin's `Sitemap:` lines, in robots.txt syntax, so
+/// sitemap discovery costs no second download of robots.txt. Without robots obeyed, the
+/// file is fetched like any page.
+pub const ROBOTS_SITEMAPS_META: &str = "robots_sitemaps";
+
+/// How much of a body is searched for challenge-page markers: they sit near the top.
+const SOFT_BLOCK_SCAN: usize = 64 * 1024;
+
+impl HttpDownloader {
+    /// A downloader configured from the crawl settings (User-Agent, timeouts, body cap,
+    /// robots). Redirects are not followed here: the engine follows them as new requests.
+    pub fn new(settings: &Settings) -> Result<Self, Error> {
+        // reqwest is built without a bundled crypto provider so the dependency tree stays
+        // small; install ring's once per process (a second install is a harmless no-op).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = build_client(settings)?;
+        // A host rule may turn robots on for one host of a crawl that ignores them.
+        let any_host_obeys = settings
+            .hosts
+            .iter()
+            .any(|r| r.ignore_robots == Some(false));
+        let robots = if settings.obey_robots || any_host_obeys {
+            // RFC 9309 asks crawlers to follow at least five redirects for robots.txt.
+            // The client shares the private-address guard with page fetches.
+            let options = RobotsOptions {
+                ttl: settings.robots_ttl,
+                fetch_timeout: settings.download_timeout,
+                // An unreadable robots.txt is not remembered: the host is held instead, and
+                // the next send after the hold asks for robots.txt again.
+                retry_unreachable: Duration::ZERO,
+            };
+            Some(
+                // The same client (one connection pool): the page request that follows a
+                // robots.txt fetch reuses its connection instead of opening a second one
+                // while the first sits idle in another pool.
+                RobotsCache::with_options(client.clone(), &settings.user_agent, options)
+                    .deny_private_addresses(settings.deny_private_addresses),
+            )
+        } else {
+            None
+        };
+        Ok(Self {
+            client,
+            robots,
+            obey_robots: settings.obey_robots,
+            host_rules: settings.hosts.clone(),
+            max_body: settings.max_body_size,
+            max_redirects: settings.max_redirects,
+            timeout: settings.download_timeout,
+            deny_private: settings.deny_private_addresses,
+            soft_block_markers: ChallengeMatcher::new(&settings.soft_block_markers)?,
+            store: None,
+            send_validators: settings.conditional_requests,
+            offline: settings.http_cache && settings.http_cache_offline,
+        })
+    }
+
+    /// Keep validators (and, if the store keeps responses, whole responses) in `store`:
+    /// GET requests then carry If-None-Match / If-Modified-Since from the last successful
+    /// fetch (unless `conditional_requests` is off or the request sets them itself), 200s
+    /// are recorded, and a 304 hands the spider the cached page when there is one.
+    pub fn with_store(mut self, store: Arc<dyn ConditionalStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// The store of validators and cached responses, if the crawl keeps one.
+    pub fn store(&self) -> Option<&Arc<dyn ConditionalStore>> {
+        self.store.as_ref()
+    }
+
+    /// The robots.txt cache, when robots are obeyed (for sitemap discovery and reports).
+    pub fn robots(&self) -> Option<&RobotsCache> {
+        self.robots.as_ref()
+    }
+
+    /// Fetch one request outside a crawl (tools, contract checks), where no slot paces the
+    /// sends: robots.txt first when it is not cached, then the page, back to back, and
+    /// redirects followed as a crawl would (robots.txt of each hop, at most
+    /// `max_redirects`). An unavailable robots.txt gives [`Fetched::Requeue`] with its reason.
+    pub async fn fetch_once(&self, req: &Request) -> Download {
+        let mut req = req.clone();
+        loop {
+            let mut got = self.fetch(&req).await;
+            if matches!(&got.outcome, Fetched::Requeue(_)) && !got.feedback.robots_unavailable {
+                got = self.fetch(&req).await;
+            }
+            let Fetched::Response(response) = &got.outcome else {
+                return got;
+            };
+            if !crawler_core::REDIRECTS.contains(&response.status()) {
+                return got;
+            }
+            match crawler_core::redirect(&req, response, self.max_redirects) {
+                Ok(next) => req = next,
+                Err(failure) => {
+                    return Download {
+                        outcome: Fetched::Failed(failure),
+                        feedback: got.feedback,
+                    };
+                }
+            }
+        }
+    }
+
+    /// Whether a response (of any status: challenges come as 200, 403 and 503) is really a
+    /// challenge page. Only HTML-ish bodies are searched, and only their first
+    /// [`SOFT_BLOCK_SCAN`] bytes, raw, with no copy (see [`ChallengeMatcher`]).
+    fn is_challenge(&self, headers: &http::HeaderMap, body: &[u8]) -> bool {
+        let Some(markers) = &self.soft_block_markers else {
+            return false;
+        };
+        let html = headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            // Case-insensitive without a lowercased copy: this runs on every response.
+            .is_none_or(|ct| {
+                ct.as_bytes()
+                    .windows(4)
+                    .any(|w| w.eq_ignore_ascii_case(b"html"))
+            });
+        html && markers.is_match(body.get(..SOFT_BLOCK_SCAN).unwrap_or(body))
+    }
+}
+
+impl Downloader for HttpDownloader {
+    async fn gate(&self, req: &Request) -> Option<Download> {
+        let robots = self.robots.as_ref()?;
+        if wants_robots_sitemaps(req)
+            || !self.obeys_robots(&req.url)
+            || (self.deny_private && private_literal(&req.url))
+        {
+            // A refused address gets nothing, robots.txt included: fetch() refuses it.
+            return None;
+        }
+        if self.offline
+            && let Some(store) = self.store.as_ref().filter(|s| s.keeps_responses())
+            && read_cached(store.as_ref(), &req.url).is_some()
+        {
+            // Replayed offline: nothing goes to the host, robots.txt included.
+            return None;
+        }
+        let mut feedback = Feedback::default();
+        match self.robots_gate(robots, req, &mut feedback).await {
+            Ok(()) => None,
+            Err(outcome) => Some(Download { outcome, feedback }),
+        }
+    }
+
+    async fn fetch(&self, req: &Request) -> Download {
+        let mut feedback = Feedback::default();
+        if self.deny_private && private_literal(&req.url) {
+            let msg = format!(
+                "private address refused: {} (deny_private_addresses is on)",
+                req.url
+            );
+            return Download {
+                outcome: Fetched::Failed(Failure::new(FailureKind::Forbidden, msg)),
+                feedback,
+            };
+        }
+        if let Some(robots) = &self.robots
+            && wants_robots_sitemaps(req)
+            && self.obeys_robots(&req.url)
+        {
+            return self.robots_sitemaps(robots, req).await;
+        }
+        // Only plain GETs are revalidated and cached: other methods change things, and a
+        // request body is not part of the key.
+        let store = self
+            .store
+            .as_ref()
+            .filter(|_| req.method == "GET" && req.body.is_none());
+        let cached = match store {
+            Some(store) if store.keeps_responses() => read_cached(store.as_ref(), &req.url),
+            _ => None,
+        };
+        if self.offline
+            && let Some(page) = cached
+        {
+            // Offline replay: nothing reaches the host, so its slot gives the delay back.
+            tracing::trace!(url = %req.url, "answered from the HTTP cache (offline)");
+            let outcome = Fetched::Response(self.replay(
+                req,
+                page,
+                BodyOrigin::Cache,
+                &http::HeaderMap::new(),
+            ));
+            return Download { outcome, feedback };
+        }
+        if let Some(robots) = &self.robots
+            && self.obeys_robots(&req.url)
+            && let Err(outcome) = self.robots_gate(robots, req, &mut feedback).await
+        {
+            return Download { outcome, feedback };
+        }
+        let stored = store.and_then(|s| read_validators(s.as_ref(), &req.url));
+        let conditional = if self.send_validators && store.is_some() {
+            // With the HTTP cache on, only a page we can replay is worth a 304: without its
+            // body the spider would lose the page's items.
+            match (&cached, store.is_some_and(|s| s.keeps_responses())) {
+                (Some(page), true) => conditional_headers(
+                    req,
+                    header_of(&page.headers, "etag"),
+                    header_of(&page.headers, "last-modified"),
+                ),
+                (None, true) => None,
+                (_, false) => stored.as_ref().and_then(|v| {
+                    conditional_headers(req, v.etag.as_deref(), v.last_modified.as_deref())
+                }),
+            }
+        } else {
+            None
+        };
+        let sent_req = conditional.as_ref().unwrap_or(req);
+        let max_body = req
+            .meta
+            .get(MAX_BODY_META)
+            .and_then(|v| v.as_u64())
+            .filter(|&n| n > 0)
+            .unwrap_or(self.max_body);
+        feedback.sent = true;
+        let started = Instant::now();
+        // One deadline for the whole exchange, body included: an idle timeout alone would let
+        // a server that trickles a byte a second hold a worker forever.
+        let result = match tokio::time::timeout(self.timeout, self.send(sent_req, max_body)).await {
+            Ok(r) => r,
+            Err(_) => Err(Failure::new(
+                FailureKind::Timeout,
+                format!("no complete response within {:?}", self.timeout),
+            )),
+        };
+        feedback.latency = started.elapsed();
+        let outcome = match result {
+            Ok((url, status, headers, body)) => {
+                feedback.status = Some(status);
+                let now = SystemTime::now();
+                // A Retry-After is an instruction on whatever status carries it (a 301 or 302
+                // during maintenance, a 413, a 5xx), read against the server's clock.
+                feedback.retry_after = retry_after(&headers, now);
+                feedback.server_clock_offset = server_clock_offset(&headers, now);
+                feedback.rate_limit = parse_rate_limit(&headers, now);
+                if status != 304 && self.is_challenge(&headers, &body) {
+                    feedback.soft_block = true;
+                    Fetched::Failed(Failure {
+                        kind: FailureKind::SoftBlock,
+                        message: "challenge page instead of content".to_owned(),
+                        status: Some(status),
+                    })
+                } else {
+                    // What the response teaches about its URL is recorded once the engine
+                    // acknowledges the request (its items written): stored now, a crash
+                    // would make the re-fetch a 304 for a page whose items were lost.
+                    let after_ack = store.map(|store| {
+                        let store = std::sync::Arc::clone(store);
+                        let (req, url, headers, body) =
+                            (req.clone(), url.clone(), headers.clone(), body.clone());
+                        AfterAck::new(move || {
+                            remember(
+                                store.as_ref(),
+                                &req,
+                                &url,
+                                status,
+                                &headers,
+                                &body,
+                                stored,
+                                now,
+                            );
+                        })
+                    });
+                    let mut response = match cached {
+                        Some(page) if status == 304 && conditional.is_some() => {
+                            self.replay(req, page, BodyOrigin::Revalidated, &headers)
+                        }
+                        _ => self.attach(Response::new(req.clone(), url, status, headers, body)),
+                    };
+                    if let Some(work) = after_ack {
+                        response.set_after_ack(work);
+                    }
+                    Fetched::Response(response)
+                }
+            }
+            Err(f) => {
+                feedback.status = f.status;
+                feedback.failure = Some(f.kind);
+                Fetched::Failed(f)
+            }
+        };
+        Download { outcome, feedback }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_build_a_client() {
+        assert!(HttpDownloader::new(&Settings::default()).is_ok());
+    }
+}

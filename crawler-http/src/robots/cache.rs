@@ -1,0 +1,190 @@
+//! The per-origin cache of verdicts: one fetch per origin and TTL, shared by concurrent
+//! checks; the lock is never held across a fetch.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crawler_core::Url;
+use tokio::time::Instant;
+
+use super::fetch::{retrieve, verdict};
+use super::origins::{Cell, Origins};
+use super::{ROBOTS_MAX_ORIGINS, RobotsOptions, RobotsRules, product_token};
+
+/// A per-origin cache of robots.txt verdicts. Each origin's robots.txt is fetched once per
+/// TTL, and concurrent checks for one origin share a single fetch.
+pub struct RobotsCache {
+    client: reqwest::Client,
+    agent: String,
+    options: RobotsOptions,
+    /// One cell per origin; the lock is held only to find or replace a cell, never across a
+    /// fetch, so checks for other origins are not blocked by a slow server.
+    origins: Mutex<Origins>,
+    /// Refuse robots.txt redirects to private IP literals (names are refused by the
+    /// client's resolver).
+    deny_private: bool,
+}
+
+impl std::fmt::Debug for RobotsCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RobotsCache")
+            .field("agent", &self.agent)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The result of a robots check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    /// Whether the URL may be fetched.
+    pub allowed: bool,
+    /// The origin's Crawl-delay for our group, if any.
+    pub crawl_delay: Option<Duration>,
+    /// Whether this check sent a request for robots.txt.
+    pub fetched: bool,
+}
+
+impl RobotsCache {
+    /// A cache that fetches with `client` (which should follow at most
+    /// [`ROBOTS_MAX_REDIRECTS`](super::ROBOTS_MAX_REDIRECTS) redirects, or none: 3xx answers
+    /// are then followed here) and matches groups by the product token of `user_agent`, with
+    /// default [`RobotsOptions`].
+    pub fn new(client: reqwest::Client, user_agent: &str) -> Self {
+        Self::with_options(client, user_agent, RobotsOptions::default())
+    }
+
+    /// Like [`RobotsCache::new`], trusting fetched files for `ttl` (the `robots_ttl` setting).
+    pub fn with_ttl(client: reqwest::Client, user_agent: &str, ttl: Duration) -> Self {
+        Self::with_options(
+            client,
+            user_agent,
+            RobotsOptions {
+                ttl,
+                ..RobotsOptions::default()
+            },
+        )
+    }
+
+    /// Like [`RobotsCache::new`], with every option given.
+    pub fn with_options(client: reqwest::Client, user_agent: &str, options: RobotsOptions) -> Self {
+        Self {
+            client,
+            agent: product_token(user_agent).to_owned(),
+            options,
+            origins: Mutex::new(Origins::new(ROBOTS_MAX_ORIGINS)),
+            deny_private: false,
+        }
+    }
+
+    /// Refuse robots.txt redirects to private, loopback and link-local IP literals (the
+    /// `deny_private_addresses` setting); such a redirect makes robots.txt unavailable.
+    pub fn deny_private_addresses(mut self, yes: bool) -> Self {
+        self.deny_private = yes;
+        self
+    }
+
+    /// Keep at most `capacity` origins (default [`ROBOTS_MAX_ORIGINS`]).
+    pub fn with_capacity(self, capacity: usize) -> Self {
+        self.origins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .lru
+            .resize(std::num::NonZeroUsize::new(capacity).unwrap_or(std::num::NonZeroUsize::MIN));
+        self
+    }
+
+    /// A page of `url`'s origin goes back to the queue after robots.txt was fetched in its
+    /// slot: keep the verdict until the page comes back ([`RobotsCache::cached`] releases
+    /// it), however many other origins are fetched meanwhile.
+    pub fn pin(&self, url: &Url) {
+        let origin = url.origin().ascii_serialization();
+        self.origins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pin(&origin);
+    }
+
+    /// Origins cached now.
+    pub fn len(&self) -> usize {
+        self.origins.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Whether no origin is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The verdict for `url`'s origin if one is cached and still trusted, without fetching.
+    /// A page that uses it releases one [`RobotsCache::pin`] of the origin.
+    pub fn cached(&self, url: &Url) -> Option<Arc<RobotsRules>> {
+        let origin = url.origin().ascii_serialization();
+        let mut origins = self.origins.lock().unwrap_or_else(|p| p.into_inner());
+        let rules = Arc::clone(origins.get(&origin)?.get()?);
+        origins.unpin(&origin);
+        (rules.expires > Instant::now()).then_some(rules)
+    }
+
+    /// The verdict for `url`'s origin, fetching robots.txt if it is not cached (or no longer
+    /// trusted), and whether this call sent the request.
+    pub async fn fetch_rules(&self, url: &Url) -> (Arc<RobotsRules>, bool) {
+        self.rules_and_fetched(url).await
+    }
+
+    /// Check `url`, fetching its origin's robots.txt first if it is not cached. Concurrent
+    /// checks for one origin share a single fetch.
+    pub async fn check(&self, url: &Url) -> Check {
+        let (rules, fetched) = self.rules_and_fetched(url).await;
+        Check {
+            allowed: rules.allowed(url),
+            crawl_delay: rules.crawl_delay(),
+            fetched,
+        }
+    }
+
+    /// The verdict for `url`'s origin, fetching robots.txt if it is not cached.
+    pub async fn rules(&self, url: &Url) -> Arc<RobotsRules> {
+        self.rules_and_fetched(url).await.0
+    }
+
+    /// The `Sitemap:` URLs of `url`'s origin if its robots.txt is cached and still trusted,
+    /// without fetching anything.
+    pub fn cached_sitemaps(&self, url: &Url) -> Option<Vec<Url>> {
+        let origin = url.origin().ascii_serialization();
+        let mut map = self.origins.lock().unwrap_or_else(|p| p.into_inner());
+        let rules = map.get(&origin)?.get()?;
+        (rules.expires > Instant::now()).then(|| rules.sitemap_urls())
+    }
+
+    async fn rules_and_fetched(&self, url: &Url) -> (Arc<RobotsRules>, bool) {
+        let origin = url.origin().ascii_serialization();
+        let cell = {
+            let mut map = self.origins.lock().unwrap_or_else(|p| p.into_inner());
+            let cell = map.cell(&origin);
+            if cell.get().is_some_and(|r| r.expires <= Instant::now()) {
+                // Callers still holding the old cell keep its verdict; new callers share one
+                // new fetch.
+                *cell = Cell::default();
+            }
+            Arc::clone(cell)
+        };
+        let mut fetched = false;
+        let rules = cell
+            .get_or_init(|| {
+                fetched = true;
+                async {
+                    let robots_url = format!("{origin}/robots.txt");
+                    let got = retrieve(
+                        &self.client,
+                        &robots_url,
+                        self.options.fetch_timeout,
+                        self.deny_private,
+                    )
+                    .await;
+                    Arc::new(verdict(&robots_url, got, &self.agent, &self.options).0)
+                }
+            })
+            .await;
+        (Arc::clone(rules), fetched)
+    }
+}

@@ -1,0 +1,221 @@
+//! Retrieving one robots.txt (redirects followed and checked, body capped at a line break)
+//! and reading the answer under RFC 9309 §2.3.1 into a verdict.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use crawler_core::Url;
+use tokio::time::Instant;
+
+use super::parse::RobotsTxt;
+use super::{
+    Access, ROBOTS_MAX_BYTES, ROBOTS_MAX_REDIRECTS, RobotsOptions, RobotsRules, RobotsStatus,
+};
+use crate::error_chain::error_chain;
+
+/// What one robots.txt retrieval produced, before interpretation.
+pub(super) enum Retrieved {
+    /// A final, non-redirect response.
+    Body {
+        status: u16,
+        body: Vec<u8>,
+        truncated: bool,
+        retry_after: Option<Duration>,
+    },
+    /// Redirects that cannot be followed (too many, a loop, a bad target).
+    BadRedirect { status: Option<u16>, reason: String },
+    /// No response.
+    Failed(String),
+}
+
+/// Fetch `robots_url`, following up to [`ROBOTS_MAX_REDIRECTS`] redirects that the client
+/// hands back, within `timeout` in total.
+pub(super) async fn retrieve(
+    client: &reqwest::Client,
+    robots_url: &str,
+    timeout: Duration,
+    deny_private: bool,
+) -> Retrieved {
+    match tokio::time::timeout(timeout, retrieve_inner(client, robots_url, deny_private)).await {
+        Ok(r) => r,
+        Err(_) => Retrieved::Failed(format!("no complete response within {timeout:?}")),
+    }
+}
+
+async fn retrieve_inner(
+    client: &reqwest::Client,
+    robots_url: &str,
+    deny_private: bool,
+) -> Retrieved {
+    let mut url = match Url::parse(robots_url) {
+        Ok(u) => u,
+        Err(e) => return Retrieved::Failed(format!("invalid robots.txt URL: {e}")),
+    };
+    let mut visited = HashSet::new();
+    // Bounded: one request per allowed hop plus the first.
+    for _ in 0..=ROBOTS_MAX_REDIRECTS {
+        visited.insert(url.to_string());
+        // Fetched once a day per origin, and the page request that follows races the
+        // connection's return to the pool: kept alive, it would mostly sit idle (a file
+        // descriptor each, on a broad crawl of many hosts) until the pool drops it.
+        let request = client
+            .get(url.clone())
+            .header(http::header::CONNECTION, "close");
+        let mut resp = match request.send().await {
+            Ok(r) => r,
+            // The client's own redirect policy gave up: as unavailable as too many hops here.
+            Err(e) if e.is_redirect() => {
+                return Retrieved::BadRedirect {
+                    status: None,
+                    reason: error_chain(&e),
+                };
+            }
+            Err(e) => return Retrieved::Failed(error_chain(&e)),
+        };
+        let status = resp.status().as_u16();
+        let retry_after = crate::headers::retry_after(resp.headers(), std::time::SystemTime::now());
+        if (300..400).contains(&status) && status != 304 {
+            let next = resp
+                .headers()
+                .get(http::header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|loc| url.join(loc).ok());
+            match next {
+                Some(n) if deny_private && crate::guard::private_literal(&n) => {
+                    return Retrieved::BadRedirect {
+                        status: Some(status),
+                        reason: format!("private address refused: redirect to '{n}'"),
+                    };
+                }
+                Some(n)
+                    if matches!(n.scheme(), "http" | "https") && !visited.contains(n.as_str()) =>
+                {
+                    url = n;
+                    continue;
+                }
+                Some(n) => {
+                    return Retrieved::BadRedirect {
+                        status: Some(status),
+                        reason: format!("redirect loop or non-http redirect to '{n}'"),
+                    };
+                }
+                None => {
+                    return Retrieved::BadRedirect {
+                        status: Some(status),
+                        reason: "redirect without a usable Location".to_owned(),
+                    };
+                }
+            }
+        }
+        let mut body = Vec::new();
+        let mut truncated = false;
+        loop {
+            match resp.chunk().await {
+                Ok(Some(chunk)) => {
+                    let room = ROBOTS_MAX_BYTES.saturating_sub(body.len());
+                    if chunk.len() > room {
+                        body.extend_from_slice(chunk.get(..room).unwrap_or_default());
+                        truncated = true;
+                        break;
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+                Ok(None) => break,
+                // A 2xx cut short cannot be trusted as complete rules; anything else's body
+                // does not matter.
+                Err(e) if (200..300).contains(&status) => {
+                    return Retrieved::Failed(error_chain(&e));
+                }
+                Err(_) => break,
+            }
+        }
+        if truncated {
+            tracing::warn!(
+                url = robots_url,
+                "robots.txt larger than {ROBOTS_MAX_BYTES} bytes; reading the first part only"
+            );
+            // Cut at the last line break so no rule is read half-way.
+            if let Some(nl) = body.iter().rposition(|b| *b == b'\n') {
+                body.truncate(nl + 1);
+            }
+        }
+        return Retrieved::Body {
+            status,
+            body,
+            truncated,
+            retry_after,
+        };
+    }
+    Retrieved::BadRedirect {
+        status: None,
+        reason: format!("more than {ROBOTS_MAX_REDIRECTS} redirects"),
+    }
+}
+
+/// Interpret a retrieval (RFC 9309 §2.3.1). Also returns whether the body was cut at
+/// [`ROBOTS_MAX_BYTES`].
+pub(super) fn verdict(
+    robots_url: &str,
+    got: Retrieved,
+    agent: &str,
+    options: &RobotsOptions,
+) -> (RobotsRules, bool) {
+    let now = Instant::now();
+    let unavailable = |status, reason: String| {
+        (
+            Access::AllowAll,
+            RobotsStatus::Unavailable { status, reason },
+            options.ttl,
+        )
+    };
+    let unreachable = |status, reason: String| {
+        tracing::warn!(
+            url = robots_url,
+            "robots.txt unreachable, disallowing for now: {reason}"
+        );
+        (
+            Access::DisallowAll,
+            RobotsStatus::Unreachable { status, reason },
+            options.retry_unreachable,
+        )
+    };
+    let mut was_truncated = false;
+    let mut asked_wait = None;
+    let (access, status, ttl) = match got {
+        Retrieved::Body {
+            status,
+            body,
+            truncated,
+            ..
+        } if (200..300).contains(&status) => {
+            was_truncated = truncated;
+            (
+                Access::Parsed(Box::new(RobotsTxt::parse(agent, &body))),
+                RobotsStatus::Fetched { status },
+                options.ttl,
+            )
+        }
+        // 429 says "come back later", like a 5xx: nothing may be fetched until it is read.
+        Retrieved::Body {
+            status,
+            retry_after,
+            ..
+        } if status == 429 || status >= 500 => {
+            asked_wait = retry_after;
+            unreachable(Some(status), format!("HTTP {status}"))
+        }
+        // Any other 4xx (and odd statuses): no robots.txt, so everything is allowed.
+        Retrieved::Body { status, .. } => unavailable(Some(status), format!("HTTP {status}")),
+        Retrieved::BadRedirect { status, reason } => unavailable(status, reason),
+        Retrieved::Failed(reason) => unreachable(None, reason),
+    };
+    (
+        RobotsRules {
+            access,
+            status,
+            expires: now + ttl,
+            retry_after: asked_wait,
+        },
+        was_truncated,
+    )
+}
