@@ -95,15 +95,7 @@ pub(super) fn build_client(settings: &Settings) -> Result<reqwest::Client, Error
 
 /// Put a reqwest error in the class the stats and the retry policy use.
 pub(super) fn classify(e: reqwest::Error) -> Failure {
-    let mut chain = String::new();
-    let mut cause: Option<&dyn std::error::Error> = Some(&e);
-    while let Some(c) = cause {
-        if !chain.is_empty() {
-            chain.push_str(": ");
-        }
-        chain.push_str(&c.to_string());
-        cause = c.source();
-    }
+    let chain = crate::error_chain::error_chain(&e);
     let lower = chain.to_ascii_lowercase();
     let kind = if lower.contains("private address refused") {
         FailureKind::Forbidden
