@@ -75,9 +75,12 @@ pub(super) fn settings_template() -> String {
         }
     }
     out.push_str(
-        "\n# Per-host rules, first match wins. Raise the budget only for hosts you own:\n\
-         # [[hosts]]\n# match = \"127.0.0.1:*\"\n# rate = 200\n# concurrency = 16\n\
-         # delay = \"0s\"\n# ignore_robots = false\n",
+        "\n# Per-host rules, first match wins. Raise the budget only for hosts you own. A rule's\n\
+         # rate is its ceiling and, unless it gives a start_rate, the rate the host starts at.\n\
+         # This one is for the lab (`crawler lab`, the example spider's site): a server you own,\n\
+         # so the crawl may go at full speed there. Other hosts get the polite defaults above.\n\
+         [[hosts]]\nmatch = \"127.0.0.1:8080\"\nrate = 500\nconcurrency = 16\n\
+         delay = \"0s\"\n",
     );
     out
 }
@@ -154,9 +157,9 @@ cargo run -- crawl books -o books.jsonl        # crawl, items to books.jsonl
 cargo run -- settings                          # effective settings and where they came from
 ```
 
-The lab is your own server, so you may crawl it faster than the polite defaults allow:
-`cargo run -- crawl books -o books.jsonl -s throttle=fixed -s download_delay=0s -s concurrency_per_host=8`.
-Point the spider elsewhere with `BOOKS_URL=http://host/ cargo run -- crawl books`.
+The lab is your own server: the `[[hosts]]` rule at the end of `crawler.toml` lets the crawl
+go at full speed there (a second or two for its 1,000 books). Every other host gets the polite
+defaults. Point the spider elsewhere with `BOOKS_URL=http://host/ cargo run -- crawl books`.
 
 - Settings live in `crawler.toml` (every section is there, commented); set `user_agent` first.
 - Add a spider with `crawler genspider NAME URL`, then register it in `src/main.rs`.
@@ -349,6 +352,13 @@ mod tests {
         layers.file_text("crawler.toml", &text).unwrap();
         let s = layers.resolve(None).unwrap().settings;
         assert_eq!(s.user_agent, "demo/0.1 (+https://example.com/contact)");
+        // The lab is a server the project owns: full speed from the first request there,
+        // the polite defaults everywhere else.
+        let lab = s.for_host("127.0.0.1:8080");
+        assert_eq!((lab.max_rate, lab.start_rate), (500.0, 500.0));
+        assert_eq!(lab.concurrency_per_host, 16);
+        let other = s.for_host("books.example");
+        assert_eq!(other.start_rate, Settings::default().start_rate);
         for section in SECTIONS {
             assert!(
                 text.contains(&format!("[{}]", section.name)),
@@ -360,17 +370,7 @@ mod tests {
         let uncommented: String = text
             .lines()
             .map(|l| match l.strip_prefix("# ") {
-                Some(rest)
-                    if rest.contains(" = ")
-                        && !rest.contains("match")
-                        && !rest.contains("rate = 200")
-                        && !rest.contains("concurrency = 16")
-                        && !rest.contains("delay = \"0s\"")
-                        && !rest.contains("ignore_robots")
-                        && !rest.contains("# unset") =>
-                {
-                    rest.to_owned()
-                }
+                Some(rest) if rest.contains(" = ") && !rest.contains("# unset") => rest.to_owned(),
                 _ => l.to_owned(),
             })
             .collect::<Vec<_>>()

@@ -20,7 +20,8 @@ pub struct HostRule {
     /// not `example.com`. Case-insensitive.
     #[serde(rename = "match")]
     pub pattern: String,
-    /// The ceiling on the host's rate, requests/s (sets `max_rate`).
+    /// The ceiling on the host's rate, requests/s (sets `max_rate`), and the rate it starts at
+    /// unless `start_rate` is given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<f64>,
     /// Requests that may go back to back (sets `burst`).

@@ -519,10 +519,12 @@ impl HostRule {
     fn apply(&self, s: &mut Settings) {
         if let Some(rate) = self.rate {
             s.max_rate = rate;
-            // A ceiling below the floor or the start would fail validation; the rule's
-            // ceiling is what the user asked for, so the others give way.
+            // A floor above the ceiling would fail validation; the rule's ceiling is what the
+            // user asked for, so the floor gives way. The host also starts at the rule's
+            // rate: a rule is written for a host whose budget is known (one you own, or a
+            // fragile one), so there is nothing to discover from a start of 1 request/s.
             s.min_rate = s.min_rate.min(rate);
-            s.start_rate = s.start_rate.min(rate);
+            s.start_rate = rate;
         }
         if let Some(start) = self.start_rate {
             s.start_rate = start.min(s.max_rate);
@@ -599,5 +601,26 @@ mod tests {
         assert!(other.validate().is_ok());
         let port = s.for_host("a.example.com:8080");
         assert_eq!(port.max_rate, 50.0);
+    }
+
+    #[test]
+    fn a_host_rule_rate_is_also_where_the_host_starts() {
+        let mut s = Settings::default();
+        s.set(
+            "hosts",
+            r#"[{"match":"own.test","rate":200},{"match":"slow.test","rate":50,"start_rate":5}]"#,
+        )
+        .unwrap();
+        // An owned host with a known budget does not start at the polite 1 request/s.
+        let own = s.for_host("own.test");
+        assert_eq!((own.max_rate, own.start_rate), (200.0, 200.0));
+        assert!(own.validate().is_ok());
+        // A rule's own start_rate wins.
+        assert_eq!(s.for_host("slow.test").start_rate, 5.0);
+        // Hosts without a rule keep the defaults.
+        assert_eq!(
+            s.for_host("other.test").start_rate,
+            Settings::default().start_rate
+        );
     }
 }
