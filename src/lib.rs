@@ -250,7 +250,8 @@ pub struct Crawl<S: Spider> {
     spider: S,
     settings: Settings,
     overrides: Vec<(String, String)>,
-    feeds: Vec<PathBuf>,
+    /// Feed files, and whether each is appended to (else replaced).
+    feeds: Vec<(PathBuf, bool)>,
     stages: Vec<Stage<S>>,
     progress: bool,
     /// Validators and HTTP cache given in code; else opened from the settings.
@@ -293,11 +294,32 @@ impl<S: Spider> Crawl<S> {
         self
     }
 
-    /// Write items to this file (format by extension: .jsonl, .json, .csv).
-    pub fn feed(mut self, path: impl Into<PathBuf>) -> Result<Self, Error> {
-        let path = path.into();
-        FeedSpec::new(&path)?;
-        self.feeds.push(path);
+    /// Write items to this file (format by extension: .jsonl, .json, .csv), replacing what
+    /// it held (a resumed job, or a fleet worker, appends instead).
+    pub fn feed(self, path: impl Into<PathBuf>) -> Result<Self, Error> {
+        self.add_feed(path.into(), false)
+    }
+
+    /// Append items to this file (format by extension), keeping what it holds: Scrapy's
+    /// `-o`. A `.json` file is one closed array and cannot be appended to: that is refused
+    /// here, before the crawl (use [`Crawl::feed`] to replace it, or `.jsonl`).
+    pub fn append_feed(self, path: impl Into<PathBuf>) -> Result<Self, Error> {
+        self.add_feed(path.into(), true)
+    }
+
+    fn add_feed(mut self, path: PathBuf, append: bool) -> Result<Self, Error> {
+        let spec = FeedSpec::new(&path)?;
+        if append && spec.format == crawler_core::FeedFormat::Json {
+            return Err(Error::new(
+                ErrorKind::Settings,
+                format!(
+                    "cannot append to the JSON feed '{}' (one array, already closed): write \
+                     .jsonl to append, or replace the file (-O instead of -o)",
+                    path.display()
+                ),
+            ));
+        }
+        self.feeds.push((path, append));
         Ok(self)
     }
 
@@ -412,10 +434,14 @@ impl<S: Spider> Crawl<S> {
         };
         let mut engine =
             Engine::new(spider, downloader, frontier, settings).with_shutdown(shutdown);
-        for path in self.feeds {
+        for (path, append) in self.feeds {
             // A resumed job (or a fleet worker) adds to the feeds of the runs before it.
             let spec = FeedSpec::new(path)?;
-            engine = engine.feed(if resuming { spec.append() } else { spec });
+            engine = engine.feed(if resuming || append {
+                spec.append()
+            } else {
+                spec
+            });
         }
         for stage in self.stages {
             engine = stage(engine);

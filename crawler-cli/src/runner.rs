@@ -29,7 +29,7 @@
 //! The binary then understands:
 //!
 //! ```text
-//! crawl NAME [-o FILE]... [-s KEY=VALUE]... [--job-dir DIR] [--settings FILE]
+//! crawl NAME [-o FILE]... [-O FILE]... [-s KEY=VALUE]... [--job-dir DIR] [--settings FILE]
 //!            [--log-format text|json] [-L LEVEL] [--no-progress]
 //! list
 //! settings [NAME] [--markdown]
@@ -70,7 +70,8 @@ trait ErasedSpider {
 /// What `crawl` was asked to do.
 struct CrawlJob {
     layers: SettingsLayers,
-    outputs: Vec<PathBuf>,
+    /// Feed files from `-o` (appended to) and `-O` (replaced).
+    outputs: Vec<(PathBuf, bool)>,
     progress: bool,
 }
 
@@ -92,9 +93,16 @@ impl<S: Spider> ErasedSpider for Holder<S> {
                 .map_err(usage)?;
             let settings = crawl.effective_settings().map_err(usage)?;
             cli::init_logging(&settings);
-            let feeds = settings.feeds.iter().map(PathBuf::from).chain(job.outputs);
-            for feed in feeds {
+            for feed in &settings.feeds {
                 crawl = crawl.feed(feed).map_err(usage)?;
+            }
+            for (path, append) in job.outputs {
+                crawl = if append {
+                    crawl.append_feed(path)
+                } else {
+                    crawl.feed(path)
+                }
+                .map_err(usage)?;
             }
             let engine = crawl.build().map_err(failed)?;
             cli::run_engine(engine, &settings, job.progress)
@@ -275,9 +283,12 @@ enum RunnerVerb {
 pub struct CrawlArgs {
     /// The spider to run (see `list`).
     pub name: String,
-    /// Write items to FILE (.jsonl, .json or .csv; repeatable).
+    /// Append items to FILE (.jsonl, .json or .csv; repeatable), as Scrapy's `-o` does.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Vec<PathBuf>,
+    /// Write items to FILE, replacing what it held (repeatable), as Scrapy's `-O` does.
+    #[arg(short = 'O', long = "overwrite-output", value_name = "FILE")]
+    pub overwrite_output: Vec<PathBuf>,
     /// Job directory: persistent frontier, so the crawl can be paused and resumed (same as
     /// `-s job_dir=DIR`).
     #[arg(long, value_name = "DIR")]
@@ -410,7 +421,12 @@ impl Runner {
                 let spider = self.spiders.swap_remove(at);
                 let job = CrawlJob {
                     layers,
-                    outputs: args.output,
+                    outputs: args
+                        .output
+                        .into_iter()
+                        .map(|p| (p, true))
+                        .chain(args.overwrite_output.into_iter().map(|p| (p, false)))
+                        .collect(),
                     progress: !args.no_progress,
                 };
                 let stats = spider.crawl(job).await?;

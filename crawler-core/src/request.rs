@@ -61,7 +61,34 @@ fn is_zero_u32(v: &u32) -> bool {
 
 /// Parse an absolute URL and insist on http or https.
 pub fn parse_http_url(s: &str) -> Result<Url> {
-    let url = Url::parse(s.trim())
+    let text = s.trim();
+    let parsed = Url::parse(text);
+    // `example.com/page` (no scheme) does not parse, and `localhost:8080/page` parses with
+    // the scheme `localhost`: both were meant as http URLs.
+    // (`mailto:x@example.com` is a real scheme, not a host: only a scheme that looks like a
+    // host name, or one followed by a port, is taken for a missing `http://`.)
+    let schemeless = !text.contains("://")
+        && match &parsed {
+            Err(url::ParseError::RelativeUrlWithoutBase) => true,
+            Ok(u) if !matches!(u.scheme(), "http" | "https") => {
+                let rest = text.get(u.scheme().len() + 1..).unwrap_or("");
+                u.scheme().contains('.')
+                    || u.scheme() == "localhost"
+                    || rest.starts_with(|c: char| c.is_ascii_digit())
+            }
+            _ => false,
+        };
+    if schemeless {
+        if let Ok(guess) = Url::parse(&format!("http://{text}")) {
+            if guess.host().is_some() {
+                return Err(Error::new(
+                    ErrorKind::Url,
+                    format!("'{text}' has no scheme; did you mean '{guess}'?"),
+                ));
+            }
+        }
+    }
+    let url = parsed
         .map_err(|e| Error::new(ErrorKind::Url, format!("invalid URL '{s}'")).with_source(e))?;
     check_scheme(url)
 }
@@ -165,6 +192,27 @@ impl Request {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_url_without_a_scheme_gets_a_suggestion() {
+        for (typed, meant) in [
+            ("example.com/page", "http://example.com/page"),
+            ("localhost:8080/x", "http://localhost:8080/x"),
+            ("127.0.0.1:8080", "http://127.0.0.1:8080/"),
+            ("books.test:81", "http://books.test:81/"),
+        ] {
+            let e = parse_http_url(typed).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("did you mean '{meant}'")),
+                "{typed}: {e}"
+            );
+        }
+        // A real scheme that is not http stays the error it is.
+        let e = parse_http_url("mailto:x@example.com")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("only http and https"), "{e}");
+    }
 
     #[test]
     fn only_http_urls_are_requests() {
