@@ -78,15 +78,14 @@ pub fn parse_http_url(s: &str) -> Result<Url> {
             }
             _ => false,
         };
-    if schemeless {
-        if let Ok(guess) = Url::parse(&format!("http://{text}")) {
-            if guess.host().is_some() {
-                return Err(Error::new(
-                    ErrorKind::Url,
-                    format!("'{text}' has no scheme; did you mean '{guess}'?"),
-                ));
-            }
-        }
+    if schemeless
+        && let Ok(guess) = Url::parse(&format!("http://{text}"))
+        && guess.host().is_some()
+    {
+        return Err(Error::new(
+            ErrorKind::Url,
+            format!("'{text}' has no scheme; did you mean '{guess}'?"),
+        ));
     }
     let url = parsed
         .map_err(|e| Error::new(ErrorKind::Url, format!("invalid URL '{s}'")).with_source(e))?;
