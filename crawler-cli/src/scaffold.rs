@@ -304,6 +304,12 @@ impl Spider for {ty} {{
         vec!["{domain}".into()]
     }}
 
+    // A first crawl of a site stays small: two links deep from the start page. Raise or
+    // remove this once the spider follows only the links it needs.
+    fn custom_settings(&self) -> Vec<(&'static str, String)> {{
+        vec![("depth_limit", "2".into())]
+    }}
+
     async fn parse(&self, page: Response, out: &mut Output<{ty}Item>) -> Result<()> {{
         out.item({ty}Item {{
             url: page.url().to_string(),

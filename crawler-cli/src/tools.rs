@@ -242,16 +242,67 @@ async fn fetch(
                 return Ok(ExitCode::from(EXIT_FAILED));
             }
         }
-        None => {
-            out.write_all(page.text().as_bytes()).map_err(out_err)?;
-            writeln!(out).map_err(out_err)?;
-        }
+        None => match printable_body(page.body()) {
+            Body::Gzip(text) => {
+                eprintln!(
+                    "(a gzip file, {} bytes: shown decompressed)",
+                    page.body().len()
+                );
+                out.write_all(text.as_bytes()).map_err(out_err)?;
+                writeln!(out).map_err(out_err)?;
+            }
+            Body::Page => {
+                out.write_all(page.text().as_bytes()).map_err(out_err)?;
+                writeln!(out).map_err(out_err)?;
+            }
+            Body::Binary(why) => eprintln!(
+                "binary body of {} bytes ({why}) not printed to the terminal; save it with \
+                 `crawler fetch URL > FILE` or a tool such as curl",
+                page.body().len()
+            ),
+        },
     }
     Ok(if (200..400).contains(&page.status()) {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(EXIT_FAILED)
     })
+}
+
+/// What `fetch` prints of a body.
+enum Body {
+    /// A page: its text, decoded by its charset.
+    Page,
+    /// A gzip file (a `.xml.gz` sitemap, say) whose content is text: that text.
+    Gzip(String),
+    /// Bytes a terminal should not get.
+    Binary(&'static str),
+}
+
+/// The most bytes a gzip body is inflated to for printing: a hostile file cannot take the
+/// memory (the sitemap reader caps what it inflates the same way).
+const MAX_INFLATED: u64 = 50 * 1024 * 1024;
+
+/// How to print `body` on a terminal: gzip files decompressed (bounded), binary files not
+/// at all (a NUL byte in the first 8 KiB: what `git` and `grep` take for binary).
+fn printable_body(body: &[u8]) -> Body {
+    use std::io::Read;
+    let binary = |b: &[u8]| b.iter().take(8 * 1024).any(|&c| c == 0);
+    if body.starts_with(&[0x1f, 0x8b]) {
+        let mut text = Vec::new();
+        let inflated = flate2::read::GzDecoder::new(body)
+            .take(MAX_INFLATED)
+            .read_to_end(&mut text);
+        return match inflated {
+            Ok(_) if binary(&text) => Body::Binary("gzip of binary data"),
+            Ok(_) => Body::Gzip(String::from_utf8_lossy(&text).into_owned()),
+            Err(_) => Body::Binary("a damaged gzip file"),
+        };
+    }
+    if binary(body) {
+        return Body::Binary("it holds NUL bytes");
+    }
+    Body::Page
 }
 
 async fn robots(settings: &Settings, url: &str, agent: Option<&str>) -> Result<ExitCode, Failure> {
@@ -376,4 +427,31 @@ async fn sitemap(settings: &Settings, url: &str) -> Result<ExitCode, Failure> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gzip_bodies_are_shown_inflated_and_binary_ones_not_at_all() {
+        use std::io::Write as _;
+        let xml = "<urlset><url><loc>http://127.0.0.1/a</loc></url></urlset>";
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(xml.as_bytes()).unwrap_or_default();
+        let gz = gz.finish().unwrap_or_default();
+        assert!(matches!(printable_body(&gz), Body::Gzip(t) if t == xml));
+        assert!(matches!(
+            printable_body(&gz[..gz.len() / 2]),
+            Body::Binary(_)
+        ));
+        assert!(matches!(
+            printable_body(b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR"),
+            Body::Binary(_)
+        ));
+        assert!(matches!(
+            printable_body(b"<html>caf\xe9</html>"),
+            Body::Page
+        ));
+    }
 }
