@@ -271,12 +271,13 @@ fn coming_from_scrapy_lists_the_same_table() {
         .split_once(START)
         .and_then(|(_, rest)| rest.split_once(END))
         .map(|(block, _)| block);
-    if block != Some(generated.as_str()) && std::env::var_os("UPDATE_SETTINGS_DOC").is_some() {
-        if let (Some(block), Some((before, _))) = (block, doc.split_once(START)) {
-            let after = &doc[before.len() + START.len() + block.len()..];
-            std::fs::write(path, format!("{before}{START}{generated}{after}")).unwrap();
-            return;
-        }
+    if block != Some(generated.as_str())
+        && std::env::var_os("UPDATE_SETTINGS_DOC").is_some()
+        && let (Some(block), Some((before, _))) = (block, doc.split_once(START))
+    {
+        let after = &doc[before.len() + START.len() + block.len()..];
+        std::fs::write(path, format!("{before}{START}{generated}{after}")).unwrap();
+        return;
     }
     assert!(
         block == Some(generated.as_str()),
