@@ -13,7 +13,7 @@ use crate::error::{Error, ErrorKind, Result};
 use super::host_rules::{HOST_RULE_KEYS, HostRule};
 use super::schema::Settings;
 use super::sections::{SECTIONS, SPECIAL_KEYS, section_of};
-use super::text::nearest;
+use super::text::{Written, nearest, unknown_setting};
 
 /// The settings file looked for next to a project's Cargo.toml.
 pub const SETTINGS_FILE: &str = "crawler.toml";
@@ -60,11 +60,7 @@ pub(super) fn parse_file(path: &Path, text: &str) -> Result<Vec<FileValue>> {
     let mut out = Vec::new();
     let mut setting = |key: &str, key_at: usize, section: &str, value: &toml::Spanned<DeValue>| {
         if !keys.iter().any(|k| k == key) || SPECIAL_KEYS.contains(&key) {
-            let hint = match nearest(key, keys.iter().map(String::as_str)) {
-                Some(k) => format!("; did you mean '{k}' (in [{}])?", section_of(k)),
-                None => format!("; the keys of [{section}] are listed by `settings`"),
-            };
-            return Err(at(key_at, format!("unknown setting '{key}'{hint}")));
+            return Err(at(key_at, unknown_setting(key, Written::File(section))));
         }
         let home = section_of(key);
         if home != section {

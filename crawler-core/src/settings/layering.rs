@@ -29,7 +29,7 @@ use crate::error::{Error, ErrorKind, Result};
 use super::file::{FileValue, located, parse_file};
 use super::schema::Settings;
 use super::sections::{SECTIONS, SPECIAL_KEYS, section_of};
-use super::text::{display_value, nearest, set_text, try_set, type_hint};
+use super::text::{Written, display_value, set_text, try_set, type_hint, unknown_setting};
 
 /// Where a setting's effective value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -218,12 +218,9 @@ impl SettingsLayers {
             }
             let key = rest.to_ascii_lowercase();
             if !keys.contains(&key) {
-                let hint = nearest(&key, keys.iter().map(String::as_str))
-                    .map(|k| format!("; did you mean CRAWLER_{}?", k.to_ascii_uppercase()))
-                    .unwrap_or_default();
                 return Err(Error::new(
                     ErrorKind::Settings,
-                    format!("environment variable {var} names no setting{hint}"),
+                    unknown_setting(&key, Written::Env(&var)),
                 ));
             }
             found.push((var, key, value));

@@ -7,8 +7,9 @@
 //! no clock); the middleware settings' checks belong to the middleware registry.
 //!
 //! The dependencies go one way: `sections.rs` and `host_rules.rs` need nothing of the
-//! folder, `schema.rs` only the host rule type, `text.rs` the schema; `file.rs`,
-//! `layering.rs` and `docs.rs` build on those, and nothing below uses them.
+//! folder, `schema.rs` only the host rule type, `scrapy.rs` the sections, `text.rs` the
+//! schema, the sections and the Scrapy names; `file.rs`, `layering.rs` and `docs.rs` build
+//! on those, and nothing below uses them.
 //!
 //! - `schema.rs`: [`Settings`], its defaults, enums and validation.
 //! - `host_rules.rs`: [`HostRule`], a `[[hosts]]` rule, and how it matches a host.
@@ -16,6 +17,8 @@
 //! - `sections.rs`: [`SECTIONS`], which setting lives in which crawler.toml section.
 //! - `file.rs`: reading crawler.toml with positions, [`find_settings_file`].
 //! - `layering.rs`: [`SettingsLayers`], [`Source`], [`Resolved`].
+//! - `scrapy.rs`: Scrapy's setting names and what each is called here, for every layer's
+//!   messages and docs/coming-from-scrapy.md.
 //! - `docs.rs`: [`settings_markdown`], the settings reference.
 
 mod docs;
@@ -23,6 +26,7 @@ mod file;
 mod host_rules;
 mod layering;
 mod schema;
+mod scrapy;
 mod sections;
 mod text;
 

@@ -7,6 +7,8 @@ use serde_json::Value;
 use crate::error::{Error, ErrorKind, Result};
 
 use super::schema::Settings;
+use super::scrapy::{Ours, SCRAPY_NAMES, scrapy_name};
+use super::sections::{SPECIAL_KEYS, section_of};
 
 impl Settings {
     /// Set one setting from its text form, as given on a command line: numbers, `true`/`false`,
@@ -114,28 +116,125 @@ fn text_candidates(current: &serde_json::Value, value: &str) -> Vec<serde_json::
 }
 
 /// The valid name nearest to `word`, if one is close enough to be a likely typo.
+///
+/// Nearest by edit distance (insertions, deletions, substitutions and swaps of neighbours,
+/// ignoring case), ties going to the more similar start (Jaro-Winkler), within a third of the
+/// word's length. Jaro-Winkler alone favours a long name that shares a prefix over the name
+/// one letter away; it is only the fallback when nothing is within that distance.
 pub(crate) fn nearest<'a>(
     word: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
+    let word = word.trim().to_ascii_lowercase();
+    let candidates: Vec<&str> = candidates.into_iter().collect();
+    let limit = (word.chars().count() / 3).max(1);
+    let closest = candidates
+        .iter()
+        .map(|k| {
+            let k_lower = k.to_ascii_lowercase();
+            (
+                strsim::osa_distance(&word, &k_lower),
+                strsim::jaro_winkler(&word, &k_lower),
+                *k,
+            )
+        })
+        .filter(|(d, _, _)| *d <= limit)
+        .min_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)));
+    if let Some((_, _, k)) = closest {
+        return Some(k);
+    }
     candidates
         .into_iter()
-        .map(|k| (strsim::jaro_winkler(k, word), k))
+        .map(|k| (strsim::jaro_winkler(&k.to_ascii_lowercase(), &word), k))
         .filter(|(score, _)| *score > 0.8)
         .max_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, k)| k)
 }
 
-pub(crate) fn unknown_key(key: &str) -> Error {
-    let keys = Settings::keys();
-    let hint = match nearest(key, keys.iter().map(String::as_str)) {
-        Some(k) => format!("; did you mean '{k}'?"),
-        None => format!("; valid keys: {}", keys.join(", ")),
+/// Where an unknown setting name was written, for the wording of its message.
+pub(crate) enum Written<'a> {
+    /// A key of crawler.toml, in this section.
+    File(&'a str),
+    /// A key given as text: `-s key=value`, `custom_settings`, [`Settings::set`].
+    Text,
+    /// This `CRAWLER_*` environment variable.
+    Env(&'a str),
+}
+
+/// The message for a setting name that is not one of ours: Scrapy's name for a setting says
+/// what it is called here; a misspelling names the nearest setting (also through Scrapy's
+/// names, so `concurent_requests` points to `concurrency`); otherwise where to find the list,
+/// never a dump of every key.
+pub(crate) fn unknown_setting(key: &str, written: Written<'_>) -> String {
+    let what = match written {
+        Written::Env(var) => format!("environment variable {var} names no setting"),
+        _ => format!("unknown setting '{key}'"),
     };
-    Error::new(
-        ErrorKind::Settings,
-        format!("unknown setting '{key}'{hint}"),
-    )
+    let ours = |k: &str| match written {
+        Written::File(_) => format!("'{k}' (in [{}])", section_of(k)),
+        Written::Text => format!("'{k}'"),
+        Written::Env(_) => format!("CRAWLER_{}", k.to_ascii_uppercase()),
+    };
+    if let Some(s) = scrapy_name(key) {
+        return match (written, s.key()) {
+            (Written::Env(var), Some(k)) => format!(
+                "environment variable {var}: {}; its variable is CRAWLER_{}",
+                s.message(),
+                k.to_ascii_uppercase()
+            ),
+            (Written::Env(var), None) => format!("environment variable {var}: {}", s.message()),
+            _ => s.message(),
+        };
+    }
+    let keys = Settings::keys();
+    let scrapy_lower: Vec<String> = SCRAPY_NAMES
+        .iter()
+        .map(|s| s.scrapy.to_ascii_lowercase())
+        .collect();
+    let candidates = keys
+        .iter()
+        .chain(&scrapy_lower)
+        .map(String::as_str)
+        .filter(|k| !SPECIAL_KEYS.contains(k));
+    let Some(near) = nearest(key, candidates) else {
+        return match written {
+            Written::File(section) => {
+                format!("{what}; the keys of [{section}] are listed by `settings`")
+            }
+            Written::Text => {
+                format!("{what}; `settings` lists every setting (docs/settings.md)")
+            }
+            Written::Env(_) => what,
+        };
+    };
+    match scrapy_name(near) {
+        // Our own key (a Scrapy name equal to one of ours is our key too).
+        _ if keys.iter().any(|k| k == near) => format!("{what}; did you mean {}?", ours(near)),
+        Some(s) => match s.ours {
+            Ours::Key(k) => {
+                let note = if s.note.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {}", s.note)
+                };
+                format!(
+                    "{what}; did you mean {}? (Scrapy's {}{note})",
+                    ours(k),
+                    s.scrapy
+                )
+            }
+            _ => format!(
+                "{what}; did you mean Scrapy's {}? {}",
+                s.scrapy,
+                s.message()
+            ),
+        },
+        None => format!("{what}; did you mean {}?", ours(near)),
+    }
+}
+
+pub(crate) fn unknown_key(key: &str) -> Error {
+    Error::new(ErrorKind::Settings, unknown_setting(key, Written::Text))
 }
 
 /// Render a setting's JSON value the way it is written on a command line.

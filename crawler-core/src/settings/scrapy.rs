@@ -1,0 +1,395 @@
+//! Scrapy's setting names: the one table that says what each is called here, read by every
+//! layer (crawler.toml, `-s`, `CRAWLER_*` variables) so that `DOWNLOAD_DELAY` or
+//! `-s CONCURRENT_REQUESTS=8` gets one precise message instead of a generic "unknown
+//! setting", and by the "Coming from Scrapy" page (docs/coming-from-scrapy.md), whose
+//! settings table a test keeps equal to this one.
+
+use super::sections::section_of;
+
+/// What a Scrapy setting is here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ours {
+    /// The same knob under another name (the note says where meaning or units differ).
+    Key(&'static str),
+    /// A value of one of our settings: `Value("throttle", "\"autothrottle\"")` is
+    /// `throttle = "autothrottle"`, written as in crawler.toml.
+    Value(&'static str, &'static str),
+    /// No setting: what to do instead.
+    Instead(&'static str),
+}
+
+/// One Scrapy setting and its counterpart here.
+#[derive(Debug, Clone, Copy)]
+pub struct ScrapyName {
+    /// Scrapy's name, as Scrapy writes it (`DOWNLOAD_DELAY`).
+    pub scrapy: &'static str,
+    /// What it is here.
+    pub ours: Ours,
+    /// Where the meaning or the units differ; empty when they do not.
+    pub note: &'static str,
+}
+
+const fn key(scrapy: &'static str, ours: &'static str, note: &'static str) -> ScrapyName {
+    ScrapyName {
+        scrapy,
+        ours: Ours::Key(ours),
+        note,
+    }
+}
+
+const fn value(
+    scrapy: &'static str,
+    ours: &'static str,
+    to: &'static str,
+    note: &'static str,
+) -> ScrapyName {
+    ScrapyName {
+        scrapy,
+        ours: Ours::Value(ours, to),
+        note,
+    }
+}
+
+const fn instead(scrapy: &'static str, what: &'static str) -> ScrapyName {
+    ScrapyName {
+        scrapy,
+        ours: Ours::Instead(what),
+        note: "",
+    }
+}
+
+const SECONDS: &str =
+    "Scrapy's is a number of seconds; ours is a duration, written like \"2s\" or \"500ms\"";
+
+/// Scrapy's settings (from its settings reference) a Scrapy user is likely to type, and what
+/// each is here. Every key named exists in [`Settings`](super::Settings) (a test checks it).
+pub const SCRAPY_NAMES: &[ScrapyName] = &[
+    // Concurrency and pacing.
+    key("CONCURRENT_REQUESTS", "concurrency", ""),
+    key(
+        "CONCURRENT_REQUESTS_PER_DOMAIN",
+        "concurrency_per_host",
+        "a slot covers one host by default; `host_key = \"domain\"` makes it cover a \
+         registrable domain, as Scrapy's does",
+    ),
+    value(
+        "CONCURRENT_REQUESTS_PER_IP",
+        "host_key",
+        "\"ip\"",
+        "then `concurrency_per_host` is the limit per address",
+    ),
+    key(
+        "DOWNLOAD_DELAY",
+        "download_delay",
+        "Scrapy's is a number of seconds; ours is a duration, written like \"2s\"; it is the \
+         fixed delay with `throttle = \"fixed\"`, and a floor under the default adaptive pacing",
+    ),
+    key("RANDOMIZE_DOWNLOAD_DELAY", "randomize_delay", ""),
+    value(
+        "AUTOTHROTTLE_ENABLED",
+        "throttle",
+        "\"autothrottle\"",
+        "the default `throttle = \"adaptive\"` already adapts each host's rate to its answers \
+         and headers",
+    ),
+    key(
+        "AUTOTHROTTLE_START_DELAY",
+        "start_rate",
+        "a rate in requests/s, not a delay: AUTOTHROTTLE_START_DELAY = 5 is start_rate = 0.2",
+    ),
+    key("AUTOTHROTTLE_MAX_DELAY", "autothrottle_max_delay", SECONDS),
+    key(
+        "AUTOTHROTTLE_TARGET_CONCURRENCY",
+        "autothrottle_target_concurrency",
+        "",
+    ),
+    instead(
+        "AUTOTHROTTLE_DEBUG",
+        "every change of a host's rate is logged with its trigger at debug level: \
+         `-L crawler_sched=debug`",
+    ),
+    // Requests and responses.
+    key("DOWNLOAD_TIMEOUT", "download_timeout", SECONDS),
+    key(
+        "DOWNLOAD_MAXSIZE",
+        "max_body_size",
+        "bytes, counted after decompression; 0 does not mean unlimited",
+    ),
+    instead(
+        "DOWNLOAD_WARNSIZE",
+        "there is no warning size; `max_body_size` aborts larger bodies and counts them as \
+         `too_large`",
+    ),
+    key("DNS_TIMEOUT", "connect_timeout", SECONDS),
+    key(
+        "USER_AGENT",
+        "user_agent",
+        "it is also the agent matched against robots.txt groups",
+    ),
+    key(
+        "DEFAULT_REQUEST_HEADERS",
+        "default_headers",
+        "a list of \"Name: value\" strings, not a dict",
+    ),
+    key("REDIRECT_MAX_TIMES", "max_redirects", ""),
+    value(
+        "REDIRECT_ENABLED",
+        "max_redirects",
+        "0",
+        "then a redirect fails as `too_many_redirects`; for one request, set the request meta \
+         `dont_redirect`",
+    ),
+    instead(
+        "METAREFRESH_ENABLED",
+        "a page with `<meta http-equiv=\"refresh\">` reaches the spider; `LinkExtractor` (and \
+         so `Rules`) follows its target, `.meta_refresh(false)` turns that off",
+    ),
+    instead(
+        "HTTPERROR_ALLOWED_CODES",
+        "`parse` sees 2xx answers only; other statuses are retried if listed in \
+         `retry_http_codes` and then end as failures (`failures_file` lists them); a downloader \
+         middleware added in code sees every response first",
+    ),
+    instead(
+        "HTTPERROR_ALLOW_ALL",
+        "`parse` sees 2xx answers only; a downloader middleware added in code sees every \
+         response first",
+    ),
+    key("URLLENGTH_LIMIT", "max_url_length", ""),
+    key("COOKIES_ENABLED", "cookies_enabled", ""),
+    instead(
+        "HTTPPROXY_ENABLED",
+        "set `proxy` to the proxy's URL; unset, `HTTP_PROXY` / `HTTPS_PROXY` from the \
+         environment are used, as in Scrapy",
+    ),
+    key(
+        "REFERRER_POLICY",
+        "referer_policy",
+        "the values are the policy names: `no-referrer`, `same-origin`, `origin`, \
+         `unsafe-url`, or `default`",
+    ),
+    value(
+        "REFERER_ENABLED",
+        "spider_middlewares",
+        "[\"custom\"]",
+        "that is, leave `referer` out of the list to send no Referer",
+    ),
+    instead(
+        "COMPRESSION_ENABLED",
+        "gzip, brotli and deflate are always accepted and decoded",
+    ),
+    // Middlewares, pipelines, extensions.
+    key(
+        "DOWNLOADER_MIDDLEWARES",
+        "downloader_middlewares",
+        "an ordered list of built-in names (`http_auth`, `default_headers`, `user_agent`, \
+         `cookies`, and `custom` for yours), not a dict of class paths and numbers; your own \
+         are added in code with `Crawl::downloader_middleware`",
+    ),
+    key(
+        "SPIDER_MIDDLEWARES",
+        "spider_middlewares",
+        "an ordered list of built-in names (`referer`, and `custom` for yours), not a dict of \
+         class paths and numbers; your own are added in code with `Crawl::spider_middleware`",
+    ),
+    instead(
+        "ITEM_PIPELINES",
+        "pipelines are added in code, in the order they run: `Crawl::new(spider).pipeline(p)`",
+    ),
+    instead(
+        "EXTENSIONS",
+        "there are no extensions; the final stats, the progress display and the metrics \
+         endpoint (`metrics_addr`) are built in",
+    ),
+    // Robots.
+    key("ROBOTSTXT_OBEY", "obey_robots", "true by default here"),
+    instead(
+        "ROBOTSTXT_USER_AGENT",
+        "robots.txt groups are matched against `user_agent`",
+    ),
+    // Depth and scheduling.
+    key("DEPTH_LIMIT", "depth_limit", ""),
+    instead(
+        "DEPTH_PRIORITY",
+        "give requests a priority in code: `Request::get(url)?.priority(n)`",
+    ),
+    instead(
+        "DUPEFILTER_CLASS",
+        "requests are deduplicated by fingerprint; `Request::dont_filter()` skips it for one \
+         request",
+    ),
+    // Retries.
+    key("RETRY_TIMES", "retry_times", ""),
+    value(
+        "RETRY_ENABLED",
+        "retry_times",
+        "0",
+        "RETRY_ENABLED = False is retry_times = 0",
+    ),
+    key(
+        "RETRY_HTTP_CODES",
+        "retry_http_codes",
+        "connection errors and timeouts are always retried",
+    ),
+    // Cache and job directory.
+    key(
+        "HTTPCACHE_ENABLED",
+        "http_cache",
+        "the cache lives in `cache_dir` (default `JOB_DIR/cache`), so it needs `job_dir` or \
+         `cache_dir`",
+    ),
+    key("HTTPCACHE_DIR", "cache_dir", ""),
+    instead(
+        "HTTPCACHE_EXPIRATION_SECS",
+        "cached pages never expire; each run revalidates them with conditional requests \
+         (`conditional_requests`), and `http_cache_offline = true` replays them without asking",
+    ),
+    key(
+        "JOBDIR",
+        "job_dir",
+        "it also keeps validators for conditional requests, and the crawl survives `kill -9`",
+    ),
+    // Feeds.
+    key(
+        "FEEDS",
+        "feeds",
+        "a list of file paths, the format given by the extension (.jsonl, .json, .csv), not \
+         a dict of URIs and options; `-o FILE` adds one",
+    ),
+    key(
+        "FEED_URI",
+        "feeds",
+        "a list of file paths, the format given by the extension (.jsonl, .json, .csv); \
+         `-o FILE` adds one",
+    ),
+    instead(
+        "FEED_FORMAT",
+        "a feed's format is given by its file's extension: .jsonl, .json or .csv",
+    ),
+    instead("FEED_EXPORT_ENCODING", "feeds are always written in UTF-8"),
+    // Logging and stats.
+    key(
+        "LOG_LEVEL",
+        "log_level",
+        "the levels are written in lower case (`debug`, `info`, `warn`, `error`), and a \
+         filter per crate works too (`info,crawler_sched=debug`)",
+    ),
+    instead(
+        "LOG_FILE",
+        "logs go to stderr: redirect them (`2> crawl.log`), with `log_format = \"json\"` for \
+         a log collector",
+    ),
+    key(
+        "LOG_FORMAT",
+        "log_format",
+        "ours is `text` or `json`, not a format string",
+    ),
+    value(
+        "LOG_ENABLED",
+        "log_level",
+        "\"error\"",
+        "LOG_ENABLED = False is closest to showing errors only",
+    ),
+    instead(
+        "STATS_DUMP",
+        "the final stats are always printed at the end of a crawl",
+    ),
+    // Closing the spider.
+    key("CLOSESPIDER_ITEMCOUNT", "close_item_count", ""),
+    key("CLOSESPIDER_PAGECOUNT", "close_page_count", ""),
+    key("CLOSESPIDER_TIMEOUT", "close_timeout", SECONDS),
+    key("CLOSESPIDER_ERRORCOUNT", "close_error_count", ""),
+    // The project.
+    instead(
+        "BOT_NAME",
+        "a crawl is named by its spider's `name()` (and `job_name` for a fleet); operators \
+         see `user_agent`",
+    ),
+    instead(
+        "SPIDER_MODULES",
+        "spiders are registered in the project's main.rs: \
+         `Runner::new().spider(Books).run_cli()`; `crawler genspider` writes them to \
+         src/spiders/",
+    ),
+    instead(
+        "NEWSPIDER_MODULE",
+        "`crawler genspider NAME URL` writes the spider to src/spiders/",
+    ),
+    instead(
+        "TWISTED_REACTOR",
+        "the crawler runs on Tokio; there is no reactor to choose",
+    ),
+    instead(
+        "TELNETCONSOLE_ENABLED",
+        "there is no telnet console; the live display, `progress:` lines and `metrics_addr` \
+         show a running crawl",
+    ),
+];
+
+/// The Scrapy setting `name` names, in any case (`DOWNLOAD_DELAY`, `download_delay`).
+pub fn scrapy_name(name: &str) -> Option<&'static ScrapyName> {
+    SCRAPY_NAMES
+        .iter()
+        .find(|s| s.scrapy.eq_ignore_ascii_case(name.trim()))
+}
+
+impl ScrapyName {
+    /// The key of ours it maps to, if any.
+    pub fn key(&self) -> Option<&'static str> {
+        match self.ours {
+            Ours::Key(k) | Ours::Value(k, _) => Some(k),
+            Ours::Instead(_) => None,
+        }
+    }
+
+    /// What it is here, as a phrase: "called `download_delay` (in [throttle])",
+    /// "`throttle = "autothrottle"` (in [throttle])", or "no setting: WHAT INSTEAD".
+    pub fn here(&self) -> String {
+        match self.ours {
+            Ours::Key(k) => format!("called `{k}` (in [{}])", section_of(k)),
+            Ours::Value(k, v) => format!("`{k} = {v}` (in [{}])", section_of(k)),
+            Ours::Instead(what) => format!("there is no such setting: {what}"),
+        }
+    }
+
+    /// The one message for someone who typed this Scrapy name: "`DOWNLOAD_DELAY` is
+    /// Scrapy's name; here it is called `download_delay` (in [throttle]); NOTE".
+    pub fn message(&self) -> String {
+        let here = match self.ours {
+            Ours::Instead(_) => self.here(),
+            _ => format!("here it is {}", self.here()),
+        };
+        let mut msg = format!("`{}` is Scrapy's name; {here}", self.scrapy);
+        if !self.note.is_empty() {
+            msg.push_str("; ");
+            msg.push_str(self.note);
+        }
+        msg
+    }
+}
+
+/// The settings table of docs/coming-from-scrapy.md, generated from [`SCRAPY_NAMES`].
+#[cfg(test)]
+pub(super) fn scrapy_settings_markdown() -> String {
+    let mut out = String::from("| Scrapy | here | notes |\n|---|---|---|\n");
+    for s in SCRAPY_NAMES {
+        let here = match s.ours {
+            Ours::Key(k) => format!("`{k}` in `[{}]`", section_of(k)),
+            Ours::Value(k, v) => format!("`{k} = {v}` in `[{}]`", section_of(k)),
+            Ours::Instead(_) => "no setting".to_owned(),
+        };
+        let note = match s.ours {
+            Ours::Instead(what) => what,
+            _ => s.note,
+        };
+        out.push_str(&format!(
+            "| `{}` | {here} | {} |\n",
+            s.scrapy,
+            note.replace('|', "\\|")
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;
