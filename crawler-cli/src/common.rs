@@ -71,7 +71,7 @@ pub fn init_logging(settings: &Settings) {
     let default_level = settings.log_level == Settings::default().log_level;
     let filter = match std::env::var("RUST_LOG") {
         Ok(env) if default_level && !env.trim().is_empty() => EnvFilter::try_new(env),
-        _ => EnvFilter::try_new(&settings.log_level),
+        _ => EnvFilter::try_new(level_filter(&settings.log_level)),
     }
     .unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
@@ -83,6 +83,41 @@ pub fn init_logging(settings: &Settings) {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),
     };
+}
+
+/// The crates whose logs a plain level (`-L debug`) is about: the framework's and the
+/// running program's own (a project's spiders).
+const OUR_CRATES: &[&str] = &[
+    "crawler",
+    "crawler_core",
+    "crawler_http",
+    "crawler_sched",
+    "crawler_store",
+    "crawler_cli",
+    "crawler_lab",
+];
+
+/// A `log_level` as an `EnvFilter`: a plain level (`debug`) applies to the framework and the
+/// program's own crate, with every other crate at `warn` (at `debug`, the HTML parser and
+/// the CSS engine alone write hundreds of lines a page); anything else (`info,sled=debug`)
+/// is a filter of its own and is taken as written.
+fn level_filter(level: &str) -> String {
+    let plain = matches!(
+        level.trim().to_ascii_lowercase().as_str(),
+        "error" | "warn" | "info" | "debug" | "trace"
+    );
+    if !plain {
+        return level.to_owned();
+    }
+    let level = level.trim().to_ascii_lowercase();
+    let own = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().replace('-', "_")));
+    let others = if level == "error" { "error" } else { "warn" };
+    let mut directives = vec![others.to_owned()];
+    directives.extend(OUR_CRATES.iter().map(|c| format!("{c}={level}")));
+    directives.extend(own.map(|c| format!("{c}={level}")));
+    directives.join(",")
 }
 
 /// Run a built engine with Ctrl-C handling, the progress display (unless `quiet`) and the
@@ -178,4 +213,27 @@ pub(crate) fn parse<P: clap::Parser>(
         let _ = e.print();
         ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(EXIT_USAGE))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plain_level_is_for_the_framework_and_the_program_not_its_dependencies() {
+        let f = level_filter("DEBUG");
+        assert!(f.starts_with("warn,"), "{f}");
+        for c in [
+            "crawler_core=debug",
+            "crawler_http=debug",
+            "crawler_sched=debug",
+        ] {
+            assert!(f.contains(c), "{f}");
+        }
+        assert!(!f.contains("html5ever"), "{f}");
+        assert!(EnvFilter::try_new(&f).is_ok(), "{f}");
+        assert!(level_filter("error").starts_with("error,"));
+        // A filter of its own is taken as written.
+        assert_eq!(level_filter("info,sled=debug"), "info,sled=debug");
+    }
 }
