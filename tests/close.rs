@@ -273,3 +273,15 @@ async fn a_job_closed_by_a_limit_resumes_and_finishes_the_catalogue() {
     assert_eq!(items.len(), 300, "no book written twice");
     lab.shutdown().await;
 }
+
+#[test]
+fn bad_close_settings_are_refused_by_name() {
+    let mut s = Settings::default();
+    let e = s.set("close_item_count", "-1").unwrap_err().to_string();
+    assert!(e.contains("close_item_count"), "{e}");
+    let e = s.set("close_timeout", "soon").unwrap_err().to_string();
+    assert!(e.contains("close_timeout") && e.contains("\"2s\""), "{e}");
+    s.set("close_timeout", "1m").expect("a duration");
+    assert_eq!(s.close_timeout, std::time::Duration::from_secs(60));
+    assert_eq!(crawler::core::section_of("close_page_count"), "general");
+}
