@@ -16,6 +16,7 @@ pub struct Output<I> {
     items: Vec<I>,
     requests: Vec<Request>,
     invalid_links: u64,
+    close: Option<String>,
 }
 
 impl<I> Output<I> {
@@ -27,6 +28,7 @@ impl<I> Output<I> {
             items: Vec::new(),
             requests: Vec::new(),
             invalid_links: 0,
+            close: None,
         }
     }
 
@@ -82,6 +84,21 @@ impl<I> Output<I> {
         }
     }
 
+    /// Close the whole crawl, like Scrapy's `CloseSpider`: no new requests are sent, those
+    /// in flight finish, and this page's items and links are still kept (with a job
+    /// directory, the links wait there for a resume). The final stats give `reason` as
+    /// [`Stats::close_reason`](crate::Stats::close_reason). The first reason asked for
+    /// wins.
+    pub fn close_spider(&mut self, reason: impl Into<String>) {
+        self.close.get_or_insert_with(|| reason.into());
+    }
+
+    /// The reason given to [`Output::close_spider`], if the callback asked to close the
+    /// crawl.
+    pub fn close_requested(&self) -> Option<&str> {
+        self.close.as_deref()
+    }
+
     /// Items emitted so far.
     pub fn items(&self) -> &[I] {
         &self.items
@@ -127,5 +144,9 @@ mod tests {
         assert_eq!(reqs[1].callback.as_deref(), Some("detail"));
         assert!(reqs.iter().all(|r| r.depth == 3));
         assert_eq!(out.invalid_links(), 2);
+        assert_eq!(out.close_requested(), None);
+        out.close_spider("enough");
+        out.close_spider("later");
+        assert_eq!(out.close_requested(), Some("enough"));
     }
 }

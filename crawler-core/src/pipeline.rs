@@ -31,6 +31,16 @@ pub trait Pipeline<I>: Send + Sync + 'static {
     fn close(&self) -> impl Future<Output = Result<()>> + Send {
         async { Ok(()) }
     }
+
+    /// Whether this stage wants the whole crawl closed, and why: asked after each item it
+    /// processes (kept or dropped). Return a reason (a quota reached, a store full) and the
+    /// crawl stops as if a spider called
+    /// [`Output::close_spider`](crate::Output::close_spider): no new requests, those in
+    /// flight finish, the reason is [`Stats::close_reason`](crate::Stats::close_reason).
+    /// Default: never.
+    fn close_crawl(&self) -> Option<String> {
+        None
+    }
 }
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -40,6 +50,7 @@ pub(crate) trait DynPipeline<I>: Send + Sync {
     fn open(&self) -> BoxFuture<'_, Result<()>>;
     fn process(&self, item: I) -> BoxFuture<'_, Result<Processed<I>>>;
     fn close(&self) -> BoxFuture<'_, Result<()>>;
+    fn close_crawl(&self) -> Option<String>;
     fn name(&self) -> &'static str;
 }
 
@@ -52,6 +63,9 @@ impl<I: Send + 'static, P: Pipeline<I>> DynPipeline<I> for P {
     }
     fn close(&self) -> BoxFuture<'_, Result<()>> {
         Box::pin(Pipeline::close(self))
+    }
+    fn close_crawl(&self) -> Option<String> {
+        Pipeline::close_crawl(self)
     }
     fn name(&self) -> &'static str {
         std::any::type_name::<P>()

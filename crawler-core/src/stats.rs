@@ -50,6 +50,15 @@ pub struct Stats {
     /// Wall time of the crawl.
     #[serde(with = "secs")]
     pub elapsed: Duration,
+    /// Why the crawl closed: `finished` (nothing left to fetch), `close_item_count`,
+    /// `close_page_count`, `close_error_count`, `close_timeout` (the close settings),
+    /// `stopped` (Ctrl-C, SIGTERM or a [`Shutdown`](crate::Shutdown) request), `error` (the
+    /// frontier or the feed writer failed), or the reason a spider
+    /// ([`Output::close_spider`](crate::Output::close_spider)) or a pipeline
+    /// ([`Pipeline::close_crawl`](crate::Pipeline::close_crawl)) gave. Empty while the crawl
+    /// runs.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub close_reason: String,
     /// Counters of each downloader and spider middleware (`downloader:NAME`,
     /// `spider:NAME`), filled in at the end by the crawl that ran them.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -71,6 +80,14 @@ mod secs {
         s.serialize_f64(d.as_secs_f64())
     }
 }
+
+/// The [`Stats::close_reason`] of a crawl that fetched everything it was given.
+pub(crate) const CLOSE_FINISHED: &str = "finished";
+/// The [`Stats::close_reason`] of a crawl stopped by Ctrl-C, SIGTERM or a
+/// [`Shutdown`](crate::Shutdown) request.
+pub(crate) const CLOSE_STOPPED: &str = "stopped";
+/// The [`Stats::close_reason`] of a crawl whose frontier or feed writer failed.
+pub(crate) const CLOSE_ERROR: &str = "error";
 
 impl Stats {
     /// Requests that reached a terminal state.
@@ -113,6 +130,9 @@ impl fmt::Display for Stats {
                 .join(" ")
         };
         writeln!(f, "crawl finished in {:.2}s", self.elapsed.as_secs_f64())?;
+        if !self.close_reason.is_empty() {
+            writeln!(f, "  close reason       {}", self.close_reason)?;
+        }
         writeln!(f, "  requests enqueued  {}", self.requests_enqueued)?;
         writeln!(f, "  fetched            {}", self.fetched)?;
         writeln!(f, "  not modified       {}", self.not_modified)?;

@@ -25,7 +25,7 @@ use crate::pipeline::DynPipeline;
 use crate::response::AfterAck;
 use crate::settings::{FeedFsync, Settings};
 use crate::spider::Spider;
-use crate::stats::Stats;
+use crate::stats::{CLOSE_ERROR, CLOSE_FINISHED, CLOSE_STOPPED, Stats};
 
 /// How often the progress snapshot is refreshed.
 const PROGRESS_TICK: Duration = Duration::from_millis(250);
@@ -89,6 +89,31 @@ pub(super) struct Crawl<S: Spider, D: Downloader, Q: Scheduler> {
     elapsed_before: Duration,
     ticker: Interval,
     last_checkpoint: Instant,
+    /// Why the crawl is closing, once something asked it to (see [`Stats::close_reason`]).
+    close_reason: Option<String>,
+    /// The counters when this run began: the close limits count from them, so a resumed
+    /// job's limits apply to the run, not to the whole job.
+    at_start: Counts,
+    /// When `close_timeout` closes the crawl.
+    deadline: Option<Instant>,
+}
+
+/// The counters the close limits watch.
+#[derive(Debug, Clone, Copy)]
+struct Counts {
+    items: u64,
+    pages: u64,
+    errors: u64,
+}
+
+impl Counts {
+    fn of(stats: &Stats) -> Self {
+        Self {
+            items: stats.items_scraped,
+            pages: stats.status.values().sum(),
+            errors: stats.spider_errors,
+        }
+    }
 }
 
 impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
@@ -141,6 +166,12 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
         let (feedback_tx, feedback_rx) = mpsc::unbounded_channel::<(Lease, Feedback)>();
         let stop_rx = shutdown.subscribe();
         let stopping = shutdown.requested() > 0;
+        let mut stats = stats;
+        // A resumed job's saved stats carry the reason its last run closed.
+        stats.close_reason.clear();
+        let at_start = Counts::of(&stats);
+        let deadline =
+            (!settings.close_timeout.is_zero()).then(|| started + settings.close_timeout);
         let retry = RetryPolicy::from(&settings);
         let mut ticker = tokio::time::interval(PROGRESS_TICK);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -172,6 +203,9 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             elapsed_before,
             ticker,
             last_checkpoint: Instant::now(),
+            close_reason: stopping.then(|| CLOSE_STOPPED.to_owned()),
+            at_start,
+            deadline,
         })
     }
 
@@ -188,6 +222,8 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
                 tracing::error!("stopping: {e}");
                 self.fatal.get_or_insert(e);
                 self.stopping = true;
+                self.close_reason
+                    .get_or_insert_with(|| CLOSE_ERROR.to_owned());
             }
             if self.tasks.is_empty() && self.marks.is_empty() && (self.stopping || wake.is_none()) {
                 break;
@@ -235,6 +271,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
                         tracing::error!("the feed writer stopped; stopping the crawl");
                     }
                     self.stopping = true;
+                    self.close_reason.get_or_insert_with(|| CLOSE_ERROR.to_owned());
                 }
             },
             Some((lease, fb)) = self.feedback_rx.recv() => {
@@ -243,6 +280,10 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
                 }
             }
             _ = sleep_until(wake), if wake.is_some() => {}
+            // Once stopping, the deadline has nothing left to stop (and must not fire again).
+            () = sleep_until(self.deadline), if self.deadline.is_some() && !self.stopping => {
+                self.close("close_timeout".to_owned());
+            }
             changed = self.stop_rx.changed() => self.stop_asked(changed.is_ok()),
             _ = self.ticker.tick() => self.tick(),
         }
@@ -257,6 +298,11 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             1
         };
         self.stopping = asked >= 1;
+        if self.stopping {
+            // A close condition records its own reason before it asks to stop.
+            self.close_reason
+                .get_or_insert_with(|| CLOSE_STOPPED.to_owned());
+        }
         if asked >= 2 {
             tracing::warn!(
                 in_flight = self.tasks.len(),
@@ -265,6 +311,57 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             self.tasks.abort_all();
             self.feed.abort.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// Close the crawl for `reason` the way a first stop request does: no new requests, those
+    /// in flight finish, the feeds are drained and what is still queued stays in the job
+    /// directory for a resume. The first reason wins; a close after a Ctrl-C keeps
+    /// `stopped`.
+    pub(super) fn close(&mut self, reason: String) {
+        let reason = if reason.trim().is_empty() {
+            "closed by the spider".to_owned()
+        } else {
+            reason
+        };
+        // Through the stop handle, so everything watching it (a Redis frontier's retries, a
+        // later Ctrl-C counted as the second request that stops at once) sees the same stop.
+        let asked = self.shutdown.request_first();
+        if self.close_reason.is_none() {
+            let reason = if asked {
+                reason
+            } else {
+                CLOSE_STOPPED.to_owned()
+            };
+            tracing::info!(
+                reason = %reason,
+                in_flight = self.tasks.len(),
+                "closing the crawl: finishing the requests in flight"
+            );
+            self.close_reason = Some(reason);
+        }
+        self.stopping = true;
+    }
+
+    /// Close the crawl when a close limit (`close_item_count`, `close_page_count`,
+    /// `close_error_count`) is reached; they count from the start of this run.
+    pub(super) fn check_limits(&mut self) {
+        if self.stopping {
+            return;
+        }
+        let now = Counts::of(&self.stats);
+        let reached =
+            |limit: u64, count: u64, start: u64| limit > 0 && count.saturating_sub(start) >= limit;
+        let s = &self.settings;
+        let reason = if reached(s.close_item_count, now.items, self.at_start.items) {
+            "close_item_count"
+        } else if reached(s.close_page_count, now.pages, self.at_start.pages) {
+            "close_page_count"
+        } else if reached(s.close_error_count, now.errors, self.at_start.errors) {
+            "close_error_count"
+        } else {
+            return;
+        };
+        self.close(reason.to_owned());
     }
 
     /// Refresh the progress snapshot and, once every [`CHECKPOINT_EVERY`], save the stats.
@@ -310,6 +407,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             mut fatal,
             started,
             elapsed_before,
+            close_reason,
             ..
         } = self;
         let FeedThread {
@@ -353,6 +451,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
         stats.pending = scheduler.queued() as u64 + abandoned;
         stats.hosts = busiest(scheduler.host_stats(), FINAL_HOSTS);
         stats.elapsed = elapsed_before + started.elapsed();
+        stats.close_reason = close_reason.unwrap_or_else(|| CLOSE_FINISHED.to_owned());
         debug_assert!(written <= stats.items_scraped);
         // The final checkpoint keeps pending counts out: they are recomputed on resume.
         let mut saved = stats.clone();

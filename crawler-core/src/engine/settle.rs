@@ -18,7 +18,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
     /// A worker ended (`None`: there was none to wait for): settle its request, unless it
     /// was abandoned.
     pub(super) fn joined(&mut self, joined: Option<Result<(Id, Completion), JoinError>>) {
-        let (id, done) = match joined {
+        let (id, mut done) = match joined {
             Some(Ok((id, done))) => (id, done),
             Some(Err(e)) if e.is_cancelled() => {
                 // Abandoned on a second Ctrl-C: the lease stays open, so a
@@ -34,7 +34,12 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
         let Some(lease) = self.leases.remove(&id) else {
             return;
         };
+        let close = done.close.take();
         self.settle(lease, done, now);
+        if let Some(reason) = close {
+            self.close(reason);
+        }
+        self.check_limits();
     }
 
     /// Settle what the worker holding `lease` reported.

@@ -28,6 +28,20 @@ impl Shutdown {
         self.0.send_modify(|n| *n += 1);
     }
 
+    /// Ask the crawl to stop unless a stop was already asked for (a close condition: reached
+    /// twice, it must not count as the second request that abandons the requests in
+    /// flight). Returns whether this call was the one that asked.
+    pub(super) fn request_first(&self) -> bool {
+        self.0.send_if_modified(|n| {
+            if *n == 0 {
+                *n = 1;
+                true
+            } else {
+                false
+            }
+        })
+    }
+
     /// How many times a stop has been asked for.
     pub fn requested(&self) -> u32 {
         *self.0.borrow()

@@ -252,6 +252,7 @@ async fn a_crawl_accounts_for_every_request_and_acknowledges_every_lease() {
     assert_eq!(stats.items_scraped, 4);
     assert_eq!(stats.items_dropped, 1);
     assert_eq!(stats.spider_errors, 0);
+    assert_eq!(stats.close_reason, "finished");
 
     let text = std::fs::read_to_string(&feed).unwrap();
     let mut items: Vec<String> = text
@@ -302,5 +303,94 @@ async fn a_stop_asked_before_the_start_fetches_nothing_and_leaves_the_start_pend
     assert_eq!(stats.pending, 1);
     assert_eq!(stats.fetched, 0);
     assert!(stats.reconciles(), "{stats:?}");
+    assert_eq!(stats.close_reason, "stopped");
     assert_eq!(ledger.lock().unwrap().handed_out, 0);
+}
+
+fn fifo(ledger: &Arc<Mutex<Ledger>>) -> Fifo {
+    Fifo {
+        queue: VecDeque::new(),
+        seen: HashSet::new(),
+        next_lease: 0,
+        ledger: Arc::clone(ledger),
+    }
+}
+
+fn site() -> Site {
+    Site {
+        hits: Mutex::new(HashMap::new()),
+        after_ack_ran: Arc::new(AtomicBool::new(false)),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_item_limit_stops_like_a_stop_request_and_leaves_the_rest_pending() {
+    let dir = tempfile::tempdir().unwrap();
+    let feed = dir.path().join("items.jsonl");
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    // One request at a time, so the limit is met exactly on the start page.
+    let settings = Settings {
+        concurrency: 1,
+        close_item_count: 1,
+        ..Settings::default()
+    };
+    let engine =
+        Engine::new(Paths, site(), fifo(&ledger), settings).feed(FeedSpec::new(&feed).unwrap());
+    let shutdown = engine.shutdown_handle();
+    let stats = tokio::time::timeout(Duration::from_secs(30), engine.run())
+        .await
+        .expect("the crawl ends")
+        .expect("the crawl succeeds");
+    assert_eq!(stats.close_reason, "close_item_count");
+    assert_eq!(stats.fetched, 1);
+    assert_eq!(stats.items_scraped, 1);
+    // The start page's 6 distinct links stay queued, as after a Ctrl-C.
+    assert_eq!(stats.pending, 6, "{stats:?}");
+    assert!(stats.reconciles(), "{stats:?}");
+    assert_eq!(
+        shutdown.requested(),
+        1,
+        "one stop request: a Ctrl-C now would be the second and stop at once"
+    );
+    let ledger = ledger.lock().unwrap();
+    assert_eq!(ledger.handed_out, 1);
+    assert!(ledger.open.is_empty(), "the start page was acknowledged");
+    assert_eq!(std::fs::read_to_string(&feed).unwrap().lines().count(), 1);
+}
+
+/// Asks to close the crawl once it has seen the item of `/a`.
+#[derive(Default)]
+struct CloseAfterA(AtomicBool);
+
+impl Pipeline<String> for CloseAfterA {
+    async fn process(&self, item: String) -> Result<Processed<String>> {
+        if item == "/a" {
+            self.0.store(true, Ordering::SeqCst);
+        }
+        Ok(Processed::Keep(item))
+    }
+
+    fn close_crawl(&self) -> Option<String> {
+        self.0.load(Ordering::SeqCst).then(|| "saw /a".to_owned())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_closes_the_crawl_with_its_reason() {
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let settings = Settings {
+        concurrency: 1,
+        ..Settings::default()
+    };
+    let engine =
+        Engine::new(Paths, site(), fifo(&ledger), settings).pipeline(CloseAfterA::default());
+    let stats = tokio::time::timeout(Duration::from_secs(30), engine.run())
+        .await
+        .expect("the crawl ends")
+        .expect("the crawl succeeds");
+    assert_eq!(stats.close_reason, "saw /a");
+    assert_eq!(stats.fetched, 2, "/ then /a, first in first out");
+    assert!(stats.pending > 0, "{stats:?}");
+    assert!(stats.reconciles(), "{stats:?}");
+    assert!(stats.to_string().contains("close reason       saw /a"));
 }

@@ -65,6 +65,8 @@ pub(super) struct Completion {
     /// What the downloader deferred until the request is acknowledged (see
     /// [`crate::AfterAck`]); set only when the page was parsed and its items all sent.
     pub(super) after_ack: Option<crate::AfterAck>,
+    /// Why the spider or a pipeline asked to close the crawl, if one did.
+    pub(super) close: Option<String>,
 }
 
 impl Completion {
@@ -83,6 +85,7 @@ impl Completion {
             spider_error: false,
             feed_closed: false,
             after_ack: None,
+            close: None,
         }
     }
 
@@ -235,6 +238,7 @@ async fn parse_page<S: Spider, D: Downloader>(
     }
     done.spider_error = result.is_err() || !problems.is_empty();
     done.invalid_links = out.invalid_links();
+    done.close = out.close_requested().map(str::to_owned);
     let (items, mut requests) = out.into_parts();
     // Follow-ups inherit nothing implicitly except depth; keep the referrer for debugging.
     // A copy of the URL's text per request, not a formatting pass (`to_string`) per link.
@@ -263,7 +267,11 @@ async fn deliver<S: Spider, D: Downloader>(
 ) {
     'items: for mut item in items {
         for p in &ctx.pipelines {
-            match p.process(item).await {
+            let processed = p.process(item).await;
+            if done.close.is_none() {
+                done.close = p.close_crawl();
+            }
+            match processed {
                 Ok(Processed::Keep(kept)) => item = kept,
                 Ok(Processed::Drop(reason)) => {
                     tracing::debug!(%url, pipeline = p.name(), "item dropped: {reason}");

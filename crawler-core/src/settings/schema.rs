@@ -104,6 +104,20 @@ pub struct Settings {
     pub depth_limit: u32,
     /// Longest URL accepted; longer ones are filtered as `url_too_long`. Default 2083.
     pub max_url_length: usize,
+    /// Close the crawl once this many items were scraped in this run (a resumed job counts
+    /// from where it resumed); requests in flight finish, so a few more may be written.
+    /// 0 means no limit. Default 0.
+    pub close_item_count: u64,
+    /// Close the crawl once this many responses (of any status) were received in this run;
+    /// requests in flight finish. 0 means no limit. Default 0.
+    pub close_page_count: u64,
+    /// Close the crawl once this many spider errors (a callback that failed or panicked)
+    /// happened in this run. 0 means no limit. Default 0.
+    pub close_error_count: u64,
+    /// Close the crawl once it has run this long (this run; requests in flight then finish).
+    /// 0s means no limit. Default 0s.
+    #[serde(with = "humantime_serde")]
+    pub close_timeout: Duration,
     /// How long a fetched robots.txt is trusted. Default 24h.
     #[serde(with = "humantime_serde")]
     pub robots_ttl: Duration,
@@ -323,6 +337,10 @@ impl Default for Settings {
             obey_robots: true,
             depth_limit: 0,
             max_url_length: 2083,
+            close_item_count: 0,
+            close_page_count: 0,
+            close_error_count: 0,
+            close_timeout: Duration::ZERO,
             robots_ttl: Duration::from_secs(24 * 3600),
             robots_outage_max: Duration::from_secs(600),
             deny_private_addresses: false,
