@@ -97,6 +97,18 @@ pub const SECTIONS: &[Section] = &[
         prefixes: &["job_", "redis_"],
     },
     Section {
+        name: "close",
+        about: "When the crawl closes before its queue runs out (Scrapy's CLOSESPIDER_*): \
+                after so many items, pages or spider errors, or after a time. 0 is off.",
+        keys: &[
+            "close_item_count",
+            "close_page_count",
+            "close_error_count",
+            "close_timeout",
+        ],
+        prefixes: &["close_"],
+    },
+    Section {
         name: "middlewares",
         about: "Downloader and spider middlewares: which built-ins run and in what order, \
                 default headers, cookies, HTTP auth for one domain, the referer policy.",
