@@ -283,5 +283,5 @@ fn bad_close_settings_are_refused_by_name() {
     assert!(e.contains("close_timeout") && e.contains("\"2s\""), "{e}");
     s.set("close_timeout", "1m").expect("a duration");
     assert_eq!(s.close_timeout, std::time::Duration::from_secs(60));
-    assert_eq!(crawler::core::section_of("close_page_count"), "general");
+    assert_eq!(crawler::core::section_of("close_page_count"), "close");
 }
