@@ -28,6 +28,15 @@ fn fast<S: Spider>(crawl: Crawl<S>) -> Crawl<S> {
         .progress(false)
 }
 
+/// The lab's book catalogue, 1,000 books.
+async fn catalogue() -> Lab {
+    Lab::builder()
+        .books(1000)
+        .start()
+        .await
+        .expect("lab starts")
+}
+
 fn books_in(feed: &Path) -> Vec<Book> {
     std::fs::read_to_string(feed)
         .expect("feed written")
@@ -38,11 +47,7 @@ fn books_in(feed: &Path) -> Vec<Book> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_item_count_stops_near_the_limit_with_the_rest_pending() {
-    let lab = Lab::builder()
-        .books(1000)
-        .start()
-        .await
-        .expect("lab starts");
+    let lab = catalogue().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let feed = dir.path().join("books.jsonl");
     let stats = fast(Crawl::new(Books { start: lab.url() }))
@@ -72,11 +77,7 @@ async fn close_item_count_stops_near_the_limit_with_the_rest_pending() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_page_count_stops_near_the_limit() {
-    let lab = Lab::builder()
-        .books(1000)
-        .start()
-        .await
-        .expect("lab starts");
+    let lab = catalogue().await;
     // Built and run the way a project's `Runner` runs a crawl.
     let engine = fast(Crawl::new(Books { start: lab.url() }))
         .set("close_page_count", "80")
@@ -121,11 +122,7 @@ impl Spider for Broken {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_error_count_stops_near_the_limit() {
-    let lab = Lab::builder()
-        .books(1000)
-        .start()
-        .await
-        .expect("lab starts");
+    let lab = catalogue().await;
     let stats = fast(Crawl::new(Broken {
         inner: Books { start: lab.url() },
     }))
@@ -145,11 +142,7 @@ async fn close_error_count_stops_near_the_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_timeout_stops_a_crawl_that_would_run_for_minutes() {
-    let lab = Lab::builder()
-        .books(1000)
-        .start()
-        .await
-        .expect("lab starts");
+    let lab = catalogue().await;
     // The polite defaults: one request a second to the lab, so 1,000 books take minutes.
     let stats = Crawl::new(Books { start: lab.url() })
         .set("close_timeout", "2s")
@@ -192,11 +185,7 @@ impl Spider for Enough {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spider_closes_the_crawl_with_its_reason() {
-    let lab = Lab::builder()
-        .books(1000)
-        .start()
-        .await
-        .expect("lab starts");
+    let lab = catalogue().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let feed = dir.path().join("books.jsonl");
     let stats = fast(Crawl::new(Enough {
