@@ -50,6 +50,11 @@ pub struct HostState {
     /// Cleared when a later refusal leaves no bucket that explains the log.
     #[serde(default)]
     pub pinned: Option<f64>,
+    /// Refusals in a row met while climbing without a trusted estimate (towards the
+    /// lowest refused rate). Each one means the climb approached the limit from above, so
+    /// the next climb stops a margin further under the refused rate.
+    #[serde(default)]
+    pub climb_refusals: u32,
     /// The last rate that held through a calm period (a failed probe returns to it).
     pub safe_rate: Option<f64>,
     /// Responses to requests sent before this do not cut again (one episode, one cut).

@@ -35,32 +35,32 @@ fn table(cells: &[sim::Cell], minutes: f64) -> Vec<(String, f64, Outcome)> {
 
 /// The politeness goal on virtual time: ten-minute crawls behind every limiter kind, rate
 /// and Retry-After choice, with default settings, each with three draws of transit and
-/// latency. No request ever lands inside an announced wait, in any cell. The rate goal
-/// (steady at least 90% of the allowed rate) is met in 88 of the 90 runs today: the misses
-/// are two draws of the fixed window at 1 r/s with Retry-After (88%); every run reaches
-/// 80%. Refusals: at
-/// most 4 per 1,000 pages at 3 and 5 r/s; at 1 r/s a ten-minute crawl is ~550 pages and
-/// the learning episodes (two to six) are more than 3 per 1,000.
+/// latency. No request ever lands inside an announced wait, in any cell. At 3 and 5 r/s
+/// every run meets the whole goal: at most 3 refusals per 1,000 pages and a steady rate
+/// (the last half) of at least 90% of the allowed rate. At 1 r/s a ten-minute crawl is
+/// ~550 pages, so the two to six learning episodes are more than 3 per 1,000 (see
+/// BENCHMARKS.md, "The refusal goal at 1 r/s"); there every run reaches 85%, and 86 of
+/// the 90 runs reach 90% today.
 #[test]
 fn matrix_of_limiters_reaches_ninety_percent_with_few_refusals() {
     let rows = table(&sim::seeded(sim::matrix(), &SEEDS), 10.0);
     let mut failed = Vec::new();
     let mut at_ninety = 0;
     for (name, allowed, o) in &rows {
-        let refusals_ok = if *allowed >= 3.0 {
-            o.refusals_per_1000() <= 4.0
+        let (refusals_ok, rate_ok) = if *allowed >= 3.0 {
+            (o.refusals_per_1000() <= 3.0, o.steady >= 0.9 * allowed)
         } else {
-            o.refused <= 6
+            (o.refused <= 6, o.steady >= 0.85 * allowed)
         };
         if o.steady >= 0.9 * allowed {
             at_ninety += 1;
         }
-        if o.violations > 0 || !refusals_ok || o.steady < 0.8 * allowed || o.skipped {
+        if o.violations > 0 || !refusals_ok || !rate_ok || o.skipped {
             failed.push(name.clone());
         }
     }
     assert!(failed.is_empty(), "cells failing the goal: {failed:?}");
-    assert!(at_ninety >= 87, "{at_ninety} of {} runs at 90%", rows.len());
+    assert!(at_ninety >= 86, "{at_ninety} of {} runs at 90%", rows.len());
 }
 
 /// Once converged, at most one refusal per five minutes of steady crawling: an hour behind

@@ -78,10 +78,14 @@ impl HostMachine {
                 let dt = (now - self.state.grown_at).clamp(0.0, 2.0 * self.interval());
                 self.state.grown_at = now;
                 let est = self.state.estimate.unwrap_or(self.state.rate);
-                let ceiling = self
-                    .state
-                    .ceiling
-                    .map_or(self.params.max_rate, |c| c * tuning.ceiling_margin);
+                // Each refusal met on a climb without a trusted estimate moves the next
+                // climb's stop a margin further under the lowest refused rate, so that a
+                // limit approached from above is reached in a few refusals, not one per
+                // margin.
+                let margins = self.state.climb_refusals.clamp(1, 8);
+                let ceiling = self.state.ceiling.map_or(self.params.max_rate, |c| {
+                    c * tuning.ceiling_margin.powi(margins as i32)
+                });
                 // Confident: settle just under the estimate. Not yet: climb towards the
                 // lowest rate that was refused, where the next refusal (if any) will
                 // teach the fit what it lacks.

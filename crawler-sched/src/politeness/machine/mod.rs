@@ -80,6 +80,7 @@ impl HostMachine {
                 pinned: None,
                 confident: false,
                 declared: None,
+                climb_refusals: 0,
                 safe_rate: None,
                 last_cut: None,
                 calm_since: now,

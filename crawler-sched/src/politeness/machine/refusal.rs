@@ -126,6 +126,11 @@ impl HostMachine {
         };
         tracing::debug!(?refill, ?witness, est, "refusal: the estimate");
         self.state.confident = narrow.is_some() || witness.is_some();
+        self.state.climb_refusals = if self.state.confident {
+            0
+        } else {
+            self.state.climb_refusals.saturating_add(1)
+        };
         if self.state.phase != Phase::Steered {
             self.state.phase = Phase::Settled;
         }
