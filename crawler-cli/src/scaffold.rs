@@ -215,14 +215,14 @@ tokio = {{ version = "1", features = ["rt-multi-thread", "macros"] }}
 [workspace]
 
 # Debug builds: line tables for the project's own code (panics and backtraces still name
-# files and lines), no debug info for dependencies, which are optimised a little so parsing
-# and crawling stay fast. The first build is about a fifth quicker than with full debug info
-# (the framework's BENCHMARKS.md, "A new project's cold build").
+# files and lines), no debug info and no optimisation for dependencies. The first build is
+# then well under half of what full debug info and optimised dependencies cost (the
+# framework's BENCHMARKS.md, "A new project's cold build"); a debug build still parses
+# hundreds of pages a second, and `cargo run --release` is there for long crawls.
 [profile.dev]
 debug = "line-tables-only"
 
 [profile.dev.package."*"]
-opt-level = 1
 debug = false
 
 # Release builds as the framework's benchmarks are built: whole-program optimisation lets

@@ -240,6 +240,37 @@ fn cargo() -> String {
     std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned())
 }
 
+/// The commands `crawler new` prints after "created project", comments and `&` removed.
+fn printed_commands(stdout: &str) -> Vec<Vec<String>> {
+    stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("created project"))
+        .skip(1)
+        .map(|l| {
+            l.split('#')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .trim_end_matches('&')
+        })
+        .filter(|l| !l.is_empty())
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect()
+}
+
+/// Kills the lab started as a child process when the test ends, whatever happens.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The first five minutes, as printed: `crawler new`, then the commands it prints, run as
+/// printed (the lab on its default port, `cargo run -- crawl ...` in the project), and the
+/// feed checked. The build and the crawl are timed (run with `--nocapture` to see them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn new_project_builds_and_its_spider_crawls_the_lab() {
     let tmp = tempfile::tempdir().unwrap();
@@ -258,13 +289,71 @@ async fn new_project_builds_and_its_spider_crawls_the_lab() {
     let manifest = std::fs::read_to_string(demo.join("Cargo.toml")).unwrap();
     assert!(manifest.contains(env!("CARGO_MANIFEST_DIR")), "{manifest}");
 
-    // Build it: a target dir of its own (this test's cargo holds the workspace's), kept
-    // between runs; offline, from the framework's copied Cargo.lock.
+    let printed = printed_commands(&text(&out.stdout));
+    let words = |i: usize| printed.get(i).map(|w| w.join(" ")).unwrap_or_default();
+    assert_eq!(words(0), "cd demo", "{printed:?}");
+    assert!(words(1).starts_with("crawler lab"), "{printed:?}");
+    assert!(
+        words(2).starts_with("cargo run -- crawl books"),
+        "{printed:?}"
+    );
+
+    // `crawler lab &`: this package's binary, as the printed command runs it. It serves
+    // 127.0.0.1:8080, the address the scaffold's spider and its `[[hosts]]` rule name. When
+    // something else holds that port (a developer's own lab), the lab goes on a free port
+    // and the crawl is pointed at it with `-a url=`, with the budget the rule would give.
+    let mut lab_args: Vec<String> = printed[1][1..].to_vec();
+    let mut crawl_args: Vec<String> = printed[2][1..].to_vec();
+    let port = if std::net::TcpStream::connect("127.0.0.1:8080").is_ok() {
+        let free = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        eprintln!("127.0.0.1:8080 is taken: the lab runs on {free} instead");
+        lab_args.extend(["--port".to_owned(), free.to_string()]);
+        for a in [
+            "-a".to_owned(),
+            format!("url=http://127.0.0.1:{free}/"),
+            "-s".to_owned(),
+            "throttle=fixed".to_owned(),
+            "-s".to_owned(),
+            "download_delay=0s".to_owned(),
+            "-s".to_owned(),
+            "concurrency_per_host=16".to_owned(),
+        ] {
+            crawl_args.push(a);
+        }
+        free
+    } else {
+        8080
+    };
+    let mut lab_cmd = crawler(
+        &demo,
+        &lab_args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    lab_cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let _lab = Child(lab_cmd.spawn().expect("crawler lab starts"));
+    let up = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            up.elapsed().as_secs() < 30,
+            "the lab did not listen within 30 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
+    // `cargo run -- crawl books -o books.jsonl`: built in a target dir of its own (this
+    // test's cargo holds the workspace's), kept between runs; offline, from the framework's
+    // copied Cargo.lock.
     let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("scaffold-target");
+    let started = std::time::Instant::now();
     let mut build = Command::new(cargo());
     build
         .current_dir(&demo)
-        .args(["build", "--offline", "--quiet"])
+        .args(["build", "--quiet"])
+        .env("CARGO_NET_OFFLINE", "true")
         .env("CARGO_TARGET_DIR", &target)
         .env_remove("RUSTFLAGS");
     let out = run(build).await;
@@ -273,15 +362,42 @@ async fn new_project_builds_and_its_spider_crawls_the_lab() {
         "scaffold build failed:\n{}",
         text(&out.stderr)
     );
+    let built = started.elapsed();
+    let mut crawl = Command::new(cargo());
+    crawl
+        .current_dir(&demo)
+        .args(&crawl_args)
+        .env("CARGO_NET_OFFLINE", "true")
+        .env("CARGO_TARGET_DIR", &target)
+        .env_remove("RUSTFLAGS")
+        .env_remove("RUST_LOG");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CRAWLER_") {
+            crawl.env_remove(k);
+        }
+    }
+    let out = run(crawl).await;
+    let crawled = started.elapsed() - built;
+    eprintln!(
+        "crawler new to a complete feed: build {:.1} s, crawl {:.1} s",
+        built.as_secs_f64(),
+        crawled.as_secs_f64()
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("1000 scraped"), "{stdout}");
+    let items = std::fs::read_to_string(demo.join("books.jsonl")).unwrap();
+    assert_eq!(items.lines().count(), 1000);
+    let first: serde_json::Value = serde_json::from_str(items.lines().next().unwrap()).unwrap();
+    assert!(
+        first["title"].as_str().is_some_and(|t| !t.is_empty()),
+        "{first}"
+    );
     let bin = target.join("debug").join("demo");
 
-    let lab = Lab::builder().books(100).start().await.unwrap();
     let project_cmd = |args: &[&str]| {
         let mut cmd = Command::new(&bin);
-        cmd.current_dir(&demo)
-            .args(args)
-            .env("BOOKS_URL", lab.url())
-            .env_remove("RUST_LOG");
+        cmd.current_dir(&demo).args(args).env_remove("RUST_LOG");
         for (k, _) in std::env::vars() {
             if k.starts_with("CRAWLER_") {
                 cmd.env_remove(k);
@@ -318,29 +434,6 @@ async fn new_project_builds_and_its_spider_crawls_the_lab() {
     let out = run(project_cmd(&["crawl", "nosuch"])).await;
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("no spider named 'nosuch'"));
-
-    // The lab is our own server: raise the budget on the command line.
-    let out = run(project_cmd(&[
-        "crawl",
-        "books",
-        "-o",
-        "books.jsonl",
-        "-s",
-        "throttle=fixed",
-        "-s",
-        "download_delay=0s",
-        "-s",
-        "concurrency_per_host=8",
-    ]))
-    .await;
-    let stdout = text(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
-    assert!(stdout.contains("100 scraped"), "{stdout}");
-    let items = std::fs::read_to_string(demo.join("books.jsonl")).unwrap();
-    assert_eq!(items.lines().count(), 100);
-    assert!(items.contains(&lab.book(7).unwrap().title));
-    assert_eq!(lab.recorder().count_prefix("/private/"), 0);
-    lab.shutdown().await;
 
     // genspider adds a spider file and registers its module.
     let out = run(crawler(
