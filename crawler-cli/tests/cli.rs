@@ -278,10 +278,7 @@ async fn new_project_builds_and_its_spider_crawls_the_lab() {
     let lab = Lab::builder().books(100).start().await.unwrap();
     let project_cmd = |args: &[&str]| {
         let mut cmd = Command::new(&bin);
-        cmd.current_dir(&demo)
-            .args(args)
-            .env("BOOKS_URL", lab.url())
-            .env_remove("RUST_LOG");
+        cmd.current_dir(&demo).args(args).env_remove("RUST_LOG");
         for (k, _) in std::env::vars() {
             if k.starts_with("CRAWLER_") {
                 cmd.env_remove(k);
@@ -302,7 +299,8 @@ async fn new_project_builds_and_its_spider_crawls_the_lab() {
         "{stdout}"
     );
 
-    let out = run(project_cmd(&["check"])).await;
+    let url_arg = format!("url={}", lab.url());
+    let out = run(project_cmd(&["check", "-a", &url_arg])).await;
     assert!(
         out.status.success(),
         "{}{}",
@@ -320,9 +318,18 @@ async fn new_project_builds_and_its_spider_crawls_the_lab() {
     assert!(text(&out.stderr).contains("no spider named 'nosuch'"));
 
     // The lab is our own server: raise the budget on the command line.
+    let out = run(project_cmd(&["crawl", "books", "-a", "ur=x"])).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("did you mean 'url'"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = run(project_cmd(&[
         "crawl",
         "books",
+        "-a",
+        &url_arg,
         "-o",
         "books.jsonl",
         "-s",
