@@ -302,7 +302,13 @@ fn contract_request<S: Spider>(spider: &S, url: &str) -> Result<Request, Error> 
     Ok(Request::get(joined.as_str())?)
 }
 
-/// The runner a project's `main.rs` calls with its spiders. See the [module docs](self).
+/// The runner a project's `main.rs` calls with its spiders: register them with
+/// [`Runner::spider`] (or [`Runner::spider_with`] for pipelines and middlewares), then
+/// [`Runner::run_cli`] gives the binary Scrapy's verbs: `crawl NAME [-a KEY=VALUE]...
+/// [-o FILE]... [-O FILE]... [-s KEY=VALUE]...`, `list`, `settings [NAME]` and
+/// `check [NAME] [-a KEY=VALUE]...`. `-a` gives the spider an argument, read in
+/// [`Spider::open`](crawler_core::Spider::open); exit status 0 on success, 1 when a crawl or
+/// check fails, 2 for usage, argument and settings errors.
 #[derive(Default)]
 pub struct Runner {
     spiders: Vec<Box<dyn ErasedSpider>>,
