@@ -41,7 +41,8 @@
 //! spider does not read is refused. A spider that needs pipelines or middlewares is
 //! registered with [`Runner::spider_with`], which sets up its [`Crawl`] the way code would.
 //!
-//! Exit status: 0 on success, 1 when a crawl or check fails, 2 for usage and settings errors.
+//! Exit status: 0 on success, 1 when a crawl or check fails, 2 for usage, spider argument and
+//! settings errors.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
