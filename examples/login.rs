@@ -77,9 +77,9 @@ impl Spider for Login {
             // The login form: send it back with our credentials.
             None => {
                 let token = page
-                    .select_first("form#login input[name=csrf_token]")
-                    .and_then(|i| i.attr("value"))
-                    .ok_or_else(|| crawler::core::Error::msg("no CSRF token on the login form"))?;
+                    .select("form#login input[name=csrf_token]")
+                    .attr("value")
+                    .context("no CSRF token on the login form")?;
                 let body = format!(
                     "csrf_token={}&username={}&password={}",
                     form_encode(&token),
@@ -104,11 +104,7 @@ impl Spider for Login {
                     )));
                 };
                 for href in page.select("ul.your-books a").attrs("href") {
-                    let req = page
-                        .follow(&href)?
-                        .callback("book")
-                        .meta("account", &user)?;
-                    out.request(req);
+                    out.follow(href).callback("book").meta("account", &user)?;
                 }
             }
             Some(_) => out.item(Book {

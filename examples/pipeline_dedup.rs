@@ -52,17 +52,8 @@ impl Spider for Shop {
             return Ok(());
         }
         for card in page.select("article.book") {
-            let title = card
-                .select("h3 a")
-                .attrs("title")
-                .next()
-                .unwrap_or_default();
-            let price = card
-                .select("p.price")
-                .texts()
-                .into_iter()
-                .next()
-                .unwrap_or_default();
+            let title = card.select("h3 a").attr("title").unwrap_or_default();
+            let price = card.select("p.price").text().unwrap_or_default();
             out.item(Book {
                 title,
                 price,

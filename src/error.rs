@@ -42,6 +42,9 @@ pub enum ErrorKind {
     Http,
     /// The crawl's task was cancelled before it finished.
     Cancelled,
+    /// A spider argument (`-a key=value`, [`Crawl::arg`](crate::Crawl::arg)) is malformed,
+    /// unknown to the spider, or has a value the spider refused.
+    Argument,
     /// Anything else (an error from user code, a CSS selector, ...).
     Other,
 }
@@ -148,6 +151,7 @@ impl From<crawler_core::Error> for Error {
             Core::Url => ErrorKind::Url,
             Core::Io => ErrorKind::Io,
             Core::Storage => ErrorKind::Storage,
+            Core::Argument => ErrorKind::Argument,
             _ => ErrorKind::Other,
         };
         // Core's error prints its own causes and is not a `std::error::Error`; keep its text.

@@ -105,8 +105,8 @@ pub async fn run_engine<S: Spider>(engine: HttpEngine<S>) -> Result<Stats, Error
 pub mod prelude {
     pub use crate::Crawl;
     pub use crawler_core::{
-        Element, Output, Pipeline, Processed, Request, Response, Result, Selection, Settings,
-        Spider, Stats,
+        Context, Element, Output, Pipeline, Processed, Request, Response, Result, Selection,
+        Settings, Spider, SpiderContext, Stats,
     };
     pub use serde::Serialize;
 }
@@ -262,6 +262,8 @@ pub struct Crawl<S: Spider> {
     spider_middlewares: Vec<BoxedSpiderMiddleware<S::Item>>,
     /// Where the middlewares of the built engine report their counters.
     middleware_stats: MiddlewareStats,
+    /// The spider's arguments, handed to [`Spider::open`] when the engine is built.
+    args: Vec<(String, String)>,
 }
 
 impl<S: Spider> Crawl<S> {
@@ -278,7 +280,26 @@ impl<S: Spider> Crawl<S> {
             downloader_middlewares: Vec::new(),
             spider_middlewares: Vec::new(),
             middleware_stats: MiddlewareStats::new(),
+            args: Vec::new(),
         }
+    }
+
+    /// Give the spider an argument, as `crawl NAME -a key=value` does: the spider reads it
+    /// in [`Spider::open`], before its start requests. An argument the spider does not read
+    /// makes [`Crawl::build`] fail with [`ErrorKind::Argument`].
+    pub fn arg(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.args.push((key.into(), value.into()));
+        self
+    }
+
+    /// Give the spider several arguments (see [`Crawl::arg`]).
+    pub fn args<K: Into<String>, V: Into<String>>(
+        mut self,
+        args: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        self.args
+            .extend(args.into_iter().map(|(k, v)| (k.into(), v.into())));
+        self
     }
 
     /// Replace the base settings (the spider's `custom_settings` and [`Crawl::set`] apply on
@@ -395,9 +416,16 @@ impl<S: Spider> Crawl<S> {
         Ok(self)
     }
 
-    /// Build the engine without running it (to get a shutdown handle or progress).
-    pub fn build(self) -> Result<HttpEngine<S>, Error> {
+    /// Build the engine without running it (to get a shutdown handle or progress). The
+    /// spider's [`Spider::open`] runs here, with its arguments and the effective settings.
+    pub fn build(mut self) -> Result<HttpEngine<S>, Error> {
         let settings = self.effective_settings()?;
+        let ctx = crawler_core::SpiderContext::new(&settings, &self.args);
+        let name = self.spider.name().to_owned();
+        self.spider
+            .open(&ctx)
+            .and_then(|()| ctx.check_all_read())
+            .map_err(|e| Error::from(e).context(&format!("spider '{name}'")))?;
         // Known from here on, so the crawl's logs and errors never show them.
         crawler_core::redact::register_secrets(&settings);
         check_guard(&settings)?;

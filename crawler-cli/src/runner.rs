@@ -29,14 +29,20 @@
 //! The binary then understands:
 //!
 //! ```text
-//! crawl NAME [-o FILE]... [-O FILE]... [-s KEY=VALUE]... [--job-dir DIR] [--settings FILE]
-//!            [--log-format text|json] [-L LEVEL] [--no-progress]
+//! crawl NAME [-a KEY=VALUE]... [-o FILE]... [-O FILE]... [-s KEY=VALUE]... [--job-dir DIR]
+//!            [--settings FILE] [--log-format text|json] [-L LEVEL] [--no-progress]
 //! list
 //! settings [NAME] [--markdown]
-//! check [NAME]
+//! check [NAME] [-a KEY=VALUE]...
 //! ```
 //!
-//! Exit status: 0 on success, 1 when a crawl or check fails, 2 for usage and settings errors.
+//! `-a key=value` gives the spider an argument, read in
+//! [`Spider::open`](crawler_core::Spider::open) with the effective settings; an argument the
+//! spider does not read is refused. A spider that needs pipelines or middlewares is
+//! registered with [`Runner::spider_with`], which sets up its [`Crawl`] the way code would.
+//!
+//! Exit status: 0 on success, 1 when a crawl or check fails, 2 for usage, spider argument and
+//! settings errors.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -46,7 +52,8 @@ use std::pin::Pin;
 use std::process::ExitCode;
 
 use crawler_core::{
-    Fetched, Output, Request, Settings, SettingsLayers, Spider, Stats, settings_markdown,
+    Fetched, Output, Request, Settings, SettingsLayers, Spider, SpiderContext, Stats,
+    parse_spider_arg, settings_markdown,
 };
 use crawler_http::HttpDownloader;
 
@@ -59,6 +66,8 @@ type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 trait ErasedSpider {
     fn name(&self) -> String;
     fn custom_settings(&self) -> Vec<(&'static str, String)>;
+    /// Hand the spider its arguments and settings (what a crawl does when it is built).
+    fn open(&mut self, settings: &Settings, args: &[(String, String)]) -> Result<(), Error>;
     fn crawl(self: Box<Self>, job: CrawlJob) -> Boxed<'static, Result<Stats, Failure>>;
     fn check<'a>(
         &'a self,
@@ -72,23 +81,49 @@ struct CrawlJob {
     layers: SettingsLayers,
     /// Feed files from `-o` (appended to) and `-O` (replaced).
     outputs: Vec<(PathBuf, bool)>,
+    /// Spider arguments from `-a`.
+    args: Vec<(String, String)>,
     progress: bool,
 }
 
-struct Holder<S>(S);
+/// How a spider registered with [`Runner::spider_with`] sets up its crawl.
+type Configure<S> = Box<dyn FnOnce(Crawl<S>) -> Crawl<S>>;
+
+struct Holder<S: Spider> {
+    spider: S,
+    configure: Option<Configure<S>>,
+}
 
 impl<S: Spider> ErasedSpider for Holder<S> {
     fn name(&self) -> String {
-        self.0.name().to_owned()
+        self.spider.name().to_owned()
     }
 
     fn custom_settings(&self) -> Vec<(&'static str, String)> {
-        self.0.custom_settings()
+        self.spider.custom_settings()
+    }
+
+    fn open(&mut self, settings: &Settings, args: &[(String, String)]) -> Result<(), Error> {
+        let ctx = SpiderContext::new(settings, args);
+        let name = self.name();
+        self.spider
+            .open(&ctx)
+            .and_then(|()| ctx.check_all_read())
+            .map_err(|e| {
+                let e = Error::from(e);
+                Error::new(e.kind(), format!("spider '{name}': {e}"))
+            })
     }
 
     fn crawl(self: Box<Self>, job: CrawlJob) -> Boxed<'static, Result<Stats, Failure>> {
         Box::pin(async move {
-            let mut crawl = Crawl::new(self.0)
+            let Holder { spider, configure } = *self;
+            let mut crawl = Crawl::new(spider);
+            if let Some(configure) = configure {
+                crawl = configure(crawl);
+            }
+            let mut crawl = crawl
+                .args(job.args)
                 .with_settings_layers(&job.layers)
                 .map_err(usage)?;
             let settings = crawl.effective_settings().map_err(usage)?;
@@ -104,7 +139,14 @@ impl<S: Spider> ErasedSpider for Holder<S> {
                 }
                 .map_err(usage)?;
             }
-            let engine = crawl.build().map_err(failed)?;
+            let engine = crawl.build().map_err(|e| {
+                // A bad `-a` is a usage error, like a bad `-s`.
+                if e.kind() == ErrorKind::Argument {
+                    usage(e)
+                } else {
+                    failed(e)
+                }
+            })?;
             cli::run_engine(engine, &settings, job.progress)
                 .await
                 .map_err(failed)
@@ -116,12 +158,16 @@ impl<S: Spider> ErasedSpider for Holder<S> {
         contract: &'a Contract,
         settings: &'a Settings,
     ) -> Boxed<'a, Result<String, Error>> {
-        Box::pin(run_contract(&self.0, contract, settings))
+        Box::pin(run_contract(&self.spider, contract, settings))
     }
 }
 
 /// A contract check: fetch one URL (politely: robots.txt is obeyed), hand the page to the
 /// spider with the given callback, and check what came out, like Scrapy's contracts.
+///
+/// The URL may be relative (`catalogue/book-1.html`): it is then resolved against the
+/// spider's first start URL, as set by its arguments (`check -a url=...`), so one contract
+/// serves whatever site the spider is pointed at.
 #[derive(Debug, Clone)]
 pub struct Contract {
     url: String,
@@ -132,7 +178,8 @@ pub struct Contract {
 }
 
 impl Contract {
-    /// A check of the page at `url`, parsed with the default callback.
+    /// A check of the page at `url` (absolute, or relative to the spider's first start URL),
+    /// parsed with the default callback.
     pub fn url(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
@@ -179,7 +226,7 @@ async fn run_contract<S: Spider>(
     settings: &Settings,
 ) -> Result<String, Error> {
     let fail = |msg: String| Error::new(ErrorKind::Other, format!("{}: {msg}", contract.url));
-    let mut req = Request::get(&contract.url)?;
+    let mut req = contract_request(spider, &contract.url)?;
     if let Some(cb) = &contract.callback {
         req = req.callback(cb.clone());
     }
@@ -238,7 +285,31 @@ async fn run_contract<S: Spider>(
     ))
 }
 
-/// The runner a project's `main.rs` calls with its spiders. See the [module docs](self).
+/// The request of a contract: its URL as given when absolute, else resolved against the
+/// spider's first start request.
+fn contract_request<S: Spider>(spider: &S, url: &str) -> Result<Request, Error> {
+    if let Ok(req) = Request::get(url) {
+        return Ok(req);
+    }
+    let start = spider.start_requests()?.into_iter().next().ok_or_else(|| {
+        Error::new(
+            ErrorKind::Url,
+            format!("contract URL '{url}' is relative, and the spider has no start URL to resolve it against"),
+        )
+    })?;
+    let joined = start.url.join(url).map_err(|e| {
+        Error::new(ErrorKind::Url, format!("invalid contract URL '{url}'")).with_source(e)
+    })?;
+    Ok(Request::get(joined.as_str())?)
+}
+
+/// The runner a project's `main.rs` calls with its spiders: register them with
+/// [`Runner::spider`] (or [`Runner::spider_with`] for pipelines and middlewares), then
+/// [`Runner::run_cli`] gives the binary Scrapy's verbs: `crawl NAME [-a KEY=VALUE]...
+/// [-o FILE]... [-O FILE]... [-s KEY=VALUE]...`, `list`, `settings [NAME]` and
+/// `check [NAME] [-a KEY=VALUE]...`. `-a` gives the spider an argument, read in
+/// [`Spider::open`](crawler_core::Spider::open); exit status 0 on success, 1 when a crawl or
+/// check fails, 2 for usage, argument and settings errors.
 #[derive(Default)]
 pub struct Runner {
     spiders: Vec<Box<dyn ErasedSpider>>,
@@ -275,6 +346,9 @@ enum RunnerVerb {
     Check {
         /// Only this spider's checks.
         name: Option<String>,
+        /// Give the spiders an argument (repeatable), as `crawl -a` does.
+        #[arg(short = 'a', value_name = "KEY=VALUE", value_parser = spider_arg)]
+        arg: Vec<(String, String)>,
     },
 }
 
@@ -283,6 +357,10 @@ enum RunnerVerb {
 pub struct CrawlArgs {
     /// The spider to run (see `list`).
     pub name: String,
+    /// Give the spider an argument, e.g. `-a limit=10` (repeatable), as Scrapy's `-a`
+    /// does; the spider reads it in `Spider::open`.
+    #[arg(short = 'a', value_name = "KEY=VALUE", value_parser = spider_arg)]
+    pub arg: Vec<(String, String)>,
     /// Append items to FILE (.jsonl, .json or .csv; repeatable), as Scrapy's `-o` does.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Vec<PathBuf>,
@@ -296,6 +374,11 @@ pub struct CrawlArgs {
     /// Never draw the live display (log lines are still written every progress_interval).
     #[arg(long)]
     pub no_progress: bool,
+}
+
+/// Parse one `-a KEY=VALUE` (clap reports the error with the option's name).
+fn spider_arg(text: &str) -> Result<(String, String), String> {
+    parse_spider_arg(text).map_err(|e| e.to_string())
 }
 
 /// Options of `settings`.
@@ -316,7 +399,50 @@ impl Runner {
 
     /// Register a spider (its `name()` is what `crawl NAME` takes).
     pub fn spider<S: Spider>(mut self, spider: S) -> Self {
-        self.spiders.push(Box::new(Holder(spider)));
+        self.spiders.push(Box::new(Holder {
+            spider,
+            configure: None,
+        }));
+        self
+    }
+
+    /// Register a spider with what its crawl needs in code: pipelines, middlewares, a
+    /// conditional store. `configure` receives the [`Crawl`] before the settings and feeds
+    /// of the command line are applied, and runs only when this spider is crawled.
+    ///
+    /// ```no_run
+    /// # use crawler::prelude::*;
+    /// # use crawler_cli::Runner;
+    /// # struct Books;
+    /// # impl Spider for Books {
+    /// #     type Item = String;
+    /// #     fn name(&self) -> &str { "books" }
+    /// #     async fn parse(&self, _: Response, _: &mut Output<String>) -> Result<()> { Ok(()) }
+    /// # }
+    /// struct NoEmpty;
+    ///
+    /// impl Pipeline<String> for NoEmpty {
+    ///     async fn process(&self, item: String) -> Result<Processed<String>> {
+    ///         Ok(if item.is_empty() { Processed::Drop("empty".into()) } else { Processed::Keep(item) })
+    ///     }
+    /// }
+    ///
+    /// # async fn run() {
+    /// Runner::new()
+    ///     .spider_with(Books, |crawl| crawl.pipeline(NoEmpty))
+    ///     .run_cli()
+    ///     .await;
+    /// # }
+    /// ```
+    pub fn spider_with<S: Spider>(
+        mut self,
+        spider: S,
+        configure: impl FnOnce(Crawl<S>) -> Crawl<S> + 'static,
+    ) -> Self {
+        self.spiders.push(Box::new(Holder {
+            spider,
+            configure: Some(Box::new(configure)),
+        }));
         self
     }
 
@@ -421,6 +547,7 @@ impl Runner {
                 let spider = self.spiders.swap_remove(at);
                 let job = CrawlJob {
                     layers,
+                    args: args.arg,
                     outputs: args
                         .output
                         .into_iter()
@@ -433,14 +560,14 @@ impl Runner {
                 println!("{stats}");
                 Ok(())
             }
-            RunnerVerb::Check { name } => {
+            RunnerVerb::Check { name, arg } => {
                 if let Some(n) = &name
                     && !self.names().contains(n)
                 {
                     return Err(self.unknown_spider(n));
                 }
                 let mut failures = 0usize;
-                for spider in &self.spiders {
+                for spider in &mut self.spiders {
                     let sname = spider.name();
                     if name.as_ref().is_some_and(|n| n != &sname) {
                         continue;
@@ -451,6 +578,13 @@ impl Runner {
                         .map_err(usage)?
                         .settings;
                     cli::init_logging(&settings);
+                    spider.open(&settings, &arg).map_err(|e| {
+                        if e.kind() == ErrorKind::Argument {
+                            usage(e)
+                        } else {
+                            failed(e)
+                        }
+                    })?;
                     let contracts: Vec<&Contract> = self
                         .contracts
                         .iter()

@@ -104,8 +104,9 @@ fn defaults_for_template() -> Vec<(String, String)> {
 }
 
 const MAIN_RS: &str = r#"//! PROJECT: a crawler project. `cargo run -- list` shows the spiders,
-//! `cargo run -- crawl books -o books.jsonl` runs one, `cargo run -- settings` shows the
-//! effective settings, `cargo run -- check` runs the spiders' contract checks.
+//! `cargo run -- crawl books -o books.jsonl` runs one (`-a url=http://host/` gives the
+//! spider an argument), `cargo run -- settings` shows the effective settings,
+//! `cargo run -- check` runs the spiders' contract checks.
 
 mod spiders;
 
@@ -126,13 +127,14 @@ fn main() -> std::process::ExitCode {
 
 #[tokio::main]
 async fn run() -> std::process::ExitCode {
-    let books = spiders::books::Books::from_env();
-    let book_page = format!("{}catalogue/book-1.html", books.start);
+    // A spider that needs pipelines or middlewares is registered with
+    // `.spider_with(spider, |crawl| crawl.pipeline(...))`.
     Runner::new()
-        .spider(books)
+        .spider(spiders::books::Books::default())
         .contract(
             "books",
-            Contract::url(book_page)
+            // Relative: resolved against the spider's start URL (`check -a url=...`).
+            Contract::url("catalogue/book-1.html")
                 .callback("book")
                 .returns_items(1, 1)
                 .scrapes(["title", "price"]),
@@ -159,7 +161,8 @@ cargo run -- settings                          # effective settings and where th
 
 The lab is your own server: the `[[hosts]]` rule at the end of `crawler.toml` lets the crawl
 go at full speed there (a second or two for its 1,000 books). Every other host gets the polite
-defaults. Point the spider elsewhere with `BOOKS_URL=http://host/ cargo run -- crawl books`.
+defaults. Point the spider elsewhere with a spider argument:
+`cargo run -- crawl books -a url=http://host/` (and `cargo run -- check -a url=http://host/`).
 
 - Settings live in `crawler.toml` (every section is there, commented); set `user_agent` first.
 - Add a spider with `crawler genspider NAME URL`, then register it in `src/main.rs`.

@@ -418,7 +418,8 @@ async fn new_project_builds_and_its_spider_crawls_the_lab() {
         "{stdout}"
     );
 
-    let out = run(project_cmd(&["check"])).await;
+    let url_arg = format!("url=http://127.0.0.1:{port}/");
+    let out = run(project_cmd(&["check", "-a", &url_arg])).await;
     assert!(
         out.status.success(),
         "{}{}",
@@ -434,6 +435,14 @@ async fn new_project_builds_and_its_spider_crawls_the_lab() {
     let out = run(project_cmd(&["crawl", "nosuch"])).await;
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("no spider named 'nosuch'"));
+
+    let out = run(project_cmd(&["crawl", "books", "-a", "ur=x"])).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("did you mean 'url'"),
+        "{}",
+        text(&out.stderr)
+    );
 
     // genspider adds a spider file and registers its module.
     let out = run(crawler(

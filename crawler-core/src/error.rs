@@ -28,6 +28,9 @@ pub enum ErrorKind {
     Url,
     /// A CSS selector did not parse.
     Selector,
+    /// A spider argument (`-a key=value`) is malformed, unknown to the spider, or has a
+    /// value the spider cannot use.
+    Argument,
     /// Something the spider expected on a page was not there.
     Missing,
     /// Reading or writing a feed or another file failed.
@@ -62,6 +65,65 @@ impl Error {
     /// The class of this error.
     pub fn kind(&self) -> ErrorKind {
         self.kind
+    }
+
+    /// Say what was being done when this error happened: the message becomes
+    /// `what: message`, and the kind is kept. Called several times, the outermost context
+    /// comes first, as with `anyhow`. See [`Context`] for the `?`-friendly form.
+    pub fn context(mut self, what: impl fmt::Display) -> Self {
+        self.message = format!("{what}: {}", self.message);
+        self
+    }
+}
+
+/// Adds context to a failing `?` in a spider callback (or anywhere a
+/// [`crawler_core::Result`](Result) is returned), like `anyhow::Context`.
+///
+/// On a `Result` whose error converts into [`Error`] (any standard error, or `Error`
+/// itself), the error's message is prefixed with the context and its kind kept. On an
+/// `Option`, `None` becomes an error of kind [`ErrorKind::Missing`] whose message is the
+/// context. The engine logs a callback's error with the page's URL and the callback's name,
+/// so the context only needs to say what the spider was doing.
+///
+/// ```
+/// use crawler_core::{Context, ErrorKind, Result};
+///
+/// fn price(text: &str) -> Result<f64> {
+///     let digits = text.strip_prefix('£').context("price without a pound sign")?;
+///     digits.parse::<f64>().with_context(|| format!("price '{text}'"))
+/// }
+///
+/// assert_eq!(price("£51.77").unwrap(), 51.77);
+/// let e = price("£5x").unwrap_err();
+/// assert_eq!(e.to_string(), "price '£5x': invalid float literal");
+/// assert_eq!(price("51").unwrap_err().kind(), ErrorKind::Missing);
+/// ```
+pub trait Context<T> {
+    /// Wrap the error (or the `None`) with `what`.
+    fn context(self, what: impl fmt::Display) -> Result<T>;
+
+    /// Wrap the error (or the `None`) with the text `what` returns, computed only on
+    /// failure (for contexts that format something).
+    fn with_context<C: fmt::Display>(self, what: impl FnOnce() -> C) -> Result<T>;
+}
+
+impl<T, E: Into<Error>> Context<T> for std::result::Result<T, E> {
+    fn context(self, what: impl fmt::Display) -> Result<T> {
+        self.map_err(|e| e.into().context(what))
+    }
+
+    fn with_context<C: fmt::Display>(self, what: impl FnOnce() -> C) -> Result<T> {
+        self.map_err(|e| e.into().context(what()))
+    }
+}
+
+impl<T> Context<T> for Option<T> {
+    fn context(self, what: impl fmt::Display) -> Result<T> {
+        self.ok_or_else(|| Error::new(ErrorKind::Missing, what.to_string()))
+    }
+
+    fn with_context<C: fmt::Display>(self, what: impl FnOnce() -> C) -> Result<T> {
+        self.ok_or_else(|| Error::new(ErrorKind::Missing, what().to_string()))
     }
 }
 
@@ -150,5 +212,30 @@ mod tests {
         let io = std::io::Error::other("disk full");
         let e = Error::new(ErrorKind::Io, "cannot write books.jsonl").with_source(io);
         assert_eq!(e.to_string(), "cannot write books.jsonl: disk full");
+    }
+
+    #[test]
+    fn context_prefixes_the_message_and_keeps_the_kind() {
+        let parsed: Result<f64> = "x".parse::<f64>().context("price of a book");
+        let e = parsed.unwrap_err();
+        assert_eq!(e.to_string(), "price of a book: invalid float literal");
+        assert_eq!(e.kind(), ErrorKind::Other);
+
+        // Nested: the outermost context first; a core error keeps its kind.
+        let inner: Result<()> = Err(Error::new(ErrorKind::Selector, "invalid CSS selector 'p['"));
+        let e = inner
+            .context("title")
+            .with_context(|| format!("book {}", 7))
+            .unwrap_err();
+        assert_eq!(e.to_string(), "book 7: title: invalid CSS selector 'p['");
+        assert_eq!(e.kind(), ErrorKind::Selector);
+
+        let none: Option<u8> = None;
+        let e = none.context("no stock line").unwrap_err();
+        assert_eq!(
+            (e.kind(), e.to_string().as_str()),
+            (ErrorKind::Missing, "no stock line")
+        );
+        assert_eq!(Some(3).context("unused").unwrap(), 3);
     }
 }

@@ -44,6 +44,7 @@ mod response;
 mod rules;
 mod settings;
 mod spider;
+mod spider_args;
 mod stats;
 
 pub use conditional::{
@@ -53,7 +54,7 @@ pub use engine::{
     DONT_REDIRECT_META, Engine, FINAL_HOSTS, PROGRESS_HOSTS, Progress, REDIRECTS, Shutdown,
     redirect,
 };
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Context, Error, ErrorKind, Result};
 pub use feed::{FeedFormat, FeedSpec};
 pub use fetch::{
     Admission, ClockOffset, Download, Downloader, Failure, FailureKind, Feedback, Fetched,
@@ -66,7 +67,7 @@ pub use middleware::{
     REFERER_POLICIES, RefererPolicy, SPIDER_MIDDLEWARES, SpiderMiddleware, SpiderWithMiddlewares,
     order_stack, parse_header_line, spider_stack,
 };
-pub use output::Output;
+pub use output::{Follow, Output};
 pub use pipeline::{Pipeline, Processed};
 pub use request::{Request, parse_http_url};
 pub use response::{AfterAck, BodyOrigin, Element, Response, Selection};
@@ -77,6 +78,7 @@ pub use settings::{
     settings_markdown,
 };
 pub use spider::Spider;
+pub use spider_args::{SpiderContext, parse_spider_arg};
 pub use stats::Stats;
 
 /// Re-exported so middlewares can build a [`Response`] without depending on these crates.

@@ -1,7 +1,9 @@
 //! What a callback produces: items, and requests for more pages.
 
+use serde::Serialize;
 use url::Url;
 
+use crate::error::Result;
 use crate::request::{Request, check_scheme};
 
 /// Collects a callback's items and follow-up requests.
@@ -37,24 +39,41 @@ impl<I> Output<I> {
         self.items.push(item);
     }
 
-    /// Follow a link with the default callback.
-    pub fn follow(&mut self, href: impl AsRef<str>) {
-        if let Some(req) = self.link(href.as_ref()) {
-            self.requests.push(req);
-        }
+    /// Follow a link: resolved against the page, with the default callback unless the
+    /// returned [`Follow`] names one. The request is scheduled when the `Follow` is
+    /// dropped, so a plain `out.follow(href);` follows the link, and a chain sets the
+    /// callback, meta and the rest in the same statement:
+    ///
+    /// ```
+    /// # use crawler_core::{Output, Result, Url};
+    /// # fn f(out: &mut Output<()>, n: u32) -> Result<()> {
+    /// out.follow("catalogue/page-2.html");
+    /// out.follow("book-1.html").callback("book").meta("page", n)?;
+    /// # Ok(()) }
+    /// # let mut out = Output::new(Url::parse("http://example.com/").unwrap(), 0);
+    /// # f(&mut out, 1).unwrap();
+    /// # assert_eq!(out.requests().len(), 2);
+    /// ```
+    ///
+    /// A link that is not an http(s) URL is skipped and counted, as always: the chain then
+    /// does nothing.
+    pub fn follow(&mut self, href: impl AsRef<str>) -> Follow<'_, I> {
+        let request = self.link(href.as_ref());
+        Follow { out: self, request }
     }
 
-    /// Follow a link and parse it with the named callback.
+    /// Follow a link and parse it with the named callback (the same as
+    /// `out.follow(href).callback(callback)`).
     pub fn follow_with(&mut self, href: impl AsRef<str>, callback: &str) {
-        if let Some(req) = self.link(href.as_ref()) {
-            self.requests.push(req.callback(callback));
-        }
+        self.follow(href).callback(callback);
     }
 
     /// Follow every link of an iterator with the default callback.
     pub fn follow_all<S: AsRef<str>>(&mut self, hrefs: impl IntoIterator<Item = S>) {
         for href in hrefs {
-            self.follow(href);
+            if let Some(req) = self.link(href.as_ref()) {
+                self.requests.push(req);
+            }
         }
     }
 
@@ -126,6 +145,77 @@ impl<I> Output<I> {
     }
 }
 
+/// A link being followed, from [`Output::follow`]: set its callback, meta, priority; the
+/// request is scheduled when this is dropped (at the end of the statement, usually).
+///
+/// [`meta`](Follow::meta) returns a `Result` (a value that does not serialise is an error,
+/// and the link is then not followed), so the compiler warns when a chain ending in it is
+/// not handled with `?`.
+#[derive(Debug)]
+pub struct Follow<'a, I> {
+    out: &'a mut Output<I>,
+    /// `None` for a link that is not an http(s) URL (already counted), or after an error.
+    request: Option<Request>,
+}
+
+impl<I> Follow<'_, I> {
+    /// Parse the response with the named callback ([`Response::callback`](crate::Response::callback)).
+    pub fn callback(mut self, name: impl Into<String>) -> Self {
+        if let Some(r) = self.request.take() {
+            self.request = Some(r.callback(name));
+        }
+        self
+    }
+
+    /// Carry a value (any `Serialize`) under `key` to the followed page, read there with
+    /// [`Response::meta`](crate::Response::meta). A value that does not serialise is an
+    /// error and the link is not followed.
+    pub fn meta(mut self, key: impl Into<String>, value: impl Serialize) -> Result<Self> {
+        if let Some(r) = self.request.take() {
+            // On an error the request is dropped here, so nothing is scheduled.
+            self.request = Some(r.meta(key, value)?);
+        }
+        Ok(self)
+    }
+
+    /// Set the priority (higher runs sooner within the host's queue).
+    pub fn priority(mut self, priority: i32) -> Self {
+        if let Some(r) = &mut self.request {
+            r.priority = priority;
+        }
+        self
+    }
+
+    /// Add a request header.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        if let Some(r) = &mut self.request {
+            r.headers.push((name.into(), value.into()));
+        }
+        self
+    }
+
+    /// Bypass the duplicate filter for this request.
+    pub fn dont_filter(mut self) -> Self {
+        if let Some(r) = &mut self.request {
+            r.dont_filter = true;
+        }
+        self
+    }
+
+    /// The request as built so far (`None` when the link was skipped).
+    pub fn request(&self) -> Option<&Request> {
+        self.request.as_ref()
+    }
+}
+
+impl<I> Drop for Follow<'_, I> {
+    fn drop(&mut self) {
+        if let Some(r) = self.request.take() {
+            self.out.requests.push(r);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,5 +238,41 @@ mod tests {
         out.close_spider("enough");
         out.close_spider("later");
         assert_eq!(out.close_requested(), Some("enough"));
+    }
+
+    #[test]
+    fn follow_sets_callback_meta_and_more_in_one_statement() {
+        let base = Url::parse("http://example.com/catalogue/page-1.html").unwrap();
+        let mut out: Output<()> = Output::new(base, 0);
+        let n = 4u32;
+        out.follow("book-7.html")
+            .callback("book")
+            .meta("page", n)
+            .unwrap()
+            .priority(5)
+            .header("X-Test", "1")
+            .dont_filter();
+        // A skipped link ignores the chain (no panic, no request).
+        out.follow("javascript:void(0)")
+            .callback("book")
+            .meta("page", n)
+            .unwrap();
+        // A value that does not serialise is an error, and the link is not followed.
+        let unserialisable: std::collections::HashMap<(u8, u8), u8> = [((1, 2), 3)].into();
+        let e = out
+            .follow("book-8.html")
+            .meta("pair", unserialisable)
+            .unwrap_err();
+        assert!(e.to_string().contains("meta value for 'pair'"), "{e}");
+
+        let reqs = out.requests();
+        assert_eq!(reqs.len(), 1, "{reqs:?}");
+        let r = &reqs[0];
+        assert_eq!(r.url.as_str(), "http://example.com/catalogue/book-7.html");
+        assert_eq!(r.callback.as_deref(), Some("book"));
+        assert_eq!(r.meta.get("page"), Some(&serde_json::json!(4)));
+        assert_eq!((r.priority, r.depth, r.dont_filter), (5, 1, true));
+        assert_eq!(r.header_value("x-test"), Some("1"));
+        assert_eq!(out.invalid_links(), 1);
     }
 }

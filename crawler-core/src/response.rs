@@ -294,35 +294,70 @@ impl Response {
 
     /// All elements matching a CSS selector, in document order.
     ///
-    /// An invalid selector yields an empty selection and is reported as an error of this page
-    /// once the callback returns, so a typo shows up in the log and the stats instead of
-    /// panicking mid-crawl.
+    /// The selector is the spider's own code, so an invalid one is a bug of the spider, not
+    /// of the page: it yields an empty selection here (no panic mid-crawl), and the engine
+    /// then treats the page as a spider error: it is logged with the page's URL and
+    /// callback, counted in `spider_errors`, and none of the items the callback produced
+    /// from this page are written, so a typo never yields half-empty items. Links it
+    /// followed are still followed. To handle an invalid selector yourself (one built from
+    /// data, say), use [`Response::try_select`].
     pub fn select(&self, css: &str) -> Selection<'_> {
-        let Some(selector) = self.selector(css) else {
-            return Selection {
+        match self.selector(css) {
+            Ok(selector) => self.select_with(&selector),
+            // `selector` recorded the problem for the engine.
+            Err(_) => Selection {
                 doc: self.doc(),
+                problems: &self.problems,
                 ids: Vec::new(),
-            };
-        };
-        let doc = self.doc();
-        let ids = lock(doc).select(&selector).map(|e| e.id()).collect();
-        Selection { doc, ids }
+            },
+        }
     }
 
-    /// The first element matching a CSS selector.
+    /// Like [`Response::select`], but an invalid selector is returned as an error of kind
+    /// [`ErrorKind::Selector`] and the page is not marked as failed: what to do is the
+    /// spider's choice.
+    pub fn try_select(&self, css: &str) -> Result<Selection<'_>> {
+        compile(css).map(|selector| self.select_with(&selector))
+    }
+
+    fn select_with(&self, selector: &Selector) -> Selection<'_> {
+        let doc = self.doc();
+        let ids = lock(doc).select(selector).map(|e| e.id()).collect();
+        Selection {
+            doc,
+            problems: &self.problems,
+            ids,
+        }
+    }
+
+    /// The first element matching a CSS selector (an invalid selector fails the page, as
+    /// with [`Response::select`]).
     pub fn select_first(&self, css: &str) -> Option<Element<'_>> {
-        let selector = self.selector(css)?;
+        let selector = self.selector(css).ok()?;
         let doc = self.doc();
         // Stop at the first match rather than collecting them all: a title or price near
         // the top of a page then skips the walk over the rest of the tree (the related-book
         // links of the heavy crawl profile).
         let id = lock(doc).select(&selector).next().map(|e| e.id())?;
-        Some(Element { doc, id })
+        Some(Element {
+            doc,
+            problems: &self.problems,
+            id,
+        })
     }
 
-    /// The text of the first element matching `css`, or an error naming the selector and page.
+    /// The text of the first element matching `css`, or an error naming the selector and
+    /// page: [`ErrorKind::Missing`] when nothing matches, [`ErrorKind::Selector`] when the
+    /// selector is invalid (which also fails the page, as with [`Response::select`], even if
+    /// the spider ignores this error).
     pub fn text_of(&self, css: &str) -> Result<String> {
-        self.select_first(css).map(|e| e.text()).ok_or_else(|| {
+        let selector = self.selector(css)?;
+        let doc = self.doc();
+        let text = lock(doc)
+            .select(&selector)
+            .next()
+            .map(|e| collapse(e.text()));
+        text.ok_or_else(|| {
             Error::new(
                 ErrorKind::Missing,
                 format!("no element matches '{css}' on {}", self.url),
@@ -330,20 +365,25 @@ impl Response {
         })
     }
 
-    fn selector(&self, css: &str) -> Option<Rc<Selector>> {
-        match compile(css) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                lock(&self.problems).push(e);
-                None
-            }
-        }
+    /// Compile `css`; an invalid selector is also recorded as a problem of this page.
+    fn selector(&self, css: &str) -> Result<Rc<Selector>> {
+        compile(css).inspect_err(|e| record(&self.problems, e))
     }
 
     /// Problems found while the spider used this response (invalid selectors), shared with the
     /// engine so they are reported after the callback returns.
     pub(crate) fn problems(&self) -> Arc<Mutex<Vec<Error>>> {
         Arc::clone(&self.problems)
+    }
+}
+
+/// Note an invalid selector the spider used, for the engine to report once the callback
+/// returns. A copy: the caller may also return the error to the spider.
+fn record(problems: &Mutex<Vec<Error>>, e: &Error) {
+    let mut problems = lock(problems);
+    // A selector inside a loop would repeat the same problem once per element.
+    if problems.len() < 16 && !problems.iter().any(|p| p.to_string() == e.to_string()) {
+        problems.push(Error::new(e.kind(), e.to_string()));
     }
 }
 
@@ -382,8 +422,13 @@ fn compile(css: &str) -> Result<Rc<Selector>> {
 }
 
 /// The elements a CSS selector matched.
+///
+/// Scrapy's `.get()` is [`text`](Selection::text) / [`attr`](Selection::attr) (the first
+/// match), its `.getall()` is [`texts`](Selection::texts) / [`attrs`](Selection::attrs)
+/// (iterators over every match; `.collect::<Vec<_>>()` for a list).
 pub struct Selection<'a> {
     doc: &'a Mutex<Html>,
+    problems: &'a Mutex<Vec<Error>>,
     ids: Vec<NodeId>,
 }
 
@@ -400,7 +445,31 @@ impl<'a> Selection<'a> {
 
     /// The first match.
     pub fn first(&self) -> Option<Element<'a>> {
-        self.ids.first().map(|&id| Element { doc: self.doc, id })
+        self.ids.first().map(|&id| self.element(id))
+    }
+
+    fn element(&self, id: NodeId) -> Element<'a> {
+        Element {
+            doc: self.doc,
+            problems: self.problems,
+            id,
+        }
+    }
+
+    /// Every match, in document order (without consuming the selection).
+    pub fn iter(&self) -> impl Iterator<Item = Element<'a>> + '_ {
+        self.ids.iter().map(|&id| self.element(id))
+    }
+
+    /// The value of attribute `name` of the first match that has it (Scrapy's
+    /// `css("a::attr(href)").get()`).
+    pub fn attr(&self, name: &str) -> Option<String> {
+        let doc = lock(self.doc);
+        self.ids.iter().find_map(|&id| {
+            element(&doc, id)
+                .and_then(|e| e.attr(name))
+                .map(str::to_owned)
+        })
     }
 
     /// The value of attribute `name` of every match that has it.
@@ -418,13 +487,22 @@ impl<'a> Selection<'a> {
         values.into_iter()
     }
 
-    /// The text of every match.
-    pub fn texts(&self) -> Vec<String> {
+    /// The text of the first match, whitespace collapsed and trimmed (Scrapy's
+    /// `css("h1::text").get()`); `None` when nothing matched. For an error naming the
+    /// selector and page instead, use [`Response::text_of`].
+    pub fn text(&self) -> Option<String> {
+        self.first().map(|e| e.text())
+    }
+
+    /// The text of every match, whitespace collapsed and trimmed.
+    pub fn texts(&self) -> impl Iterator<Item = String> + 'a {
         let doc = lock(self.doc);
-        self.ids
+        let values: Vec<String> = self
+            .ids
             .iter()
             .filter_map(|&id| element(&doc, id).map(|e| collapse(e.text())))
-            .collect()
+            .collect();
+        values.into_iter()
     }
 }
 
@@ -434,10 +512,10 @@ impl<'a> IntoIterator for Selection<'a> {
         std::iter::Map<std::vec::IntoIter<NodeId>, Box<dyn Fn(NodeId) -> Element<'a> + 'a>>;
 
     fn into_iter(self) -> Self::IntoIter {
-        let doc = self.doc;
+        let (doc, problems) = (self.doc, self.problems);
         self.ids
             .into_iter()
-            .map(Box::new(move |id| Element { doc, id }))
+            .map(Box::new(move |id| Element { doc, problems, id }))
     }
 }
 
@@ -462,6 +540,8 @@ fn collapse<'a>(parts: impl Iterator<Item = &'a str>) -> String {
 #[derive(Clone, Copy)]
 pub struct Element<'a> {
     doc: &'a Mutex<Html>,
+    /// The page's problem list, where an invalid selector is recorded.
+    problems: &'a Mutex<Vec<Error>>,
     id: NodeId,
 }
 
@@ -497,18 +577,37 @@ impl<'a> Element<'a> {
         self.with(|e| e.inner_html()).unwrap_or_default()
     }
 
-    /// Descendants of this element matching a CSS selector; an invalid selector matches nothing.
+    /// Descendants of this element matching a CSS selector. An invalid selector matches
+    /// nothing and fails the page, as with [`Response::select`].
     pub fn select(&self, css: &str) -> Selection<'a> {
-        let ids = match compile(css) {
-            Ok(sel) => self
-                .with(|e| e.select(&sel).map(|d| d.id()).collect())
-                .unwrap_or_default(),
+        match compile(css) {
+            Ok(selector) => self.select_with(&selector),
             Err(e) => {
-                tracing::error!("{e}");
-                Vec::new()
+                record(self.problems, &e);
+                Selection {
+                    doc: self.doc,
+                    problems: self.problems,
+                    ids: Vec::new(),
+                }
             }
-        };
-        Selection { doc: self.doc, ids }
+        }
+    }
+
+    /// Like [`Element::select`], but an invalid selector is returned as an error and the
+    /// page is not marked as failed.
+    pub fn try_select(&self, css: &str) -> Result<Selection<'a>> {
+        compile(css).map(|selector| self.select_with(&selector))
+    }
+
+    fn select_with(&self, selector: &Selector) -> Selection<'a> {
+        let ids = self
+            .with(|e| e.select(selector).map(|d| d.id()).collect())
+            .unwrap_or_default();
+        Selection {
+            doc: self.doc,
+            problems: self.problems,
+            ids,
+        }
     }
 }
 
@@ -549,21 +648,63 @@ mod tests {
             "{e}"
         );
         let div = p.select_first("div").unwrap();
-        assert_eq!(div.select("h1").texts(), ["A Light in the Attic"]);
+        assert_eq!(
+            div.select("h1").texts().collect::<Vec<_>>(),
+            ["A Light in the Attic"]
+        );
+        assert!(p.problems().lock().unwrap().is_empty());
     }
 
     #[test]
-    fn invalid_selectors_are_reported_not_panicked() {
+    fn first_match_helpers_and_iterators() {
+        let p = page(
+            r#"<ul><li><a>no href</a></li><li><a href="a.html"> First </a></li>
+            <li><a href="b.html">Second</a></li></ul>"#,
+        );
+        let links = p.select("li a");
+        // The first match that has the attribute; the first match's text.
+        assert_eq!(links.attr("href").as_deref(), Some("a.html"));
+        assert_eq!(links.text().as_deref(), Some("no href"));
+        assert_eq!(links.attr("title"), None);
+        assert_eq!(links.texts().nth(1).as_deref(), Some("First"));
+        assert_eq!(links.attrs("href").count(), 2);
+        let names: Vec<String> = links.iter().map(|e| e.name()).collect();
+        assert_eq!(names, ["a", "a", "a"]);
+        assert_eq!(links.len(), 3, "iter() leaves the selection usable");
+        let empty = p.select("table");
+        assert_eq!((empty.text(), empty.attr("href")), (None, None));
+        assert_eq!(empty.texts().count(), 0);
+    }
+
+    #[test]
+    fn invalid_selectors_are_recorded_once_and_fail_text_of() {
         let p = page("<p>x</p>");
         assert!(p.select("p[").is_empty());
-        let problems = p.problems();
-        let problems = problems.lock().unwrap();
-        assert_eq!(problems.len(), 1);
-        assert!(
-            problems[0]
-                .to_string()
-                .contains("invalid CSS selector 'p['")
-        );
+        assert!(p.select("p[").is_empty());
+        assert!(p.select_first("p[").is_none());
+        let e = p.text_of("p[").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Selector, "not a missing element: {e}");
+        // Inside an element too.
+        let para = p.select_first("p").unwrap();
+        assert!(para.select("b[").is_empty());
+        {
+            let problems = p.problems();
+            let problems = problems.lock().unwrap();
+            assert_eq!(problems.len(), 2, "{problems:?}");
+            assert!(
+                problems[0]
+                    .to_string()
+                    .contains("invalid CSS selector 'p['")
+            );
+        }
+
+        // try_select hands the error to the spider and records nothing.
+        let q = page("<p>x</p>");
+        let e = q.try_select("p[").err().unwrap();
+        assert_eq!(e.kind(), ErrorKind::Selector);
+        assert!(q.select_first("p").unwrap().try_select("b[").is_err());
+        assert_eq!(q.try_select("p").unwrap().text().as_deref(), Some("x"));
+        assert!(q.problems().lock().unwrap().is_empty());
     }
 
     #[test]

@@ -8,6 +8,7 @@ use crate::error::Result;
 use crate::output::Output;
 use crate::request::Request;
 use crate::response::Response;
+use crate::spider_args::SpiderContext;
 
 /// A spider: where to start, and how to turn pages into items and more requests.
 ///
@@ -15,7 +16,10 @@ use crate::response::Response;
 /// trait only promises the future is `Send`, so the engine can run many pages at once.
 ///
 /// Several page kinds are handled by naming a callback on the request
-/// (`out.follow_with(href, "book")`) and matching on [`Response::callback`] in `parse`.
+/// (`out.follow(href).callback("book")`) and matching on [`Response::callback`] in `parse`.
+/// An error returned by `parse` (`?`) fails the page: the engine logs it with the page's URL
+/// and the callback's name and counts it in the stats; [`Context`](crate::Context) adds what
+/// the spider was doing.
 ///
 /// ```
 /// use crawler_core::{Output, Response, Result, Spider};
@@ -37,7 +41,7 @@ use crate::response::Response;
 ///             }),
 ///             _ => {
 ///                 for href in page.select("article.book h3 a").attrs("href") {
-///                     out.follow_with(href, "book");
+///                     out.follow(href).callback("book");
 ///                 }
 ///                 out.follow_all(page.select("li.next a").attrs("href"));
 ///             }
@@ -52,6 +56,45 @@ pub trait Spider: Send + Sync + 'static {
 
     /// A short unique name, used by `crawl NAME`, in logs and in job directories.
     fn name(&self) -> &str;
+
+    /// Called once before the crawl starts (before [`start_requests`](Spider::start_requests)),
+    /// with the spider's arguments (`crawl NAME -a key=value`, [`Crawl::arg`] in code) and
+    /// the crawl's effective settings. Keep what the spider needs in its own fields. An
+    /// argument the spider never reads here is refused as unknown; an error stops the crawl
+    /// before its first request.
+    ///
+    /// [`custom_settings`](Spider::custom_settings) is read before this hook, so it cannot
+    /// depend on the arguments.
+    ///
+    /// ```
+    /// use crawler_core::{Output, Response, Result, Spider, SpiderContext};
+    ///
+    /// struct Books { start: String, limit: usize, user_agent: String }
+    ///
+    /// impl Spider for Books {
+    ///     type Item = String;
+    ///     fn name(&self) -> &str { "books" }
+    ///     fn open(&mut self, ctx: &SpiderContext) -> Result<()> {
+    ///         if let Some(url) = ctx.arg("url") {
+    ///             self.start = url.to_owned();
+    ///         }
+    ///         self.limit = ctx.parse_arg("limit")?.unwrap_or(self.limit);
+    ///         self.user_agent = ctx.settings().user_agent.clone();
+    ///         Ok(())
+    ///     }
+    ///     fn start_urls(&self) -> Vec<String> { vec![self.start.clone()] }
+    ///     async fn parse(&self, page: Response, out: &mut Output<String>) -> Result<()> {
+    ///         out.item(page.text_of("title")?);
+    ///         Ok(())
+    ///     }
+    /// }
+    /// ```
+    ///
+    /// [`Crawl::arg`]: https://docs.rs/crawler/latest/crawler/struct.Crawl.html#method.arg
+    fn open(&mut self, ctx: &SpiderContext<'_>) -> Result<()> {
+        let _ = ctx;
+        Ok(())
+    }
 
     /// URLs to start from (parsed with the default callback).
     fn start_urls(&self) -> Vec<String> {

@@ -40,7 +40,9 @@ pub struct Stats {
     pub items_scraped: u64,
     /// Items dropped by a pipeline.
     pub items_dropped: u64,
-    /// Callback errors (the page's items and links up to the error are kept).
+    /// Pages whose callback failed: it returned an error (the page's items and links up to
+    /// the error are kept) or used an invalid CSS selector (the page's items are not
+    /// written). Each is logged with the page's URL and the callback's name.
     pub spider_errors: u64,
     /// Links skipped because they were not valid http(s) URLs.
     pub invalid_links: u64,

@@ -1,6 +1,7 @@
 //! An example spider: the book catalogue of the crawler lab (`crawler lab` serves it on
 //! http://127.0.0.1:8080/). Listing pages (next pages, categories) are followed; each book
 //! page gives one item. robots.txt keeps the crawl out of the lab's /private/ area.
+//! `crawl books -a url=http://host/` points it at another copy of the site.
 
 use crawler::prelude::*;
 
@@ -35,16 +36,12 @@ pub struct Books {
     pub start: String,
 }
 
-impl Books {
-    /// Start at $BOOKS_URL, or the lab's default address.
-    #[allow(dead_code)] // not every user of this spider reads the environment
-    pub fn from_env() -> Self {
-        let mut start =
-            std::env::var("BOOKS_URL").unwrap_or_else(|_| "http://127.0.0.1:8080/".to_owned());
-        if !start.ends_with('/') {
-            start.push('/');
+impl Default for Books {
+    /// Start at the lab's default address (`crawler lab`).
+    fn default() -> Self {
+        Self {
+            start: "http://127.0.0.1:8080/".to_owned(),
         }
-        Self { start }
     }
 }
 
@@ -53,6 +50,18 @@ impl Spider for Books {
 
     fn name(&self) -> &str {
         "books"
+    }
+
+    /// `-a url=http://host/` starts the crawl there instead.
+    fn open(&mut self, ctx: &SpiderContext) -> Result<()> {
+        if let Some(url) = ctx.arg("url") {
+            self.start = url.trim().to_owned();
+            // The site root: relative links and the contract resolve against it.
+            if !self.start.ends_with('/') {
+                self.start.push('/');
+            }
+        }
+        Ok(())
     }
 
     fn start_urls(&self) -> Vec<String> {
@@ -68,7 +77,7 @@ impl Spider for Books {
         // (next pages, categories) is another listing.
         for href in page.select("a").attrs("href") {
             if href.contains("/book-") || href.starts_with("book-") {
-                out.follow_with(href, "book");
+                out.follow(href).callback("book");
             } else {
                 out.follow(href);
             }

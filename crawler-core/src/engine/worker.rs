@@ -220,6 +220,8 @@ async fn parse_page<S: Spider, D: Downloader>(
     mut done: Completion,
 ) -> Completion {
     let url = response.url().clone();
+    // The callback's name, for the log of a spider error ("parse" is the default one).
+    let callback = response.callback().unwrap_or("parse").to_owned();
     let after_ack = response.take_after_ack();
     let problems = response.problems();
     let mut out = Output::new(response.base_url().clone(), depth);
@@ -230,13 +232,21 @@ async fn parse_page<S: Spider, D: Downloader>(
         ctx.spider.parse(response, &mut out).await
     };
     let problems = std::mem::take(&mut *problems.lock().unwrap_or_else(|p| p.into_inner()));
-    for p in &problems {
-        tracing::error!(%url, "{p}");
+    done.spider_error = spider_errors(&url, &callback, &result, &problems);
+    if !problems.is_empty() {
+        // An invalid selector matched nothing, so the page's items may hold empty fields
+        // the spider never chose: none of them is written (see `Response::select`).
+        let (items, _) = out.parts_mut();
+        if !items.is_empty() {
+            tracing::warn!(
+                %url,
+                callback,
+                discarded = items.len(),
+                "items of the page not written: the callback used an invalid CSS selector"
+            );
+            items.clear();
+        }
     }
-    if let Err(e) = &result {
-        tracing::warn!(%url, "spider error: {e}");
-    }
-    done.spider_error = result.is_err() || !problems.is_empty();
     done.invalid_links = out.invalid_links();
     done.close = out.close_requested().map(str::to_owned);
     let (items, mut requests) = out.into_parts();
@@ -255,6 +265,28 @@ async fn parse_page<S: Spider, D: Downloader>(
         done.after_ack = after_ack;
     }
     done
+}
+
+/// Log what went wrong in a callback (its error, and invalid selectors it used), each with
+/// the page's URL and the callback's name; whether anything did.
+fn spider_errors(
+    url: &Url,
+    callback: &str,
+    result: &crate::error::Result<()>,
+    problems: &[crate::error::Error],
+) -> bool {
+    let error = result.as_ref().err().map(ToString::to_string);
+    for p in problems {
+        let text = p.to_string();
+        // An invalid selector whose error the callback returned is logged once, below.
+        if error.as_ref().is_none_or(|e| !e.contains(&text)) {
+            tracing::error!(%url, callback, "spider error: {text}");
+        }
+    }
+    if let Some(e) = &error {
+        tracing::error!(%url, callback, "spider error: {e}");
+    }
+    error.is_some() || !problems.is_empty()
 }
 
 /// Run each item through the pipelines, then (when a feed is open) to the feed writer,

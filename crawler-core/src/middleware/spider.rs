@@ -155,6 +155,10 @@ impl<S: Spider> Spider for SpiderWithMiddlewares<S> {
         self.inner.name()
     }
 
+    fn open(&mut self, ctx: &crate::SpiderContext<'_>) -> Result<()> {
+        self.inner.open(ctx)
+    }
+
     fn start_urls(&self) -> Vec<String> {
         self.inner.start_urls()
     }
