@@ -2,10 +2,10 @@
 //! compiles only what its spiders need.
 //!
 //! - [`Runner`]: a project's `main.rs` registers its spiders and gets Scrapy's verbs
-//!   (`crawl`, `list`, `settings`, `check`), with a live progress display and the metrics
-//!   endpoint.
+//!   (`crawl`, `list`, `settings`, `check`, `shell`), with a live progress display and the
+//!   metrics endpoint.
 //! - The `crawler` binary ([`run_standalone`]): `new` and `genspider` (scaffolding),
-//!   `fetch`, `robots`, `sitemap`, `settings`, and with the `lab` feature `lab` (serve the
+//!   `fetch`, `shell`, `robots`, `sitemap`, `settings`, and with the `lab` feature `lab` (serve the
 //!   bundled test site) and `bench`.
 //!
 //! Features: `lab` (the `lab` and `bench` verbs), `metrics` (the Prometheus endpoint of
@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod progress;
 mod runner;
 mod scaffold;
+mod shell;
 mod tools;
 
 pub use common::{SettingsArgs, init_logging, run_engine};

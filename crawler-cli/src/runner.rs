@@ -34,6 +34,7 @@
 //! list
 //! settings [NAME] [--markdown]
 //! check [NAME] [-a KEY=VALUE]...
+//! shell URL [--css SELECTOR]... [--spider NAME]
 //! ```
 //!
 //! `-a key=value` gives the spider an argument, read in
@@ -350,6 +351,15 @@ enum RunnerVerb {
         #[arg(short = 'a', value_name = "KEY=VALUE", value_parser = spider_arg)]
         arg: Vec<(String, String)>,
     },
+    /// Fetch one URL with the project's settings and downloader middlewares (robots.txt
+    /// checked), then explore the page with CSS selectors, as Scrapy's `shell` does.
+    Shell {
+        #[command(flatten)]
+        args: crate::shell::ShellArgs,
+        /// Also apply this spider's custom settings.
+        #[arg(long, value_name = "NAME")]
+        spider: Option<String>,
+    },
 }
 
 /// Options of `crawl`.
@@ -559,6 +569,21 @@ impl Runner {
                 let stats = spider.crawl(job).await?;
                 println!("{stats}");
                 Ok(())
+            }
+            RunnerVerb::Shell { args, spider } => {
+                let custom = match &spider {
+                    Some(name) => match self.spiders.iter().find(|s| &s.name() == name) {
+                        Some(s) => Some((name.as_str(), s.custom_settings())),
+                        None => return Err(self.unknown_spider(name)),
+                    },
+                    None => None,
+                };
+                let settings = layers
+                    .resolve(custom.as_ref().map(|(n, c)| (*n, c.as_slice())))
+                    .map_err(usage)?
+                    .settings;
+                cli::init_logging(&settings);
+                crate::shell::run(&settings, &args).await
             }
             RunnerVerb::Check { name, arg } => {
                 if let Some(n) = &name

@@ -1,5 +1,5 @@
-//! The standalone `crawler` binary: `new`, `genspider`, `fetch`, `robots`, `sitemap`,
-//! `settings`, `lab` and `bench`.
+//! The standalone `crawler` binary: `new`, `genspider`, `fetch`, `shell`, `robots`,
+//! `sitemap`, `settings`, `lab` and `bench`.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -61,6 +61,9 @@ enum Verb {
         #[arg(long)]
         no_headers: bool,
     },
+    /// Fetch one URL politely, then explore the page with CSS selectors (Scrapy's `shell`):
+    /// a prompt on a terminal, commands from stdin otherwise, or `--css` and exit.
+    Shell(crate::shell::ShellArgs),
     /// Whether robots.txt allows a URL, the matching rule, Crawl-delay and sitemaps.
     Robots {
         /// The URL to check.
@@ -159,6 +162,9 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
             html,
             no_headers,
         } => fetch(&settings, &url, css.as_deref(), html, no_headers).await,
+        Verb::Shell(args) => crate::shell::run(&settings, &args)
+            .await
+            .map(|()| ExitCode::SUCCESS),
         Verb::Robots { url, agent } => robots(&settings, &url, agent.as_deref()).await,
         Verb::Sitemap { url } => sitemap(&settings, &url).await,
         #[cfg(feature = "lab")]
@@ -269,8 +275,8 @@ async fn fetch(
     })
 }
 
-/// What `fetch` prints of a body.
-enum Body {
+/// What `fetch` prints of a body (and what `shell` selects in).
+pub(crate) enum Body {
     /// A page: its text, decoded by its charset.
     Page,
     /// A gzip file (a `.xml.gz` sitemap, say) whose content is text: that text.
@@ -285,7 +291,7 @@ const MAX_INFLATED: u64 = 50 * 1024 * 1024;
 
 /// How to print `body` on a terminal: gzip files decompressed (bounded), binary files not
 /// at all (a NUL byte in the first 8 KiB: what `git` and `grep` take for binary).
-fn printable_body(body: &[u8]) -> Body {
+pub(crate) fn printable_body(body: &[u8]) -> Body {
     use std::io::Read;
     let binary = |b: &[u8]| b.iter().take(8 * 1024).any(|&c| c == 0);
     if body.starts_with(&[0x1f, 0x8b]) {

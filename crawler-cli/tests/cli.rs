@@ -432,6 +432,20 @@ async fn new_project_builds_and_its_spider_crawls_the_lab() {
         text(&out.stdout)
     );
 
+    // The shell fetches with the project's settings: crawler.toml's User-Agent.
+    let book = lab.book(2).unwrap();
+    let page = lab.url_for(&book.path);
+    let out = run(project_cmd(&["shell", &page, "--css", "div.product h1"])).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), book.title);
+    assert!(
+        lab.recorder().requests().iter().any(|r| r.path == book.path
+            && r.user_agent
+                .as_deref()
+                .is_some_and(|ua| ua.contains("demo/0.1"))),
+        "the shell's request carries the project's User-Agent"
+    );
+
     let out = run(project_cmd(&["crawl", "nosuch"])).await;
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("no spider named 'nosuch'"));

@@ -32,7 +32,7 @@ mod middlewares;
 mod robots;
 mod sitemap;
 
-pub use downloader::{HttpDownloader, MAX_BODY_META, ROBOTS_SITEMAPS_META};
+pub use downloader::{HttpDownloader, MAX_BODY_META, ROBOTS_SITEMAPS_META, fetch_once_with};
 pub use error::Error;
 pub use guard::{PROXY_ENV_VARS, is_private, unchecked_proxy};
 pub use headers::{

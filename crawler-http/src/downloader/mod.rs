@@ -140,28 +140,7 @@ impl HttpDownloader {
     /// redirects followed as a crawl would (robots.txt of each hop, at most
     /// `max_redirects`). An unavailable robots.txt gives [`Fetched::Requeue`] with its reason.
     pub async fn fetch_once(&self, req: &Request) -> Download {
-        let mut req = req.clone();
-        loop {
-            let mut got = self.fetch(&req).await;
-            if matches!(&got.outcome, Fetched::Requeue(_)) && !got.feedback.robots_unavailable {
-                got = self.fetch(&req).await;
-            }
-            let Fetched::Response(response) = &got.outcome else {
-                return got;
-            };
-            if !crawler_core::REDIRECTS.contains(&response.status()) {
-                return got;
-            }
-            match crawler_core::redirect(&req, response, self.max_redirects) {
-                Ok(next) => req = next,
-                Err(failure) => {
-                    return Download {
-                        outcome: Fetched::Failed(failure),
-                        feedback: got.feedback,
-                    };
-                }
-            }
-        }
+        fetch_once_with(self, req, self.max_redirects).await.0
     }
 
     /// Whether a response (of any status: challenges come as 200, 403 and 503) is really a
@@ -181,6 +160,42 @@ impl HttpDownloader {
                     .any(|w| w.eq_ignore_ascii_case(b"html"))
             });
         html && markers.is_match(body.get(..SOFT_BLOCK_SCAN).unwrap_or(body))
+    }
+}
+
+/// [`HttpDownloader::fetch_once`] through any downloader, such as an [`HttpDownloader`] inside
+/// its middleware stack (`crawler shell` keeps one for a whole session, so cookies and
+/// default headers apply as in a crawl). Returns the outcome with the last request sent: the
+/// hop a refusal or failure is about when redirects were followed.
+pub async fn fetch_once_with<D: Downloader>(
+    downloader: &D,
+    req: &Request,
+    max_redirects: usize,
+) -> (Download, Request) {
+    let mut req = req.clone();
+    loop {
+        let mut got = downloader.fetch(&req).await;
+        // A Requeue that is not an unavailable robots.txt means robots.txt took the send:
+        // outside a crawl no slot paces the next one, so the page goes out at once.
+        if matches!(&got.outcome, Fetched::Requeue(_)) && !got.feedback.robots_unavailable {
+            got = downloader.fetch(&req).await;
+        }
+        let Fetched::Response(response) = &got.outcome else {
+            return (got, req);
+        };
+        if !crawler_core::REDIRECTS.contains(&response.status()) {
+            return (got, req);
+        }
+        match crawler_core::redirect(&req, response, max_redirects) {
+            Ok(next) => req = next,
+            Err(failure) => {
+                let got = Download {
+                    outcome: Fetched::Failed(failure),
+                    feedback: got.feedback,
+                };
+                return (got, req);
+            }
+        }
     }
 }
 

@@ -133,6 +133,15 @@ impl RobotsRules {
         }
     }
 
+    /// The rule that decides `url`, as written (`Disallow: /private/`), when the file has one
+    /// that matches: what a refusal message names.
+    pub fn matched_rule(&self, url: &Url) -> Option<String> {
+        match &self.access {
+            Access::Parsed(r) => r.decide(url).rule.map(str::to_owned),
+            _ => None,
+        }
+    }
+
     /// The Crawl-delay of the matching group, if any.
     pub fn crawl_delay(&self) -> Option<Duration> {
         match &self.access {

@@ -27,6 +27,17 @@ fn parsed_rules_allow_disallow_and_delay() {
     );
     assert!(rules.allowed(&Url::parse("http://h/public").unwrap()));
     assert!(!rules.allowed(&Url::parse("http://h/private/x").unwrap()));
+    // What a refusal names: the deciding rule as written, none where no rule matched.
+    assert_eq!(
+        rules
+            .matched_rule(&Url::parse("http://h/private/x").unwrap())
+            .as_deref(),
+        Some("Disallow: /private/")
+    );
+    assert_eq!(
+        rules.matched_rule(&Url::parse("http://h/public").unwrap()),
+        None
+    );
     assert_eq!(rules.crawl_delay(), Some(Duration::from_secs(2)));
     assert_eq!(rules.sitemaps(), ["http://h/s.xml", "/rel.xml"]);
     assert_eq!(
