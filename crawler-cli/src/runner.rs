@@ -30,7 +30,7 @@
 //!
 //! ```text
 //! crawl NAME [-o FILE]... [-O FILE]... [-s KEY=VALUE]... [--job-dir DIR] [--settings FILE]
-//!            [--log-format text|json] [-L LEVEL] [--no-progress]
+//!            [--log-format text|json] [-L LEVEL] [--log-file FILE] [--no-progress]
 //! list
 //! settings [NAME] [--markdown]
 //! check [NAME]
@@ -46,7 +46,8 @@ use std::pin::Pin;
 use std::process::ExitCode;
 
 use crawler_core::{
-    Fetched, Output, Request, Settings, SettingsLayers, Spider, Stats, settings_markdown,
+    FeedSpec, Fetched, Output, Request, Settings, SettingsLayers, Spider, Stats,
+    settings_markdown,
 };
 use crawler_http::HttpDownloader;
 
@@ -92,7 +93,13 @@ impl<S: Spider> ErasedSpider for Holder<S> {
                 .with_settings_layers(&job.layers)
                 .map_err(usage)?;
             let settings = crawl.effective_settings().map_err(usage)?;
-            cli::init_logging(&settings);
+            cli::init_logging(&settings).map_err(usage)?;
+            let stdout_feed = settings
+                .feeds
+                .iter()
+                .map(PathBuf::from)
+                .chain(job.outputs.iter().map(|(p, _)| p.clone()))
+                .any(|p| FeedSpec::new(p).is_ok_and(|s| s.is_stdout()));
             for feed in &settings.feeds {
                 crawl = crawl.feed(feed).map_err(usage)?;
             }
@@ -105,9 +112,11 @@ impl<S: Spider> ErasedSpider for Holder<S> {
                 .map_err(usage)?;
             }
             let engine = crawl.build().map_err(failed)?;
-            cli::run_engine(engine, &settings, job.progress)
+            let stats = cli::run_engine(engine, &settings, job.progress)
                 .await
-                .map_err(failed)
+                .map_err(failed)?;
+            cli::print_stats(&stats, stdout_feed);
+            Ok(stats)
         })
     }
 
@@ -283,7 +292,9 @@ enum RunnerVerb {
 pub struct CrawlArgs {
     /// The spider to run (see `list`).
     pub name: String,
-    /// Append items to FILE (.jsonl, .json or .csv; repeatable), as Scrapy's `-o` does.
+    /// Append items to FILE (.jsonl, .json or .csv, or FILE:FORMAT; repeatable), as Scrapy's
+    /// `-o` does. `-` writes JSON Lines to stdout (the final stats then go to stderr).
+    /// `%(name)s` and `%(time)s` in FILE become the spider's name and the start time.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Vec<PathBuf>,
     /// Write items to FILE, replacing what it held (repeatable), as Scrapy's `-O` does.
@@ -429,8 +440,7 @@ impl Runner {
                         .collect(),
                     progress: !args.no_progress,
                 };
-                let stats = spider.crawl(job).await?;
-                println!("{stats}");
+                spider.crawl(job).await?;
                 Ok(())
             }
             RunnerVerb::Check { name } => {
@@ -450,7 +460,7 @@ impl Runner {
                         .resolve(Some((&sname, &custom)))
                         .map_err(usage)?
                         .settings;
-                    cli::init_logging(&settings);
+                    cli::init_logging(&settings).map_err(usage)?;
                     let contracts: Vec<&Contract> = self
                         .contracts
                         .iter()
