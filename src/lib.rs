@@ -313,9 +313,11 @@ impl<S: Spider> Crawl<S> {
         let spec = FeedSpec::new(&path)?;
         if spec.is_stdout() {
             // Two writers on one stream would interleave their records.
-            if self.feeds.iter().any(|(p, _)| {
-                FeedSpec::new(p).is_ok_and(|s| s.is_stdout())
-            }) {
+            if self
+                .feeds
+                .iter()
+                .any(|(p, _)| FeedSpec::new(p).is_ok_and(|s| s.is_stdout()))
+            {
                 return Err(Error::new(
                     ErrorKind::Settings,
                     "standard output ('-') can take one feed only",

@@ -237,12 +237,15 @@ fn feed_paths_are_checked_when_the_settings_load() {
     assert!(e.contains("'x.xml:jsonl'"), "{e}");
     let e = file_error("[feeds]\nfeeds = [\"a.jsonl\", \"%(spider)s.csv\"]\n");
     assert!(
-        e.starts_with("crawler.toml:2:9: setting feeds entry '%(spider)s.csv': unknown placeholder"),
+        e.starts_with(
+            "crawler.toml:2:9: setting feeds entry '%(spider)s.csv': unknown placeholder"
+        ),
         "{e}"
     );
     let e = file_error("[feeds]\nfeeds = [\"-\", \"-:csv\"]\n");
     assert!(e.contains("standard output ('-') twice"), "{e}");
-    let e = file_error("[feeds]\nfeeds = [\"a.json\"]\n[job]\nredis_url = \"redis://127.0.0.1:1\"\n");
+    let e =
+        file_error("[feeds]\nfeeds = [\"a.json\"]\n[job]\nredis_url = \"redis://127.0.0.1:1\"\n");
     assert!(e.starts_with("crawler.toml:"), "{e}");
     assert!(e.contains("use .jsonl"), "{e}");
     // Good ones load, and -s is checked the same way.

@@ -46,8 +46,7 @@ use std::pin::Pin;
 use std::process::ExitCode;
 
 use crawler_core::{
-    FeedSpec, Fetched, Output, Request, Settings, SettingsLayers, Spider, Stats,
-    settings_markdown,
+    FeedSpec, Fetched, Output, Request, Settings, SettingsLayers, Spider, Stats, settings_markdown,
 };
 use crawler_http::HttpDownloader;
 

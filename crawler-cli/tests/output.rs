@@ -72,8 +72,8 @@ async fn runner(lab: &Lab, dir: &Path, args: &[&str]) -> Output {
         "--quiet",
         "--test-threads=1",
     ])
-        .env(CHILD_START, lab.url())
-        .env(CHILD_ARGS, serde_json::to_string(&all).expect("args"));
+    .env(CHILD_START, lab.url())
+    .env(CHILD_ARGS, serde_json::to_string(&all).expect("args"));
     run(cmd).await
 }
 
@@ -133,7 +133,12 @@ async fn runner_with_dash_o_writes_json_lines_to_stdout() {
 async fn an_unknown_placeholder_in_dash_o_is_a_usage_error() {
     let lab = Lab::builder().books(100).start().await.expect("lab");
     let dir = tempfile::tempdir().expect("temp dir");
-    let out = runner(&lab, dir.path(), &["crawl", "books", "-o", "%(batch_id)s.jsonl"]).await;
+    let out = runner(
+        &lab,
+        dir.path(),
+        &["crawl", "books", "-o", "%(batch_id)s.jsonl"],
+    )
+    .await;
     let stderr = text(&out.stderr);
     assert!(!out.status.success());
     assert!(
@@ -201,7 +206,14 @@ async fn debug_logs_go_to_the_log_file_one_line_per_request_without_colour() {
         .iter()
         .find(|l| l.contains("callback=book"))
         .unwrap_or_else(|| panic!("no book page line:\n{logged}"));
-    for field in [" 200 ", "depth=", "bytes=", "latency=", "from=network", "retries=0"] {
+    for field in [
+        " 200 ",
+        "depth=",
+        "bytes=",
+        "latency=",
+        "from=network",
+        "retries=0",
+    ] {
         assert!(book.contains(field), "{field} missing: {book}");
     }
     // And one per robots.txt verdict, naming the deciding rule.
@@ -261,10 +273,16 @@ async fn settings_shows_each_host_rules_effective_values() {
             .to_owned()
     };
     assert!(row(first, "max_rate").contains("50.0"), "{stdout}");
-    assert!(row(first, "concurrency_per_host").contains(" 8 "), "{stdout}");
+    assert!(
+        row(first, "concurrency_per_host").contains(" 8 "),
+        "{stdout}"
+    );
     assert!(row(first, "concurrency_per_host").ends_with("(this rule)"));
     assert!(row(second, "download_delay").contains("2s"), "{stdout}");
-    assert!(row(second, "concurrency_per_host").contains(" 2 "), "{stdout}");
+    assert!(
+        row(second, "concurrency_per_host").contains(" 2 "),
+        "{stdout}"
+    );
     assert!(row(second, "concurrency_per_host").ends_with("(global)"));
 }
 
@@ -275,7 +293,8 @@ async fn settings_errors_for_feeds_name_the_file_line_and_column() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("crawler.toml:2:9: setting feeds entry 'x.xml': cannot tell the feed format"),
+        stderr
+            .contains("crawler.toml:2:9: setting feeds entry 'x.xml': cannot tell the feed format"),
         "{stderr}"
     );
 }

@@ -63,7 +63,10 @@ pub struct FeedSpec {
 /// The placeholders a feed path may hold, and what each stands for.
 const PLACEHOLDERS: &[(&str, &str)] = &[
     ("name", "the spider's name"),
-    ("time", "when the crawl started, as 2024-05-21T12-33-41 (UTC)"),
+    (
+        "time",
+        "when the crawl started, as 2024-05-21T12-33-41 (UTC)",
+    ),
 ];
 
 /// Why `path` (as written in `feeds` or to `-o`) is not a feed, if it is not: an unknown
@@ -243,7 +246,12 @@ impl FeedWriter {
         let path = spec.path.clone();
         if spec.is_stdout() {
             // Standard output is written, never replaced or appended to.
-            return Ok(Self::new(path, spec.format, Sink::Stdout(std::io::stdout()), 0));
+            return Ok(Self::new(
+                path,
+                spec.format,
+                Sink::Stdout(std::io::stdout()),
+                0,
+            ));
         }
         if spec.append && spec.format == FeedFormat::Json {
             return Err(Error::new(

@@ -54,9 +54,7 @@ pub use engine::{
     redirect,
 };
 pub use error::{Error, ErrorKind, Result};
-pub use feed::{
-    FeedFormat, FeedSpec, STDOUT_FEED, expand_feed_path, feed_problem, feed_time,
-};
+pub use feed::{FeedFormat, FeedSpec, STDOUT_FEED, expand_feed_path, feed_problem, feed_time};
 pub use fetch::{
     Admission, ClockOffset, Download, Downloader, Failure, FailureKind, Feedback, Fetched,
     FilterReason, HostStats, Lease, Next, RateLimitReading, Scheduler,

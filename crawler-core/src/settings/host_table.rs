@@ -100,7 +100,10 @@ mod tests {
         assert!(row(&first, "max_rate").ends_with("(this rule)"), "{table}");
         // A rule's rate is where its hosts start too.
         assert!(row(&first, "start_rate").contains("50.0"), "{table}");
-        assert!(row(&first, "concurrency_per_host").contains(" 8 "), "{table}");
+        assert!(
+            row(&first, "concurrency_per_host").contains(" 8 "),
+            "{table}"
+        );
         assert!(row(&first, "burst").ends_with("(global)"), "{table}");
         let second = block(2);
         assert!(row(&second, "download_delay").contains("2s"), "{table}");

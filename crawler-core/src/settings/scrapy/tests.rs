@@ -236,10 +236,7 @@ fn scrapys_own_variables_are_not_read_but_named_with_ours() {
     assert!(find("CONCURRENT_REQUESTS_PER_IP").ends_with("set CRAWLER_HOST_KEY=ip instead"));
     assert!(find("TWISTED_REACTOR").contains("Tokio"));
     // None of them changed a setting.
-    assert_eq!(
-        layers.resolve(None).unwrap().settings,
-        Settings::default()
-    );
+    assert_eq!(layers.resolve(None).unwrap().settings, Settings::default());
 }
 
 #[test]
