@@ -130,7 +130,7 @@ async fn runner_with_dash_o_writes_json_lines_to_stdout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unknown_placeholder_in_dash_o_is_a_usage_error() {
+async fn bad_feeds_in_dash_o_stop_the_crawl_before_its_first_request() {
     let lab = Lab::builder().books(100).start().await.expect("lab");
     let dir = tempfile::tempdir().expect("temp dir");
     let out = runner(
@@ -143,6 +143,20 @@ async fn an_unknown_placeholder_in_dash_o_is_a_usage_error() {
     assert!(!out.status.success());
     assert!(
         stderr.contains("unknown placeholder %(batch_id)s"),
+        "{stderr}"
+    );
+    assert!(lab.recorder().requests().is_empty(), "nothing was fetched");
+    // A feed that cannot be created stops the crawl before its first request too.
+    let out = runner(
+        &lab,
+        dir.path(),
+        &["crawl", "books", "-o", "/nonexistent-dir/x/items.jsonl"],
+    )
+    .await;
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("cannot create feed '/nonexistent-dir/x/items.jsonl'"),
         "{stderr}"
     );
     assert!(lab.recorder().requests().is_empty(), "nothing was fetched");

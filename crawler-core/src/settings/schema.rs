@@ -161,7 +161,9 @@ pub struct Settings {
     /// power failure). Default `group`.
     pub feed_fsync: FeedFsync,
     /// The least severe log level shown: `error`, `warn`, `info`, `debug` or `trace`, or a
-    /// `RUST_LOG`-style filter such as `info,crawler_sched=debug`. Default `info`.
+    /// `RUST_LOG`-style filter such as `info,crawler_sched=debug`. A plain level applies to
+    /// the framework and the program's own crate, other crates staying at `warn`; `debug`
+    /// shows one line per request and per robots.txt verdict. Default `info`.
     pub log_level: String,
     /// How log lines are written to stderr: `text` (for people) or `json` (one object a line,
     /// for log collectors). Default `text`.
