@@ -315,8 +315,10 @@ impl<S: Spider> Crawl<S> {
         self
     }
 
-    /// Write items to this file (format by extension: .jsonl, .json, .csv), replacing what
-    /// it held (a resumed job, or a fleet worker, appends instead).
+    /// Write items to this file (format by extension: .jsonl, .json, .csv, or after a colon:
+    /// `items.txt:jsonl`), replacing what it held (a resumed job, or a fleet worker, appends
+    /// instead). `-` writes JSON Lines to standard output. `%(name)s` and `%(time)s` in the
+    /// path become the spider's name and the crawl's start time (`2024-05-21T12-33-41`, UTC).
     pub fn feed(self, path: impl Into<PathBuf>) -> Result<Self, Error> {
         self.add_feed(path.into(), false)
     }
@@ -330,7 +332,19 @@ impl<S: Spider> Crawl<S> {
 
     fn add_feed(mut self, path: PathBuf, append: bool) -> Result<Self, Error> {
         let spec = FeedSpec::new(&path)?;
-        if append && spec.format == crawler_core::FeedFormat::Json {
+        if spec.is_stdout() {
+            // Two writers on one stream would interleave their records.
+            if self
+                .feeds
+                .iter()
+                .any(|(p, _)| FeedSpec::new(p).is_ok_and(|s| s.is_stdout()))
+            {
+                return Err(Error::new(
+                    ErrorKind::Settings,
+                    "standard output ('-') can take one feed only",
+                ));
+            }
+        } else if append && spec.format == crawler_core::FeedFormat::Json {
             return Err(Error::new(
                 ErrorKind::Settings,
                 format!(
@@ -460,9 +474,16 @@ impl<S: Spider> Crawl<S> {
                 Frontier::with_store(FrontierConfig::from_settings(&settings, allowed), store);
             (FleetFrontier::solo(frontier), resuming)
         };
+        let name = spider.name().to_owned();
         let mut engine =
             Engine::new(spider, downloader, frontier, settings).with_shutdown(shutdown);
+        let started = std::time::SystemTime::now();
         for (path, append) in self.feeds {
+            // `%(name)s` and `%(time)s`, as in Scrapy's feed URIs.
+            let path = match path.to_str() {
+                Some(text) => PathBuf::from(crawler_core::expand_feed_path(text, &name, started)?),
+                None => path,
+            };
             // A resumed job (or a fleet worker) adds to the feeds of the runs before it.
             let spec = FeedSpec::new(path)?;
             engine = engine.feed(if resuming || append {
@@ -511,16 +532,26 @@ impl<S: Spider> Crawl<S> {
 }
 
 /// Send a `tracing` subscriber to stderr with `RUST_LOG`-style filtering (default `info`),
-/// secrets redacted, colour only on a terminal.
+/// secrets redacted, colour only on a terminal and without `NO_COLOR` (see [`log_colour`]).
 pub fn init_logging() {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
+        .with_ansi(log_colour(std::io::stderr().is_terminal()))
         .with_writer(progress::RedactingWriter::default)
         .try_init();
+}
+
+/// Whether log lines to a destination get colour codes: only when it is a terminal
+/// (`is_terminal`) and `NO_COLOR` is not set to a non-empty value (<https://no-color.org>).
+pub fn log_colour(is_terminal: bool) -> bool {
+    colour_wanted(is_terminal, std::env::var_os("NO_COLOR").as_deref())
+}
+
+fn colour_wanted(is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// Warn once, at crawl start, that the User-Agent was never set: operators who see the crawl
@@ -532,5 +563,19 @@ pub fn warn_default_user_agent(settings: &Settings) {
             "user_agent is still the default; set it to name your crawler and a contact \
              (crawler.toml [general] user_agent = \"mybot/1.0 (+https://example.com/bot)\")"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        assert!(super::colour_wanted(true, None));
+        assert!(!super::colour_wanted(false, None));
+        assert!(!super::colour_wanted(true, Some(OsStr::new("1"))));
+        // NO_COLOR set but empty does not count (no-color.org).
+        assert!(super::colour_wanted(true, Some(OsStr::new(""))));
     }
 }

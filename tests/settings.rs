@@ -227,6 +227,39 @@ fn out_of_range_values_point_at_the_layer_that_set_them() {
 }
 
 #[test]
+fn feed_paths_are_checked_when_the_settings_load() {
+    // Reported at the value's file:line:col, before any crawl.
+    let e = file_error("[feeds]\nfeeds = [\"x.xml\"]\n");
+    assert!(
+        e.starts_with("crawler.toml:2:9: setting feeds entry 'x.xml': cannot tell the feed format"),
+        "{e}"
+    );
+    assert!(e.contains("'x.xml:jsonl'"), "{e}");
+    let e = file_error("[feeds]\nfeeds = [\"a.jsonl\", \"%(spider)s.csv\"]\n");
+    assert!(
+        e.starts_with(
+            "crawler.toml:2:9: setting feeds entry '%(spider)s.csv': unknown placeholder"
+        ),
+        "{e}"
+    );
+    let e = file_error("[feeds]\nfeeds = [\"-\", \"-:csv\"]\n");
+    assert!(e.contains("standard output ('-') twice"), "{e}");
+    let e =
+        file_error("[feeds]\nfeeds = [\"a.json\"]\n[job]\nredis_url = \"redis://127.0.0.1:1\"\n");
+    assert!(e.starts_with("crawler.toml:"), "{e}");
+    assert!(e.contains("use .jsonl"), "{e}");
+    // Good ones load, and -s is checked the same way.
+    assert_eq!(
+        file_error("[feeds]\nfeeds = [\"%(name)s-%(time)s.jsonl\", \"items.txt:csv\", \"-\"]\n"),
+        ""
+    );
+    let mut layers = SettingsLayers::new();
+    layers.cli("feeds", "items.yaml");
+    let e = layers.resolve(None).unwrap_err().to_string();
+    assert!(e.starts_with("-s: setting feeds entry 'items.yaml'"), "{e}");
+}
+
+#[test]
 fn environment_typos_are_errors_with_a_suggestion() {
     let mut layers = SettingsLayers::new();
     let e = layers

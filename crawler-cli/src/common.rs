@@ -30,12 +30,16 @@ pub struct SettingsArgs {
     /// `-s log_level=...`).
     #[arg(short = 'L', long = "loglevel", value_name = "LEVEL", global = true)]
     pub log_level: Option<String>,
+    /// Write log lines to FILE (appended to, without colour) instead of stderr (same as
+    /// `-s log_file=...`).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub log_file: Option<PathBuf>,
 }
 
 impl SettingsArgs {
     /// The settings layers these options name: the settings file (explicit, from
     /// `CRAWLER_SETTINGS`, or found beside the project's Cargo.toml), the `CRAWLER_*`
-    /// environment, then `-L`, `--log-format` and `-s` in that order.
+    /// environment, then `-L`, `--log-format`, `--log-file` and `-s` in that order.
     pub fn layers(&self) -> Result<SettingsLayers, Error> {
         let mut layers = SettingsLayers::new();
         let file = self
@@ -51,11 +55,18 @@ impl SettingsArgs {
             layers.file(&file)?;
         }
         layers.env()?;
+        // Before logging is set up (its settings come from these layers): straight to stderr.
+        for warning in layers.warnings() {
+            eprintln!("warning: {warning}");
+        }
         if let Some(level) = &self.log_level {
             layers.cli("log_level", level);
         }
         if let Some(format) = &self.log_format {
             layers.cli("log_format", format);
+        }
+        if let Some(file) = &self.log_file {
+            layers.cli("log_file", &file.to_string_lossy());
         }
         for pair in &self.set {
             layers.cli_pair(pair)?;
@@ -64,9 +75,12 @@ impl SettingsArgs {
     }
 }
 
-/// Send `tracing` output to stderr at `settings.log_level` (`RUST_LOG` wins when set and the
-/// level was left at its default), as text or JSON, printed above any live progress display.
-pub fn init_logging(settings: &Settings) {
+/// Send `tracing` output to stderr, or to `log_file` (appended to), at `settings.log_level`
+/// (`RUST_LOG` wins when set and the level was left at its default), as text or JSON. On
+/// stderr, lines are printed above any live progress display, in colour only when stderr is
+/// a terminal and `NO_COLOR` is not set; a log file never gets colour codes. An unwritable
+/// log file is an error.
+pub fn init_logging(settings: &Settings) -> Result<(), Error> {
     crawler_core::redact::register_secrets(settings);
     let default_level = settings.log_level == Settings::default().log_level;
     let filter = match std::env::var("RUST_LOG") {
@@ -74,15 +88,32 @@ pub fn init_logging(settings: &Settings) {
         _ => EnvFilter::try_new(level_filter(&settings.log_level)),
     }
     .unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        // Colour codes only where a terminal interprets them, not in files and CI logs.
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(progress::LogWriter::default);
-    let _ = match settings.log_format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text => builder.try_init(),
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let file = settings
+        .log_file
+        .as_deref()
+        .map(str::trim)
+        .filter(|f| !f.is_empty());
+    let _ = match (file, settings.log_format) {
+        (Some(path), format) => {
+            let writer = crate::log_file::LogFile::open(path)?;
+            let builder = builder.with_ansi(false).with_writer(writer);
+            match format {
+                LogFormat::Json => builder.json().try_init(),
+                LogFormat::Text => builder.try_init(),
+            }
+        }
+        (None, format) => {
+            let builder = builder
+                .with_ansi(crawler::log_colour(std::io::stderr().is_terminal()))
+                .with_writer(progress::LogWriter::default);
+            match format {
+                LogFormat::Json => builder.json().try_init(),
+                LogFormat::Text => builder.try_init(),
+            }
+        }
     };
+    Ok(())
 }
 
 /// The crates whose logs a plain level (`-L debug`) is about: the framework's and the
@@ -169,6 +200,16 @@ async fn serve_metrics(
             ),
         )),
         None => Ok(None),
+    }
+}
+
+/// Print a crawl's final stats: to stdout, or to stderr when a feed writes its items there
+/// (`-o -`), so stdout holds nothing but items.
+pub(crate) fn print_stats(stats: &Stats, stdout_taken: bool) {
+    if stdout_taken {
+        eprintln!("{stats}");
+    } else {
+        println!("{stats}");
     }
 }
 

@@ -15,6 +15,7 @@
 #[cfg(feature = "lab")]
 mod bench;
 mod common;
+mod log_file;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub mod progress;

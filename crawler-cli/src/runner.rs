@@ -30,7 +30,8 @@
 //!
 //! ```text
 //! crawl NAME [-a KEY=VALUE]... [-o FILE]... [-O FILE]... [-s KEY=VALUE]... [--job-dir DIR]
-//!            [--settings FILE] [--log-format text|json] [-L LEVEL] [--no-progress]
+//!            [--settings FILE] [--log-format text|json] [-L LEVEL] [--log-file FILE]
+//!            [--no-progress]
 //! list
 //! settings [NAME] [--markdown]
 //! check [NAME] [-a KEY=VALUE]...
@@ -53,7 +54,7 @@ use std::pin::Pin;
 use std::process::ExitCode;
 
 use crawler_core::{
-    Fetched, Output, Request, Settings, SettingsLayers, Spider, SpiderContext, Stats,
+    FeedSpec, Fetched, Output, Request, Settings, SettingsLayers, Spider, SpiderContext, Stats,
     parse_spider_arg, settings_markdown,
 };
 use crawler_http::HttpDownloader;
@@ -128,7 +129,13 @@ impl<S: Spider> ErasedSpider for Holder<S> {
                 .with_settings_layers(&job.layers)
                 .map_err(usage)?;
             let settings = crawl.effective_settings().map_err(usage)?;
-            cli::init_logging(&settings);
+            cli::init_logging(&settings).map_err(usage)?;
+            let stdout_feed = settings
+                .feeds
+                .iter()
+                .map(PathBuf::from)
+                .chain(job.outputs.iter().map(|(p, _)| p.clone()))
+                .any(|p| FeedSpec::new(p).is_ok_and(|s| s.is_stdout()));
             for feed in &settings.feeds {
                 crawl = crawl.feed(feed).map_err(usage)?;
             }
@@ -148,9 +155,11 @@ impl<S: Spider> ErasedSpider for Holder<S> {
                     failed(e)
                 }
             })?;
-            cli::run_engine(engine, &settings, job.progress)
+            let stats = cli::run_engine(engine, &settings, job.progress)
                 .await
-                .map_err(failed)
+                .map_err(failed)?;
+            cli::print_stats(&stats, stdout_feed);
+            Ok(stats)
         })
     }
 
@@ -371,7 +380,9 @@ pub struct CrawlArgs {
     /// does; the spider reads it in `Spider::open`.
     #[arg(short = 'a', value_name = "KEY=VALUE", value_parser = spider_arg)]
     pub arg: Vec<(String, String)>,
-    /// Append items to FILE (.jsonl, .json or .csv; repeatable), as Scrapy's `-o` does.
+    /// Append items to FILE (.jsonl, .json or .csv, or FILE:FORMAT; repeatable), as Scrapy's
+    /// `-o` does. `-` writes JSON Lines to stdout (the final stats then go to stderr).
+    /// `%(name)s` and `%(time)s` in FILE become the spider's name and the start time.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Vec<PathBuf>,
     /// Write items to FILE, replacing what it held (repeatable), as Scrapy's `-O` does.
@@ -566,8 +577,7 @@ impl Runner {
                         .collect(),
                     progress: !args.no_progress,
                 };
-                let stats = spider.crawl(job).await?;
-                println!("{stats}");
+                spider.crawl(job).await?;
                 Ok(())
             }
             RunnerVerb::Shell { args, spider } => {
@@ -582,7 +592,7 @@ impl Runner {
                     .resolve(custom.as_ref().map(|(n, c)| (*n, c.as_slice())))
                     .map_err(usage)?
                     .settings;
-                cli::init_logging(&settings);
+                cli::init_logging(&settings).map_err(usage)?;
                 crate::shell::run(&settings, &args).await
             }
             RunnerVerb::Check { name, arg } => {
@@ -602,7 +612,7 @@ impl Runner {
                         .resolve(Some((&sname, &custom)))
                         .map_err(usage)?
                         .settings;
-                    cli::init_logging(&settings);
+                    cli::init_logging(&settings).map_err(usage)?;
                     spider.open(&settings, &arg).map_err(|e| {
                         if e.kind() == ErrorKind::Argument {
                             usage(e)

@@ -432,7 +432,9 @@ async fn new_project_builds_and_its_spider_crawls_the_lab() {
         text(&out.stdout)
     );
 
-    // The shell fetches with the project's settings: crawler.toml's User-Agent.
+    // The shell fetches with the project's settings: crawler.toml's User-Agent (a lab of
+    // this test's own, whose recorder sees the request).
+    let lab = Lab::builder().books(100).start().await.unwrap();
     let book = lab.book(2).unwrap();
     let page = lab.url_for(&book.path);
     let out = run(project_cmd(&["shell", &page, "--css", "div.product h1"])).await;
@@ -445,6 +447,7 @@ async fn new_project_builds_and_its_spider_crawls_the_lab() {
                 .is_some_and(|ua| ua.contains("demo/0.1"))),
         "the shell's request carries the project's User-Agent"
     );
+    lab.shutdown().await;
 
     let out = run(project_cmd(&["crawl", "nosuch"])).await;
     assert_eq!(out.status.code(), Some(2));

@@ -1,17 +1,28 @@
-//! Feeds: items written to JSON Lines, JSON or CSV files as they arrive.
+//! Feeds: items written to JSON Lines, JSON or CSV files (or to standard output) as they
+//! arrive.
 //!
 //! Each item is serialised whole into memory before a byte of it reaches the file, so a
 //! serialisation error never leaves half a record behind; an I/O error (disk full) or a
 //! `kill -9` can still cut the last record short, and a resumed crawl cuts such a torn tail
 //! off before it appends (see [`FeedWriter::open`]).
+//!
+//! A feed is named by a path whose extension gives the format (`items.jsonl`), or with the
+//! format after a colon as Scrapy's `-o` takes it (`items.txt:jsonl`); `-` is standard
+//! output (JSON Lines unless a format follows: `-:csv`). Paths may hold `%(name)s` (the
+//! spider's name) and `%(time)s` (when the crawl started), expanded by
+//! [`expand_feed_path`].
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use serde::Serialize;
 
 use crate::error::{Error, ErrorKind, Result};
+
+/// The feed path that means standard output.
+pub const STDOUT_FEED: &str = "-";
 
 /// The file format of a feed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,10 +36,23 @@ pub enum FeedFormat {
     Csv,
 }
 
+impl FeedFormat {
+    /// The format a file extension or a format name (after `FILE:`) stands for, in any
+    /// case: `jsonl`, `jl`, `ndjson`, `jsonlines`, `json`, `csv`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name.to_ascii_lowercase().as_str() {
+            "jsonl" | "jl" | "ndjson" | "jsonlines" => Some(Self::JsonLines),
+            "json" => Some(Self::Json),
+            "csv" => Some(Self::Csv),
+            _ => None,
+        }
+    }
+}
+
 /// Where and how to write items.
 #[derive(Debug, Clone)]
 pub struct FeedSpec {
-    /// The output file.
+    /// The output file ([`STDOUT_FEED`], `-`, for standard output).
     pub path: PathBuf,
     /// Its format.
     pub format: FeedFormat,
@@ -36,29 +60,120 @@ pub struct FeedSpec {
     pub append: bool,
 }
 
+/// The placeholders a feed path may hold, and what each stands for.
+const PLACEHOLDERS: &[(&str, &str)] = &[
+    ("name", "the spider's name"),
+    (
+        "time",
+        "when the crawl started, as 2024-05-21T12-33-41 (UTC)",
+    ),
+];
+
+/// Why `path` (as written in `feeds` or to `-o`) is not a feed, if it is not: an unknown
+/// format or placeholder. Checks the text only; the file is opened when the crawl starts.
+pub fn feed_problem(path: &str) -> Option<String> {
+    if let Err(why) = placeholders(path) {
+        return Some(why);
+    }
+    parse_spec(Path::new(path)).err()
+}
+
+/// Split `FILE:FORMAT` and find the format; the message when there is none.
+fn parse_spec(path: &Path) -> std::result::Result<(PathBuf, FeedFormat), String> {
+    if let Some(text) = path.to_str()
+        && let Some((file, name)) = text.rsplit_once(':')
+        && let Some(format) = FeedFormat::from_name(name)
+        && !file.is_empty()
+    {
+        return Ok((PathBuf::from(file), format));
+    }
+    if path.as_os_str() == STDOUT_FEED {
+        return Ok((path.to_path_buf(), FeedFormat::JsonLines));
+    }
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    FeedFormat::from_name(ext)
+        .map(|f| (path.to_path_buf(), f))
+        .ok_or_else(|| {
+            format!(
+                "cannot tell the feed format of '{}': use a .jsonl, .json or .csv file name, or \
+                 give the format after a colon ('{}:jsonl')",
+                path.display(),
+                path.display()
+            )
+        })
+}
+
+/// The placeholders in `path`, checked: every `%(` opens one, closed by `)s`, naming one of
+/// [`PLACEHOLDERS`]. `Ok` holds the pieces: literal text and placeholder names, in order.
+fn placeholders(path: &str) -> std::result::Result<Vec<(bool, &str)>, String> {
+    let mut parts = Vec::new();
+    let mut rest = path;
+    while let Some(at) = rest.find("%(") {
+        parts.push((false, &rest[..at]));
+        let after = &rest[at + 2..];
+        let Some(close) = after.find(')') else {
+            return Err(format!(
+                "unclosed placeholder in feed path '{path}': write %(name)s or %(time)s"
+            ));
+        };
+        let name = &after[..close];
+        if !after[close + 1..].starts_with('s') {
+            return Err(format!(
+                "placeholder %({name}) in feed path '{path}' must end with )s, as in %({name})s"
+            ));
+        }
+        if !PLACEHOLDERS.iter().any(|(n, _)| *n == name) {
+            let known: Vec<String> = PLACEHOLDERS
+                .iter()
+                .map(|(n, what)| format!("%({n})s ({what})"))
+                .collect();
+            return Err(format!(
+                "unknown placeholder %({name})s in feed path '{path}': the placeholders are {}",
+                known.join(" and ")
+            ));
+        }
+        parts.push((true, name));
+        rest = &after[close + 2..];
+    }
+    parts.push((false, rest));
+    Ok(parts)
+}
+
+/// `time` as `%(time)s` writes it: UTC to the second, with `-` for `:` so the name is valid
+/// on every filesystem (Scrapy's form: `2024-05-21T12-33-41`).
+pub fn feed_time(time: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(time)
+        .to_string()
+        .trim_end_matches('Z')
+        .replace(':', "-")
+}
+
+/// `path` with its placeholders filled in: `%(name)s` with `spider`, `%(time)s` with
+/// `started` (see [`feed_time`]). Unknown placeholders are errors.
+pub fn expand_feed_path(path: &str, spider: &str, started: SystemTime) -> Result<String> {
+    let parts = placeholders(path).map_err(|why| Error::new(ErrorKind::Settings, why))?;
+    let mut out = String::with_capacity(path.len() + 16);
+    for (placeholder, text) in parts {
+        match (placeholder, text) {
+            (false, literal) => out.push_str(literal),
+            (true, "name") => out.push_str(spider),
+            (true, _) => out.push_str(&feed_time(started)),
+        }
+    }
+    Ok(out)
+}
+
 impl FeedSpec {
-    /// A feed whose format follows the file extension.
+    /// A feed whose format follows the file extension, or the format written after a colon
+    /// (`items.txt:jsonl`); `-` is standard output, as JSON Lines unless a format follows.
+    /// Paths with placeholders are checked here and expanded by [`expand_feed_path`].
     pub fn new(path: impl Into<PathBuf>) -> Result<Self> {
         let path = path.into();
-        let ext = path
-            .extension()
-            .and_then(|e| e.to_str())
-            .unwrap_or("")
-            .to_ascii_lowercase();
-        let format = match ext.as_str() {
-            "jsonl" | "jl" | "ndjson" => FeedFormat::JsonLines,
-            "json" => FeedFormat::Json,
-            "csv" => FeedFormat::Csv,
-            _ => {
-                return Err(Error::new(
-                    ErrorKind::Io,
-                    format!(
-                        "cannot tell the feed format of '{}': use a .jsonl, .json or .csv file name",
-                        path.display()
-                    ),
-                ));
-            }
-        };
+        if let Some(text) = path.to_str() {
+            placeholders(text).map_err(|why| Error::new(ErrorKind::Settings, why))?;
+        }
+        let (path, format) =
+            parse_spec(&path).map_err(|why| Error::new(ErrorKind::Settings, why))?;
         Ok(Self {
             path,
             format,
@@ -71,13 +186,40 @@ impl FeedSpec {
         self.append = true;
         self
     }
+
+    /// Whether items go to standard output rather than a file.
+    pub fn is_stdout(&self) -> bool {
+        self.path.as_os_str() == STDOUT_FEED
+    }
+}
+
+/// Where a feed's bytes go.
+enum Sink {
+    File(File),
+    Stdout(std::io::Stdout),
+}
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Self::File(f) => f.write(buf),
+            Self::Stdout(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Self::File(f) => f.flush(),
+            Self::Stdout(s) => s.flush(),
+        }
+    }
 }
 
 /// An open feed file.
 pub(crate) struct FeedWriter {
     path: PathBuf,
     format: FeedFormat,
-    out: BufWriter<File>,
+    out: BufWriter<Sink>,
     /// JSON: no element written yet. CSV: the header row is still to be written.
     first: bool,
     /// One serialised item, written to `out` only once it is complete.
@@ -85,11 +227,12 @@ pub(crate) struct FeedWriter {
 }
 
 fn io_error(path: &Path, what: &str, e: impl std::error::Error + Send + Sync + 'static) -> Error {
-    Error::new(
-        ErrorKind::Io,
-        format!("cannot {what} feed '{}'", path.display()),
-    )
-    .with_source(e)
+    let name = if path.as_os_str() == STDOUT_FEED {
+        "standard output".to_owned()
+    } else {
+        format!("'{}'", path.display())
+    };
+    Error::new(ErrorKind::Io, format!("cannot {what} feed {name}")).with_source(e)
 }
 
 impl FeedWriter {
@@ -101,6 +244,15 @@ impl FeedWriter {
     /// acknowledged, so the resumed crawl writes the item again.
     pub(crate) fn open(spec: &FeedSpec) -> Result<Self> {
         let path = spec.path.clone();
+        if spec.is_stdout() {
+            // Standard output is written, never replaced or appended to.
+            return Ok(Self::new(
+                path,
+                spec.format,
+                Sink::Stdout(std::io::stdout()),
+                0,
+            ));
+        }
         if spec.append && spec.format == FeedFormat::Json {
             return Err(Error::new(
                 ErrorKind::Io,
@@ -123,18 +275,18 @@ impl FeedWriter {
             file.seek(SeekFrom::Start(existing))
                 .map_err(|e| io_error(&path, "append to", e))?;
         }
-        let mut out = BufWriter::with_capacity(64 * 1024, file);
-        if spec.format == FeedFormat::Json {
-            out.write_all(b"[")
-                .map_err(|e| io_error(&path, "write", e))?;
-        }
-        Ok(Self {
+        Ok(Self::new(path, spec.format, Sink::File(file), existing))
+    }
+
+    /// A writer on an open sink; `existing` bytes of records are already there.
+    fn new(path: PathBuf, format: FeedFormat, sink: Sink, existing: u64) -> Self {
+        Self {
             path,
-            format: spec.format,
-            out,
-            first: spec.format == FeedFormat::Json || existing == 0,
+            format,
+            out: BufWriter::with_capacity(64 * 1024, sink),
+            first: format == FeedFormat::Json || existing == 0,
             scratch: Vec::with_capacity(1024),
-        })
+        }
     }
 
     /// Serialise `item` and queue it for the file. Nothing is written when it does not
@@ -158,7 +310,7 @@ impl FeedWriter {
             }
             FeedFormat::Json => {
                 self.scratch
-                    .extend_from_slice(if self.first { b"\n" } else { b",\n" });
+                    .extend_from_slice(if self.first { b"[\n" } else { b",\n" });
                 serde_json::to_writer(&mut self.scratch, item).map_err(|e| encode(&e))?;
             }
             FeedFormat::Csv => {
@@ -187,17 +339,22 @@ impl FeedWriter {
     /// Flush and wait until the file's data is on the disk (safe from a power failure).
     pub(crate) fn sync(&mut self) -> Result<()> {
         self.flush()?;
-        self.out
-            .get_ref()
-            .sync_data()
-            .map_err(|e| io_error(&self.path, "sync", e))
+        match self.out.get_ref() {
+            Sink::File(file) => file
+                .sync_data()
+                .map_err(|e| io_error(&self.path, "sync", e)),
+            // A pipe or a terminal: nothing to sync.
+            Sink::Stdout(_) => Ok(()),
+        }
     }
 
     /// Close the JSON array (if any), flush everything to the file and sync it.
     pub(crate) fn finish(mut self) -> Result<()> {
         if self.format == FeedFormat::Json {
+            // An empty feed is still a valid (empty) array.
+            let end: &[u8] = if self.first { b"[]\n" } else { b"\n]\n" };
             self.out
-                .write_all(b"\n]\n")
+                .write_all(end)
                 .map_err(|e| io_error(&self.path, "write", e))?;
         }
         self.sync()
@@ -354,6 +511,62 @@ mod tests {
                 .starts_with("cannot create feed '/nonexistent-dir/x/items.jsonl'"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_format_after_a_colon_and_standard_output() {
+        let spec = FeedSpec::new("items.txt:jsonlines").unwrap();
+        assert_eq!(
+            (spec.path.as_path(), spec.format),
+            (Path::new("items.txt"), FeedFormat::JsonLines)
+        );
+        let spec = FeedSpec::new("out/items.dat:CSV").unwrap();
+        assert_eq!(spec.format, FeedFormat::Csv);
+        let spec = FeedSpec::new("-").unwrap();
+        assert!(spec.is_stdout());
+        assert_eq!(spec.format, FeedFormat::JsonLines);
+        let spec = FeedSpec::new("-:csv").unwrap();
+        assert!(spec.is_stdout() && spec.format == FeedFormat::Csv);
+        // A colon that is not followed by a format is part of the name.
+        let e = FeedSpec::new("a:b").unwrap_err();
+        assert!(e.to_string().contains("'a:b:jsonl'"), "{e}");
+        assert_eq!(e.kind(), ErrorKind::Settings, "{e:?}");
+    }
+
+    #[test]
+    fn placeholders_expand_and_unknown_ones_are_named() {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_716_294_821);
+        assert_eq!(feed_time(t), "2024-05-21T12-33-41");
+        assert_eq!(
+            expand_feed_path("out/%(name)s-%(time)s.jsonl", "books", t).unwrap(),
+            "out/books-2024-05-21T12-33-41.jsonl"
+        );
+        assert_eq!(expand_feed_path("100%.csv", "b", t).unwrap(), "100%.csv");
+        let e = expand_feed_path("%(batch_id)d.jsonl", "b", t).unwrap_err();
+        assert!(e.to_string().contains("must end with )s"), "{e}");
+        let e = FeedSpec::new("%(batch_time)s.jsonl").unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "unknown placeholder %(batch_time)s in feed path '%(batch_time)s.jsonl': the \
+                 placeholders are %(name)s"
+            ),
+            "{e}"
+        );
+        assert!(feed_problem("%(name.jsonl").is_some());
+        assert_eq!(feed_problem("items-%(name)s.csv"), None);
+    }
+
+    #[test]
+    fn standard_output_is_written_and_never_synced_as_a_file() {
+        let spec = FeedSpec::new("-").unwrap().append();
+        let mut w = FeedWriter::open(&spec).unwrap();
+        w.write(&Row {
+            title: "t".into(),
+            price: 1.0,
+        })
+        .unwrap();
+        w.sync().unwrap();
+        w.finish().unwrap();
     }
 
     #[test]

@@ -55,7 +55,7 @@ pub use engine::{
     redirect,
 };
 pub use error::{Context, Error, ErrorKind, Result};
-pub use feed::{FeedFormat, FeedSpec};
+pub use feed::{FeedFormat, FeedSpec, STDOUT_FEED, expand_feed_path, feed_problem, feed_time};
 pub use fetch::{
     Admission, ClockOffset, Download, Downloader, Failure, FailureKind, Feedback, Fetched,
     FilterReason, HostStats, Lease, Next, RateLimitReading, Scheduler,

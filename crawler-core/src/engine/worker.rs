@@ -146,6 +146,7 @@ async fn answered<S: Spider, D: Downloader>(
     response: Response,
     feedback: Feedback,
 ) -> Completion {
+    super::request_log::log_response(&req, &response, &feedback);
     let status = response.status();
     // A 304 answered from the HTTP cache counts as not modified (the server sent no body),
     // yet the spider parses the cached page so its items are still produced.

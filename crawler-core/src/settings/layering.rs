@@ -28,6 +28,7 @@ use crate::error::{Error, ErrorKind, Result};
 
 use super::file::{FileValue, located, parse_file};
 use super::schema::Settings;
+use super::scrapy::scrapy_env_warning;
 use super::sections::{SECTIONS, SPECIAL_KEYS, section_of};
 use super::text::{Written, display_value, set_text, try_set, type_hint, unknown_setting};
 
@@ -80,6 +81,9 @@ pub struct SettingsLayers {
     file: Option<FileLayer>,
     env: Vec<(String, String, String)>,
     cli: Vec<(String, String)>,
+    /// Things worth telling the user that are not errors (Scrapy's variables in the
+    /// environment).
+    warnings: Vec<String>,
 }
 
 /// One row of the `settings` listing.
@@ -129,7 +133,8 @@ impl Resolved {
             .collect()
     }
 
-    /// The listing `settings` prints: `key = value  # source`, grouped by section.
+    /// The listing `settings` prints: `key = value  # source`, grouped by section, then for
+    /// each `[[hosts]]` rule the effective values for the hosts it matches.
     pub fn table(&self) -> String {
         let rows = self.rows();
         let width = rows.iter().map(|r| r.key.len()).max().unwrap_or(0);
@@ -155,6 +160,7 @@ impl Resolved {
                 ));
             }
         }
+        out.push_str(&super::host_table::host_rules_table(&self.settings));
         out
     }
 }
@@ -205,12 +211,15 @@ impl SettingsLayers {
     }
 
     /// Read `CRAWLER_<KEY>` variables from `vars`. `CRAWLER_SETTINGS` (the settings file) is
-    /// not a setting and is skipped; any other unknown `CRAWLER_*` name is an error.
+    /// not a setting and is skipped; any other unknown `CRAWLER_*` name is an error. Scrapy's
+    /// variables are not read but noted in [`SettingsLayers::warnings`].
     pub fn env_from(&mut self, vars: impl IntoIterator<Item = (String, String)>) -> Result<()> {
         let keys = Settings::keys();
         let mut found = Vec::new();
+        let mut warnings = Vec::new();
         for (var, value) in vars {
             let Some(rest) = var.strip_prefix("CRAWLER_") else {
+                warnings.extend(scrapy_env_warning(&var));
                 continue;
             };
             if var == "CRAWLER_SETTINGS" {
@@ -227,8 +236,18 @@ impl SettingsLayers {
         }
         // The environment's order is arbitrary; sort so a run is reproducible.
         found.sort();
+        warnings.sort();
         self.env = found;
+        self.warnings = warnings;
         Ok(())
+    }
+
+    /// Warnings about the layers that are not errors: Scrapy's environment variables
+    /// (`SCRAPY_SETTINGS_MODULE`, `SCRAPY_DOWNLOAD_DELAY`, a bare `CONCURRENT_REQUESTS`),
+    /// which are not read here, each naming the `CRAWLER_*` variable to set instead. The
+    /// command lines print them before anything else.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// Add `-s key=value` (later ones win).

@@ -8,11 +8,12 @@
 //!
 //! The dependencies go one way: `sections.rs` and `host_rules.rs` need nothing of the
 //! folder, `schema.rs` only the host rule type, `scrapy.rs` the sections, `text.rs` the
-//! schema, the sections and the Scrapy names; `file.rs`, `layering.rs` and `docs.rs` build
-//! on those, and nothing below uses them.
+//! schema, the sections and the Scrapy names; `host_table.rs`, `file.rs`, `layering.rs` and
+//! `docs.rs` build on those, and nothing below uses them.
 //!
 //! - `schema.rs`: [`Settings`], its defaults, enums and validation.
 //! - `host_rules.rs`: [`HostRule`], a `[[hosts]]` rule, and how it matches a host.
+//! - `host_table.rs`: the effective values per `[[hosts]]` rule, for `settings`.
 //! - `text.rs`: [`Settings::set`] and the text form of values.
 //! - `sections.rs`: [`SECTIONS`], which setting lives in which crawler.toml section.
 //! - `file.rs`: reading crawler.toml with positions, [`find_settings_file`].
@@ -24,6 +25,7 @@
 mod docs;
 mod file;
 mod host_rules;
+mod host_table;
 mod layering;
 mod schema;
 mod scrapy;

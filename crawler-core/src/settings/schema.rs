@@ -148,8 +148,11 @@ pub struct Settings {
     /// How often progress is logged when no terminal shows it live. Default 5s.
     #[serde(with = "humantime_serde")]
     pub progress_interval: Duration,
-    /// Feed files items are written to (format by extension: .jsonl, .json, .csv), in
-    /// addition to any `-o FILE` given to `crawl`. Default none.
+    /// Feed files items are written to, in addition to any `-o FILE` given to `crawl`. The
+    /// format comes from the extension (.jsonl, .json, .csv) or follows a colon
+    /// (`items.txt:jsonl`); `-` is standard output (JSON Lines). `%(name)s` and `%(time)s`
+    /// in a path become the spider's name and the crawl's start time (UTC,
+    /// `2024-05-21T12-33-41`). Checked when the settings load. Default none.
     pub feeds: Vec<String>,
     /// When feed files reach the disk: `group` (flushed and fsynced at most every 50 ms,
     /// always before the requests whose items they hold are acknowledged, so an
@@ -158,11 +161,16 @@ pub struct Settings {
     /// power failure). Default `group`.
     pub feed_fsync: FeedFsync,
     /// The least severe log level shown: `error`, `warn`, `info`, `debug` or `trace`, or a
-    /// `RUST_LOG`-style filter such as `info,crawler_sched=debug`. Default `info`.
+    /// `RUST_LOG`-style filter such as `info,crawler_sched=debug`. A plain level applies to
+    /// the framework and the program's own crate, other crates staying at `warn`; `debug`
+    /// shows one line per request and per robots.txt verdict. Default `info`.
     pub log_level: String,
     /// How log lines are written to stderr: `text` (for people) or `json` (one object a line,
     /// for log collectors). Default `text`.
     pub log_format: LogFormat,
+    /// Write log lines to this file (appended to, never coloured) instead of stderr, like
+    /// Scrapy's LOG_FILE; the live progress display stays on the terminal. Unset: stderr.
+    pub log_file: Option<String>,
     /// Serve Prometheus metrics (per-host rates and holds, status counters, queue sizes) on
     /// this address while crawling, e.g. `127.0.0.1:9898`. A bare port binds 127.0.0.1.
     /// Unset: no endpoint.
@@ -354,6 +362,7 @@ impl Default for Settings {
             feed_fsync: FeedFsync::Group,
             log_level: "info".to_owned(),
             log_format: LogFormat::Text,
+            log_file: None,
             metrics_addr: None,
             hosts: Vec::new(),
             cache_dir: None,
@@ -507,6 +516,9 @@ impl Settings {
         if let Some(why) = crate::middleware::settings_problem(self) {
             return Some(why);
         }
+        if let Some(why) = self.feeds_problem() {
+            return Some(why);
+        }
         for rule in &self.hosts {
             if let Some((field, why)) = rule.problem() {
                 return Some((
@@ -531,10 +543,44 @@ impl Settings {
     }
 }
 
+impl Settings {
+    /// The first feed in `feeds` that cannot be written: an unknown format or placeholder,
+    /// two feeds on standard output, or a JSON array a fleet worker would have to append to.
+    /// Checked when the settings load, so `settings` reports it at its file:line, not the
+    /// crawl.
+    fn feeds_problem(&self) -> Option<(Vec<&'static str>, String)> {
+        let mut stdout = 0;
+        for feed in &self.feeds {
+            if let Some(why) = crate::feed::feed_problem(feed) {
+                return Some((vec!["feeds"], format!("entry '{feed}': {why}")));
+            }
+            let spec = crate::feed::FeedSpec::new(feed.as_str()).ok()?;
+            stdout += usize::from(spec.is_stdout());
+            if stdout > 1 {
+                return Some((
+                    vec!["feeds"],
+                    "names standard output ('-') twice".to_owned(),
+                ));
+            }
+            if self.redis_url.is_some() && spec.format == crate::feed::FeedFormat::Json {
+                return Some((
+                    vec!["feeds", "redis_url"],
+                    format!(
+                        "entry '{feed}' is a JSON array, which a fleet worker cannot append to \
+                         when it is started again: use .jsonl"
+                    ),
+                ));
+            }
+        }
+        None
+    }
+}
+
 // Here, beside the fields it sets and `for_host` that calls it, so that host_rules.rs needs
 // nothing from the schema.
 impl HostRule {
-    fn apply(&self, s: &mut Settings) {
+    /// Set what this rule sets over `s`.
+    pub(super) fn apply(&self, s: &mut Settings) {
         if let Some(rate) = self.rate {
             s.max_rate = rate;
             // A floor above the ceiling would fail validation; the rule's ceiling is what the

@@ -253,18 +253,21 @@ pub const SCRAPY_NAMES: &[ScrapyName] = &[
     key(
         "FEEDS",
         "feeds",
-        "a list of file paths, the format given by the extension (.jsonl, .json, .csv), not \
-         a dict of URIs and options; `-o FILE` adds one",
+        "a list of file paths, the format given by the extension (.jsonl, .json, .csv) or \
+         after a colon (`items.txt:jsonl`), not a dict of URIs and options; `-` is stdout; \
+         `%(name)s` and `%(time)s` work; `-o FILE` adds one",
     ),
     key(
         "FEED_URI",
         "feeds",
-        "a list of file paths, the format given by the extension (.jsonl, .json, .csv); \
-         `-o FILE` adds one",
+        "a list of file paths, the format given by the extension (.jsonl, .json, .csv) or \
+         after a colon (`items.txt:jsonl`); `%(name)s` and `%(time)s` work; `-o FILE` adds \
+         one",
     ),
     instead(
         "FEED_FORMAT",
-        "a feed's format is given by its file's extension: .jsonl, .json or .csv",
+        "a feed's format is given by its file's extension (.jsonl, .json or .csv) or after a \
+         colon: `feeds = [\"items.txt:jsonl\"]`, `-o items.txt:csv`",
     ),
     instead("FEED_EXPORT_ENCODING", "feeds are always written in UTF-8"),
     // Logging and stats.
@@ -274,10 +277,10 @@ pub const SCRAPY_NAMES: &[ScrapyName] = &[
         "the levels are written in lower case (`debug`, `info`, `warn`, `error`), and a \
          filter per crate works too (`info,crawler_sched=debug`)",
     ),
-    instead(
+    key(
         "LOG_FILE",
-        "logs go to stderr: redirect them (`2> crawl.log`), with `log_format = \"json\"` for \
-         a log collector",
+        "log_file",
+        "appended to, never coloured; `--log-file FILE` on the command line",
     ),
     key(
         "LOG_FORMAT",
@@ -331,6 +334,54 @@ pub fn scrapy_name(name: &str) -> Option<&'static ScrapyName> {
     SCRAPY_NAMES
         .iter()
         .find(|s| s.scrapy.eq_ignore_ascii_case(name.trim()))
+}
+
+/// Scrapy names too generic to mean Scrapy when they turn up bare in the environment (other
+/// programs set `LOG_LEVEL` or `USER_AGENT` too): no warning for those.
+const GENERIC_ENV_NAMES: &[&str] = &[
+    "USER_AGENT",
+    "LOG_LEVEL",
+    "LOG_FILE",
+    "LOG_FORMAT",
+    "LOG_ENABLED",
+    "EXTENSIONS",
+];
+
+/// A warning for an environment variable a Scrapy user may expect to be read:
+/// `SCRAPY_SETTINGS_MODULE`, a Scrapy setting with Scrapy's `SCRAPY_` prefix
+/// (`SCRAPY_DOWNLOAD_DELAY`), or bare (`CONCURRENT_REQUESTS`). None are read here; the
+/// warning names the `CRAWLER_*` variable to set instead.
+pub(super) fn scrapy_env_warning(var: &str) -> Option<String> {
+    if var == "SCRAPY_SETTINGS_MODULE" {
+        return Some(
+            "environment variable SCRAPY_SETTINGS_MODULE is Scrapy's and is not read here: \
+             settings come from crawler.toml beside the project's Cargo.toml (or the file \
+             CRAWLER_SETTINGS names), CRAWLER_* variables and -s KEY=VALUE"
+                .to_owned(),
+        );
+    }
+    let (name, bare) = match var.strip_prefix("SCRAPY_") {
+        Some(name) => (name, false),
+        None => (var, true),
+    };
+    // Exact, upper-case names only: a variable is someone's deliberate setting.
+    let s = SCRAPY_NAMES.iter().find(|s| s.scrapy == name)?;
+    if bare && GENERIC_ENV_NAMES.contains(&name) {
+        return None;
+    }
+    let instead = match s.ours {
+        Ours::Key(k) => format!("; set CRAWLER_{} instead", k.to_ascii_uppercase()),
+        Ours::Value(k, v) => format!(
+            "; set CRAWLER_{}={} instead",
+            k.to_ascii_uppercase(),
+            v.trim_matches('"')
+        ),
+        Ours::Instead(_) => String::new(),
+    };
+    Some(format!(
+        "environment variable {var} is not read here: {}{instead}",
+        s.message()
+    ))
 }
 
 impl ScrapyName {

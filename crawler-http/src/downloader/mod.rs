@@ -217,7 +217,7 @@ impl Downloader for HttpDownloader {
             return None;
         }
         let mut feedback = Feedback::default();
-        match self.robots_gate(robots, req, &mut feedback).await {
+        match self.robots_gate(robots, req, &mut feedback, true).await {
             Ok(()) => None,
             Err(outcome) => Some(Download { outcome, feedback }),
         }
@@ -266,7 +266,7 @@ impl Downloader for HttpDownloader {
         }
         if let Some(robots) = &self.robots
             && self.obeys_robots(&req.url)
-            && let Err(outcome) = self.robots_gate(robots, req, &mut feedback).await
+            && let Err(outcome) = self.robots_gate(robots, req, &mut feedback, false).await
         {
             return Download { outcome, feedback };
         }

@@ -31,15 +31,18 @@ impl HttpDownloader {
     /// The robots.txt gate. `Ok(crawl_delay)` when the page may be sent in this slot;
     /// otherwise the answer to give instead: a refusal, or the page back to the queue
     /// because robots.txt took this slot's send (or is unavailable, and the host is held).
+    /// With `log_verdict`, the verdict gets its debug line (the engine's gate logs it;
+    /// the same check again in `fetch` does not, so a page gets one line).
     pub(super) async fn robots_gate(
         &self,
         robots: &RobotsCache,
         req: &Request,
         feedback: &mut Feedback,
+        log_verdict: bool,
     ) -> Result<(), Fetched> {
         if let Some(rules) = robots.cached(&req.url).filter(|r| !r.is_unreachable()) {
             feedback.crawl_delay = rules.crawl_delay();
-            return if rules.allowed(&req.url) {
+            return if robots_allows(&rules, req, log_verdict) {
                 Ok(())
             } else {
                 Err(Fetched::Disallowed)
@@ -75,7 +78,7 @@ impl HttpDownloader {
             feedback.retry_after = rules.retry_after();
             return Err(Fetched::Requeue(format!("robots.txt unavailable: {why}")));
         }
-        if !rules.allowed(&req.url) {
+        if !robots_allows(&rules, req, log_verdict) {
             return Err(Fetched::Disallowed);
         }
         if fetched && rules.expires() > Instant::now() {
@@ -130,6 +133,18 @@ impl HttpDownloader {
             feedback,
         }
     }
+}
+
+/// robots.txt's verdict on `req`, with a debug line naming the rule that decided it (`-L
+/// debug` shows one per page checked).
+fn robots_allows(rules: &crate::RobotsRules, req: &Request, log: bool) -> bool {
+    if !log || !tracing::enabled!(tracing::Level::DEBUG) {
+        return rules.allowed(&req.url);
+    }
+    let (allowed, why) = rules.explain(&req.url);
+    let verdict = if allowed { "allowed" } else { "disallowed" };
+    tracing::debug!(url = %req.url, rule = %why, "robots.txt: {verdict}");
+    allowed
 }
 
 pub(super) fn wants_robots_sitemaps(req: &Request) -> bool {

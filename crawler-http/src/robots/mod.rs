@@ -142,6 +142,37 @@ impl RobotsRules {
         }
     }
 
+    /// Whether `url` may be fetched, and what decided: the rule as written
+    /// (`Disallow: /private/`), or why no rule did (no rule matches, no usable robots.txt,
+    /// robots.txt unreachable). For the debug line per robots verdict.
+    pub fn explain(&self, url: &Url) -> (bool, String) {
+        match &self.access {
+            Access::AllowAll => (true, format!("no usable robots.txt{}", self.why())),
+            Access::DisallowAll => (false, format!("robots.txt unreachable{}", self.why())),
+            Access::Parsed(r) => {
+                let d = r.decide(url);
+                let why = match d.rule {
+                    Some(rule) => rule.to_owned(),
+                    None if d.allowed => "no rule matches".to_owned(),
+                    None => "an implied rule".to_owned(),
+                };
+                (d.allowed, why)
+            }
+        }
+    }
+
+    /// The fetch's reason, as `: REASON`, when it had one.
+    fn why(&self) -> String {
+        match &self.status {
+            RobotsStatus::Unavailable { reason, .. } | RobotsStatus::Unreachable { reason, .. }
+                if !reason.is_empty() =>
+            {
+                format!(": {reason}")
+            }
+            _ => String::new(),
+        }
+    }
+
     /// The Crawl-delay of the matching group, if any.
     pub fn crawl_delay(&self) -> Option<Duration> {
         match &self.access {

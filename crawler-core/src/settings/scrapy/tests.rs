@@ -192,11 +192,51 @@ fn a_scrapy_name_in_a_crawler_variable_names_our_variable() {
     );
     let e = env_error("CRAWLER_JOBDIR", "crawls/1");
     assert!(e.contains("its variable is CRAWLER_JOB_DIR"), "{e}");
-    let e = env_error("CRAWLER_LOG_FILE", "x.log");
+    let e = env_error("CRAWLER_BOT_NAME", "x");
     assert!(
-        e.contains("`LOG_FILE` is Scrapy's name; there is no such setting: logs go to stderr"),
+        e.contains("`BOT_NAME` is Scrapy's name; there is no such setting"),
         "{e}"
     );
+}
+
+#[test]
+fn scrapys_own_variables_are_not_read_but_named_with_ours() {
+    let mut layers = SettingsLayers::new();
+    layers
+        .env_from(
+            [
+                ("SCRAPY_SETTINGS_MODULE", "books.settings"),
+                ("SCRAPY_DOWNLOAD_DELAY", "2"),
+                ("CONCURRENT_REQUESTS", "8"),
+                ("CONCURRENT_REQUESTS_PER_IP", "2"),
+                ("TWISTED_REACTOR", "x"),
+                // Too generic to be Scrapy's, and other programs' variables: no warning.
+                ("LOG_LEVEL", "debug"),
+                ("USER_AGENT", "x"),
+                ("PATH", "/bin"),
+                ("concurrent_requests", "8"),
+            ]
+            .map(|(k, v)| (k.to_owned(), v.to_owned())),
+        )
+        .unwrap();
+    let w = layers.warnings();
+    assert_eq!(w.len(), 5, "{w:#?}");
+    let find = |var: &str| -> &str {
+        w.iter()
+            .find(|m| m.starts_with(&format!("environment variable {var} ")))
+            .unwrap_or_else(|| panic!("no warning for {var}: {w:#?}"))
+    };
+    assert!(find("SCRAPY_SETTINGS_MODULE").contains("crawler.toml"));
+    assert!(
+        find("SCRAPY_DOWNLOAD_DELAY").ends_with("set CRAWLER_DOWNLOAD_DELAY instead"),
+        "{w:#?}"
+    );
+    assert!(find("CONCURRENT_REQUESTS").contains("called `concurrency`"));
+    assert!(find("CONCURRENT_REQUESTS").ends_with("set CRAWLER_CONCURRENCY instead"));
+    assert!(find("CONCURRENT_REQUESTS_PER_IP").ends_with("set CRAWLER_HOST_KEY=ip instead"));
+    assert!(find("TWISTED_REACTOR").contains("Tokio"));
+    // None of them changed a setting.
+    assert_eq!(layers.resolve(None).unwrap().settings, Settings::default());
 }
 
 #[test]

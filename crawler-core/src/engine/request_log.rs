@@ -1,0 +1,34 @@
+//! The one debug line per answered request (`-L debug`): what was asked, what came back and
+//! what happens to it, so a crawl can be followed request by request without a proxy.
+
+use crate::fetch::Feedback;
+use crate::request::Request;
+use crate::response::{BodyOrigin, Response};
+
+/// Log `response` to `req` at debug level: method, URL and status as the message; the
+/// callback that parses it, its depth, the body's size, the latency, where the body came
+/// from (`network`, `revalidated`: a 304 answered with the cached copy, `cache`: replayed
+/// offline) and the attempts before this one.
+pub(super) fn log_response(req: &Request, response: &Response, feedback: &Feedback) {
+    // The fields cost a formatted URL each: build them only when the line is wanted.
+    if !tracing::enabled!(tracing::Level::DEBUG) {
+        return;
+    }
+    let from = match response.origin() {
+        BodyOrigin::Network => "network",
+        BodyOrigin::Revalidated => "revalidated",
+        BodyOrigin::Cache => "cache",
+    };
+    tracing::debug!(
+        callback = %req.callback.as_deref().unwrap_or("parse"),
+        depth = req.depth,
+        bytes = response.body().len(),
+        latency = ?feedback.latency,
+        from = %from,
+        retries = req.retries,
+        "{} {} {}",
+        req.method,
+        req.url,
+        response.status()
+    );
+}
