@@ -262,6 +262,8 @@ pub struct Crawl<S: Spider> {
     spider_middlewares: Vec<BoxedSpiderMiddleware<S::Item>>,
     /// Where the middlewares of the built engine report their counters.
     middleware_stats: MiddlewareStats,
+    /// Where the politeness record goes, when not (only) in the job directory.
+    politeness_record: Option<PathBuf>,
 }
 
 impl<S: Spider> Crawl<S> {
@@ -278,7 +280,16 @@ impl<S: Spider> Crawl<S> {
             downloader_middlewares: Vec::new(),
             spider_middlewares: Vec::new(),
             middleware_stats: MiddlewareStats::new(),
+            politeness_record: None,
         }
+    }
+
+    /// Record each host's traffic and politeness changes to `path` (JSON Lines, appended),
+    /// for `crawler report`. With a job directory the record is kept there anyway, as
+    /// `JOB_DIR/politeness.jsonl`; this path replaces it.
+    pub fn politeness_record(mut self, path: impl Into<PathBuf>) -> Self {
+        self.politeness_record = Some(path.into());
+        self
     }
 
     /// Replace the base settings (the spider's `custom_settings` and [`Crawl::set`] apply on
@@ -415,7 +426,11 @@ impl<S: Spider> Crawl<S> {
         spider.register_stats(&self.middleware_stats);
         let allowed = spider.allowed_domains();
         let shutdown = Shutdown::new();
-        let (frontier, resuming) = if let Some(url) = &settings.redis_url {
+        let record = self.politeness_record.clone().or_else(|| {
+            let dir = settings.job_dir.as_ref()?;
+            Some(std::path::Path::new(dir).join(crawler_sched::record::RECORD_FILE))
+        });
+        let (mut frontier, resuming) = if let Some(url) = &settings.redis_url {
             // A fleet worker always appends to its feeds: when one is started again, the
             // fleet has already acknowledged the requests behind the items in them, so
             // erasing those items would lose them for good.
@@ -432,6 +447,16 @@ impl<S: Spider> Crawl<S> {
                 Frontier::with_store(FrontierConfig::from_settings(&settings, allowed), store);
             (FleetFrontier::solo(frontier), resuming)
         };
+        if let Some(path) = record {
+            // A report is a bonus: a crawl that cannot keep one still runs.
+            match crawler_sched::Recorder::open(&path) {
+                Ok(recorder) => frontier.record_to(recorder),
+                Err(e) => tracing::warn!(
+                    path = %path.display(),
+                    "cannot open the politeness record, the crawl goes on without it: {e}"
+                ),
+            }
+        }
         let mut engine =
             Engine::new(spider, downloader, frontier, settings).with_shutdown(shutdown);
         for (path, append) in self.feeds {

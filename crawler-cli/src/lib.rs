@@ -5,8 +5,8 @@
 //!   (`crawl`, `list`, `settings`, `check`), with a live progress display and the metrics
 //!   endpoint.
 //! - The `crawler` binary ([`run_standalone`]): `new` and `genspider` (scaffolding),
-//!   `fetch`, `robots`, `sitemap`, `settings`, and with the `lab` feature `lab` (serve the
-//!   bundled test site) and `bench`.
+//!   `fetch`, `robots`, `sitemap`, `settings`, `report` (see [`report`]), and with the `lab`
+//!   feature `lab` (serve the bundled test site) and `bench`.
 //!
 //! Features: `lab` (the `lab` and `bench` verbs), `metrics` (the Prometheus endpoint of
 //! `metrics_addr`), `mimalloc` (the binary's allocator). All are on by default for the
@@ -18,6 +18,7 @@ mod common;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub mod progress;
+pub mod report;
 mod runner;
 mod scaffold;
 mod tools;

@@ -30,7 +30,7 @@
 //!
 //! ```text
 //! crawl NAME [-o FILE]... [-O FILE]... [-s KEY=VALUE]... [--job-dir DIR] [--settings FILE]
-//!            [--log-format text|json] [-L LEVEL] [--no-progress]
+//!            [--log-format text|json] [-L LEVEL] [--no-progress] [--report FILE]
 //! list
 //! settings [NAME] [--markdown]
 //! check [NAME]
@@ -73,6 +73,8 @@ struct CrawlJob {
     /// Feed files from `-o` (appended to) and `-O` (replaced).
     outputs: Vec<(PathBuf, bool)>,
     progress: bool,
+    /// Where `--report` writes the politeness report.
+    report: Option<PathBuf>,
 }
 
 struct Holder<S>(S);
@@ -104,10 +106,28 @@ impl<S: Spider> ErasedSpider for Holder<S> {
                 }
                 .map_err(usage)?;
             }
+            let report = job
+                .report
+                .map(|out| crate::report::CrawlReport::new(out, settings.job_dir.as_deref()))
+                .transpose()
+                .map_err(usage)?;
+            if let Some(record) = report.as_ref().and_then(|r| r.record_override()) {
+                crawl = crawl.politeness_record(record);
+            }
             let engine = crawl.build().map_err(failed)?;
-            cli::run_engine(engine, &settings, job.progress)
+            let stats = cli::run_engine(engine, &settings, job.progress)
                 .await
-                .map_err(failed)
+                .map_err(failed);
+            // Drawn even when the crawl failed: the record shows how it went until then.
+            if let Some(report) = report {
+                let drawn = report.finish();
+                if stats.is_ok() {
+                    drawn.map_err(failed)?;
+                } else if let Err(e) = drawn {
+                    tracing::warn!("{e}");
+                }
+            }
+            stats
         })
     }
 
@@ -296,6 +316,10 @@ pub struct CrawlArgs {
     /// Never draw the live display (log lines are still written every progress_interval).
     #[arg(long)]
     pub no_progress: bool,
+    /// When the crawl ends, write its politeness report (one HTML page, as `crawler report`
+    /// draws) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
 }
 
 /// Options of `settings`.
@@ -428,6 +452,7 @@ impl Runner {
                         .chain(args.overwrite_output.into_iter().map(|p| (p, false)))
                         .collect(),
                     progress: !args.no_progress,
+                    report: args.report,
                 };
                 let stats = spider.crawl(job).await?;
                 println!("{stats}");

@@ -26,6 +26,7 @@ mod error;
 mod fingerprint;
 mod frontier;
 pub mod politeness;
+pub mod record;
 mod resolve;
 mod shared;
 mod store;
@@ -36,9 +37,12 @@ pub use fingerprint::{
     Fingerprint, FingerprintBuildHasher, PassThrough, canonical_url, fingerprint,
 };
 pub use frontier::{Frontier, FrontierConfig, ThrottleFactory, host_key, is_allowed_domain};
+pub use record::Recorder;
 pub use resolve::{DNS_CACHE_NAMES, IpKeys};
 pub use shared::{
     Fleet, FleetFrontier, FleetStatus, SharedBudget, SharedThrottle, Versioned, lease_ahead,
 };
 pub use store::{Entry, MemoryStore, QueueStore};
-pub use throttle::{AuditRecord, Politeness, Throttle, Verdict, log_changes, throttle_for};
+pub use throttle::{
+    AuditLog, AuditRecord, Politeness, Throttle, Verdict, log_changes, throttle_for,
+};
