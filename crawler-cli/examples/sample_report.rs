@@ -48,10 +48,9 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     crawler::init_logging();
     let lab = |scenario: Scenario| Lab::builder().books(100).scenario(scenario).start();
     let limited = lab(Scenario::rate_limited(10.0, 20).retry_after(RetryAfter::Seconds(3))).await?;
-    let quota = lab(
-        Scenario::quota(30, Duration::from_secs(5)).ratelimit_headers(Dialect::IetfWithPolicy),
-    )
-    .await?;
+    let quota =
+        lab(Scenario::quota(30, Duration::from_secs(5)).ratelimit_headers(Dialect::IetfWithPolicy))
+            .await?;
     let chaos = lab(Scenario::chaos().chaos_rate(0.1)).await?;
     let job = std::env::temp_dir().join(format!("crawler-sample-report-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&job);

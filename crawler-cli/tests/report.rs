@@ -75,10 +75,7 @@ fn well_formed(html: &str) {
 fn status_tables(doc: &scraper::Html) -> BTreeMap<String, BTreeMap<u16, u64>> {
     doc.select(&sel("section.host"))
         .map(|section| {
-            let host: String = section
-                .select(&sel("h2"))
-                .flat_map(|h| h.text())
-                .collect();
+            let host: String = section.select(&sel("h2")).flat_map(|h| h.text()).collect();
             let counts = section
                 .select(&sel("td[data-status]"))
                 .filter_map(|td| {
@@ -151,7 +148,12 @@ async fn a_rate_limited_crawl_draws_its_holds_and_counts() {
     // Retry-After), and refusal marks; the open host has neither.
     let section = |host: &str| {
         doc.select(&sel("section.host"))
-            .find(|s| s.select(&sel("h2")).flat_map(|h| h.text()).collect::<String>() == host)
+            .find(|s| {
+                s.select(&sel("h2"))
+                    .flat_map(|h| h.text())
+                    .collect::<String>()
+                    == host
+            })
             .unwrap_or_else(|| panic!("no section for {host}"))
     };
     let limited_section = section(&host_of(&limited));

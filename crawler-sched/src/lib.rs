@@ -11,6 +11,10 @@
 //! [`FleetFrontier`] (a frontier that finds work queued by other workers and waits for the
 //! fleet's leases before it calls the crawl done).
 //!
+//! With a [`Recorder`] ([`Frontier::record_to`]), the frontier also appends each host's
+//! traffic and politeness changes to a file, the politeness record that `crawler report`
+//! draws (see [`record`]).
+//!
 //! ```
 //! use crawler_core::{Next, Request, Scheduler, Settings};
 //! use crawler_sched::{Frontier, FrontierConfig};

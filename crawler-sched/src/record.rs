@@ -84,7 +84,9 @@ pub struct Second {
     pub host: String,
     /// The second, since the Unix epoch.
     pub unix_s: i64,
-    /// Requests sent (retries included).
+    /// Requests handed out for sending (retries included), counted as the host's
+    /// `requests` are in the crawl's stats: a page robots.txt then refuses from the cache
+    /// is counted, though the server never sees it.
     #[serde(skip_serializing_if = "is_zero")]
     pub sent: u32,
     /// Of those, retries of an earlier attempt.
@@ -236,22 +238,38 @@ impl Recorder {
 
     /// The open second of `host` at `at`, after writing out an older one.
     fn second(&mut self, host: &str, at: Instant) -> Option<&mut Second> {
-        if self.out.is_none() {
-            return None;
-        }
+        // Nothing to keep once recording stopped.
+        self.out.as_ref()?;
         let unix_s = self.unix_s(at);
-        let stale = self.open.get(host).is_some_and(|s| s.unix_s != unix_s);
-        if stale && let Some(done) = self.open.remove(host) {
-            self.write(&RecordLine::Second(done));
+        // The common case (the host's second is open) looks the host up without allocating
+        // its name; a new second costs the allocations once.
+        match self.open.get(host).map(|s| s.unix_s) {
+            Some(open) if open == unix_s => {}
+            Some(_) => {
+                if let Some(done) = self.open.remove(host) {
+                    self.write(&RecordLine::Second(done));
+                }
+                self.start(host, unix_s);
+            }
+            None => {
+                if self.open.len() >= MAX_OPEN {
+                    self.write_open(i64::MAX);
+                }
+                self.start(host, unix_s);
+            }
         }
-        if !self.open.contains_key(host) && self.open.len() >= MAX_OPEN {
-            self.write_open(i64::MAX);
-        }
-        Some(self.open.entry(host.to_owned()).or_insert_with(|| Second {
-            host: host.to_owned(),
-            unix_s,
-            ..Second::default()
-        }))
+        self.open.get_mut(host)
+    }
+
+    fn start(&mut self, host: &str, unix_s: i64) {
+        self.open.insert(
+            host.to_owned(),
+            Second {
+                host: host.to_owned(),
+                unix_s,
+                ..Second::default()
+            },
+        );
     }
 
     /// A request was sent to `host` at `at`; `retry` when it repeats an earlier attempt.

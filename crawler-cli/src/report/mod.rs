@@ -16,8 +16,8 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use crawler::{Error, ErrorKind};
 use crawler::sched::record::RECORD_FILE;
+use crawler::{Error, ErrorKind};
 
 mod page;
 mod read;
@@ -44,12 +44,8 @@ pub struct ReportSummary {
 /// The record a `report` argument names: a job directory's `politeness.jsonl`, or the
 /// record file itself.
 pub fn record_path(arg: &Path) -> Result<PathBuf, Error> {
-    let meta = std::fs::metadata(arg).map_err(|e| {
-        Error::new(
-            ErrorKind::Io,
-            format!("cannot read {}: {e}", arg.display()),
-        )
-    })?;
+    let meta = std::fs::metadata(arg)
+        .map_err(|e| Error::new(ErrorKind::Io, format!("cannot read {}: {e}", arg.display())))?;
     if !meta.is_dir() {
         return Ok(arg.to_owned());
     }
@@ -72,7 +68,10 @@ pub fn render(record: &Path) -> Result<(String, ReportSummary), Error> {
     let io = |e: std::io::Error| {
         Error::new(
             ErrorKind::Io,
-            format!("cannot read the politeness record {}: {e}", record.display()),
+            format!(
+                "cannot read the politeness record {}: {e}",
+                record.display()
+            ),
         )
     };
     let overview = read::overview(record).map_err(io)?;
@@ -97,10 +96,8 @@ pub fn render(record: &Path) -> Result<(String, ReportSummary), Error> {
         .take(MAX_CHARTS)
         .map(|(h, _)| h.as_str())
         .collect();
-    let timeline = read::Timeline::new(
-        overview.start_ms.unwrap_or(0),
-        overview.end_ms.unwrap_or(0),
-    );
+    let timeline =
+        read::Timeline::new(overview.start_ms.unwrap_or(0), overview.end_ms.unwrap_or(0));
     let wanted: HashSet<&str> = charted.iter().copied().collect();
     let series = read::series(record, &wanted, timeline).map_err(io)?;
     let others: Vec<&str> = busiest

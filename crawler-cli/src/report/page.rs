@@ -59,9 +59,7 @@ pub(super) fn page(p: &Parts<'_>) -> String {
     let hosts = o.hosts.len() + usize::try_from(o.other_hosts).unwrap_or(0);
     let mut s = String::with_capacity(64 * 1024 + p.charted.len() * 48 * 1024);
     s.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n");
-    s.push_str(
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"/>\n",
-    );
+    s.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"/>\n");
     let _ = writeln!(
         s,
         "<title>Politeness report: {hosts} host{}</title>",
@@ -162,10 +160,7 @@ fn summary(s: &mut String, p: &Parts<'_>) {
             hosts.to_string()
         },
     );
-    row(
-        "Requests sent",
-        format!("{} (retries: {})", t.sent, t.retries),
-    );
+    row("Requests", format!("{} (retries: {})", t.sent, t.retries));
     row("Responses", classes(&t));
     row(
         "Refused (429, 503)",
@@ -228,14 +223,26 @@ fn summary(s: &mut String, p: &Parts<'_>) {
 fn legend(s: &mut String) {
     s.push_str("<p class=\"legend\">");
     for (class, style, label) in [
-        ("achieved", "background:#0969da", "requests sent per second"),
+        ("achieved", "background:#0969da", "requests per second"),
         ("pace", "border-top:2px dashed #bc4c00", "allowed pace"),
         ("estimate", "border-top:2px dotted #8250df", "learned limit"),
         ("quota", "background:#1a7f37", "RateLimit quota"),
-        ("floor", "border-top:2px dashed #cf222e", "Crawl-delay ceiling"),
-        ("hold", "background:#f0b429;opacity:.5", "hold (its trigger)"),
+        (
+            "floor",
+            "border-top:2px dashed #cf222e",
+            "Crawl-delay ceiling",
+        ),
+        (
+            "hold",
+            "background:#f0b429;opacity:.5",
+            "hold (its trigger)",
+        ),
         ("refusal", "background:#cf222e", "refused (429, 503)"),
-        ("retry", "background:#1f2328;border-radius:5px;width:8px", "retries"),
+        (
+            "retry",
+            "background:#1f2328;border-radius:5px;width:8px",
+            "retries",
+        ),
         ("failure", "background:#8c959f;width:8px", "no response"),
     ] {
         let _ = write!(
@@ -243,8 +250,10 @@ fn legend(s: &mut String) {
             "<span class=\"key-{class}\"><span class=\"sw\" style=\"{style}\"></span>{label}</span>"
         );
     }
-    s.push_str("</p>\n<p class=\"note\">Time runs from the first record; hover a mark or a \
-                band for details. The lower strip is the latency (mean and slowest).</p>\n");
+    s.push_str(
+        "</p>\n<p class=\"note\">Time runs from the first record; hover a mark or a \
+                band for details. The lower strip is the latency (mean and slowest).</p>\n",
+    );
 }
 
 fn host_section(s: &mut String, p: &Parts<'_>, i: usize, host: &str) {
@@ -264,7 +273,7 @@ fn host_section(s: &mut String, p: &Parts<'_>, i: usize, host: &str) {
     };
     let _ = write!(
         s,
-        "<p class=\"figures\"><span>sent: {}</span><span>retries: {}</span>\
+        "<p class=\"figures\"><span>requests: {}</span><span>retries: {}</span>\
          <span>refused: {}</span><span>holds: {} ({})</span><span>latency: mean {}, \
          max {}</span>",
         t.sent,
@@ -280,7 +289,11 @@ fn host_section(s: &mut String, p: &Parts<'_>, i: usize, host: &str) {
     }
     s.push_str("</p>\n");
     if !t.holds_by.is_empty() {
-        let _ = writeln!(s, "<p class=\"figures\">Holds by trigger: {}</p>", by_trigger(t));
+        let _ = writeln!(
+            s,
+            "<p class=\"figures\">Holds by trigger: {}</p>",
+            by_trigger(t)
+        );
     }
     if let Some(series) = p.series.get(host) {
         s.push_str(&chart(host, i, series, p.timeline, &p.overview.runs));
@@ -293,9 +306,7 @@ fn host_section(s: &mut String, p: &Parts<'_>, i: usize, host: &str) {
             );
         }
     }
-    s.push_str(
-        "<table class=\"status\">\n<tr><th>Status</th><th class=\"n\">Count</th></tr>\n",
-    );
+    s.push_str("<table class=\"status\">\n<tr><th>Status</th><th class=\"n\">Count</th></tr>\n");
     for (code, n) in &t.status {
         let _ = writeln!(
             s,
@@ -319,7 +330,7 @@ fn others(s: &mut String, p: &Parts<'_>) {
     }
     s.push_str(
         "<section id=\"others\">\n<h2>Other hosts</h2>\n<table>\n<tr><th>Host</th>\
-         <th class=\"n\">Sent</th><th class=\"n\">Retries</th><th class=\"n\">Refused</th>\
+         <th class=\"n\">Requests</th><th class=\"n\">Retries</th><th class=\"n\">Refused</th>\
          <th class=\"n\">Holds</th><th>Responses</th></tr>\n",
     );
     for host in p.others.iter().take(MAX_OTHER_ROWS) {

@@ -395,7 +395,9 @@ pub(super) fn series(
             let Some(s) = out.get_mut(&sec.host) else {
                 return;
             };
-            let Some(b) = s.buckets.get_mut(timeline.index(sec.unix_s.saturating_mul(1_000)))
+            let Some(b) = s
+                .buckets
+                .get_mut(timeline.index(sec.unix_s.saturating_mul(1_000)))
             else {
                 return;
             };

@@ -150,7 +150,15 @@ pub(super) fn chart(
     axes(&mut s, &f);
     holds(&mut s, &f, series);
     let _ = write!(s, r#"<g clip-path="url(#clip-{index})">"#);
-    steps(&mut s, &f, series, |b| b.quota, None, "quota", "RateLimit quota");
+    steps(
+        &mut s,
+        &f,
+        series,
+        |b| b.quota,
+        None,
+        "quota",
+        "RateLimit quota",
+    );
     steps(
         &mut s,
         &f,

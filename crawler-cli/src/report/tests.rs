@@ -98,7 +98,10 @@ fn a_record_becomes_one_escaped_chart_per_host_with_its_holds() {
     assert!(html.contains("no response: timeout"));
     assert!(html.contains("class=\"refusal\""));
     assert!(html.contains("class=\"retry\""));
-    assert!(html.contains("class=\"quota\""), "the quota line of b.example");
+    assert!(
+        html.contains("class=\"quota\""),
+        "the quota line of b.example"
+    );
     assert!(html.contains("class=\"pace\""));
     assert!(!html.contains("<script"));
 }
@@ -133,11 +136,17 @@ fn a_partial_last_line_is_left_out_and_bad_lines_are_counted() {
 fn a_file_that_is_no_record_and_a_job_dir_without_one_are_named_errors() {
     let dir = tmp("errors");
     let err = record_path(&dir.0).expect_err("no record");
-    assert!(err.to_string().contains("holds no politeness record"), "{err}");
+    assert!(
+        err.to_string().contains("holds no politeness record"),
+        "{err}"
+    );
     let path = write(&dir, "hello\nworld\n");
     assert_eq!(record_path(&dir.0).ok(), Some(path.clone()));
     let err = render(&path).expect_err("not a record");
-    assert!(err.to_string().contains("is not a politeness record"), "{err}");
+    assert!(
+        err.to_string().contains("is not a politeness record"),
+        "{err}"
+    );
     let err = record_path(&dir.0.join("missing")).expect_err("missing");
     assert!(err.to_string().contains("cannot read"), "{err}");
 }

@@ -85,7 +85,7 @@ pub fn throttle_for(settings: &Settings, host: &str, now: Instant) -> Box<dyn Th
 /// How many audit records a host keeps in memory (the log has them all).
 const AUDIT_KEPT: usize = 256;
 
-/// A host's latest audit records (at most [`AUDIT_KEPT`]) and how many it made in all.
+/// A host's latest audit records (at most 256) and how many it made in all.
 #[derive(Debug, Default)]
 pub struct AuditLog {
     kept: VecDeque<AuditRecord>,
