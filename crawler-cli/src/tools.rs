@@ -199,9 +199,10 @@ fn report(job: &std::path::Path, output: Option<PathBuf>) -> Result<ExitCode, Fa
         );
     }
     eprintln!(
-        "wrote {} ({} hosts, {} charted)",
+        "wrote {} ({} host{}, {} charted)",
         out.display(),
         summary.hosts,
+        if summary.hosts == 1 { "" } else { "s" },
         summary.charted
     );
     Ok(ExitCode::SUCCESS)

@@ -21,6 +21,33 @@ const MAX_TRACKED: usize = 100_000;
 const MAX_RUNS: usize = 1_000;
 /// A line longer than this is not a record line (the longest real ones are a few KiB).
 const MAX_LINE: usize = 1024 * 1024;
+/// The last millisecond of the year 9999: times are clamped to [0, this], so no arithmetic
+/// on a hostile record's times can overflow.
+const MAX_MS: i64 = 253_402_300_799_999;
+
+/// Latencies above a day, and rates above a million a second, are not a crawl's: they are
+/// clamped so that a hostile record cannot blow the axes up.
+const MAX_LATENCY_MS: f64 = 86_400_000.0;
+const MAX_RATE: f64 = 1_000_000.0;
+
+fn latency(ms: f64) -> f64 {
+    ms.clamp(0.0, MAX_LATENCY_MS)
+}
+
+/// A rate from the record, when it is one.
+fn rate(r: f64) -> Option<f64> {
+    r.is_finite().then(|| r.clamp(0.0, MAX_RATE))
+}
+
+/// A record's time, clamped to what a crawl can have seen.
+fn clamp_ms(ms: i64) -> i64 {
+    ms.clamp(0, MAX_MS)
+}
+
+/// The end of a wait of `wait_ms` from `start`.
+fn after(start: i64, wait_ms: f64) -> i64 {
+    clamp_ms(start.saturating_add(wait_ms.clamp(0.0, MAX_MS as f64) as i64))
+}
 
 /// A host's figures over the whole record.
 #[derive(Debug, Clone, Default)]
@@ -56,9 +83,10 @@ impl Totals {
                 *self.failed.entry(kind.clone()).or_default() += u64::from(*n);
             }
         }
-        self.latency_sum_ms += s.latency_sum_ms.max(0.0);
+        self.latency_sum_ms +=
+            latency(s.latency_sum_ms / f64::from(s.latency_n.max(1))) * f64::from(s.latency_n);
         self.latency_n += u64::from(s.latency_n);
-        self.latency_max_ms = self.latency_max_ms.max(s.latency_max_ms);
+        self.latency_max_ms = self.latency_max_ms.max(latency(s.latency_max_ms));
     }
 
     fn hold(&mut self, start: i64, wait_ms: f64, trigger: &str) {
@@ -205,6 +233,7 @@ pub(super) fn overview(path: &Path) -> std::io::Result<Overview> {
     let mut o = Overview::default();
     let (good, bad, truncated) = for_each_line(path, |line| match line {
         RecordLine::Run { unix_ms, version } => {
+            let unix_ms = clamp_ms(unix_ms);
             if o.runs.len() < MAX_RUNS {
                 o.runs.push(unix_ms);
             }
@@ -212,10 +241,11 @@ pub(super) fn overview(path: &Path) -> std::io::Result<Overview> {
             o.span(unix_ms, unix_ms);
         }
         RecordLine::Audit(a) => {
-            o.span(a.unix_ms, a.unix_ms);
+            let at = clamp_ms(a.unix_ms);
+            o.span(at, at);
             let t = o.host(&a.host);
             match &a.what {
-                What::Hold { wait_ms, .. } => t.hold(a.unix_ms, *wait_ms, &a.trigger),
+                What::Hold { wait_ms, .. } => t.hold(at, *wait_ms, &a.trigger),
                 What::Skip { reason } => {
                     t.skipped = Some(reason.chars().take(500).collect());
                 }
@@ -223,8 +253,8 @@ pub(super) fn overview(path: &Path) -> std::io::Result<Overview> {
             }
         }
         RecordLine::Second(s) => {
-            let from = s.unix_s.saturating_mul(1_000);
-            o.span(from, from.saturating_add(1_000));
+            let from = clamp_ms(s.unix_s.saturating_mul(1_000));
+            o.span(from, from + 1_000);
             o.host(&s.host).add(&s);
         }
     })?;
@@ -354,36 +384,39 @@ pub(super) fn series(
             let Some(s) = out.get_mut(&a.host) else {
                 return;
             };
-            let i = timeline.index(a.unix_ms);
+            let at = clamp_ms(a.unix_ms);
+            let i = timeline.index(at);
             match a.what {
                 What::Rate { old, new } => {
                     // The first change's old rate is the rate the host started at.
-                    s.pace_start.get_or_insert(old);
+                    if s.pace_start.is_none() {
+                        s.pace_start = rate(old);
+                    }
                     if let Some(b) = s.buckets.get_mut(i) {
-                        b.pace = Some(new);
+                        b.pace = rate(new);
                     }
                 }
-                What::Estimate { rate } => {
+                What::Estimate { rate: r } => {
                     if let Some(b) = s.buckets.get_mut(i) {
-                        b.estimate = Some(rate);
+                        b.estimate = rate(r);
                     }
                 }
                 What::CrawlDelay { floor_ms } => {
                     if let Some(b) = s.buckets.get_mut(i)
                         && floor_ms > 0.0
                     {
-                        b.floor_rate = Some(1_000.0 / floor_ms);
+                        b.floor_rate = rate(1_000.0 / floor_ms);
                     }
                 }
                 What::Hold { wait_ms, .. } => s.add_hold(Hold {
-                    start_ms: a.unix_ms,
-                    end_ms: a.unix_ms.saturating_add(wait_ms.max(0.0) as i64),
+                    start_ms: at,
+                    end_ms: after(at, wait_ms),
                     trigger: a.trigger.chars().take(100).collect(),
                 }),
                 What::Skip { reason } => {
                     if s.skip.is_none() {
                         s.skip = Some((
-                            a.unix_ms,
+                            at,
                             a.trigger.chars().take(100).collect(),
                             reason.chars().take(500).collect(),
                         ));
@@ -406,10 +439,11 @@ pub(super) fn series(
             b.refused_429 += u64::from(sec.status.get(&429).copied().unwrap_or(0));
             b.refused_503 += u64::from(sec.status.get(&503).copied().unwrap_or(0));
             b.failed += sec.failed.values().map(|&n| u64::from(n)).sum::<u64>();
-            b.latency_sum_ms += sec.latency_sum_ms.max(0.0);
+            b.latency_sum_ms += latency(sec.latency_sum_ms / f64::from(sec.latency_n.max(1)))
+                * f64::from(sec.latency_n);
             b.latency_n += u64::from(sec.latency_n);
-            b.latency_max_ms = b.latency_max_ms.max(sec.latency_max_ms);
-            if let Some(q) = sec.quota.and_then(|q| q.allowed_rate()) {
+            b.latency_max_ms = b.latency_max_ms.max(latency(sec.latency_max_ms));
+            if let Some(q) = sec.quota.and_then(|q| q.allowed_rate()).and_then(rate) {
                 b.quota = Some(q);
             }
         }

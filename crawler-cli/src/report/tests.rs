@@ -174,3 +174,29 @@ fn many_hosts_are_charted_up_to_the_cap_and_listed_after_it() {
     // Bounded: 720 points a chart at most.
     assert!(html.len() < 4_000_000, "{} bytes", html.len());
 }
+
+#[test]
+fn hostile_times_and_counts_neither_overflow_nor_stretch_memory() {
+    let dir = tmp("hostile");
+    let text = [
+        r#"{"t":"run","unix_ms":-9223372036854775808,"version":99}"#,
+        r#"{"t":"second","host":"x","unix_s":9223372036854775807,"sent":4294967295,"status":{"429":4294967295},"latency_sum_ms":1e308,"latency_max_ms":1e308,"latency_n":1}"#,
+        r#"{"t":"second","host":"x","unix_s":-9223372036854775808,"sent":1}"#,
+        r#"{"t":"audit","host":"x","unix_ms":9223372036854775807,"trigger":"429","what":{"kind":"hold","until":0.0,"wait_ms":1e308}}"#,
+        r#"{"t":"audit","host":"x","unix_ms":0,"trigger":"429","what":{"kind":"rate","old":1e308,"new":-5.0}}"#,
+    ]
+    .join("\n");
+    let path = write(&dir, &text);
+    let (html, summary) = render(&path).expect("render");
+    well_formed(&html).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(summary.charted, 1);
+    assert!(html.contains("written by a newer version"));
+    for bad in ["NaN", "inf"] {
+        if let Some(at) = html.find(bad) {
+            panic!(
+                "{bad}: {}",
+                &html[at.saturating_sub(200)..(at + 50).min(html.len())]
+            );
+        }
+    }
+}
