@@ -111,6 +111,16 @@ async fn a_rate_limited_crawl_draws_its_holds_and_counts() {
         .count();
     assert!(refused > 0, "the limiter never refused: {stats}");
 
+    // Run the job again: it has nothing left to do, and its run is appended to the record,
+    // not written over it.
+    Crawl::new(Sites(vec![limited.url(), open.url()]))
+        .progress(false)
+        .set("job_dir", job.path().to_string_lossy())
+        .set("depth_limit", "1")
+        .run()
+        .await
+        .expect("second run");
+
     let out = job.path().join("report.html");
     let run = Command::new(env!("CARGO_BIN_EXE_crawler"))
         .arg("report")
@@ -169,6 +179,8 @@ async fn a_rate_limited_crawl_draws_its_holds_and_counts() {
     let open_section = section(&host_of(&open));
     assert_eq!(open_section.select(&sel("rect.hold")).count(), 0);
     assert_eq!(open_section.select(&sel("path.refusal")).count(), 0);
+
+    assert!(html.contains("(2 runs)"), "both runs are in the record");
 
     // The counts by status are the crawl's own, host by host.
     let tables = status_tables(&doc);
