@@ -264,6 +264,8 @@ pub struct Crawl<S: Spider> {
     middleware_stats: MiddlewareStats,
     /// The spider's arguments, handed to [`Spider::open`] when the engine is built.
     args: Vec<(String, String)>,
+    /// Where the politeness record goes, when not (only) in the job directory.
+    politeness_record: Option<PathBuf>,
 }
 
 impl<S: Spider> Crawl<S> {
@@ -281,6 +283,7 @@ impl<S: Spider> Crawl<S> {
             spider_middlewares: Vec::new(),
             middleware_stats: MiddlewareStats::new(),
             args: Vec::new(),
+            politeness_record: None,
         }
     }
 
@@ -299,6 +302,14 @@ impl<S: Spider> Crawl<S> {
     ) -> Self {
         self.args
             .extend(args.into_iter().map(|(k, v)| (k.into(), v.into())));
+        self
+    }
+
+    /// Record each host's traffic and politeness changes to `path` (JSON Lines, appended),
+    /// for `crawler report`. With a job directory the record is kept there anyway, as
+    /// `JOB_DIR/politeness.jsonl`; this path replaces it.
+    pub fn politeness_record(mut self, path: impl Into<PathBuf>) -> Self {
+        self.politeness_record = Some(path.into());
         self
     }
 
@@ -457,7 +468,11 @@ impl<S: Spider> Crawl<S> {
         spider.register_stats(&self.middleware_stats);
         let allowed = spider.allowed_domains();
         let shutdown = Shutdown::new();
-        let (frontier, resuming) = if let Some(url) = &settings.redis_url {
+        let record = self.politeness_record.clone().or_else(|| {
+            let dir = settings.job_dir.as_ref()?;
+            Some(std::path::Path::new(dir).join(crawler_sched::record::RECORD_FILE))
+        });
+        let (mut frontier, resuming) = if let Some(url) = &settings.redis_url {
             // A fleet worker always appends to its feeds: when one is started again, the
             // fleet has already acknowledged the requests behind the items in them, so
             // erasing those items would lose them for good.
@@ -475,6 +490,16 @@ impl<S: Spider> Crawl<S> {
             (FleetFrontier::solo(frontier), resuming)
         };
         let name = spider.name().to_owned();
+        if let Some(path) = record {
+            // A report is a bonus: a crawl that cannot keep one still runs.
+            match crawler_sched::Recorder::open(&path) {
+                Ok(recorder) => frontier.record_to(recorder),
+                Err(e) => tracing::warn!(
+                    path = %path.display(),
+                    "cannot open the politeness record, the crawl goes on without it: {e}"
+                ),
+            }
+        }
         let mut engine =
             Engine::new(spider, downloader, frontier, settings).with_shutdown(shutdown);
         let started = std::time::SystemTime::now();

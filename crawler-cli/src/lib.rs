@@ -5,8 +5,8 @@
 //!   (`crawl`, `list`, `settings`, `check`, `shell`), with a live progress display and the
 //!   metrics endpoint.
 //! - The `crawler` binary ([`run_standalone`]): `new` and `genspider` (scaffolding),
-//!   `fetch`, `shell`, `robots`, `sitemap`, `settings`, and with the `lab` feature `lab` (serve the
-//!   bundled test site) and `bench`.
+//!   `fetch`, `shell`, `robots`, `sitemap`, `settings`, `report` (see [`report`]), and with the
+//!   `lab` feature `lab` (serve the bundled test site) and `bench`.
 //!
 //! Features: `lab` (the `lab` and `bench` verbs), `metrics` (the Prometheus endpoint of
 //! `metrics_addr`), `mimalloc` (the binary's allocator). All are on by default for the
@@ -19,6 +19,7 @@ mod log_file;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub mod progress;
+pub mod report;
 mod runner;
 mod scaffold;
 mod shell;

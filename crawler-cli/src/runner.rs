@@ -31,7 +31,7 @@
 //! ```text
 //! crawl NAME [-a KEY=VALUE]... [-o FILE]... [-O FILE]... [-s KEY=VALUE]... [--job-dir DIR]
 //!            [--settings FILE] [--log-format text|json] [-L LEVEL] [--log-file FILE]
-//!            [--no-progress]
+//!            [--no-progress] [--report FILE]
 //! list
 //! settings [NAME] [--markdown]
 //! check [NAME] [-a KEY=VALUE]...
@@ -86,6 +86,8 @@ struct CrawlJob {
     /// Spider arguments from `-a`.
     args: Vec<(String, String)>,
     progress: bool,
+    /// Where `--report` writes the politeness report.
+    report: Option<PathBuf>,
 }
 
 /// How a spider registered with [`Runner::spider_with`] sets up its crawl.
@@ -147,6 +149,14 @@ impl<S: Spider> ErasedSpider for Holder<S> {
                 }
                 .map_err(usage)?;
             }
+            let report = job
+                .report
+                .map(|out| crate::report::CrawlReport::new(out, settings.job_dir.as_deref()))
+                .transpose()
+                .map_err(usage)?;
+            if let Some(record) = report.as_ref().and_then(|r| r.record_override()) {
+                crawl = crawl.politeness_record(record);
+            }
             let engine = crawl.build().map_err(|e| {
                 // A bad `-a` is a usage error, like a bad `-s`.
                 if e.kind() == ErrorKind::Argument {
@@ -157,7 +167,17 @@ impl<S: Spider> ErasedSpider for Holder<S> {
             })?;
             let stats = cli::run_engine(engine, &settings, job.progress)
                 .await
-                .map_err(failed)?;
+                .map_err(failed);
+            // Drawn even when the crawl failed: the record shows how it went until then.
+            if let Some(report) = report {
+                let drawn = report.finish();
+                if stats.is_ok() {
+                    drawn.map_err(failed)?;
+                } else if let Err(e) = drawn {
+                    tracing::warn!("{e}");
+                }
+            }
+            let stats = stats?;
             cli::print_stats(&stats, stdout_feed);
             Ok(stats)
         })
@@ -395,6 +415,10 @@ pub struct CrawlArgs {
     /// Never draw the live display (log lines are still written every progress_interval).
     #[arg(long)]
     pub no_progress: bool,
+    /// When the crawl ends, write its politeness report (one HTML page, as `crawler report`
+    /// draws) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
 }
 
 /// Parse one `-a KEY=VALUE` (clap reports the error with the option's name).
@@ -576,6 +600,7 @@ impl Runner {
                         .chain(args.overwrite_output.into_iter().map(|p| (p, false)))
                         .collect(),
                     progress: !args.no_progress,
+                    report: args.report,
                 };
                 spider.crawl(job).await?;
                 Ok(())

@@ -1,5 +1,5 @@
 //! The standalone `crawler` binary: `new`, `genspider`, `fetch`, `shell`, `robots`,
-//! `sitemap`, `settings`, `lab` and `bench`.
+//! `sitemap`, `settings`, `report`, `lab` and `bench`.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -84,6 +84,15 @@ enum Verb {
         #[arg(long)]
         markdown: bool,
     },
+    /// Draw a job's politeness record (per host: rate against what the server allowed,
+    /// holds, refusals, retries, latency, counts by status) as one self-contained HTML file.
+    Report {
+        /// The job directory (or its politeness.jsonl).
+        job: PathBuf,
+        /// Where to write the page (default: politeness-report.html in the job directory).
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
     /// Serve the local test site (crawler-lab) until Ctrl-C.
     #[cfg(feature = "lab")]
     Lab(crawler_lab::cli::LabArgs),
@@ -142,6 +151,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
             print!("{}", settings_markdown());
             return Ok(ExitCode::SUCCESS);
         }
+        Verb::Report { job, output } => return report(&job, output),
         _ => {}
     }
     let layers = cli.common.layers().map_err(usage)?;
@@ -171,10 +181,37 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Verb::Bench { books, concurrency } => crate::bench::bench(&layers, books, concurrency)
             .await
             .map(|()| ExitCode::SUCCESS),
-        Verb::New { .. } | Verb::Genspider { .. } => Ok(ExitCode::SUCCESS),
+        Verb::New { .. } | Verb::Genspider { .. } | Verb::Report { .. } => Ok(ExitCode::SUCCESS),
         #[cfg(feature = "lab")]
         Verb::Lab(_) => Ok(ExitCode::SUCCESS),
     }
+}
+
+/// `report JOB [-o FILE]`: needs no settings, so a job can be drawn anywhere.
+fn report(job: &std::path::Path, output: Option<PathBuf>) -> Result<ExitCode, Failure> {
+    let record = crate::report::record_path(job).map_err(usage)?;
+    let out = output.unwrap_or_else(|| {
+        record
+            .parent()
+            .unwrap_or(std::path::Path::new("."))
+            .join("politeness-report.html")
+    });
+    let summary = crate::report::write_report(&record, &out).map_err(failed)?;
+    if summary.bad_lines > 0 {
+        eprintln!(
+            "warning: {} unreadable lines of {} skipped",
+            summary.bad_lines,
+            record.display()
+        );
+    }
+    eprintln!(
+        "wrote {} ({} host{}, {} charted)",
+        out.display(),
+        summary.hosts,
+        if summary.hosts == 1 { "" } else { "s" },
+        summary.charted
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn out_err(e: std::io::Error) -> Failure {

@@ -11,6 +11,10 @@
 //! [`FleetFrontier`] (a frontier that finds work queued by other workers and waits for the
 //! fleet's leases before it calls the crawl done).
 //!
+//! With a [`Recorder`] ([`Frontier::record_to`]), the frontier also appends each host's
+//! traffic and politeness changes to a file, the politeness record that `crawler report`
+//! draws (see [`record`]).
+//!
 //! ```
 //! use crawler_core::{Next, Request, Scheduler, Settings};
 //! use crawler_sched::{Frontier, FrontierConfig};
@@ -26,6 +30,7 @@ mod error;
 mod fingerprint;
 mod frontier;
 pub mod politeness;
+pub mod record;
 mod resolve;
 mod shared;
 mod store;
@@ -36,9 +41,12 @@ pub use fingerprint::{
     Fingerprint, FingerprintBuildHasher, PassThrough, canonical_url, fingerprint,
 };
 pub use frontier::{Frontier, FrontierConfig, ThrottleFactory, host_key, is_allowed_domain};
+pub use record::Recorder;
 pub use resolve::{DNS_CACHE_NAMES, IpKeys};
 pub use shared::{
     Fleet, FleetFrontier, FleetStatus, SharedBudget, SharedThrottle, Versioned, lease_ahead,
 };
 pub use store::{Entry, MemoryStore, QueueStore};
-pub use throttle::{AuditRecord, Politeness, Throttle, Verdict, log_changes, throttle_for};
+pub use throttle::{
+    AuditLog, AuditRecord, Politeness, Throttle, Verdict, log_changes, throttle_for,
+};

@@ -36,6 +36,8 @@ pub(super) struct Host {
     /// Why the host is skipped for this run, once it is.
     pub(super) skipped: Option<String>,
     pub(super) figures: Figures,
+    /// Audit records of the throttle already recorded (see [`Throttle::audit_since`]).
+    pub(super) audit_seen: u64,
 }
 
 /// Running per-host figures for [`HostStats`].
@@ -101,6 +103,7 @@ impl<S: QueueStore> Frontier<S> {
             scheduled: false,
             skipped: None,
             figures: Figures::default(),
+            audit_seen: 0,
         });
         self.host_ids.insert(key, id);
         id

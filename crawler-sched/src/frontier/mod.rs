@@ -19,6 +19,7 @@ use crawler_core::{FilterReason, HostStats, Lease, Request, Scheduler};
 use tokio::time::Instant;
 
 use crate::error::Error;
+use crate::record::Recorder;
 use crate::store::{Entry, MemoryStore, QueueStore};
 use hosts::Host;
 
@@ -55,6 +56,8 @@ pub struct Frontier<S: QueueStore = MemoryStore> {
     delayed: BinaryHeap<Reverse<(Instant, u64, DelayedRequest)>>,
     /// Requests of skipped hosts, waiting for the engine to count them.
     skipped: Vec<(Request, String)>,
+    /// Where sends, outcomes and politeness changes are recorded, when they are.
+    recorder: Option<Recorder>,
 }
 
 /// A request in the retry heap; ordered by the heap's other fields only.
@@ -102,6 +105,7 @@ impl<S: QueueStore> Frontier<S> {
             delayed: BinaryHeap::new(),
             skipped: Vec::new(),
             restored: HashMap::new(),
+            recorder: None,
         };
         f.restored = f.store.host_states().into_iter().collect();
         let now = Instant::now();
@@ -111,6 +115,12 @@ impl<S: QueueStore> Frontier<S> {
             f.reschedule(id, now);
         }
         f
+    }
+
+    /// Record every host's sends, outcomes and politeness changes with `recorder` (see
+    /// [`crate::record`]).
+    pub fn record_to(&mut self, recorder: Recorder) {
+        self.recorder = Some(recorder);
     }
 
     /// The queue store.

@@ -75,6 +75,9 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
             host.in_flight += 1;
             host.figures.requests += 1;
             host.throttle.on_send(now);
+            if let Some(r) = self.recorder.as_mut() {
+                r.sent(&host.key, request.retries > 0, now);
+            }
             self.leases.insert(lease, id);
             self.reschedule(id, now);
             return Next::Ready(Lease(lease), request);
@@ -94,6 +97,12 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
             host.in_flight = host.in_flight.saturating_sub(1);
             host.figures.record(feedback);
             verdict = host.throttle.on_feedback(feedback, now);
+            if let Some(r) = self.recorder.as_mut() {
+                r.outcome(&host.key, feedback, now);
+                let (made, new) = host.throttle.audit_since(host.audit_seen);
+                host.audit_seen = made;
+                r.audit(new);
+            }
         }
         if let Verdict::Skip(why) = verdict {
             self.skip_host(id, why);
@@ -167,6 +176,9 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
             .and_then(|v| self.store.checkpoint(&v));
         if let Err(e) = saved {
             self.failed(e);
+        }
+        if let Some(r) = self.recorder.as_mut() {
+            r.flush(now);
         }
     }
 

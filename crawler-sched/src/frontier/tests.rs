@@ -466,3 +466,55 @@ mod key_tests {
         assert_eq!(keys, ["192.0.2.1", "192.0.2.2"]);
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_recorder_gets_sends_retries_outcomes_and_the_holds_they_cause() {
+    use crate::record::{RecordLine, Recorder};
+    let path = std::env::temp_dir().join(format!("crawler-frontier-record-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let mut f = frontier(&Settings::default(), &[]);
+    f.record_to(Recorder::open(&path).unwrap());
+    let now = Instant::now();
+    f.enqueue(req("http://a.test/"), now);
+    let (lease, r) = ready(&mut f, now);
+    let refused = Feedback {
+        sent: true,
+        status: Some(429),
+        retry_after: Some(Duration::from_secs(2)),
+        ..Default::default()
+    };
+    f.complete(lease, &refused, now);
+    let mut again = r;
+    again.retries = 1;
+    f.retry(lease, again, now);
+    let later = now + Duration::from_secs(3);
+    let (_, r) = ready(&mut f, later);
+    assert_eq!(r.retries, 1);
+    f.checkpoint(&crawler_core::Stats::default());
+    drop(f);
+    let lines: Vec<RecordLine> = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let _ = std::fs::remove_file(&path);
+    let hold = lines.iter().find_map(|l| match l {
+        RecordLine::Audit(a) if matches!(a.what, crate::politeness::What::Hold { .. }) => {
+            Some(a.trigger.as_str())
+        }
+        _ => None,
+    });
+    assert_eq!(hold, Some("Retry-After"));
+    let seconds: Vec<_> = lines
+        .iter()
+        .filter_map(|l| match l {
+            RecordLine::Second(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(seconds.iter().map(|s| s.sent).sum::<u32>(), 2);
+    assert_eq!(seconds.iter().map(|s| s.retries).sum::<u32>(), 1);
+    let refusals: u32 = seconds.iter().filter_map(|s| s.status.get(&429)).sum();
+    assert_eq!(refusals, 1);
+    assert!(seconds.iter().all(|s| s.host == "a.test"));
+}

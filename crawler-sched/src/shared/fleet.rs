@@ -116,6 +116,12 @@ impl<S: QueueStore> FleetFrontier<S> {
         }
     }
 
+    /// Record every host's sends, outcomes and politeness changes (see
+    /// [`Frontier::record_to`]).
+    pub fn record_to(&mut self, recorder: crate::Recorder) {
+        self.inner.record_to(recorder);
+    }
+
     /// The wrapped frontier.
     pub fn frontier(&self) -> &Frontier<S> {
         &self.inner

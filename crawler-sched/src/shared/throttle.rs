@@ -1,7 +1,6 @@
 //! [`SharedThrottle`]: a host's [`Throttle`] whose machine state lives in a [`SharedBudget`],
 //! read from the last state heard and changed by compare-and-set.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +9,7 @@ use tokio::time::Instant;
 
 use super::{SharedBudget, lease_ahead};
 use crate::politeness::{HostMachine, HostState, Params, Verdict};
-use crate::throttle::{AuditRecord, Throttle};
+use crate::throttle::{AuditLog, AuditRecord, Throttle};
 
 /// How many times an outcome is recomputed when other workers keep committing first.
 const COMMIT_TRIES: usize = 16;
@@ -22,7 +21,7 @@ pub struct SharedThrottle {
     params: Params,
     /// Until the backend first answers for this host: a fresh machine from now.
     fresh: HostState,
-    audit: VecDeque<AuditRecord>,
+    audit: AuditLog,
 }
 
 impl SharedThrottle {
@@ -37,7 +36,7 @@ impl SharedThrottle {
             budget,
             params,
             fresh,
-            audit: VecDeque::new(),
+            audit: AuditLog::default(),
         }
     }
 
@@ -144,6 +143,10 @@ impl Throttle for SharedThrottle {
     }
 
     fn audit(&self) -> Vec<AuditRecord> {
-        self.audit.iter().cloned().collect()
+        self.audit.records()
+    }
+
+    fn audit_since(&self, seen: u64) -> (u64, Vec<AuditRecord>) {
+        self.audit.since(seen)
     }
 }

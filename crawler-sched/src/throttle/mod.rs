@@ -50,6 +50,12 @@ pub trait Throttle: Send {
     fn audit(&self) -> Vec<AuditRecord> {
         Vec::new()
     }
+    /// The audit records made after the first `seen` (those still kept), and how many the
+    /// host has made in all: a recorder passes back the count it got to get only what is
+    /// new.
+    fn audit_since(&self, _seen: u64) -> (u64, Vec<AuditRecord>) {
+        (0, Vec::new())
+    }
 }
 
 /// One politeness change of a host, for logs, reports and metrics.
@@ -79,12 +85,41 @@ pub fn throttle_for(settings: &Settings, host: &str, now: Instant) -> Box<dyn Th
 /// How many audit records a host keeps in memory (the log has them all).
 const AUDIT_KEPT: usize = 256;
 
+/// A host's latest audit records (at most 256) and how many it made in all.
+#[derive(Debug, Default)]
+pub struct AuditLog {
+    kept: VecDeque<AuditRecord>,
+    total: u64,
+}
+
+impl AuditLog {
+    /// The records kept, oldest first.
+    pub fn records(&self) -> Vec<AuditRecord> {
+        self.kept.iter().cloned().collect()
+    }
+
+    /// The records made after the first `seen` that are still kept, and the total made.
+    pub fn since(&self, seen: u64) -> (u64, Vec<AuditRecord>) {
+        let new = usize::try_from(self.total.saturating_sub(seen)).unwrap_or(usize::MAX);
+        let skip = self.kept.len().saturating_sub(new);
+        (self.total, self.kept.iter().skip(skip).cloned().collect())
+    }
+
+    fn push(&mut self, record: AuditRecord) {
+        if self.kept.len() >= AUDIT_KEPT {
+            self.kept.pop_front();
+        }
+        self.kept.push_back(record);
+        self.total += 1;
+    }
+}
+
 /// A host's [`HostMachine`] on tokio's clock: milliseconds since the slot was made.
 pub struct Politeness {
     host: String,
     machine: HostMachine,
     origin: Instant,
-    audit: VecDeque<AuditRecord>,
+    audit: AuditLog,
 }
 
 impl Politeness {
@@ -94,7 +129,7 @@ impl Politeness {
             host: host.to_owned(),
             machine: HostMachine::new(params, 0.0),
             origin: now,
-            audit: VecDeque::new(),
+            audit: AuditLog::default(),
         }
     }
 
@@ -129,7 +164,7 @@ impl Politeness {
 }
 
 /// Log each change with its trigger, and keep the latest `AUDIT_KEPT` in `kept`.
-pub fn log_changes(host: &str, changes: Vec<Change>, kept: &mut VecDeque<AuditRecord>) {
+pub fn log_changes(host: &str, changes: Vec<Change>, kept: &mut AuditLog) {
     for Change { trigger, what, .. } in changes {
         match &what {
             What::Rate { old, new } => tracing::info!(
@@ -152,10 +187,7 @@ pub fn log_changes(host: &str, changes: Vec<Change>, kept: &mut VecDeque<AuditRe
                 host = %host, trigger = trigger.as_str(), "skipping host for this run: {reason}"
             ),
         }
-        if kept.len() >= AUDIT_KEPT {
-            kept.pop_front();
-        }
-        kept.push_back(AuditRecord {
+        kept.push(AuditRecord {
             host: host.to_owned(),
             unix_ms: unix_ms(),
             trigger: trigger.as_str().to_owned(),
@@ -230,7 +262,11 @@ impl Throttle for Politeness {
     }
 
     fn audit(&self) -> Vec<AuditRecord> {
-        self.audit.iter().cloned().collect()
+        self.audit.records()
+    }
+
+    fn audit_since(&self, seen: u64) -> (u64, Vec<AuditRecord>) {
+        self.audit.since(seen)
     }
 }
 
