@@ -1,10 +1,14 @@
-//! Where the shell's commands come from: a terminal, with line editing and a history file,
-//! or a pipe, read line by line within a bound.
+//! Where the shell's commands come from: a terminal, with line editing and a history file
+//! (the `line-editing` feature; without it, plain lines), or a pipe, read line by line
+//! within a bound.
 
 use std::path::PathBuf;
 
+#[cfg(feature = "line-editing")]
 use rustyline::error::ReadlineError;
+#[cfg(feature = "line-editing")]
 use rustyline::history::{FileHistory, History};
+#[cfg(feature = "line-editing")]
 use rustyline::{Config, Editor};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt};
 
@@ -13,6 +17,7 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt};
 pub(crate) const MAX_LINE: usize = 16 * 1024;
 
 /// Entries the history file keeps (the oldest go first).
+#[cfg(feature = "line-editing")]
 const HISTORY_SIZE: usize = 1000;
 
 /// One line read, or why none was.
@@ -22,6 +27,7 @@ pub(crate) enum Line {
     /// A line longer than [`MAX_LINE`]: skipped whole.
     TooLong,
     /// Ctrl-C at the prompt: the line is abandoned, the session goes on.
+    #[cfg_attr(not(feature = "line-editing"), allow(dead_code))]
     Interrupted,
     /// End of input (Ctrl-D, or the pipe's end).
     End,
@@ -47,11 +53,13 @@ pub(crate) fn history_path() -> Option<PathBuf> {
 }
 
 /// A terminal prompt with line editing and a bounded, persistent history.
+#[cfg(feature = "line-editing")]
 pub(crate) struct Prompt {
     editor: Option<Editor<(), FileHistory>>,
     history: Option<PathBuf>,
 }
 
+#[cfg(feature = "line-editing")]
 impl Prompt {
     /// A prompt keeping its history in `history` (none: nothing is kept).
     pub(crate) fn new(history: Option<PathBuf>) -> Result<Self, String> {
@@ -131,6 +139,41 @@ impl Prompt {
             eprintln!("warning: cannot write the history {}: {e}", path.display());
         }
     }
+}
+
+/// A plain terminal prompt, built without the `line-editing` feature (a project's runner,
+/// which compiles less): lines as the terminal gives them, no history.
+#[cfg(not(feature = "line-editing"))]
+pub(crate) struct Prompt {
+    stdin: tokio::io::BufReader<tokio::io::Stdin>,
+}
+
+#[cfg(not(feature = "line-editing"))]
+impl Prompt {
+    /// A prompt; `history` is not kept without line editing.
+    pub(crate) fn new(history: Option<PathBuf>) -> Result<Self, String> {
+        let _ = history;
+        Ok(Self {
+            stdin: tokio::io::BufReader::new(tokio::io::stdin()),
+        })
+    }
+
+    /// Print `prompt` and read one line within [`MAX_LINE`].
+    pub(crate) async fn read(&mut self, prompt: &str) -> Line {
+        use std::io::Write;
+        print!("{prompt}");
+        let _ = std::io::stdout().flush();
+        match read_piped(&mut self.stdin).await {
+            Ok(line) => line,
+            Err(e) => {
+                eprintln!("error: cannot read from the terminal: {e}");
+                Line::End
+            }
+        }
+    }
+
+    /// Nothing to keep.
+    pub(crate) fn save(&mut self) {}
 }
 
 /// Read one line of at most [`MAX_LINE`] bytes from `reader`; a longer one is read to its
