@@ -194,7 +194,7 @@ pub const SCRAPY_NAMES: &[ScrapyName] = &[
     ),
     instead(
         "ITEM_PIPELINES",
-        "pipelines are added in code, in the order they run: `Crawl::new(spider).pipeline(p)`",
+        "pipelines are added in code, in the order they run: `Crawl::new(spider).pipeline(p)`, or in a project `Runner::spider_with(spider, |crawl| crawl.pipeline(p))`",
     ),
     instead(
         "EXTENSIONS",
