@@ -18,6 +18,8 @@ enum Mode {
     BadNumber,
     /// A typo in a selector, its text defaulted to empty.
     BadSelector,
+    /// Emit the item, then panic.
+    Panic,
 }
 
 #[derive(Debug, Serialize, serde::Deserialize)]
@@ -86,6 +88,17 @@ impl Spider for Books {
             .trim_start_matches('£')
             .parse::<f64>()
             .context("price of a book")?;
+        if self.mode == Mode::Panic {
+            out.item(Book {
+                url: page.url().to_string(),
+                title: title.clone(),
+                price,
+                listing: 0,
+                tag: String::new(),
+                user_agent: String::new(),
+            });
+            panic!("boom on purpose");
+        }
         if self.mode == Mode::BadNumber {
             let stock = page.text_of("div.product p.stock")?;
             let _count: u32 = stock.parse().context("stock count")?;
@@ -231,6 +244,26 @@ fn a_spider_error_is_logged_with_url_callback_and_context() {
     assert!(line.contains("callback=\"book\""), "{line}");
     assert!(
         line.contains("spider error: stock count: invalid digit found in string"),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_panicking_callback_is_logged_with_its_page_and_writes_no_item() {
+    let (_rt, lab) = lab();
+    let spider = Books::new(&lab, Mode::Panic);
+    let ((stats, items), log) = logged(|| crawl(spider, |c| c));
+    assert!(items.is_empty(), "the item emitted before the panic is not written");
+    assert_eq!(stats.spider_errors, 20, "{stats}");
+    assert_eq!(stats.fetched, 21, "the crawl went on after each panic: {stats}");
+    let book = lab.url_for(&lab.book(5).expect("book 5").path);
+    let line = log
+        .lines()
+        .find(|l| l.contains(&book) && l.contains("panicked"))
+        .unwrap_or_else(|| panic!("no log line for {book}:\n{log}"));
+    assert!(line.contains("callback=\"book\""), "{line}");
+    assert!(
+        line.contains("spider error: the callback panicked: boom on purpose"),
         "{line}"
     );
 }

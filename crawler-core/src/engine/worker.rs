@@ -1,8 +1,10 @@
 //! The per-request worker: download one request, let the spider parse the page, run the
 //! items through the pipelines to the feed writer, and report what happened.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
+use futures_util::FutureExt;
 use tokio::sync::mpsc;
 use url::Url;
 
@@ -226,14 +228,27 @@ async fn parse_page<S: Spider, D: Downloader>(
     let after_ack = response.take_after_ack();
     let problems = response.problems();
     let mut out = Output::new(response.base_url().clone(), depth);
-    let result = if unchanged {
-        // Unchanged and no copy to replay: the spider's hook decides (default: nothing).
-        ctx.spider.not_modified(response, &mut out).await
-    } else {
-        ctx.spider.parse(response, &mut out).await
+    let call = async {
+        if unchanged {
+            // Unchanged and no copy to replay: the spider's hook decides (default: nothing).
+            ctx.spider.not_modified(response, &mut out).await
+        } else {
+            ctx.spider.parse(response, &mut out).await
+        }
+    };
+    // A panic in the callback is caught here, where the page is known, so its log line
+    // names the URL and the callback like any spider error, and the crawl goes on.
+    let (result, panicked) = match AssertUnwindSafe(call).catch_unwind().await {
+        Ok(result) => (result, false),
+        Err(panic) => (Err(panicked_error(panic.as_ref())), true),
     };
     let problems = std::mem::take(&mut *problems.lock().unwrap_or_else(|p| p.into_inner()));
     done.spider_error = spider_errors(&url, &callback, &result, &problems);
+    if panicked {
+        // The callback stopped half-way: what it had produced may be half-built.
+        let (items, _) = out.parts_mut();
+        items.clear();
+    }
     if !problems.is_empty() {
         // An invalid selector matched nothing, so the page's items may hold empty fields
         // the spider never chose: none of them is written (see `Response::select`).
@@ -266,6 +281,19 @@ async fn parse_page<S: Spider, D: Downloader>(
         done.after_ack = after_ack;
     }
     done
+}
+
+/// The error standing for a callback's panic, with the panic's message when it has one.
+fn panicked_error(panic: &(dyn std::any::Any + Send)) -> crate::error::Error {
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_owned());
+    crate::error::Error::new(
+        crate::error::ErrorKind::Other,
+        format!("the callback panicked: {message}"),
+    )
 }
 
 /// Log what went wrong in a callback (its error, and invalid selectors it used), each with
