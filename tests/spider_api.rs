@@ -253,9 +253,15 @@ fn a_panicking_callback_is_logged_with_its_page_and_writes_no_item() {
     let (_rt, lab) = lab();
     let spider = Books::new(&lab, Mode::Panic);
     let ((stats, items), log) = logged(|| crawl(spider, |c| c));
-    assert!(items.is_empty(), "the item emitted before the panic is not written");
+    assert!(
+        items.is_empty(),
+        "the item emitted before the panic is not written"
+    );
     assert_eq!(stats.spider_errors, 20, "{stats}");
-    assert_eq!(stats.fetched, 21, "the crawl went on after each panic: {stats}");
+    assert_eq!(
+        stats.fetched, 21,
+        "the crawl went on after each panic: {stats}"
+    );
     let book = lab.url_for(&lab.book(5).expect("book 5").path);
     let line = log
         .lines()
