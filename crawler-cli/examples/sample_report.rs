@@ -52,7 +52,8 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         lab(Scenario::quota(30, Duration::from_secs(5)).ratelimit_headers(Dialect::IetfWithPolicy))
             .await?;
     let chaos = lab(Scenario::chaos().chaos_rate(0.1)).await?;
-    let job = std::env::temp_dir().join(format!("crawler-sample-report-{}", std::process::id()));
+    // A relative job directory, so the page names a path that means something to a reader.
+    let job = std::path::PathBuf::from("target").join("sample-report-job");
     let _ = std::fs::remove_dir_all(&job);
     let stats = Crawl::new(Sites(vec![limited.url(), quota.url(), chaos.url()]))
         .progress(false)
