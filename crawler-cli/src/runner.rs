@@ -626,6 +626,15 @@ impl Runner {
                 {
                     return Err(self.unknown_spider(n));
                 }
+                if name.is_none() && !arg.is_empty() && self.spiders.len() > 1 {
+                    // Arguments are a spider's own: one that does not read them would be
+                    // refused, so every other spider's checks would fail.
+                    return Err(usage(Error::new(
+                        ErrorKind::Argument,
+                        "check -a needs the spider's NAME (check NAME -a KEY=VALUE): \
+                         arguments are read by one spider",
+                    )));
+                }
                 let mut failures = 0usize;
                 for spider in &mut self.spiders {
                     let sname = spider.name();

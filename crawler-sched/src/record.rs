@@ -165,6 +165,8 @@ pub struct Recorder {
     origin_ms: i64,
     /// Each host's second still open.
     open: HashMap<String, Second>,
+    /// The line being written, reused.
+    line: Vec<u8>,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -209,6 +211,7 @@ impl Recorder {
             origin: Instant::now(),
             origin_ms,
             open: HashMap::new(),
+            line: Vec::new(),
         };
         recorder.write(&RecordLine::Run {
             unix_ms: origin_ms,
@@ -351,9 +354,16 @@ impl Recorder {
         let Some(out) = self.out.as_mut() else {
             return;
         };
-        let written = serde_json::to_writer(&mut *out, line)
+        // The whole line in one write: the buffered writer then never flushes half a line,
+        // so two processes appending to one record (fleet workers sharing a job directory
+        // on one machine) interleave whole lines.
+        self.line.clear();
+        let written = serde_json::to_writer(&mut self.line, line)
             .map_err(std::io::Error::other)
-            .and_then(|()| out.write_all(b"\n"));
+            .and_then(|()| {
+                self.line.push(b'\n');
+                out.write_all(&self.line)
+            });
         if let Err(e) = written {
             self.fail(&e);
         }

@@ -161,6 +161,16 @@ pub(crate) struct CrawlReport {
     temporary: bool,
 }
 
+/// A temporary record is removed whatever happens to the crawl: also when it fails to build
+/// and the report is never drawn.
+impl Drop for CrawlReport {
+    fn drop(&mut self) {
+        if self.temporary {
+            let _ = std::fs::remove_file(&self.record);
+        }
+    }
+}
+
 impl CrawlReport {
     /// Check that `out` can be written where it is meant to go (before a long crawl, not
     /// after it), and choose the record.
@@ -209,11 +219,8 @@ impl CrawlReport {
     /// Draw the report (the crawl is over and its record closed), and remove a temporary
     /// record.
     pub(crate) fn finish(self) -> Result<ReportSummary, Error> {
-        let drawn = write_report(&self.record, &self.out);
-        if self.temporary {
-            let _ = std::fs::remove_file(&self.record);
-        }
-        let summary = drawn?;
+        // The temporary record goes when `self` drops, at the end of this call.
+        let summary = write_report(&self.record, &self.out)?;
         tracing::info!(
             hosts = summary.hosts,
             "politeness report written to {}",

@@ -17,6 +17,9 @@ pub(super) const MAX_POINTS: usize = 720;
 pub(super) const MAX_HOLDS: usize = 400;
 /// Hosts whose totals are kept one by one; the rest are summed as "other hosts".
 const MAX_TRACKED: usize = 100_000;
+
+/// The longest host key kept (a DNS name is at most 253 bytes, plus a port).
+const MAX_HOST_LEN: usize = 260;
 /// Run starts kept for the charts.
 const MAX_RUNS: usize = 1_000;
 /// A line longer than this is not a record line (the longest real ones are a few KiB).
@@ -74,7 +77,10 @@ impl Totals {
         self.sent += u64::from(s.sent);
         self.retries += u64::from(s.retries);
         for (code, n) in &s.status {
-            *self.status.entry(*code).or_default() += u64::from(*n);
+            // HTTP statuses are three digits; anything else a hostile file holds is counted
+            // under 0, so the table cannot grow past 501 rows.
+            let code = if (100..=599).contains(code) { *code } else { 0 };
+            *self.status.entry(code).or_default() += u64::from(*n);
         }
         for (kind, n) in &s.failed {
             // Failure kinds are a handful of fixed names; a hostile file cannot grow this
@@ -170,7 +176,11 @@ impl Overview {
     }
 
     fn host(&mut self, host: &str) -> &mut Totals {
-        if !self.hosts.contains_key(host) && self.hosts.len() >= MAX_TRACKED {
+        // A host key is a name and a port; a longer one comes from a hostile file and is
+        // counted with the hosts beyond the cap rather than kept.
+        if host.len() > MAX_HOST_LEN
+            || (!self.hosts.contains_key(host) && self.hosts.len() >= MAX_TRACKED)
+        {
             self.other_hosts += 1;
             return &mut self.other;
         }

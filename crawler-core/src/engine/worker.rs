@@ -245,7 +245,9 @@ async fn parse_page<S: Spider, D: Downloader>(
     let problems = std::mem::take(&mut *problems.lock().unwrap_or_else(|p| p.into_inner()));
     done.spider_error = spider_errors(&url, &callback, &result, &problems);
     if panicked {
-        // The callback stopped half-way: what it had produced may be half-built.
+        // The callback stopped half-way: its items may be half-built, so none is written.
+        // The requests it had made are whole and are followed, as after an error returned
+        // with `?` (and as Scrapy schedules what a callback yielded before it raised).
         let (items, _) = out.parts_mut();
         items.clear();
     }

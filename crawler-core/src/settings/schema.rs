@@ -554,7 +554,10 @@ impl Settings {
             if let Some(why) = crate::feed::feed_problem(feed) {
                 return Some((vec!["feeds"], format!("entry '{feed}': {why}")));
             }
-            let spec = crate::feed::FeedSpec::new(feed.as_str()).ok()?;
+            // `feed_problem` found none, so this parses; a failure would skip the entry only.
+            let Ok(spec) = crate::feed::FeedSpec::new(feed.as_str()) else {
+                continue;
+            };
             stdout += usize::from(spec.is_stdout());
             if stdout > 1 {
                 return Some((

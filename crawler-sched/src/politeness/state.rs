@@ -52,7 +52,8 @@ pub struct HostState {
     pub pinned: Option<f64>,
     /// Refusals in a row met while climbing without a trusted estimate (towards the
     /// lowest refused rate). Each one means the climb approached the limit from above, so
-    /// the next climb stops a margin further under the refused rate.
+    /// the next climb stops a margin further under the refused rate. Back to 0 when an
+    /// estimate is trusted, one less each time a rate holds through a calm period.
     #[serde(default)]
     pub climb_refusals: u32,
     /// The last rate that held through a calm period (a failed probe returns to it).

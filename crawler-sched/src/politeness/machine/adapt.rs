@@ -122,6 +122,10 @@ impl HostMachine {
                         (self.state.probe_calm_ms, tuning.probe_step)
                     };
                     if now - self.state.calm_since >= calm {
+                        // A rate that held through a calm period takes back one margin
+                        // of those refusals on climbs added, so sporadic refusals over a
+                        // long crawl do not keep lowering where climbs stop.
+                        self.state.climb_refusals = self.state.climb_refusals.saturating_sub(1);
                         // The rate held through a calm period: it is safe. Probe a little
                         // above it in case the server allows more than was learned, but
                         // never at a rate that was refused: up to just under the lowest
