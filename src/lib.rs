@@ -445,12 +445,7 @@ impl<S: Spider> Crawl<S> {
     /// spider's [`Spider::open`] runs here, with its arguments and the effective settings.
     pub fn build(mut self) -> Result<HttpEngine<S>, Error> {
         let settings = self.effective_settings()?;
-        let ctx = crawler_core::SpiderContext::new(&settings, &self.args);
-        let name = self.spider.name().to_owned();
-        self.spider
-            .open(&ctx)
-            .and_then(|()| ctx.check_all_read())
-            .map_err(|e| Error::from(e).context(&format!("spider '{name}'")))?;
+        crawler_core::open_spider(&mut self.spider, &settings, &self.args)?;
         // Known from here on, so the crawl's logs and errors never show them.
         crawler_core::redact::register_secrets(&settings);
         check_guard(&settings)?;

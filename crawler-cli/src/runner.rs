@@ -54,8 +54,8 @@ use std::pin::Pin;
 use std::process::ExitCode;
 
 use crawler_core::{
-    FeedSpec, Fetched, Output, Request, Settings, SettingsLayers, Spider, SpiderContext, Stats,
-    parse_spider_arg, settings_markdown,
+    FeedSpec, Fetched, Output, Request, Settings, SettingsLayers, Spider, Stats, parse_spider_arg,
+    settings_markdown,
 };
 use crawler_http::HttpDownloader;
 
@@ -108,15 +108,7 @@ impl<S: Spider> ErasedSpider for Holder<S> {
     }
 
     fn open(&mut self, settings: &Settings, args: &[(String, String)]) -> Result<(), Error> {
-        let ctx = SpiderContext::new(settings, args);
-        let name = self.name();
-        self.spider
-            .open(&ctx)
-            .and_then(|()| ctx.check_all_read())
-            .map_err(|e| {
-                let e = Error::from(e);
-                Error::new(e.kind(), format!("spider '{name}': {e}"))
-            })
+        crawler_core::open_spider(&mut self.spider, settings, args).map_err(Error::from)
     }
 
     fn crawl(self: Box<Self>, job: CrawlJob) -> Boxed<'static, Result<Stats, Failure>> {

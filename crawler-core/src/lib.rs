@@ -78,7 +78,7 @@ pub use settings::{
     settings_markdown,
 };
 pub use spider::Spider;
-pub use spider_args::{SpiderContext, parse_spider_arg};
+pub use spider_args::{SpiderContext, open_spider, parse_spider_arg};
 pub use stats::Stats;
 
 /// Re-exported so middlewares can build a [`Response`] without depending on these crates.

@@ -59,6 +59,21 @@ pub struct SpiderContext<'a> {
     read: RefCell<BTreeSet<String>>,
 }
 
+/// Open `spider` as a crawl does before its start requests: [`Spider::open`](crate::Spider::open)
+/// with `args` and the effective `settings`, then refuse any argument it did not read. An
+/// error names the spider.
+pub fn open_spider<S: crate::Spider>(
+    spider: &mut S,
+    settings: &Settings,
+    args: &[(String, String)],
+) -> Result<()> {
+    let ctx = SpiderContext::new(settings, args);
+    spider
+        .open(&ctx)
+        .and_then(|()| ctx.check_all_read())
+        .map_err(|e| e.context(format!("spider '{}'", spider.name())))
+}
+
 impl<'a> SpiderContext<'a> {
     /// A context with these settings and `key=value` arguments (a later value of a key
     /// replaces an earlier one).
