@@ -13,7 +13,7 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 
 use super::feeds::{FeedMsg, FeedThread};
 use super::retry::RetryPolicy;
-use super::settle::{acknowledge, busiest, offer};
+use super::settle::{acknowledge, busiest, offer, run_durable};
 use super::shutdown::{Shutdown, listen_for_signals, second_stop};
 use super::worker::{Completion, Ctx, Report, work};
 use super::{Engine, FINAL_HOSTS, PROGRESS_HOSTS, Progress};
@@ -31,6 +31,9 @@ use crate::stats::{CLOSE_ERROR, CLOSE_FINISHED, CLOSE_STOPPED, Stats};
 const PROGRESS_TICK: Duration = Duration::from_millis(250);
 /// How often stats are saved and a persistent frontier is made durable.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+/// Acknowledged pages whose work (validators, cached bodies) may wait for a checkpoint
+/// before one is made early, to bound the memory they hold.
+const MAX_WAITING_FOR_CHECKPOINT: usize = 1024;
 
 impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
     /// Run the crawl until the frontier is empty or a shutdown is asked for, then flush the
@@ -78,6 +81,9 @@ pub(super) struct Crawl<S: Spider, D: Downloader, Q: Scheduler> {
     /// Work deferred until a lease is acknowledged (validators of pages whose items are
     /// still on their way to the feeds).
     pub(super) after_acks: HashMap<u64, AfterAck>,
+    /// Work of acknowledged leases, run after the next checkpoint (see
+    /// [`super::settle::run_durable`]).
+    pub(super) durable_after: Vec<AfterAck>,
     stop_rx: watch::Receiver<u32>,
     pub(super) stopping: bool,
     pub(super) abandoned: u64,
@@ -194,6 +200,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             reported: HashSet::new(),
             marks: VecDeque::new(),
             after_acks: HashMap::new(),
+            durable_after: Vec::new(),
             stop_rx,
             stopping,
             abandoned: 0,
@@ -262,7 +269,12 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             }
             () = send_mark(&self.feed.items, &mut self.marks), if !self.marks.is_empty() => {}
             lease = self.feed.acks.recv(), if !self.feed_gone => match lease {
-                Some(lease) => acknowledge(&mut self.scheduler, &mut self.after_acks, lease),
+                Some(lease) => acknowledge(
+                    &mut self.scheduler,
+                    &mut self.after_acks,
+                    &mut self.durable_after,
+                    lease,
+                ),
                 None => {
                     // Only a failure ends the writer while the crawl still holds the
                     // items channel open.
@@ -367,11 +379,15 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
     /// Refresh the progress snapshot and, once every [`CHECKPOINT_EVERY`], save the stats.
     fn tick(&mut self) {
         self.stats.elapsed = self.elapsed_before + self.started.elapsed();
-        if self.last_checkpoint.elapsed() >= CHECKPOINT_EVERY {
+        // Early too when much work waits for a checkpoint: it holds pages' bodies.
+        if self.last_checkpoint.elapsed() >= CHECKPOINT_EVERY
+            || self.durable_after.len() >= MAX_WAITING_FOR_CHECKPOINT
+        {
             // Per-host figures feed the live display and metrics; once a second
             // is plenty and keeps the cost off the hot path.
             self.stats.hosts = busiest(self.scheduler.host_stats(), PROGRESS_HOSTS);
             self.scheduler.checkpoint(&self.stats);
+            run_durable(&mut self.durable_after);
             if let Some(log) = self.failures.as_mut() {
                 log.flush();
             }
@@ -401,6 +417,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             ctx,
             feed,
             mut after_acks,
+            mut durable_after,
             mut stop_rx,
             stopping,
             abandoned,
@@ -433,7 +450,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
         let joined = wait_for_writer(task, &abort, &mut stop_rx).await;
         // Leases whose items reached the disk before the writer stopped.
         while let Ok(lease) = acks.try_recv() {
-            acknowledge(&mut scheduler, &mut after_acks, lease);
+            acknowledge(&mut scheduler, &mut after_acks, &mut durable_after, lease);
         }
         let written = items_written(joined, &mut fatal);
         close_pipelines(&pipelines, &mut stop_rx).await;
@@ -457,6 +474,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
         let mut saved = stats.clone();
         saved.pending = 0;
         scheduler.checkpoint(&saved);
+        run_durable(&mut durable_after);
         progress.send_replace(Progress {
             stats: stats.clone(),
             queued: scheduler.queued(),

@@ -119,21 +119,36 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
         } else {
             self.scheduler.acknowledge(lease);
             if let Some(work) = after_ack {
-                work.run();
+                self.durable_after.push(work);
             }
         }
     }
 }
 
-/// The feed writer has the items of `lease` on disk: acknowledge it, and run the work that
-/// waited for that.
+/// The feed writer has the items of `lease` on disk: acknowledge it, and queue the work that
+/// waited for that until the acknowledgement is durable (see [`run_durable`]).
 pub(super) fn acknowledge<Q: Scheduler>(
     scheduler: &mut Q,
     after_acks: &mut std::collections::HashMap<u64, AfterAck>,
+    durable_after: &mut Vec<AfterAck>,
     lease: Lease,
 ) {
     scheduler.acknowledge(lease);
     if let Some(work) = after_acks.remove(&lease.0) {
+        durable_after.push(work);
+    }
+}
+
+/// Run the work that waited for acknowledgements, once a checkpoint made them durable.
+///
+/// The work stores a page's validators, in a database apart from the job's frontier, each
+/// flushed on its own. Stored at the acknowledgement, a kill could keep the validators and
+/// lose the acknowledgement with the links found on the page (the frontier had not
+/// flushed yet): the resumed crawl would fetch the page again, be answered 304, and never
+/// queue those links. After the checkpoint, a kill loses at worst the validators, and the
+/// page is fetched again in full.
+pub(super) fn run_durable(durable_after: &mut Vec<AfterAck>) {
+    for work in durable_after.drain(..) {
         work.run();
     }
 }
