@@ -1,50 +1,13 @@
 //! The `crawler` binary and the project runner, end to end against the lab on 127.0.0.1.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::PathBuf;
+use std::process::Command;
 
 use crawler_lab::Lab;
 
-const BIN: &str = env!("CARGO_BIN_EXE_crawler");
-
-/// Run a command on a blocking thread (the lab is served by this test's runtime).
-async fn run(mut cmd: Command) -> Output {
-    tokio::task::spawn_blocking(move || cmd.output().expect("command runs"))
-        .await
-        .expect("command thread")
-}
-
-fn crawler(dir: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.current_dir(dir)
-        .args(args)
-        .env_remove("RUST_LOG")
-        .env_remove("CRAWLER_SETTINGS");
-    // A developer's own CRAWLER_* variables must not leak into these checks.
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CRAWLER_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// A directory that looks like a project: Cargo.toml and crawler.toml.
-fn project(toml: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("temp dir");
-    std::fs::write(
-        dir.path().join("Cargo.toml"),
-        "[package]\nname = \"p\"\nversion = \"0.1.0\"\n",
-    )
-    .expect("write Cargo.toml");
-    std::fs::write(dir.path().join("crawler.toml"), toml).expect("write crawler.toml");
-    std::fs::create_dir(dir.path().join("src")).expect("mkdir src");
-    dir
-}
+#[allow(dead_code)]
+mod support;
+use support::{crawler, project, run, text};
 
 #[tokio::test]
 async fn settings_verb_finds_the_project_file_and_shows_every_source() {

@@ -13,34 +13,12 @@ use crawler_lab::Lab;
 #[path = "../../examples/books/spider.rs"]
 mod books;
 
-const BIN: &str = env!("CARGO_BIN_EXE_crawler");
+#[allow(dead_code)]
+mod support;
+use support::{BIN, clean, run, text};
 /// Set for the copy of this test binary that plays a project's runner.
 const CHILD_START: &str = "RUNNER_TEST_START_URL";
 const CHILD_ARGS: &str = "RUNNER_TEST_ARGS";
-
-/// Run a command on a blocking thread (the lab is served by this test's runtime).
-async fn run(mut cmd: Command) -> Output {
-    tokio::task::spawn_blocking(move || cmd.output().expect("command runs"))
-        .await
-        .expect("command thread")
-}
-
-/// A command with none of the developer's own logging or settings variables.
-fn clean(mut cmd: Command, dir: &Path) -> Command {
-    cmd.current_dir(dir)
-        .env_remove("RUST_LOG")
-        .env_remove("NO_COLOR");
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CRAWLER_") || k.starts_with("SCRAPY_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 /// Not a test of its own: when started by `runner_with_dash_o_writes_json_lines_to_stdout`
 /// (with the lab's URL in the environment), this process is a project's runner.

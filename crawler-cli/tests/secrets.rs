@@ -1,38 +1,19 @@
 //! One redaction rule: passwords given in settings never show in the `settings` listing,
 //! in logs (text or JSON) or in error messages, whichever way they were given.
 
-use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use crawler_lab::Lab;
 
-const BIN: &str = env!("CARGO_BIN_EXE_crawler");
+#[allow(dead_code)]
+mod support;
+use support::{crawler, run};
 
 const AUTH_PASS: &str = "auth-pass-3141";
 const REDIS_PASS: &str = "redis-pass-2718";
 const UNIX_PASS: &str = "unix-pass-1618";
 const PROXY_PASS: &str = "proxy-pass-1414";
 const URL_PASS: &str = "url-pass-1732";
-
-async fn run(mut cmd: Command) -> Output {
-    tokio::task::spawn_blocking(move || cmd.output().expect("command runs"))
-        .await
-        .expect("command thread")
-}
-
-fn crawler(dir: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.current_dir(dir)
-        .args(args)
-        .env_remove("RUST_LOG")
-        .env_remove("CRAWLER_SETTINGS");
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CRAWLER_") || crawler::http::PROXY_ENV_VARS.contains(&k.as_str()) {
-            cmd.env_remove(k);
-        }
-    }
-    cmd
-}
 
 /// Fail if any secret appears in the command's output.
 fn assert_clean(what: &str, out: &Output) {

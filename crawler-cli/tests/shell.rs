@@ -9,22 +9,9 @@ use crawler::prelude::*;
 use crawler_cli::Runner;
 use crawler_lab::Lab;
 
-const BIN: &str = env!("CARGO_BIN_EXE_crawler");
-
-/// The `crawler` binary in `dir`, with none of the developer's own settings variables.
-fn crawler(dir: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.current_dir(dir)
-        .args(args)
-        .env_remove("RUST_LOG")
-        .env_remove("CRAWLER_SETTINGS");
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CRAWLER_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd
-}
+#[allow(dead_code)]
+mod support;
+use support::{crawler, project, text};
 
 /// Run `cmd` with `input` on its stdin, on a blocking thread (the lab is served by this
 /// test's runtime).
@@ -44,22 +31,6 @@ async fn run(mut cmd: Command, input: &str) -> std::process::Output {
     })
     .await
     .expect("command thread")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// A directory that looks like a project: Cargo.toml and this crawler.toml.
-fn project(toml: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("temp dir");
-    std::fs::write(
-        dir.path().join("Cargo.toml"),
-        "[package]\nname = \"p\"\nversion = \"0.1.0\"\n",
-    )
-    .expect("write Cargo.toml");
-    std::fs::write(dir.path().join("crawler.toml"), toml).expect("write crawler.toml");
-    dir
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
