@@ -15,7 +15,7 @@ mod books;
 
 #[allow(dead_code)]
 mod support;
-use support::{BIN, clean, run, text};
+use support::{clean, crawler, project, run, text};
 /// Set for the copy of this test binary that plays a project's runner.
 const CHILD_START: &str = "RUNNER_TEST_START_URL";
 const CHILD_ARGS: &str = "RUNNER_TEST_ARGS";
@@ -139,24 +139,6 @@ async fn bad_feeds_in_dash_o_stop_the_crawl_before_its_first_request() {
     );
     assert!(lab.recorder().requests().is_empty(), "nothing was fetched");
     lab.shutdown().await;
-}
-
-/// A directory that looks like a project: Cargo.toml and crawler.toml.
-fn project(toml: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("temp dir");
-    std::fs::write(
-        dir.path().join("Cargo.toml"),
-        "[package]\nname = \"p\"\nversion = \"0.1.0\"\n",
-    )
-    .expect("write Cargo.toml");
-    std::fs::write(dir.path().join("crawler.toml"), toml).expect("write crawler.toml");
-    dir
-}
-
-fn crawler(dir: &Path, args: &[&str]) -> Command {
-    let mut cmd = clean(Command::new(BIN), dir);
-    cmd.args(args);
-    cmd
 }
 
 #[tokio::test]
