@@ -160,6 +160,16 @@ impl SendLog {
         Some(n as f64 * 1_000.0 / span)
     }
 
+    /// The gap (ms) from the send logged just before `at` to `at`, if one is logged.
+    pub fn gap_before(&self, at: f64) -> Option<f64> {
+        self.entries
+            .iter()
+            .rev()
+            .map(|(t, _)| *t)
+            .find(|t| *t < at)
+            .map(|t| at - t)
+    }
+
     /// Accepted sends logged in `(from, to)`.
     pub fn accepted_between(&self, from: f64, to: f64) -> usize {
         self.entries

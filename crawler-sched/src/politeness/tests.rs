@@ -40,14 +40,16 @@ fn table(cells: &[sim::Cell], minutes: f64) -> Vec<(String, f64, Outcome)> {
 /// (the last half) of at least 90% of the allowed rate. At 1 r/s a ten-minute crawl is
 /// ~550 pages, so the two to six learning episodes are more than 3 per 1,000 (see
 /// BENCHMARKS.md, "The refusal goal at 1 r/s"); there every run reaches 85%, and 86 of
-/// the 90 runs reach 90% today.
+/// the 90 runs reach 90% today. The exception is a bucket with no burst: the refused gap
+/// tells its rate, so at 1 r/s its runs meet the whole goal too (one refusal).
 #[test]
 fn matrix_of_limiters_reaches_ninety_percent_with_few_refusals() {
     let rows = table(&sim::seeded(sim::matrix(), &SEEDS), 10.0);
     let mut failed = Vec::new();
     let mut at_ninety = 0;
     for (name, allowed, o) in &rows {
-        let (refusals_ok, rate_ok) = if *allowed >= 3.0 {
+        let whole_goal = *allowed >= 3.0 || name.starts_with("nginx b0 ");
+        let (refusals_ok, rate_ok) = if whole_goal {
             (o.refusals_per_1000() <= 3.0, o.steady >= 0.9 * allowed)
         } else {
             (o.refused <= 6, o.steady >= 0.85 * allowed)

@@ -60,6 +60,28 @@ impl HostMachine {
             // full, a bucket still empty). The backoff grows and the estimate stays; the
             // rate is halved, blindly but once per hold, so that an unknown host is not
             // met again at the pace that was refused.
+            //
+            // At the very start (no hold yet, nothing learned) a refusal of a request sent
+            // at the pace says one thing: the limiter would not take that pace. Behind a
+            // bucket with no burst it is the limit to within the arrival jitter, so it
+            // becomes the ceiling and the discovery that follows stops under it, instead
+            // of doubling past a pace already refused. Two sends closer than the pace (a
+            // fleet's workers, robots.txt and the first page) say nothing about it.
+            let pace = self
+                .state
+                .log
+                .gap_before(sent_at)
+                .filter(|gap| *gap * sent_rate >= 900.0)
+                .map(|gap| (1_000.0 / gap).min(sent_rate));
+            if let Some(pace) = pace
+                && self.state.holds == 0
+                && self.state.ceiling.is_none()
+            {
+                self.state.ceiling = Some(pace);
+                if self.state.phase == Phase::Discover {
+                    self.state.phase = Phase::Settled;
+                }
+            }
             let rate = self.state.rate * t.cut;
             self.set_rate(rate, trigger, now);
             return;
