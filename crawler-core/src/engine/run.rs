@@ -242,6 +242,10 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
     /// Start a worker on each request the scheduler says may go now, up to the concurrency
     /// limit. Returns when the next one will be ready, if the scheduler said so.
     fn start_workers(&mut self) -> Option<Instant> {
+        // Answers that arrived while the loop was busy elsewhere go first: an answer can
+        // move its host's next slot (a hold, or a send that left late), and a request
+        // handed out before it is read would go at the old time.
+        self.take_early_reports(Instant::now());
         while self.tasks.len() < self.settings.concurrency {
             match self.scheduler.next(Instant::now()) {
                 Next::Ready(lease, req) => {

@@ -42,14 +42,20 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
         self.check_limits();
     }
 
-    /// Settle what the worker holding `lease` reported.
-    fn settle(&mut self, lease: Lease, mut done: Completion, now: Instant) {
-        // The worker's early report may still sit in the channel.
+    /// Hand the scheduler every early report (a worker's feedback, sent before it parses)
+    /// still in the channel.
+    pub(super) fn take_early_reports(&mut self, now: Instant) {
         while let Ok((early, fb)) = self.feedback_rx.try_recv() {
             if self.reported.insert(early) {
                 self.scheduler.complete(early, &fb, now);
             }
         }
+    }
+
+    /// Settle what the worker holding `lease` reported.
+    fn settle(&mut self, lease: Lease, mut done: Completion, now: Instant) {
+        // The worker's early report may still sit in the channel.
+        self.take_early_reports(now);
         if !self.reported.remove(&lease) {
             self.scheduler.complete(lease, &done.feedback, now);
         }

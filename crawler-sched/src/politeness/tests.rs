@@ -355,3 +355,42 @@ fn a_pinned_bucket_rate_holds_the_pace_and_caps_the_probes() {
         assert!(o.steady >= 0.86 * 3.0, "{}: {:.2}", cell.name, o.steady);
     }
 }
+
+/// A send that leaves late (booked, then written tens of milliseconds later by a process
+/// starved of CPU) does not shorten the gap to the next send: the next slot moves to one
+/// interval after the actual departure, which its answer dates. A send on time, or late by
+/// the ordinary dispatch delay, moves nothing.
+#[test]
+fn a_late_send_pushes_the_next_slot_back() {
+    use super::HostMachine;
+    use crawler_core::Feedback;
+    use std::time::Duration;
+
+    let answer = |latency_ms: u64| Feedback {
+        sent: true,
+        status: Some(200),
+        latency: Duration::from_millis(latency_ms),
+        ..Default::default()
+    };
+    let mut params = defaults();
+    params.start_rate = 3.0;
+    let interval = 1_000.0 / 3.0;
+    // On time: booked at 0, left at 0, answered at 20.
+    let mut m = HostMachine::new(params.clone(), 0.0);
+    m.on_send(0.0);
+    let _ = m.on_feedback(&answer(20), 20.0);
+    let on_time = m.ready_at();
+    assert!(on_time <= interval + 1e-6, "{on_time}");
+    // One millisecond late: the ordinary dispatch delay, the slot stays.
+    let mut m = HostMachine::new(params.clone(), 0.0);
+    m.on_send(0.0);
+    let _ = m.on_feedback(&answer(20), 21.0);
+    assert!((m.ready_at() - on_time).abs() < 1e-6, "{}", m.ready_at());
+    // Booked at 0, left at 100 (answered at 120 after 20 ms): the next send waits for a
+    // whole interval after 100, as the server counts it.
+    let mut m = HostMachine::new(params, 0.0);
+    m.on_send(0.0);
+    let _ = m.on_feedback(&answer(20), 120.0);
+    let next = m.ready_at();
+    assert!(next >= 100.0 + m.rate().recip() * 1_000.0 - 2.5, "{next}");
+}

@@ -90,6 +90,11 @@ pub struct Tuning {
     pub forbidden_slow_after: u32,
     /// Consecutive 403s after which the host is skipped for the run (a hard block).
     pub forbidden_skip_after: u32,
+    /// How late (ms) a send may leave after its booked slot before the next slot moves
+    /// with it: the ordinary delay between booking a slot and writing the request. A send
+    /// later than this (a process starved of CPU) pushes the next one back, so that the
+    /// gap between the two as the server sees them is not shortened.
+    pub late_send_ms: f64,
     /// Sends remembered for the limit estimate (bounded memory per host).
     pub log_capacity: usize,
     /// Sends older than this are forgotten by the limit estimate (ms).
@@ -131,6 +136,7 @@ impl Default for Tuning {
             backoff_jitter: 0.25,
             forbidden_slow_after: 5,
             forbidden_skip_after: 20,
+            late_send_ms: 2.0,
             log_capacity: 4096,
             log_horizon_ms: 600_000.0,
             audit_min_step: 0.05,

@@ -22,6 +22,7 @@ impl HostMachine {
             return Verdict::Continue;
         }
         let sent_at = now - ms(fb.latency);
+        self.left_at(sent_at);
         if let Some(cd) = fb.crawl_delay {
             let cd = ms(cd);
             if cd > self.state.crawl_delay_ms {

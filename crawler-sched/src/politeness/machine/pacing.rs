@@ -45,6 +45,25 @@ impl HostMachine {
         self.state.tat = self.state.tat.max(now) + gap;
     }
 
+    /// A request booked earlier actually left at `sent_at` (its answer says when). A send
+    /// that left late (the process starved of CPU between booking the slot and writing the
+    /// request) must not shorten the gap to the next one, booked on time: behind a bucket
+    /// with no burst that shorter gap is refused. So the next slot is at least one interval
+    /// after the actual departure. The answer to a paced host's request usually arrives
+    /// before the next slot, so this catches the late send in time; lateness within
+    /// [`Tuning::late_send_ms`](crate::politeness::Tuning::late_send_ms) (the ordinary
+    /// dispatch delay) moves nothing, so the pace does not drift down on every send.
+    pub(super) fn left_at(&mut self, sent_at: Millis) {
+        let gap = match self.state.last_gap {
+            g if g > 0.0 => g.min(self.interval()),
+            _ => self.interval(),
+        };
+        let floor = sent_at + gap - self.params.tuning.late_send_ms;
+        if floor > self.state.tat {
+            self.state.tat = floor;
+        }
+    }
+
     /// The gap booked for one send: the interval, randomised in fixed mode (0.5x to 1.5x,
     /// never below the Crawl-delay floor).
     fn gap(&mut self) -> f64 {
