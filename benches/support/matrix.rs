@@ -448,7 +448,10 @@ pub async fn run_lab_fleet(cell: Cell, secs: f64, fleet: Option<Fleet>) -> Outco
             ));
         }
         let path = std::path::Path::new(&dir).join(format!("{}{suffix}.csv", cell.name));
-        if let Err(e) = std::fs::write(&path, csv) {
+        // Made here rather than asked for: a ten-minute run that finds no directory at the
+        // end has nothing to show for it.
+        let written = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, csv));
+        if let Err(e) = written {
             eprintln!("could not write {}: {e}", path.display());
         }
     }

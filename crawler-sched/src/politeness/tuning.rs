@@ -61,6 +61,11 @@ pub struct Tuning {
     /// bucket leaves a wider range (or, after a few episodes, no bucket at all); probing
     /// above a pinned rate would only drain the burst and cost a hold.
     pub pinned_fit: f64,
+    /// Only a refusal episode at least this long (ms from the end of the last hold) pins a
+    /// rate: a real bucket's pinning episode is the probe that drains its burst slowly,
+    /// minutes long, while short episodes behind a window limiter can fit a narrow bucket
+    /// under the window's rate.
+    pub pin_episode_ms: f64,
     /// When the lowest refused rate is more than this fraction above the estimate, the
     /// estimate may be low (a window limiter seen as a slow bucket), and probes come sooner.
     pub fast_probe_room: f64,
@@ -123,6 +128,7 @@ impl Default for Tuning {
             probe_step: 0.03,
             probe_under_ceiling: 0.99,
             pinned_fit: 1.01,
+            pin_episode_ms: 60_000.0,
             fast_probe_room: 0.08,
             fast_probe_calm_ms: 60_000.0,
             fast_probe_step: 0.05,

@@ -93,8 +93,19 @@ impl HostMachine {
             t.fit_jitter_ms,
         );
         // A fit narrow enough pins the rate for the probes to come; no bucket at all means
-        // the limiter is of another kind and nothing is pinned.
-        self.state.pinned = fit.filter(|f| f.hi <= t.pinned_fit * f.top).map(|f| f.hi);
+        // the limiter is of another kind and nothing is pinned. Only a long episode (the
+        // burst drained slowly, just above the rate) pins: a couple of short episodes
+        // behind a window limiter can leave a narrow fit too, under the window's rate, and
+        // a pin there would stop every probe for good (a four-worker fleet behind HAProxy
+        // at 3 r/s stayed at 83%). After a short episode a pin already made stays (moved
+        // to the new fit when it is still narrow).
+        let pinned_now = fit.filter(|f| f.hi <= t.pinned_fit * f.top).map(|f| f.hi);
+        let long = sent_at - self.state.active_since >= t.pin_episode_ms;
+        self.state.pinned = match fit {
+            None => None,
+            Some(_) if long => pinned_now,
+            Some(_) => self.state.pinned.map(|p| pinned_now.unwrap_or(p)),
+        };
         if self.state.phase == Phase::Probe
             && let Some(safe) = self.state.safe_rate
         {
