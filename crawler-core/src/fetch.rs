@@ -123,6 +123,10 @@ pub struct Feedback {
     pub status: Option<u16>,
     /// Time from sending to the end of the body.
     pub latency: Duration,
+    /// When the request left (the downloader's clock just before it sent it), if known.
+    /// The slot dates the send with it; without it, as the time the answer is read less
+    /// `latency`, which is late by however long the engine took to read the answer.
+    pub sent_at: Option<Instant>,
     /// The failure class, if the request failed.
     pub failure: Option<FailureKind>,
     /// A Retry-After the server asked for (on any status), already converted to a wait

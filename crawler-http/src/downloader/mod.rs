@@ -297,6 +297,7 @@ impl Downloader for HttpDownloader {
             .unwrap_or(self.max_body);
         feedback.sent = true;
         let started = Instant::now();
+        feedback.sent_at = Some(started);
         // One deadline for the whole exchange, body included: an idle timeout alone would let
         // a server that trickles a byte a second hold a worker forever.
         let result = match tokio::time::timeout(self.timeout, self.send(sent_req, max_body)).await {

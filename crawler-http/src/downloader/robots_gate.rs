@@ -55,6 +55,7 @@ impl HttpDownloader {
         feedback.sent = fetched;
         if fetched {
             feedback.latency = started.elapsed();
+            feedback.sent_at = Some(started);
             feedback.status = rules.http_status();
         }
         feedback.crawl_delay = rules.crawl_delay();

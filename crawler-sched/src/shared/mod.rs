@@ -32,7 +32,7 @@
 use crawler_core::Feedback;
 
 use crate::error::Error;
-use crate::politeness::{HostMachine, HostState, Params};
+use crate::politeness::{HostMachine, HostState, Params, Verdict};
 
 mod fleet;
 mod throttle;
@@ -103,4 +103,27 @@ pub fn lease_ahead(machine: &HostMachine, max_ms: f64) -> f64 {
         return 0.0;
     }
     max_ms.min(AHEAD_SHARE * 1_000.0 / rate)
+}
+
+/// Apply to `machine` an outcome read at fleet time `at`, dating its send by the
+/// downloader's own reading when it has one (brought to the fleet's clock through
+/// `fleet_now`, the fleet time of this moment), else as `at` less the latency. Read late (a
+/// busy worker, or a routine outcome folded into a later commit), `at` less the latency
+/// would date the send late, and the machine would push the host's next slot back for it.
+pub fn apply_feedback(
+    machine: &mut HostMachine,
+    feedback: &Feedback,
+    at: f64,
+    fleet_now: f64,
+) -> Verdict {
+    match feedback.sent_at {
+        Some(sent) => {
+            let ago = tokio::time::Instant::now()
+                .saturating_duration_since(sent)
+                .as_secs_f64()
+                * 1_000.0;
+            machine.on_feedback_sent(feedback, fleet_now - ago, at)
+        }
+        None => machine.on_feedback(feedback, at),
+    }
 }

@@ -100,7 +100,7 @@ impl Throttle for SharedThrottle {
         if routine(feedback) {
             let (mut m, _) = self.machine();
             let at = self.budget.now_ms();
-            let verdict = m.on_feedback(feedback, at);
+            let verdict = super::apply_feedback(&mut m, feedback, at, at);
             if verdict == Verdict::Continue {
                 self.budget.defer(&self.host, feedback, at);
                 return verdict;
@@ -109,7 +109,8 @@ impl Throttle for SharedThrottle {
         let mut verdict = Verdict::Continue;
         for _ in 0..COMMIT_TRIES {
             let (mut m, version) = self.machine();
-            verdict = m.on_feedback(feedback, self.budget.now_ms());
+            let at = self.budget.now_ms();
+            verdict = super::apply_feedback(&mut m, feedback, at, at);
             let skip = match &verdict {
                 Verdict::Skip(why) => Some(why.as_str()),
                 Verdict::Continue => None,

@@ -212,7 +212,13 @@ impl Throttle for Politeness {
 
     fn on_feedback(&mut self, feedback: &Feedback, now: Instant) -> Verdict {
         let at = self.at(now);
-        let verdict = self.machine.on_feedback(feedback, at);
+        // The downloader's own reading of when the request left: `now - latency` would be
+        // late by however long the engine took to read the answer, and a send dated late
+        // pushes the host's next slot back (see `HostMachine::on_feedback_sent`).
+        let verdict = match feedback.sent_at {
+            Some(sent) => self.machine.on_feedback_sent(feedback, self.at(sent), at),
+            None => self.machine.on_feedback(feedback, at),
+        };
         self.drain_audit();
         verdict
     }

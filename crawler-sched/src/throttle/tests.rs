@@ -443,3 +443,38 @@ async fn the_calm_period_and_probing_state_survive_a_resume() {
     );
     assert!((back.rate() - t.rate()).abs() < 1e-9);
 }
+
+/// An answer read late (the engine busy when it arrived) does not make its send look late:
+/// the downloader's own reading of the departure dates it, and the next slot stays where it
+/// was booked. Without that reading the send is dated as "read less latency", and a send
+/// that looks late pushes the next slot back.
+#[tokio::test(start_paused = true)]
+async fn an_answer_read_late_is_dated_by_the_downloader() {
+    /// One send at 2 r/s answered 20 ms later and read 200 ms after that: when the send
+    /// started, the slot it booked for the next one, and the next slot after the answer.
+    async fn read_late(dated: bool) -> (Instant, Instant, Instant) {
+        let mut t = throttle(&Settings {
+            start_rate: 2.0,
+            ..settings()
+        });
+        let start = Instant::now();
+        t.on_send(start);
+        let slot = t.ready_at();
+        tokio::time::sleep(Duration::from_millis(220)).await;
+        let fb = Feedback {
+            sent_at: dated.then_some(start),
+            ..ok(20)
+        };
+        let _ = t.on_feedback(&fb, Instant::now());
+        (start, slot, t.ready_at())
+    }
+    let (start, slot, next) = read_late(true).await;
+    assert!(next <= slot, "{:?} after {:?}", next - start, slot - start);
+    let (start, slot, next) = read_late(false).await;
+    assert!(
+        next >= slot + Duration::from_millis(150),
+        "without the downloader's reading: {:?} (booked {:?})",
+        next - start,
+        slot - start
+    );
+}

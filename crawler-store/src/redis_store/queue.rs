@@ -67,7 +67,7 @@ impl QueueStore for RedisStore {
                     let now = inner.now_ms();
                     // Routine outcomes waiting for this host ride with the lease.
                     for (fb, at) in inner.deferred.get(host).into_iter().flatten() {
-                        let _ = m.on_feedback(fb, *at);
+                        let _ = crawler_sched::apply_feedback(&mut m, fb, *at, now);
                     }
                     audit = m.take_audit();
                     let claim = m.ready_at();

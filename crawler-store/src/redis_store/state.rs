@@ -72,8 +72,9 @@ impl Inner {
             };
             let folded = self.deferred.remove(&host).unwrap_or_default();
             let (mut m, expected) = self.machine(&host, &params);
+            let now = self.now_ms();
             for (fb, at) in &folded {
-                let _ = m.on_feedback(fb, *at);
+                let _ = crawler_sched::apply_feedback(&mut m, fb, *at, now);
             }
             // Routine outcomes change little (discovery growth), but every change is logged
             // with its trigger, here as on a local crawl.

@@ -14,6 +14,13 @@ use crate::politeness::params::{Millis, Mode, ms};
 impl HostMachine {
     /// A request ended at `now`: learn from it. `fb.latency` dates the send.
     pub fn on_feedback(&mut self, fb: &Feedback, now: Millis) -> Verdict {
+        self.on_feedback_sent(fb, now - ms(fb.latency), now)
+    }
+
+    /// A request sent at `sent_at` ended at `now` (when the caller knows the departure
+    /// better than `now - latency`: the answer may be read a while after it arrived).
+    pub fn on_feedback_sent(&mut self, fb: &Feedback, sent_at: Millis, now: Millis) -> Verdict {
+        let sent_at = sent_at.min(now);
         self.state.in_flight = self.state.in_flight.saturating_sub(1);
         if !fb.sent {
             // Nothing reached the host (a robots refusal from cache): give the slot back.
@@ -21,7 +28,6 @@ impl HostMachine {
             self.state.last_gap = 0.0;
             return Verdict::Continue;
         }
-        let sent_at = now - ms(fb.latency);
         self.left_at(sent_at);
         if let Some(cd) = fb.crawl_delay {
             let cd = ms(cd);
