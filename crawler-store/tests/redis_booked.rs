@@ -13,7 +13,7 @@ use std::time::Duration;
 use crawler_core::{Feedback, Next, Request, Scheduler, Settings, ThrottleMode};
 use crawler_sched::politeness::Params;
 use crawler_sched::{
-    Entry, Fleet, FleetFrontier, Frontier, FrontierConfig, QueueStore, SharedThrottle,
+    Entry, Fleet, FleetFrontier, Frontier, FrontierConfig, Missed, QueueStore, SharedThrottle,
 };
 use crawler_store::{RedisOptions, RedisStore};
 use tokio::time::Instant;
@@ -187,11 +187,16 @@ fn a_fleets_sends_leave_at_their_booked_times_whatever_the_reply_delays() {
     );
 }
 
-/// The fleet view of a store, noting the booked send time of every lease it is asked about.
+/// The fleet view of a store, noting the booked send time of every lease it is asked about,
+/// and every new slot booked for a held request that missed its own.
 struct Noting {
     inner: Box<dyn Fleet>,
     booked: Booked,
+    rebooked: Rebooked,
 }
+
+/// (missed slot, new slot), fleet ms.
+type Rebooked = Arc<Mutex<Vec<(f64, f64)>>>;
 
 /// Booked send times by lease, as a worker's frontier learnt them.
 type Booked = Arc<Mutex<std::collections::HashMap<u64, f64>>>;
@@ -211,19 +216,32 @@ impl Fleet for Noting {
     fn still_clear(&self, host: &str, at: f64) -> bool {
         self.inner.still_clear(host, at)
     }
-}
-
-/// A worker over its own store with slow lease replies.
-fn worker_of(store: RedisStore, draw: u64) -> FleetFrontier<SlowReplies> {
-    noting_worker_of(store, draw, Booked::default())
+    fn missed(&self, host: &str, at: f64) -> Missed {
+        let missed = self.inner.missed(host, at);
+        if let Missed::Rebooked(slot) = missed {
+            self.rebooked.lock().unwrap().push((at, slot));
+        }
+        missed
+    }
 }
 
 /// A worker over its own store with slow lease replies, noting each lease's booked time.
 fn noting_worker_of(store: RedisStore, draw: u64, booked: Booked) -> FleetFrontier<SlowReplies> {
+    rebooking_worker_of(store, draw, booked, Rebooked::default())
+}
+
+/// A worker noting booked times and new slots for missed ones.
+fn rebooking_worker_of(
+    store: RedisStore,
+    draw: u64,
+    booked: Booked,
+    rebooked: Rebooked,
+) -> FleetFrontier<SlowReplies> {
     let budget = store.budget();
     let fleet = Box::new(Noting {
         inner: store.fleet(),
         booked,
+        rebooked,
     });
     let mut config = FrontierConfig::from_settings(&settings(), vec![]);
     config.throttle = Box::new(move |host, _now| {
@@ -242,7 +260,16 @@ fn noting_worker_of(store: RedisStore, draw: u64, booked: Booked) -> FleetFronti
 /// Send one request, then lease the next one ahead of its slot, and return the worker
 /// holding it.
 fn holding(store: RedisStore) -> FleetFrontier<SlowReplies> {
-    let mut f = worker_of(store, 0);
+    holding_noted(store, Booked::default(), Rebooked::default())
+}
+
+/// [`holding`], noting booked times and new slots.
+fn holding_noted(
+    store: RedisStore,
+    booked: Booked,
+    rebooked: Rebooked,
+) -> FleetFrontier<SlowReplies> {
+    let mut f = rebooking_worker_of(store, 0, booked, rebooked);
     let now = Instant::now();
     for n in 0..3 {
         f.enqueue(request(n), now);
@@ -309,4 +336,98 @@ fn a_hold_placed_after_the_lease_keeps_the_held_request_back() {
     }
     assert_eq!(f.held(), 0);
     assert_eq!(f.queued(), 2, "the held request is queued again");
+}
+
+/// A worker starved of CPU past the slot of the request it holds (here it simply does not
+/// call for 600 ms) does not send it late, next to the send booked after it: the request
+/// takes a new slot, at least the look-ahead after the moment it was found late, and
+/// leaves at it. Sent late, it would have followed the previous send, or preceded the next
+/// one booked on time, closer than the interval.
+#[test]
+fn a_held_request_that_missed_its_slot_takes_a_new_one() {
+    let redis = Redis::start();
+    let job = "booked-missed";
+    let ahead = Duration::from_millis(150);
+    let booked = Booked::default();
+    let rebooked = Rebooked::default();
+    let mut f = holding_noted(
+        open(&redis, job, ahead),
+        Arc::clone(&booked),
+        Arc::clone(&rebooked),
+    );
+    let clock = open(&redis, job, ahead).budget();
+    let missed = *booked
+        .lock()
+        .unwrap()
+        .values()
+        .max_by(|a, b| a.total_cmp(b))
+        .unwrap();
+    // The stall: the slot passes by far more than the pace allows (5 ms at a 200 ms gap).
+    std::thread::sleep(Duration::from_millis(600));
+    let found = clock.now_ms();
+    assert!(found - missed > 300.0, "{found} {missed}");
+    let mut out = None;
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until && out.is_none() {
+        match f.next(Instant::now()) {
+            Next::Ready(lease, _) => {
+                out = Some(clock.now_ms());
+                f.complete(lease, &answered(), Instant::now());
+                f.acknowledge(lease);
+            }
+            Next::NotBefore(at) => {
+                std::thread::sleep(at.min(until).saturating_duration_since(Instant::now()));
+            }
+            Next::Empty => break,
+        }
+    }
+    let out = out.expect("the held request is handed out");
+    let rebooked = rebooked.lock().unwrap().clone();
+    assert_eq!(rebooked.len(), 1, "{rebooked:?}");
+    let (was, slot) = rebooked[0];
+    assert!((was - missed).abs() < 1e-6, "{rebooked:?} {missed}");
+    // The look-ahead is half the 200 ms interval here.
+    assert!(
+        slot >= found + 99.0,
+        "new slot {slot}, found late at {found}"
+    );
+    assert!(
+        out >= slot - 1.0,
+        "handed out at {out}, booked again for {slot}"
+    );
+}
+
+/// The same worker, called on time: the held request leaves at its slot, with no new one.
+#[test]
+fn a_held_request_called_on_time_keeps_its_slot() {
+    let redis = Redis::start();
+    let job = "booked-on-time";
+    let ahead = Duration::from_millis(150);
+    let rebooked = Rebooked::default();
+    let mut f = holding_noted(
+        open(&redis, job, ahead),
+        Booked::default(),
+        Arc::clone(&rebooked),
+    );
+    let until = Instant::now() + Duration::from_secs(5);
+    let mut out = false;
+    while Instant::now() < until && !out {
+        match f.next(Instant::now()) {
+            Next::Ready(lease, _) => {
+                out = true;
+                f.complete(lease, &answered(), Instant::now());
+                f.acknowledge(lease);
+            }
+            Next::NotBefore(at) => {
+                std::thread::sleep(at.min(until).saturating_duration_since(Instant::now()));
+            }
+            Next::Empty => break,
+        }
+    }
+    assert!(out, "the held request is handed out");
+    assert!(
+        rebooked.lock().unwrap().is_empty(),
+        "{:?}",
+        rebooked.lock().unwrap()
+    );
 }

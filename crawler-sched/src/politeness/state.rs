@@ -19,6 +19,10 @@ pub struct HostState {
     /// The gap booked by the last send (given back when that send did not happen).
     #[serde(default)]
     pub last_gap: f64,
+    /// No send before this: one gap after the latest departure an answer dated (less the
+    /// ordinary dispatch delay). A slot given back never moves the next one before it.
+    #[serde(default)]
+    pub departure_floor: Millis,
     /// Holds placed and their total length (ms).
     pub holds: u64,
     /// Total time held.
@@ -80,6 +84,24 @@ pub struct HostState {
     /// Where the server's quota window turns, from its RateLimit resets.
     #[serde(default)]
     pub edge: Option<WindowEdge>,
+    /// Requests the server's quota still allows, by its last RateLimit reading, less the
+    /// requests booked and not answered then or since (`None`: no reading yet).
+    #[serde(default)]
+    pub quota_left: Option<i64>,
+    /// The latest instant the window of that reading can turn, as an answer in it will
+    /// announce it: the narrowed edge, plus a second when the resets are whole seconds
+    /// (rounded up by the server, a reset read just before the edge says one second).
+    #[serde(default)]
+    pub quota_turn_by: Option<Millis>,
+    /// The requests booked spend the rest of the quota, and the answer that will say how
+    /// long to wait has not been read: no send before the latest end it can announce.
+    /// The next RateLimit reading replaces it (with its own hold, when nothing remains).
+    /// Without it, a send booked past the window's edge would leave before that answer
+    /// is read and inside the wait it announces: in a fleet, when the worker holding the
+    /// answer is starved of CPU; on a single crawler, when latency is longer than the time
+    /// between the last request of a window and the edge.
+    #[serde(default)]
+    pub spent_until: Option<Millis>,
     /// What was sent and how it was answered.
     pub log: SendLog,
     /// Pseudo-random state for jitter (deterministic, so the machine stays pure).

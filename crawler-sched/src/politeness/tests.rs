@@ -116,13 +116,17 @@ fn audit_of_one_cell() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(7);
+    let minutes: f64 = std::env::var("MINUTES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10.0);
     let params = defaults();
     for c in sim::seeded(
         sim::matrix().into_iter().chain(sim::gateways()).collect(),
         &[seed],
     ) {
         if c.name == format!("{want} #{seed}") {
-            let (o, audit) = sim::run_audited(&c, &params, 600_000.0);
+            let (o, audit) = sim::run_audited(&c, &params, minutes * 60_000.0);
             for a in audit {
                 println!(
                     "{:>9.1}s {:<14} {:?}",
@@ -393,4 +397,116 @@ fn a_late_send_pushes_the_next_slot_back() {
     let _ = m.on_feedback(&answer(20), 120.0);
     let next = m.ready_at();
     assert!(next >= 100.0 + m.rate().recip() * 1_000.0 - 2.5, "{next}");
+}
+
+/// A booked request that is not sent (robots.txt refused it from cache, or a fleet worker
+/// gave it back) returns its slot only when no other booked request could be handed out in
+/// it: with one booked after it, or one answered since, rolling the last gap back would put
+/// the next send on top of that one's (two sends together, refused behind a bucket with no
+/// burst).
+#[test]
+fn a_slot_given_back_is_never_handed_out_twice() {
+    use super::HostMachine;
+    use crawler_core::Feedback;
+    use std::time::Duration;
+
+    let unsent = Feedback {
+        sent: false,
+        ..Default::default()
+    };
+    let answered = Feedback {
+        sent: true,
+        status: Some(200),
+        latency: Duration::from_millis(30),
+        ..Default::default()
+    };
+    let mut params = defaults();
+    params.start_rate = 5.0;
+    // Alone: booked at 0, given back at 1, the next may go at once.
+    let mut m = HostMachine::new(params.clone(), 0.0);
+    m.on_send(0.0);
+    let _ = m.on_feedback(&unsent, 1.0);
+    assert!(m.ready_at() <= 1.0, "{}", m.ready_at());
+    // A booked at 0 and B at 200; A given back at 150: 200 stays B's, the next is at 400.
+    let mut m = HostMachine::new(params.clone(), 0.0);
+    m.on_send(0.0);
+    m.on_send(200.0);
+    let _ = m.on_feedback(&unsent, 150.0);
+    assert!(m.ready_at() >= 400.0 - 1e-6, "{}", m.ready_at());
+    // B sent at 200 and answered at 230, then A given back at 240: nothing before one gap
+    // after B's departure.
+    let mut m = HostMachine::new(params, 0.0);
+    m.on_send(0.0);
+    m.on_send(200.0);
+    let _ = m.on_feedback_sent(&answered, 200.0, 230.0);
+    let _ = m.on_feedback(&unsent, 240.0);
+    assert!(m.ready_at() >= 400.0 - 2.5, "{}", m.ready_at());
+}
+
+/// The request that spends the last of a window's quota is booked and not answered yet
+/// (its answer is slow, or in a fleet the worker holding it is starved of CPU): the next
+/// send waits for that answer, or for the latest end of the wait it can announce, rather
+/// than leave at the narrowed edge and land inside the wait the answer announces (a
+/// whole-second reset read before the edge says one second). Once read, the answer's own
+/// hold replaces the provisional one.
+#[test]
+fn a_quota_spent_by_an_unanswered_request_keeps_the_next_send_back() {
+    use super::HostMachine;
+    use crawler_core::{Feedback, RateLimitReading};
+    use std::time::Duration;
+
+    // A fixed window of 10 requests per 10 s, turning at whole multiples of 10 s; resets
+    // in whole seconds, rounded up. Answers come 10 ms after their send.
+    let reading = |remaining: u64, at: f64| {
+        let edge = (at / 10_000.0).floor() * 10_000.0 + 10_000.0;
+        Feedback {
+            sent: true,
+            status: Some(200),
+            latency: Duration::from_millis(10),
+            rate_limit: Some(RateLimitReading {
+                remaining,
+                reset: Some(Duration::from_secs(((edge - at) / 1_000.0).ceil() as u64)),
+                limit: Some(10),
+                window: None,
+            }),
+            ..Default::default()
+        }
+    };
+    let mut params = defaults();
+    params.start_rate = 1.0;
+    let mut m = HostMachine::new(params, 0.0);
+    let (mut window, mut used, mut t) = (0.0, 0u64, 0.0);
+    // Two windows sent and answered, then the third window's last request left unanswered.
+    loop {
+        t = m.ready_at().max(t);
+        let w = (t / 10_000.0).floor();
+        if w != window {
+            (window, used) = (w, 0);
+        }
+        assert!(used < 10, "sent beyond the quota at {t}");
+        used += 1;
+        m.on_send(t);
+        if w >= 2.0 && used == 10 {
+            break;
+        }
+        let _ = m.on_feedback_sent(&reading(10 - used, t), t, t + 10.0);
+    }
+    let last = t;
+    let edge = (window + 1.0) * 10_000.0;
+    // Answered on arrival, it will announce a wait until `last + ceil(edge - last)`.
+    let announced = last + ((edge - last) / 1_000.0).ceil() * 1_000.0;
+    assert!(
+        m.ready_at() >= announced,
+        "next send at {} inside the wait the answer to {last} announces (until {announced})",
+        m.ready_at()
+    );
+    // The answer arrives: its hold (one second from its reading, plus the margin) replaces
+    // the provisional wait.
+    let _ = m.on_feedback_sent(&reading(0, last), last, last + 10.0);
+    let next = m.ready_at();
+    assert!(
+        next >= last + 1_010.0 && next <= last + 1_050.0,
+        "{next} after an answer at {}",
+        last + 10.0
+    );
 }

@@ -52,6 +52,27 @@ pub trait Fleet: Send + 'static {
     fn still_clear(&self, _host: &str, _at: f64) -> bool {
         true
     }
+
+    /// A request held for the send booked at `at` (fleet ms) is about to go, now. Later
+    /// than the host's pace allows ([`HostMachine::late_limit_ms`](crate::politeness::HostMachine::late_limit_ms)),
+    /// it would follow the send before it, or precede the next one booked on time, closer
+    /// than the interval (the worker was starved of CPU past its slot): the store books it
+    /// a new slot instead ([`HostMachine::rebook`](crate::politeness::HostMachine::rebook)).
+    fn missed(&self, _host: &str, _at: f64) -> Missed {
+        Missed::OnTime
+    }
+}
+
+/// Whether a held request may leave now (see [`Fleet::missed`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Missed {
+    /// Within the lateness its host's pace allows: send it.
+    OnTime,
+    /// Too late: it was booked again for this fleet time (ms).
+    Rebooked(f64),
+    /// Too late, and the store could not book it again (it failed; [`Fleet::take_error`]
+    /// says why): give it back.
+    Unknown,
 }
 
 /// How often an idle worker looks for work queued by others (and for expired leases).
@@ -171,9 +192,29 @@ impl<S: QueueStore> FleetFrontier<S> {
                 }
             }
             // Never before the booked time: that is what keeps the fleet's sends spaced.
+            // Nor long after it: a request the worker could not release on time (starved of
+            // CPU) takes a new slot rather than leave next to another worker's send.
             if h.confirmed && fleet.now_ms() >= h.at {
-                let h = self.held.swap_remove(i);
-                return Some(Next::Ready(h.lease, h.request));
+                match fleet.missed(&h.host, h.at) {
+                    Missed::OnTime => {
+                        let h = self.held.swap_remove(i);
+                        return Some(Next::Ready(h.lease, h.request));
+                    }
+                    Missed::Rebooked(at) => {
+                        tracing::debug!(
+                            host = %h.host,
+                            late_ms = fleet.now_ms() - h.at,
+                            "a held request missed its slot: booked again"
+                        );
+                        h.at = at;
+                        h.confirmed = false;
+                    }
+                    Missed::Unknown => {
+                        let h = self.held.swap_remove(i);
+                        self.give_back(h, now, false);
+                        continue;
+                    }
+                }
             }
             i += 1;
         }

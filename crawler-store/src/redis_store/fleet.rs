@@ -3,7 +3,7 @@
 
 use crawler_core::Feedback;
 use crawler_sched::politeness::{HostState, Params};
-use crawler_sched::{Fleet, FleetStatus, SharedBudget, Versioned};
+use crawler_sched::{Fleet, FleetStatus, Missed, SharedBudget, Versioned};
 
 use super::{Ask, Commit, RedisBudget, RedisFleet, lock};
 
@@ -120,5 +120,46 @@ impl Fleet for RedisFleet {
             .states
             .get(host)
             .is_none_or(|v| v.state.hold_until <= at)
+    }
+
+    /// Judged on the host's state as last heard (the confirming read moments ago); a new
+    /// slot is booked by compare-and-set, carrying the host's routine outcomes waiting here,
+    /// as a lease does.
+    fn missed(&self, host: &str, at: f64) -> Missed {
+        let mut inner = lock(&self.inner);
+        let Some(params) = inner.params_for(host).cloned() else {
+            return Missed::OnTime;
+        };
+        for _ in 0..8 {
+            let (mut m, expected) = inner.machine(host, &params);
+            let now = inner.now_ms();
+            if now - at <= m.late_limit_ms() {
+                return Missed::OnTime;
+            }
+            let folded = inner.deferred.remove(host).unwrap_or_default();
+            for (fb, at) in &folded {
+                let _ = crawler_sched::apply_feedback(&mut m, fb, *at, now);
+            }
+            crawler_sched::log_changes(host, m.take_audit(), &mut Default::default());
+            // Booked as a lease books: never sooner than the look-ahead from now, so the
+            // request leaves on its own timer whatever this round trip's delay.
+            let ahead = crawler_sched::lease_ahead(&m, inner.lease_ahead_ms);
+            let slot = m.rebook(m.ready_at().max(now + ahead));
+            inner.commits.push(Commit {
+                host: host.to_owned(),
+                expected,
+                state: m.state().clone(),
+                skip: String::new(),
+                folded,
+            });
+            if let Err(e) = inner.step(Ask::default()) {
+                inner.keep_error("cannot book a new slot for a late request", e);
+                return Missed::Unknown;
+            }
+            if inner.committed.get(host).copied().unwrap_or(false) {
+                return Missed::Rebooked(slot);
+            }
+        }
+        Missed::Unknown
     }
 }

@@ -24,8 +24,7 @@ impl HostMachine {
         self.state.in_flight = self.state.in_flight.saturating_sub(1);
         if !fb.sent {
             // Nothing reached the host (a robots refusal from cache): give the slot back.
-            self.state.tat = (self.state.tat - self.state.last_gap).max(now);
-            self.state.last_gap = 0.0;
+            self.give_back(now);
             return Verdict::Continue;
         }
         self.left_at(sent_at);
@@ -61,17 +60,32 @@ impl HostMachine {
         if verdict != Verdict::Continue {
             return verdict;
         }
-        if let Some(rl) = fb.rate_limit
-            && let Some(reset) = rl.reset
-        {
-            self.state.edge = Some(WindowEdge::observe(
-                self.state.edge,
-                ms(reset),
-                reset.subsec_nanos() == 0,
-                rl.window.map(ms),
-                sent_at,
-                now,
-            ));
+        if let Some(rl) = fb.rate_limit {
+            let whole = rl.reset.is_some_and(|r| r.subsec_nanos() == 0);
+            if let Some(reset) = rl.reset {
+                self.state.edge = Some(WindowEdge::observe(
+                    self.state.edge,
+                    ms(reset),
+                    whole,
+                    rl.window.map(ms),
+                    sent_at,
+                    now,
+                ));
+            }
+            // What the quota allows beyond the requests already booked, and until when a
+            // spent quota keeps the next send back (see `HostState::spent_until`). Nothing
+            // left: the hold below is the server's own word, and the next window's quota
+            // is unknown until an answer in it says.
+            let left =
+                i64::try_from(rl.remaining).unwrap_or(i64::MAX) - i64::from(self.state.in_flight);
+            self.state.quota_left = (rl.remaining > 0).then_some(left);
+            self.state.quota_turn_by = rl
+                .reset
+                .and(self.state.edge)
+                .map(|e| e.hi + if whole { 1_000.0 } else { 0.0 });
+            self.state.spent_until = (rl.remaining > 0 && left <= 0)
+                .then_some(self.state.quota_turn_by)
+                .flatten();
         }
         if let Some(rl) = fb.rate_limit
             && rl.remaining == 0

@@ -34,12 +34,20 @@ impl HostMachine {
     /// The earliest instant the next request may be sent.
     pub fn ready_at(&self) -> Millis {
         let slack = self.interval() * f64::from(self.burst() - 1);
-        (self.state.tat - slack).max(self.state.hold_until)
+        (self.state.tat - slack)
+            .max(self.state.hold_until)
+            .max(self.state.spent_until.unwrap_or(f64::NEG_INFINITY))
     }
 
     /// A request is being sent at `now`: book its slot.
     pub fn on_send(&mut self, now: Millis) {
         self.state.in_flight = self.state.in_flight.saturating_add(1);
+        if let Some(left) = self.state.quota_left.as_mut() {
+            *left -= 1;
+            if *left <= 0 && self.state.spent_until.is_none() {
+                self.state.spent_until = self.state.quota_turn_by;
+            }
+        }
         let gap = self.gap();
         self.state.last_gap = gap;
         self.state.tat = self.state.tat.max(now) + gap;
@@ -59,9 +67,56 @@ impl HostMachine {
             _ => self.interval(),
         };
         let floor = sent_at + gap - self.params.tuning.late_send_ms;
+        self.state.departure_floor = self.state.departure_floor.max(floor);
         if floor > self.state.tat {
             self.state.tat = floor;
         }
+    }
+
+    /// A booked request that will not be sent (refused by robots.txt from cache, or given
+    /// back by a fleet worker) returns its slot, but only when it is the one booked request
+    /// not yet answered: with another booked after it, the last gap booked is that one's,
+    /// and rolling it back would hand its slot out a second time (two sends together,
+    /// which a limiter without a burst refuses). Never before one gap after the latest
+    /// departure either, which a send booked after it and already answered set.
+    pub(super) fn give_back(&mut self, now: Millis) {
+        if let Some(left) = self.state.quota_left.as_mut() {
+            // Not sent: the quota was not spent.
+            *left += 1;
+            if *left > 0 {
+                self.state.spent_until = None;
+            }
+        }
+        if self.state.in_flight == 0 {
+            let back = (self.state.tat - self.state.last_gap)
+                .max(now)
+                .max(self.state.departure_floor);
+            self.state.tat = self.state.tat.min(back);
+            self.state.last_gap = 0.0;
+        }
+    }
+
+    /// How late (ms) a booked send may still leave. Later, it would shorten the gap to the
+    /// next booked send by more than half the margin the pace keeps under the server's
+    /// limit ([`Tuning::slack`](crate::politeness::Tuning::slack)), and a limiter without
+    /// a burst would refuse that next send; a request held for a slot it has missed by
+    /// more (a worker starved of CPU) takes a new slot instead ([`HostMachine::rebook`]).
+    pub fn late_limit_ms(&self) -> f64 {
+        let t = &self.params.tuning;
+        (self.interval() * (1.0 - t.slack) / 2.0).max(t.late_send_ms)
+    }
+
+    /// Book a new slot, at `at` or the next free one after it, for a request that missed
+    /// the slot it was booked for (it could not leave on time, see
+    /// [`HostMachine::late_limit_ms`]). The missed slot stays spent: nothing was sent in it,
+    /// so the gaps the server sees only widen. The request is in flight already, so the
+    /// count does not change. Returns the new slot.
+    pub fn rebook(&mut self, at: Millis) -> Millis {
+        let slot = self.state.tat.max(at);
+        let gap = self.gap();
+        self.state.last_gap = gap;
+        self.state.tat = slot + gap;
+        slot
     }
 
     /// The gap booked for one send: the interval, randomised in fixed mode (0.5x to 1.5x,
