@@ -431,3 +431,45 @@ fn a_held_request_called_on_time_keeps_its_slot() {
         rebooked.lock().unwrap()
     );
 }
+
+/// A send that left late (the worker was starved between releasing it and writing it)
+/// moves the host's next slot to one interval after its departure, and the worker commits
+/// that at once: another worker booking the next slot knows of it. Folded into the
+/// worker's next commit like a routine answer, it came too late for that booking.
+#[test]
+fn a_late_departure_reaches_the_other_workers_at_once() {
+    let redis = Redis::start();
+    let job = "booked-late-departure";
+    let ahead = Duration::from_millis(50);
+    let mut f = noting_worker_of(open(&redis, job, ahead), 0, Booked::default());
+    let other = open(&redis, job, ahead);
+    let clock = other.budget();
+    f.enqueue(request(0), Instant::now());
+    let until = Instant::now() + Duration::from_secs(5);
+    let lease = loop {
+        assert!(Instant::now() < until, "the request was never handed out");
+        match f.next(Instant::now()) {
+            Next::Ready(lease, _) => break lease,
+            Next::NotBefore(at) => {
+                std::thread::sleep(at.min(until).saturating_duration_since(Instant::now()));
+            }
+            Next::Empty => panic!("a request is queued"),
+        }
+    };
+    // Written 120 ms after it was handed out.
+    std::thread::sleep(Duration::from_millis(120));
+    let departed = clock.now_ms();
+    let late = Feedback {
+        sent_at: Some(Instant::now()),
+        ..answered()
+    };
+    std::thread::sleep(Duration::from_millis(5));
+    f.complete(lease, &late, Instant::now());
+    assert!(other.fleet().still_clear("h.test", f64::INFINITY));
+    let tat = clock.cached("h.test").unwrap().state.tat;
+    assert!(
+        tat >= departed + GAP_MS - 3.0,
+        "the next slot at {tat:.1}, {:.1} ms after a departure at {departed:.1}",
+        tat - departed
+    );
+}

@@ -99,9 +99,13 @@ impl Throttle for SharedThrottle {
     fn on_feedback(&mut self, feedback: &Feedback, _now: Instant) -> Verdict {
         if routine(feedback) {
             let (mut m, _) = self.machine();
+            let booked = m.state().tat;
             let at = self.budget.now_ms();
             let verdict = super::apply_feedback(&mut m, feedback, at, at);
-            if verdict == Verdict::Continue {
+            // A send that left late moves the host's next slot (the spacing the server
+            // sees): every worker must know before it books that slot, not with this
+            // worker's next commit.
+            if verdict == Verdict::Continue && m.state().tat <= booked {
                 self.budget.defer(&self.host, feedback, at);
                 return verdict;
             }
