@@ -510,3 +510,43 @@ fn a_quota_spent_by_an_unanswered_request_keeps_the_next_send_back() {
         last + 10.0
     );
 }
+
+/// A resume moves every instant of a saved state onto the new run's clock: one left behind
+/// would hold a restored host for as long as the last run lasted, or not at all.
+#[test]
+fn a_shift_moves_every_instant_of_the_state() {
+    use super::HostMachine;
+    use crawler_core::{Feedback, RateLimitReading};
+    use std::time::Duration;
+
+    let mut m = HostMachine::new(defaults(), 0.0);
+    m.on_send(0.0);
+    m.on_send(1_000.0);
+    let one_left = Feedback {
+        sent: true,
+        status: Some(200),
+        latency: Duration::from_millis(10),
+        rate_limit: Some(RateLimitReading {
+            remaining: 1,
+            reset: Some(Duration::from_secs(5)),
+            limit: Some(10),
+            window: None,
+        }),
+        ..Default::default()
+    };
+    let _ = m.on_feedback_sent(&one_left, 0.0, 10.0);
+    let before = m.state().clone();
+    assert!(before.spent_until.is_some() && before.quota_turn_by.is_some());
+    m.shift(5_000.0);
+    let after = m.state();
+    let moved = |a: Option<f64>, b: Option<f64>| matches!((a, b), (Some(a), Some(b)) if (b - a - 5_000.0).abs() < 1e-9);
+    assert!(moved(Some(before.tat), Some(after.tat)));
+    assert!(moved(Some(before.hold_until), Some(after.hold_until)));
+    assert!(moved(
+        Some(before.departure_floor),
+        Some(after.departure_floor)
+    ));
+    assert!(moved(before.quota_turn_by, after.quota_turn_by));
+    assert!(moved(before.spent_until, after.spent_until));
+    assert!(moved(before.edge.map(|e| e.hi), after.edge.map(|e| e.hi)));
+}

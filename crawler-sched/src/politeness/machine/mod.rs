@@ -138,6 +138,7 @@ impl HostMachine {
         for t in [
             &mut s.tat,
             &mut s.hold_until,
+            &mut s.departure_floor,
             &mut s.calm_since,
             &mut s.grown_at,
             &mut s.active_since,
@@ -147,7 +148,14 @@ impl HostMachine {
         if let Some(t) = s.last_cut.as_mut() {
             *t += delta;
         }
-        if let Some(t) = s.robots_down_since.as_mut() {
+        for t in [
+            s.robots_down_since.as_mut(),
+            s.quota_turn_by.as_mut(),
+            s.spent_until.as_mut(),
+        ]
+        .into_iter()
+        .flatten()
+        {
             *t += delta;
         }
         if let Some((a, b)) = s.last_episode.as_mut() {
@@ -203,6 +211,7 @@ impl HostMachine {
         let s = &self.state;
         s.in_flight == 0
             && s.hold_until <= now
+            && s.spent_until.is_none_or(|t| t <= now)
             && s.tat <= now
             && s.holds == 0
             && s.phase == Phase::Discover
