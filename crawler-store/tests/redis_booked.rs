@@ -338,6 +338,21 @@ fn a_hold_placed_after_the_lease_keeps_the_held_request_back() {
     assert_eq!(f.queued(), 2, "the held request is queued again");
 }
 
+/// Call the worker, sleeping as it asks, until it hands a request out (within 5 s).
+fn first_hand_out(f: &mut FleetFrontier<SlowReplies>) -> Option<crawler_core::Lease> {
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        match f.next(Instant::now()) {
+            Next::Ready(lease, _) => return Some(lease),
+            Next::NotBefore(at) => {
+                std::thread::sleep(at.min(until).saturating_duration_since(Instant::now()));
+            }
+            Next::Empty => return None,
+        }
+    }
+    None
+}
+
 /// A worker starved of CPU past the slot of the request it holds (here it simply does not
 /// call for 600 ms) does not send it late, next to the send booked after it: the request
 /// takes a new slot, at least the look-ahead after the moment it was found late, and
@@ -366,22 +381,10 @@ fn a_held_request_that_missed_its_slot_takes_a_new_one() {
     std::thread::sleep(Duration::from_millis(600));
     let found = clock.now_ms();
     assert!(found - missed > 300.0, "{found} {missed}");
-    let mut out = None;
-    let until = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < until && out.is_none() {
-        match f.next(Instant::now()) {
-            Next::Ready(lease, _) => {
-                out = Some(clock.now_ms());
-                f.complete(lease, &answered(), Instant::now());
-                f.acknowledge(lease);
-            }
-            Next::NotBefore(at) => {
-                std::thread::sleep(at.min(until).saturating_duration_since(Instant::now()));
-            }
-            Next::Empty => break,
-        }
-    }
-    let out = out.expect("the held request is handed out");
+    let lease = first_hand_out(&mut f).expect("the held request is handed out");
+    let out = clock.now_ms();
+    f.complete(lease, &answered(), Instant::now());
+    f.acknowledge(lease);
     let rebooked = rebooked.lock().unwrap().clone();
     assert_eq!(rebooked.len(), 1, "{rebooked:?}");
     let (was, slot) = rebooked[0];
@@ -409,22 +412,9 @@ fn a_held_request_called_on_time_keeps_its_slot() {
         Booked::default(),
         Arc::clone(&rebooked),
     );
-    let until = Instant::now() + Duration::from_secs(5);
-    let mut out = false;
-    while Instant::now() < until && !out {
-        match f.next(Instant::now()) {
-            Next::Ready(lease, _) => {
-                out = true;
-                f.complete(lease, &answered(), Instant::now());
-                f.acknowledge(lease);
-            }
-            Next::NotBefore(at) => {
-                std::thread::sleep(at.min(until).saturating_duration_since(Instant::now()));
-            }
-            Next::Empty => break,
-        }
-    }
-    assert!(out, "the held request is handed out");
+    let lease = first_hand_out(&mut f).expect("the held request is handed out");
+    f.complete(lease, &answered(), Instant::now());
+    f.acknowledge(lease);
     assert!(
         rebooked.lock().unwrap().is_empty(),
         "{:?}",
@@ -445,17 +435,7 @@ fn a_late_departure_reaches_the_other_workers_at_once() {
     let other = open(&redis, job, ahead);
     let clock = other.budget();
     f.enqueue(request(0), Instant::now());
-    let until = Instant::now() + Duration::from_secs(5);
-    let lease = loop {
-        assert!(Instant::now() < until, "the request was never handed out");
-        match f.next(Instant::now()) {
-            Next::Ready(lease, _) => break lease,
-            Next::NotBefore(at) => {
-                std::thread::sleep(at.min(until).saturating_duration_since(Instant::now()));
-            }
-            Next::Empty => panic!("a request is queued"),
-        }
-    };
+    let lease = first_hand_out(&mut f).expect("the request is handed out");
     // Written 120 ms after it was handed out.
     std::thread::sleep(Duration::from_millis(120));
     let departed = clock.now_ms();
