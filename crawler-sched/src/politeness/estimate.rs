@@ -160,6 +160,19 @@ impl SendLog {
         Some(n as f64 * 1_000.0 / span)
     }
 
+    /// Refusal episodes remembered: runs of refused sends with accepted ones between them.
+    pub fn episodes(&self) -> usize {
+        let mut n = 0;
+        let mut prev = Answer::Accepted;
+        for (_, a) in &self.entries {
+            if *a == Answer::Refused && prev == Answer::Accepted {
+                n += 1;
+            }
+            prev = *a;
+        }
+        n
+    }
+
     /// The gap (ms) from the send logged just before `at` to `at`, if one is logged.
     pub fn gap_before(&self, at: f64) -> Option<f64> {
         self.entries
@@ -340,6 +353,29 @@ mod tests {
             t += 1000.0 / rate;
         }
         (t, (e, last))
+    }
+
+    #[test]
+    fn episodes_are_runs_of_refusals() {
+        let mut log = SendLog::default();
+        assert_eq!(log.episodes(), 0);
+        let answers = [
+            Answer::Refused,
+            Answer::Refused,
+            Answer::Accepted,
+            Answer::Accepted,
+            Answer::Refused,
+            Answer::Accepted,
+            Answer::Refused,
+            Answer::Refused,
+        ];
+        for (i, a) in answers.into_iter().enumerate() {
+            log.record(i as f64 * 100.0, a, 100, f64::INFINITY);
+        }
+        assert_eq!(log.episodes(), 3);
+        // Forgetting the oldest sends forgets their episode.
+        log.record(2_000.0, Answer::Accepted, 6, f64::INFINITY);
+        assert_eq!(log.episodes(), 2);
     }
 
     #[test]

@@ -49,6 +49,11 @@ pub struct HostState {
     /// Whether the estimate comes from a narrow fit (then the rate settles under it and
     /// probes rarely) or is a guess (then the rate climbs towards the ceiling).
     pub confident: bool,
+    /// Whether the estimate is a narrow fit that explains several refusal episodes (see
+    /// [`Tuning::verified_episodes`](super::Tuning::verified_episodes)): a bucket's rate,
+    /// probed rarely, never fast.
+    #[serde(default)]
+    pub verified: bool,
     /// The fastest refill rate of a token-bucket fit narrow enough to pin the server's
     /// rate (see [`Tuning::pinned_fit`](super::Tuning::pinned_fit)): probes stay under it.
     /// Cleared when a later refusal leaves no bucket that explains the log.

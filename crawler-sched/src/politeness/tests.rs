@@ -316,11 +316,14 @@ fn an_early_refusal_does_not_cap_the_rate() {
 }
 
 /// Behind a token bucket with a large burst, a probe above the limit is refused only once
-/// the burst has drained, minutes later. The episodes before and during it pin the bucket's
-/// rate to a fraction of a percent: from then on the rate stays just under it (the burst
-/// absorbs jitter, so 1% under, not 5%) and no probe goes above it again, on every draw.
+/// the burst has drained, minutes later, and its hold then falls where it costs most. The
+/// third episode's narrow fit explains every refusal of the log, which no window limiter's
+/// does: the bucket is verified, its rate trusted (1% under it: the burst absorbs jitter),
+/// and the room its burst left under the refused rates calls for no fast probe. Before
+/// verification the fast probe above it was refused at 292 s, its hold in the measured
+/// half (92% on virtual time, 89.7% in the lab).
 #[test]
-fn a_pinned_bucket_rate_holds_the_pace_and_caps_the_probes() {
+fn a_verified_bucket_rate_is_not_probed_fast() {
     let params = defaults();
     let cells = sim::seeded(
         sim::matrix()
@@ -332,31 +335,37 @@ fn a_pinned_bucket_rate_holds_the_pace_and_caps_the_probes() {
     assert_eq!(cells.len(), 3);
     for cell in cells {
         let (o, audit) = sim::run_audited(&cell, &params, 600_000.0);
-        let pinned = audit
+        let fitted = audit
             .iter()
             .position(|a| {
                 matches!(a.trigger, super::Trigger::Status429)
-                    && matches!(a.what, super::What::Estimate { rate } if (rate - 3.0).abs() < 0.015)
+                    && matches!(a.what, super::What::Estimate { rate } if (rate - 3.0).abs() < 0.03)
             })
-            .unwrap_or_else(|| panic!("{}: no refusal pinned the rate: {audit:?}", cell.name));
-        for a in &audit[pinned..] {
+            .unwrap_or_else(|| panic!("{}: no refusal fitted the rate: {audit:?}", cell.name));
+        // Only the rare probe goes above it, after a whole calm period.
+        let fit_at = audit[fitted].at;
+        for a in &audit[fitted..] {
             if let super::What::Rate { new, .. } = a.what {
                 assert!(
-                    new <= 3.0,
-                    "{}: {new:.3}/s after the rate was pinned ({:?})",
+                    new <= 3.0 || a.at - fit_at >= params.tuning.probe_calm_ms,
+                    "{}: {new:.3}/s after the bucket was verified ({:?} at {:.0} s)",
                     cell.name,
-                    a.trigger
+                    a.trigger,
+                    a.at / 1e3
                 );
             }
         }
-        let after = audit[pinned..]
+        let after = audit[fitted..]
             .iter()
             .filter(|a| matches!(a.what, super::What::Hold { .. }))
             .count();
-        assert!(after <= 1, "{}: {after} holds after pinning", cell.name);
-        // The probe that pins the rate may fall into the measured second half; before the
-        // pin (probes above the limit again and again) this cell settled at 84%.
-        assert!(o.steady >= 0.86 * 3.0, "{}: {:.2}", cell.name, o.steady);
+        assert_eq!(
+            after, 1,
+            "{}: holds after the fit (its own only)",
+            cell.name
+        );
+        assert_eq!(o.refused, 3, "{}", cell.name);
+        assert!(o.steady >= 0.97 * 3.0, "{}: {:.2}", cell.name, o.steady);
     }
 }
 

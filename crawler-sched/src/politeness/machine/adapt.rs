@@ -112,10 +112,13 @@ impl HostMachine {
                     // estimate may be low (a window limiter seen as a slow bucket): probe
                     // sooner and in bigger steps, never past the refused rate. Without room,
                     // probes are rare and small.
-                    let room = self
-                        .state
-                        .ceiling
-                        .is_some_and(|c| c > est * (1.0 + tuning.fast_probe_room));
+                    // A verified bucket's room is its burst, drained at a high rate: no
+                    // sign that the estimate is low.
+                    let room = !self.state.verified
+                        && self
+                            .state
+                            .ceiling
+                            .is_some_and(|c| c > est * (1.0 + tuning.fast_probe_room));
                     let (calm, step) = if self.state.confident && room {
                         (tuning.fast_probe_calm_ms, tuning.fast_probe_step)
                     } else {

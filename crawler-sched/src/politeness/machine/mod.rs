@@ -80,6 +80,7 @@ impl HostMachine {
                 ceiling: None,
                 pinned: None,
                 confident: false,
+                verified: false,
                 declared: None,
                 climb_refusals: 0,
                 safe_rate: None,

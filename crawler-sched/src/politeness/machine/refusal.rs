@@ -116,10 +116,13 @@ impl HostMachine {
             self.state.phase = Phase::Settled;
             let mut est = safe / t.slack;
             let mut slack = t.slack;
-            if let Some(f) = fit.filter(|f| f.hi <= t.narrow_fit * f.top) {
+            let narrow = fit.filter(|f| f.hi <= t.narrow_fit * f.top);
+            if let Some(f) = narrow {
                 est = est.min(f.top);
                 slack = fit_slack(&f, &t);
             }
+            self.state.verified =
+                narrow.is_some() && self.state.log.episodes() >= t.verified_episodes;
             self.set_estimate(est, trigger, now);
             // Back to the rate that held, unless the fit now puts the limit under it (then
             // a margin under the fitted rate).
@@ -159,6 +162,7 @@ impl HostMachine {
         };
         tracing::debug!(?refill, ?witness, est, "refusal: the estimate");
         self.state.confident = narrow.is_some() || witness.is_some();
+        self.state.verified = narrow.is_some() && self.state.log.episodes() >= t.verified_episodes;
         self.state.climb_refusals = if self.state.confident {
             0
         } else {
