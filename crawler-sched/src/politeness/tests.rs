@@ -35,34 +35,30 @@ fn table(cells: &[sim::Cell], minutes: f64) -> Vec<(String, f64, Outcome)> {
 
 /// The politeness goal on virtual time: ten-minute crawls behind every limiter kind, rate
 /// and Retry-After choice, with default settings, each with three draws of transit and
-/// latency. No request ever lands inside an announced wait, in any cell. At 3 and 5 r/s
-/// every run meets the whole goal: at most 3 refusals per 1,000 pages and a steady rate
-/// (the last half) of at least 90% of the allowed rate. At 1 r/s a ten-minute crawl is
-/// ~550 pages, so the two to six learning episodes are more than 3 per 1,000 (see
-/// BENCHMARKS.md, "The refusal goal at 1 r/s"); there every run reaches 85%, and 86 of
-/// the 90 runs reach 90% today. The exception is a bucket with no burst: the refused gap
-/// tells its rate, so at 1 r/s its runs meet the whole goal too (one refusal).
+/// latency. No request ever lands inside an announced wait, in any cell, and every run
+/// reaches a steady rate (the last half) of at least 90% of the allowed rate. At 3 and 5
+/// r/s every run meets the whole goal: at most 3 refusals per 1,000 pages too. At 1 r/s a
+/// ten-minute crawl is ~550 pages, so the two to five learning episodes are more than 3 per
+/// 1,000 (see BENCHMARKS.md, "The refusal goal at 1 r/s"); there they are at most six. The
+/// exception is a bucket with no burst: the refused gap tells its rate, so at 1 r/s its
+/// runs meet the whole goal too (one refusal).
 #[test]
 fn matrix_of_limiters_reaches_ninety_percent_with_few_refusals() {
     let rows = table(&sim::seeded(sim::matrix(), &SEEDS), 10.0);
     let mut failed = Vec::new();
-    let mut at_ninety = 0;
     for (name, allowed, o) in &rows {
         let whole_goal = *allowed >= 3.0 || name.starts_with("nginx b0 ");
-        let (refusals_ok, rate_ok) = if whole_goal {
-            (o.refusals_per_1000() <= 3.0, o.steady >= 0.9 * allowed)
+        let refusals_ok = if whole_goal {
+            o.refusals_per_1000() <= 3.0
         } else {
-            (o.refused <= 6, o.steady >= 0.85 * allowed)
+            o.refused <= 6
         };
-        if o.steady >= 0.9 * allowed {
-            at_ninety += 1;
-        }
+        let rate_ok = o.steady >= 0.9 * allowed;
         if o.violations > 0 || !refusals_ok || !rate_ok || o.skipped {
             failed.push(name.clone());
         }
     }
     assert!(failed.is_empty(), "cells failing the goal: {failed:?}");
-    assert!(at_ninety >= 86, "{at_ninety} of {} runs at 90%", rows.len());
 }
 
 /// Once converged, at most one refusal per five minutes of steady crawling: an hour behind
@@ -315,6 +311,34 @@ fn an_early_refusal_does_not_cap_the_rate() {
     assert!(m.rate() > 3.0, "{}", m.rate());
 }
 
+/// Behind a bucket with no burst, the refused request's own gap is the limit: the rate
+/// climbs back to 97% of that pace, not of the rate the machine had grown to by the time the
+/// answer was read (nginx burst 0 at 5 r/s refused a 198 ms gap, 5.05/s, while the rate was
+/// 5.12/s: 97% of it left 1 ms of spacing, and arrival jitter was refused minutes later). One
+/// refusal on every draw, at 3 and 5 r/s, and a steady rate of 97% or more.
+#[test]
+fn the_refused_gap_not_the_rate_grown_since_is_the_ceiling() {
+    let params = defaults();
+    let cells = sim::seeded(
+        sim::matrix()
+            .into_iter()
+            .filter(|c| c.name.starts_with("nginx b0 ") && c.allowed >= 3.0)
+            .collect(),
+        &SEEDS,
+    );
+    assert_eq!(cells.len(), 12);
+    for cell in cells {
+        let o = sim::run(&cell, &params, 600_000.0);
+        assert_eq!(o.refused, 1, "{}: {o:?}", cell.name);
+        assert!(
+            o.steady >= 0.97 * cell.allowed,
+            "{}: {:.2}",
+            cell.name,
+            o.steady
+        );
+    }
+}
+
 /// Behind a token bucket with a large burst, a probe above the limit is refused only once
 /// the burst has drained, minutes later, and its hold then falls where it costs most. The
 /// third episode's narrow fit explains every refusal of the log, which no window limiter's
@@ -339,7 +363,7 @@ fn a_verified_bucket_rate_is_not_probed_fast() {
             .iter()
             .position(|a| {
                 matches!(a.trigger, super::Trigger::Status429)
-                    && matches!(a.what, super::What::Estimate { rate } if (rate - 3.0).abs() < 0.03)
+                    && matches!(a.what, super::What::Estimate { rate } if (rate - 3.0).abs() < 0.05)
             })
             .unwrap_or_else(|| panic!("{}: no refusal fitted the rate: {audit:?}", cell.name));
         // Only the rare probe goes above it, after a whole calm period.

@@ -86,7 +86,23 @@ impl HostMachine {
             self.set_rate(rate, trigger, now);
             return;
         }
-        self.state.ceiling = Some(self.state.ceiling.map_or(sent_rate, |c| c.min(sent_rate)));
+        // The refused rate is the pace the refused request left at (its gap from the send
+        // before it), when that gap is a paced one: in discovery the rate has grown by the
+        // time the answer is read (nginx burst 0 at 5 r/s refused a 198 ms gap, 5.05/s,
+        // while the rate was 5.12/s), and a climb to 97% of the rate now went to 99.4% of
+        // the limit, where arrival jitter alone was refused minutes later. A gap far from
+        // the pace (an idle queue, two sends of a fleet's workers) says nothing of it.
+        let refused_pace = self
+            .state
+            .log
+            .gap_before(sent_at)
+            .filter(|gap| (900.0..=1_100.0).contains(&(*gap * sent_rate)))
+            .map_or(sent_rate, |gap| (1_000.0 / gap).min(sent_rate));
+        self.state.ceiling = Some(
+            self.state
+                .ceiling
+                .map_or(refused_pace, |c| c.min(refused_pace)),
+        );
         let fit = self.state.log.fit_token_bucket(
             (self.params.min_rate * 0.5).max(0.01),
             sent_rate.max(self.params.max_rate) * 1.5,
