@@ -68,7 +68,8 @@ pub struct Tuning {
     pub pin_episode_ms: f64,
     /// A narrow fit that explains at least this many refusal episodes of the log is a real
     /// bucket's: a window limiter seen through the bucket model leaves a narrow fit after
-    /// two short episodes (under the window's rate), but none that explains a third. Its
+    /// two short episodes (under the window's rate), but rarely one that explains a third
+    /// (on virtual time, one draw of a fixed window at 1 r/s in 60 runs). Its
     /// rate is trusted, and the room its burst left between it and the lowest refused rate
     /// (a burst drained at a high rate) does not call for fast probes, which would only
     /// drain the burst again and cost a hold (nginx burst 20 at 3 r/s with Retry-After:

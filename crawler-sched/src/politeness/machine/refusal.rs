@@ -67,13 +67,7 @@ impl HostMachine {
             // becomes the ceiling and the discovery that follows stops under it, instead
             // of doubling past a pace already refused. Two sends closer than the pace (a
             // fleet's workers, robots.txt and the first page) say nothing about it.
-            let pace = self
-                .state
-                .log
-                .gap_before(sent_at)
-                .filter(|gap| *gap * sent_rate >= 900.0)
-                .map(|gap| (1_000.0 / gap).min(sent_rate));
-            if let Some(pace) = pace
+            if let Some(pace) = self.refused_pace(sent_at, sent_rate)
                 && self.state.holds == 0
                 && self.state.ceiling.is_none()
             {
@@ -86,23 +80,13 @@ impl HostMachine {
             self.set_rate(rate, trigger, now);
             return;
         }
-        // The refused rate is the pace the refused request left at (its gap from the send
-        // before it), when that gap is a paced one: in discovery the rate has grown by the
-        // time the answer is read (nginx burst 0 at 5 r/s refused a 198 ms gap, 5.05/s,
-        // while the rate was 5.12/s), and a climb to 97% of the rate now went to 99.4% of
-        // the limit, where arrival jitter alone was refused minutes later. A gap far from
-        // the pace (an idle queue, two sends of a fleet's workers) says nothing of it.
-        let refused_pace = self
-            .state
-            .log
-            .gap_before(sent_at)
-            .filter(|gap| (900.0..=1_100.0).contains(&(*gap * sent_rate)))
-            .map_or(sent_rate, |gap| (1_000.0 / gap).min(sent_rate));
-        self.state.ceiling = Some(
-            self.state
-                .ceiling
-                .map_or(refused_pace, |c| c.min(refused_pace)),
-        );
+        // The refused rate is the pace the refused request left at, not the rate now: in
+        // discovery the rate has grown by the time the answer is read (nginx burst 0 at
+        // 5 r/s refused a 198 ms gap, 5.05/s, while the rate was 5.12/s), and a climb to
+        // 97% of the rate now went to 99.4% of the limit, where arrival jitter alone was
+        // refused minutes later.
+        let refused = self.refused_pace(sent_at, sent_rate).unwrap_or(sent_rate);
+        self.state.ceiling = Some(self.state.ceiling.map_or(refused, |c| c.min(refused)));
         let fit = self.state.log.fit_token_bucket(
             (self.params.min_rate * 0.5).max(0.01),
             sent_rate.max(self.params.max_rate) * 1.5,
@@ -191,6 +175,21 @@ impl HostMachine {
         let slack = narrow.map_or(t.slack, |f| fit_slack(&f, &t));
         let rate = (est * slack).min(sent_rate);
         self.set_rate(rate, trigger, now);
+    }
+}
+
+impl HostMachine {
+    /// The pace (requests/s) the request sent at `sent_at` left at: its gap from the send
+    /// logged before it, when that gap is within 10% of the interval of `rate` (the pace
+    /// then). A gap far from it says nothing of the pace: two sends closer than it (a
+    /// fleet's workers, robots.txt and the first page), or the first send after an idle
+    /// queue.
+    fn refused_pace(&self, sent_at: Millis, rate: f64) -> Option<f64> {
+        self.state
+            .log
+            .gap_before(sent_at)
+            .filter(|gap| (900.0..=1_100.0).contains(&(*gap * rate)))
+            .map(|gap| (1_000.0 / gap).min(rate))
     }
 }
 
