@@ -11,6 +11,14 @@ fn defaults() -> Params {
     Params::from_settings(&Settings::default())
 }
 
+/// The matrix cells that `keep` picks, once per seed.
+fn matrix_cells(keep: impl Fn(&sim::Cell) -> bool) -> Vec<sim::Cell> {
+    sim::seeded(
+        sim::matrix().into_iter().filter(|c| keep(c)).collect(),
+        &SEEDS,
+    )
+}
+
 fn table(cells: &[sim::Cell], minutes: f64) -> Vec<(String, f64, Outcome)> {
     let params = defaults();
     cells
@@ -319,13 +327,7 @@ fn an_early_refusal_does_not_cap_the_rate() {
 #[test]
 fn the_refused_gap_not_the_rate_grown_since_is_the_ceiling() {
     let params = defaults();
-    let cells = sim::seeded(
-        sim::matrix()
-            .into_iter()
-            .filter(|c| c.name.starts_with("nginx b0 ") && c.allowed >= 3.0)
-            .collect(),
-        &SEEDS,
-    );
+    let cells = matrix_cells(|c| c.name.starts_with("nginx b0 ") && c.allowed >= 3.0);
     assert_eq!(cells.len(), 12);
     for cell in cells {
         let o = sim::run(&cell, &params, 600_000.0);
@@ -341,21 +343,15 @@ fn the_refused_gap_not_the_rate_grown_since_is_the_ceiling() {
 
 /// Behind a token bucket with a large burst, a probe above the limit is refused only once
 /// the burst has drained, minutes later, and its hold then falls where it costs most. The
-/// third episode's narrow fit explains every refusal of the log, which no window limiter's
-/// does: the bucket is verified, its rate trusted (1% under it: the burst absorbs jitter),
+/// third episode's narrow fit explains every refusal of the log, which a window limiter's
+/// rarely does: the bucket is verified, its rate trusted (1% under it: the burst absorbs jitter),
 /// and the room its burst left under the refused rates calls for no fast probe. Before
 /// verification the fast probe above it was refused at 292 s, its hold in the measured
 /// half (92% on virtual time, 89.7% in the lab).
 #[test]
 fn a_verified_bucket_rate_is_not_probed_fast() {
     let params = defaults();
-    let cells = sim::seeded(
-        sim::matrix()
-            .into_iter()
-            .filter(|c| c.name.starts_with("nginx b20 3 r/s RA"))
-            .collect(),
-        &SEEDS,
-    );
+    let cells = matrix_cells(|c| c.name.starts_with("nginx b20 3 r/s RA"));
     assert_eq!(cells.len(), 3);
     for cell in cells {
         let (o, audit) = sim::run_audited(&cell, &params, 600_000.0);
