@@ -123,6 +123,12 @@ impl HostMachine {
             }
             self.state.verified =
                 narrow.is_some() && self.state.log.episodes() >= t.verified_episodes;
+            tracing::debug!(
+                ?fit,
+                safe,
+                est,
+                "refusal of a probe: back to the rate that held"
+            );
             self.set_estimate(est, trigger, now);
             // Back to the rate that held, unless the fit now puts the limit under it (then
             // a margin under the fitted rate).
