@@ -160,19 +160,6 @@ fn open_job(
     Ok((Box::new(store), resuming))
 }
 
-/// The politeness parameters of a fleet's hosts: the same machine and modes as a local
-/// crawl, with a shorter send log (it travels with every commit of the shared state).
-#[cfg(feature = "redis")]
-fn fleet_params(settings: &Settings) -> crawler_sched::politeness::Params {
-    let mut p = crawler_sched::politeness::Params::from_settings(settings);
-    p.tuning.log_capacity = p.tuning.log_capacity.min(FLEET_LOG);
-    p
-}
-
-/// Sends remembered per host in a fleet's shared state (about two minutes at 5 r/s).
-#[cfg(feature = "redis")]
-const FLEET_LOG: usize = 600;
-
 /// Join the Redis-backed crawl named by `job_name` (default: the spider's name): shared
 /// frontier and leases, and every host paced by the fleet's shared budget.
 ///
@@ -193,7 +180,7 @@ fn open_fleet(
     let options = crawler_store::RedisOptions {
         lease_timeout: settings.lease_timeout,
         retry_for: settings.redis_retry_for,
-        budget: Some(fleet_params(settings)),
+        budget: Some(crawler_sched::politeness::Params::from_settings(settings)),
         idle_ttl: settings.redis_idle_ttl,
         stop: Some(shutdown.clone()),
         ..crawler_store::RedisOptions::new(url, job)
@@ -204,7 +191,7 @@ fn open_fleet(
     let mut config = FrontierConfig::from_settings(settings, allowed);
     let pacing = settings.clone();
     config.throttle = Box::new(move |host, _now| {
-        let params = fleet_params(&pacing.for_host(host));
+        let params = crawler_sched::politeness::Params::from_settings(&pacing.for_host(host));
         Box::new(crawler_sched::SharedThrottle::new(
             host,
             std::sync::Arc::clone(&budget),
