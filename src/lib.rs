@@ -160,6 +160,24 @@ fn open_job(
     Ok((Box::new(store), resuming))
 }
 
+/// The politeness parameters of a fleet's hosts: the same machine, modes and tuning as a
+/// local crawl, but for the length of the send log, which travels with every commit of the
+/// shared state and is re-read on every retry of one.
+#[cfg(feature = "redis")]
+fn fleet_params(settings: &Settings) -> crawler_sched::politeness::Params {
+    let mut p = crawler_sched::politeness::Params::from_settings(settings);
+    p.tuning.log_capacity = p.tuning.log_capacity.min(FLEET_LOG);
+    p
+}
+
+/// Sends remembered per host in a fleet's shared state: five minutes at 5 r/s, which holds
+/// the three refusal episodes a bucket fit needs (600, two minutes, did not: the third
+/// episode's fit saw one, and a rate above the limit was taken for safe). Shorter than a
+/// local crawl's 4,096 because the log is the bulk of every commit (4,096 sends are 16 kB of
+/// JSON, written and read back by every worker on every lease of a busy host).
+#[cfg(feature = "redis")]
+const FLEET_LOG: usize = 1_500;
+
 /// Join the Redis-backed crawl named by `job_name` (default: the spider's name): shared
 /// frontier and leases, and every host paced by the fleet's shared budget.
 ///
@@ -180,7 +198,7 @@ fn open_fleet(
     let options = crawler_store::RedisOptions {
         lease_timeout: settings.lease_timeout,
         retry_for: settings.redis_retry_for,
-        budget: Some(crawler_sched::politeness::Params::from_settings(settings)),
+        budget: Some(fleet_params(settings)),
         idle_ttl: settings.redis_idle_ttl,
         stop: Some(shutdown.clone()),
         ..crawler_store::RedisOptions::new(url, job)
@@ -191,7 +209,7 @@ fn open_fleet(
     let mut config = FrontierConfig::from_settings(settings, allowed);
     let pacing = settings.clone();
     config.throttle = Box::new(move |host, _now| {
-        let params = crawler_sched::politeness::Params::from_settings(&pacing.for_host(host));
+        let params = fleet_params(&pacing.for_host(host));
         Box::new(crawler_sched::SharedThrottle::new(
             host,
             std::sync::Arc::clone(&budget),

@@ -579,3 +579,81 @@ fn a_shift_moves_every_instant_of_the_state() {
     assert!(moved(before.spent_until, after.spent_until));
     assert!(moved(before.edge.map(|e| e.hi), after.edge.map(|e| e.hi)));
 }
+
+/// A fleet publishes a refusal's hold before it learns from the refusal
+/// (`HostMachine::hold_ahead`). The early hold must change nothing the answer then decides:
+/// the same hold end, counted once, the same rate, estimate and backoff; and it must already
+/// cover what the answer asks for from the moment it was placed.
+#[test]
+fn a_hold_placed_ahead_changes_nothing_the_answer_decides() {
+    use super::HostMachine;
+    use crawler_core::Feedback;
+    use std::time::Duration;
+
+    let answer = |status: u16, retry_after: Option<u64>| Feedback {
+        sent: true,
+        status: Some(status),
+        latency: Duration::from_millis(20),
+        retry_after: retry_after.map(Duration::from_secs),
+        ..Default::default()
+    };
+    // A host crawled for a minute at its pace, every answer a 200.
+    let mut warm = HostMachine::new(defaults(), 0.0);
+    let mut t: f64 = 0.0;
+    while t < 60_000.0 {
+        t = warm.ready_at().max(t);
+        warm.on_send(t);
+        let _ = warm.on_feedback(&answer(200, None), t + 20.0);
+        t += 20.0;
+    }
+    let cases = [
+        (429, Some(30)),
+        (429, None),
+        (503, Some(3)),
+        (503, None),
+        (200, Some(5)),
+    ];
+    for (status, ra) in cases {
+        let fb = answer(status, ra);
+        let sent = warm.ready_at().max(t);
+        let mut plain = HostMachine::with_state(defaults(), warm.state().clone());
+        let mut ahead = HostMachine::with_state(defaults(), warm.state().clone());
+        plain.on_send(sent);
+        ahead.on_send(sent);
+        let (read, early) = (sent + 20.0, sent + 20.0);
+        assert!(
+            ahead.hold_ahead(&fb, early),
+            "{status} {ra:?}: no hold ahead"
+        );
+        let held = ahead.state().hold_until;
+        let least = ra.map_or(5_000.0 * 0.75, |s| s as f64 * 1_000.0);
+        assert!(
+            held >= early + least - 1.0,
+            "{status} {ra:?}: {held} from {early}"
+        );
+        // The answer is read later, as a fleet's full commit is.
+        let later = read + 35.0;
+        let _ = plain.on_feedback_sent(&fb, sent, later);
+        let _ = ahead.on_feedback_sent(&fb, sent, later);
+        let (p, a) = (plain.state(), ahead.state());
+        assert_eq!(a.hold_until, p.hold_until, "{status} {ra:?}");
+        assert!(a.hold_until >= held, "{status} {ra:?}");
+        assert_eq!(a.holds, p.holds, "{status} {ra:?}: the hold counted once");
+        assert_eq!(a.rate, p.rate, "{status} {ra:?}");
+        assert_eq!(a.estimate, p.estimate, "{status} {ra:?}");
+        assert_eq!(a.backoff_level, p.backoff_level, "{status} {ra:?}");
+        assert_eq!(a.active_since, p.active_since, "{status} {ra:?}");
+        // Held from the early hold on: the 35 ms between the two count too.
+        assert!(
+            (a.held_ms - p.held_ms - 35.0).abs() < 2.0,
+            "{status} {ra:?}: {} against {}",
+            a.held_ms,
+            p.held_ms
+        );
+    }
+    // Nothing to hold: a plain answer, and a wait the answer turns into a skip.
+    let mut m = HostMachine::with_state(defaults(), warm.state().clone());
+    assert!(!m.hold_ahead(&answer(200, None), t));
+    assert!(!m.hold_ahead(&answer(429, Some(100_000)), t));
+    assert_eq!(m.state().hold_until, warm.state().hold_until);
+}

@@ -110,6 +110,18 @@ impl Throttle for SharedThrottle {
                 return verdict;
             }
         }
+        // A hold goes out first, on its own: learning from a refusal fits the whole send
+        // log, and until its commit lands the other workers keep sending.
+        for _ in 0..COMMIT_TRIES {
+            let (mut m, version) = self.machine();
+            if !m.hold_ahead(feedback, self.budget.now_ms()) {
+                break;
+            }
+            match self.budget.commit(&self.host, version, m.state(), None) {
+                Ok(false) => continue,
+                Ok(true) | Err(_) => break,
+            }
+        }
         let mut verdict = Verdict::Continue;
         for _ in 0..COMMIT_TRIES {
             let (mut m, version) = self.machine();

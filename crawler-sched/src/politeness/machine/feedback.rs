@@ -17,6 +17,48 @@ impl HostMachine {
         self.on_feedback_sent(fb, now - ms(fb.latency), now)
     }
 
+    /// The hold a refusal or a Retry-After asks for, placed alone at `now` and before
+    /// anything is learned from the answer, so that a fleet can publish it at once: the
+    /// estimate behind a refusal fits the whole send log, which takes long enough on a busy
+    /// host that other workers' sends would leave after the refusal and before its hold
+    /// reached them. Returns whether the hold moved.
+    ///
+    /// The answer itself must still go through [`on_feedback_sent`](Self::on_feedback_sent)
+    /// at a later `now`: that places the hold it decides (from the Retry-After as here, or a
+    /// backoff drawn at or above the shortest one placed here) and counts it once, with the
+    /// time held so far; placing it early changes nothing else the answer decides.
+    pub fn hold_ahead(&mut self, fb: &Feedback, now: Millis) -> bool {
+        if !fb.sent || fb.robots_unavailable {
+            return false;
+        }
+        let refused = matches!(fb.status, Some(429 | 503));
+        let wait = match fb.retry_after {
+            Some(wait) => ms(wait),
+            None if refused => {
+                // The shortest backoff the answer can draw.
+                let t = &self.params.tuning;
+                (t.backoff_base_ms * 2f64.powi(self.state.backoff_level.min(30) as i32))
+                    .min(t.backoff_cap_ms)
+                    * (1.0 - t.backoff_jitter.clamp(0.0, 1.0))
+            }
+            None => return false,
+        };
+        if wait > self.params.max_wait_ms {
+            // The answer skips the host instead.
+            return false;
+        }
+        // A millisecond early, so that the answer's own hold (at a later `now`) always ends
+        // after this one and is the one counted.
+        let margin = self.params.hold_margin_ms.min(wait / 50.0 + 5.0);
+        let until = now - 1.0 + wait + margin;
+        if until <= self.state.hold_until {
+            return false;
+        }
+        self.state.held_ms += until - self.state.hold_until.max(now);
+        self.state.hold_until = until;
+        true
+    }
+
     /// A request sent at `sent_at` ended at `now` (when the caller knows the departure
     /// better than `now - latency`: the answer may be read a while after it arrived).
     pub fn on_feedback_sent(&mut self, fb: &Feedback, sent_at: Millis, now: Millis) -> Verdict {
