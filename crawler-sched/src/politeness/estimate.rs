@@ -33,10 +33,9 @@ pub enum Answer {
 /// Serialised compactly, since it travels with every commit of a fleet's shared state: the
 /// first send time and the gaps after it, in tenths of a millisecond, and the positions of
 /// the refused sends. A gap at a few requests a second is four or five digits where an
-/// absolute time is fourteen, so a fleet can carry the same log as a local crawl (a shorter
-/// one forgot the episodes its bucket fit needs: a four-worker fleet at 5 r/s kept two
-/// minutes of sends, its third refusal's fit saw one episode, and a rate above the limit was
-/// taken for safe).
+/// absolute time is fourteen, so a fleet can carry a log long enough for its bucket fit (600
+/// sends, two minutes at 5 r/s, were not: a four-worker fleet's third refusal's fit saw one
+/// episode, and a rate above the limit was taken for safe).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(from = "CompactLog", into = "CompactLog")]
 pub struct SendLog {

@@ -620,7 +620,7 @@ fn a_hold_placed_ahead_changes_nothing_the_answer_decides() {
         let mut ahead = HostMachine::with_state(defaults(), warm.state().clone());
         plain.on_send(sent);
         ahead.on_send(sent);
-        let (read, early) = (sent + 20.0, sent + 20.0);
+        let early = sent + 20.0;
         assert!(
             ahead.hold_ahead(&fb, early),
             "{status} {ra:?}: no hold ahead"
@@ -632,7 +632,7 @@ fn a_hold_placed_ahead_changes_nothing_the_answer_decides() {
             "{status} {ra:?}: {held} from {early}"
         );
         // The answer is read later, as a fleet's full commit is.
-        let later = read + 35.0;
+        let later = early + 35.0;
         let _ = plain.on_feedback_sent(&fb, sent, later);
         let _ = ahead.on_feedback_sent(&fb, sent, later);
         let (p, a) = (plain.state(), ahead.state());

@@ -34,12 +34,9 @@ impl HostMachine {
         let refused = matches!(fb.status, Some(429 | 503));
         let wait = match fb.retry_after {
             Some(wait) => ms(wait),
+            // The shortest backoff the answer can draw.
             None if refused => {
-                // The shortest backoff the answer can draw.
-                let t = &self.params.tuning;
-                (t.backoff_base_ms * 2f64.powi(self.state.backoff_level.min(30) as i32))
-                    .min(t.backoff_cap_ms)
-                    * (1.0 - t.backoff_jitter.clamp(0.0, 1.0))
+                self.backoff_nominal() * (1.0 - self.params.tuning.backoff_jitter.clamp(0.0, 1.0))
             }
             None => return false,
         };
@@ -49,8 +46,7 @@ impl HostMachine {
         }
         // A millisecond early, so that the answer's own hold (at a later `now`) always ends
         // after this one and is the one counted.
-        let margin = self.params.hold_margin_ms.min(wait / 50.0 + 5.0);
-        let until = now - 1.0 + wait + margin;
+        let until = now - 1.0 + wait + self.hold_margin(wait);
         if until <= self.state.hold_until {
             return false;
         }

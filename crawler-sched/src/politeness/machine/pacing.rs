@@ -192,9 +192,7 @@ impl HostMachine {
             );
             return self.skip(reason, trigger, now);
         }
-        // The margin absorbs skew and transit; proportional for short waits, so a
-        // one-second quota window does not lose a quarter of its budget to it.
-        let margin = self.params.hold_margin_ms.min(wait / 50.0 + 5.0);
+        let margin = self.hold_margin(wait);
         let until = now + wait + margin;
         if until > self.state.hold_until {
             let extra = until - self.state.hold_until.max(now);
@@ -214,13 +212,24 @@ impl HostMachine {
         Verdict::Continue
     }
 
-    /// A backoff hold: base x 2^level, capped, with jitter; the level grows on repeats.
-    pub(super) fn backoff(&mut self, now: Millis, trigger: Trigger) -> Verdict {
+    /// The margin a hold of `wait` ms gets past its end: it absorbs skew and transit, and is
+    /// proportional for short waits, so a one-second quota window does not lose a quarter of
+    /// its budget to it.
+    pub(super) fn hold_margin(&self, wait: f64) -> f64 {
+        self.params.hold_margin_ms.min(wait / 50.0 + 5.0)
+    }
+
+    /// The nominal backoff hold at the current level (ms): base x 2^level, capped.
+    pub(super) fn backoff_nominal(&self) -> f64 {
         let t = &self.params.tuning;
-        let nominal = (t.backoff_base_ms * 2f64.powi(self.state.backoff_level.min(30) as i32))
-            .min(t.backoff_cap_ms);
-        let jitter = t.backoff_jitter.clamp(0.0, 1.0);
-        let wait = nominal * (1.0 - jitter * self.random());
+        (t.backoff_base_ms * 2f64.powi(self.state.backoff_level.min(30) as i32))
+            .min(t.backoff_cap_ms)
+    }
+
+    /// A backoff hold: the nominal one less up to its jitter; the level grows on repeats.
+    pub(super) fn backoff(&mut self, now: Millis, trigger: Trigger) -> Verdict {
+        let jitter = self.params.tuning.backoff_jitter.clamp(0.0, 1.0);
+        let wait = self.backoff_nominal() * (1.0 - jitter * self.random());
         self.state.backoff_level = self.state.backoff_level.saturating_add(1);
         self.hold(wait, now, trigger)
     }
