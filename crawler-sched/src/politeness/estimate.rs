@@ -126,6 +126,38 @@ pub struct Fit {
     pub burst: f64,
 }
 
+/// A fixed-window counter that explains the log: `limit` requests per `period_ms`, the
+/// windows starting at `phase_ms` (mod the period) on the log's clock.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WindowFit {
+    /// The window's length (ms).
+    pub period_ms: f64,
+    /// Where the windows start, modulo the period (ms on the log's clock).
+    pub phase_ms: f64,
+    /// Requests each window accepts: the most any window accepted.
+    pub limit: u32,
+    /// Windows in which a refusal came with the window full.
+    pub full_windows: usize,
+}
+
+impl WindowFit {
+    /// The rate (requests/s) the counter sustains.
+    pub fn rate(&self) -> f64 {
+        f64::from(self.limit) * 1_000.0 / self.period_ms
+    }
+}
+
+/// Window lengths a fixed-window fit tries (seconds): what rate-limit configurations
+/// commonly use. Shorter windows are left to the bucket fit: at a few requests a second a
+/// one-second counter and a bucket with a burst of its count are the same limit, and a
+/// handful of requests a window would let coincidences fit.
+const WINDOW_PERIODS_S: [f64; 5] = [5.0, 10.0, 15.0, 30.0, 60.0];
+/// Window starts tried per period: a grid of a 240th of the window (42 ms at 10 s), each
+/// send that close to a window's edge taken as possibly in either window.
+const WINDOW_PHASES: usize = 480;
+/// Sends the fixed-window fit reads, the most recent (its cost is this times the grid).
+const WINDOW_FIT_SENDS: usize = 1_024;
+
 impl SendLog {
     /// Record a send answered with `answer`, forgetting what is beyond `capacity` entries
     /// or older than `horizon_ms` before `at`.
@@ -308,6 +340,62 @@ impl SendLog {
         Some(Fit { lo, hi, top, burst })
     }
 
+    /// The fixed-window counter (`limit` per window, refused requests not counted) that
+    /// explains every answer in the log, when one does with at least two refusal episodes
+    /// in full windows; the shortest such window of [`WINDOW_PERIODS_S`]. A counter of this
+    /// kind refuses only once a window holds `limit` accepted requests, and until the window
+    /// turns; a bucket or a sliding window refuses with a window's count anywhere, so two
+    /// episodes and the rest of the log rarely fit one by chance.
+    ///
+    /// `jitter_ms` is how far an arrival may be from its logged send time.
+    pub fn fit_fixed_window(&self, jitter_ms: f64) -> Option<WindowFit> {
+        if self.episodes() < 3 {
+            return None;
+        }
+        let skip = self.entries.len().saturating_sub(WINDOW_FIT_SENDS);
+        let entries: Vec<(f64, bool)> = self
+            .entries
+            .iter()
+            .skip(skip)
+            .map(|(t, a)| (*t, *a == Answer::Refused))
+            .collect();
+        let (first, last) = (entries.first()?.0, entries.last()?.0);
+        for period_s in WINDOW_PERIODS_S {
+            let period = period_s * 1_000.0;
+            if last - first < 3.0 * period {
+                continue;
+            }
+            let step = period / WINDOW_PHASES as f64;
+            let tolerance = jitter_ms + step / 2.0;
+            // Window starts off the true one can explain the log too, with another limit: a
+            // window starting early takes in the sends before the server's edge, one
+            // starting late leaves its first sends to the window before. While the
+            // episodes are alike (each the same pace into a fresh window) a whole arc of
+            // starts fits, its limits a few apart, and which end is the truth depends on
+            // the episodes; a fit is taken only once the starts that fit agree on the limit
+            // (to one request: the edge's own uncertainty), at their lowest.
+            let fits: Vec<WindowFit> = (0..WINDOW_PHASES)
+                .filter_map(|j| {
+                    let phase = (j as f64 + 0.5) * step;
+                    window_consistent(&entries, period, phase, tolerance)
+                })
+                .collect();
+            let lowest = fits.iter().map(|f| f.limit).min();
+            let highest = fits.iter().map(|f| f.limit).max();
+            if let (Some(lo), Some(hi)) = (lowest, highest) {
+                if hi - lo > 1 {
+                    return None;
+                }
+                let count = |l: u32| fits.iter().filter(|f| f.limit == l).count();
+                let limit = if count(hi) > count(lo) { hi } else { lo };
+                let at: Vec<WindowFit> =
+                    fits.iter().filter(|f| f.limit == limit).copied().collect();
+                return at.get(at.len() / 2).copied();
+            }
+        }
+        None
+    }
+
     /// How well a bucket refilling at `r`/s explains the log: positive when some burst
     /// accepts every accepted send and refuses every refused one.
     ///
@@ -350,6 +438,87 @@ impl SendLog {
         }
         (need, below)
     }
+}
+
+/// Whether windows of `period` ms starting at `phase` (mod the period) explain `entries`
+/// (send time, refused), each send within `tolerance` ms of an edge possibly in either
+/// window: some limit no window's certain count exceeds, and that every refused send met
+/// (its window's accepted sends before it, counting the uncertain ones), with nothing
+/// certainly accepted after a refusal in the same window.
+fn window_consistent(
+    entries: &[(f64, bool)],
+    period: f64,
+    phase: f64,
+    tolerance: f64,
+) -> Option<WindowFit> {
+    // Per window, in time order: (index, accepted certainly in it, accepted possibly).
+    let mut lo_limit = 0u32;
+    let mut hi_limit = u32::MAX;
+    let mut full_windows = 0usize;
+    let mut window = i64::MIN;
+    let (mut certain, mut possible) = (0u32, 0u32);
+    let mut refused_in_window = false;
+    // Accepted sends near the end of the window before: possibly in this one.
+    let mut carried = 0u32;
+    // Accepted sends since the last refusal, and the longest such run that ended in one:
+    // more than the limit means a window turned while the sends went on, which is what
+    // tells the window's length. Episodes shorter than a window (a burst after each hold,
+    // the limit spent in seconds) fit any longer window as well, and a sliding window
+    // refuses them exactly so.
+    let (mut run, mut longest_run) = (0u32, 0u32);
+    for &(t, refused) in entries {
+        let x = (t - phase) / period;
+        let k = x.floor() as i64;
+        let into = (x - x.floor()) * period;
+        let near_start = into < tolerance;
+        let near_end = period - into < tolerance;
+        if k != window {
+            lo_limit = lo_limit.max(certain);
+            carried = if k == window + 1 { carried } else { 0 };
+            window = k;
+            certain = 0;
+            possible = carried;
+            carried = 0;
+            refused_in_window = false;
+        }
+        if refused {
+            longest_run = longest_run.max(run);
+            run = 0;
+            if near_start || near_end {
+                // Which window it met is uncertain: it says nothing.
+                continue;
+            }
+            hi_limit = hi_limit.min(possible);
+            if !refused_in_window {
+                refused_in_window = true;
+                full_windows += 1;
+            }
+        } else {
+            if refused_in_window && !near_end {
+                // Accepted after a refusal in a window that was full: not this counter.
+                return None;
+            }
+            possible += 1;
+            run += 1;
+            if near_end {
+                carried += 1;
+            }
+            if !near_start && !near_end {
+                certain += 1;
+            }
+        }
+        if lo_limit > hi_limit {
+            return None;
+        }
+    }
+    lo_limit = lo_limit.max(certain);
+    let fits = lo_limit <= hi_limit && lo_limit > 0 && full_windows >= 3;
+    (fits && longest_run > lo_limit).then_some(WindowFit {
+        period_ms: period,
+        phase_ms: phase,
+        limit: lo_limit,
+        full_windows,
+    })
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ mod tuning;
 
 pub use audit::{Change, Phase, Trigger, Verdict, What};
 pub use edge::WindowEdge;
-pub use estimate::{Answer, Fit, SendLog};
+pub use estimate::{Answer, Fit, SendLog, WindowFit};
 pub use machine::HostMachine;
 pub use params::{Millis, Mode, Params};
 pub use state::HostState;

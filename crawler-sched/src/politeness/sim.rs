@@ -213,6 +213,26 @@ pub(crate) struct Cell {
     pub transit_spread: f64,
     /// Seed of the transit and latency draws.
     pub seed: u64,
+    /// How rough the client's machine is: none for the matrix, drawn per run by [`rough`].
+    pub rough: Rough,
+}
+
+/// What a busy client adds to a quiet loopback, and where the crawl starts in the
+/// limiter's windows: the lab runs 36 crawls (144 workers for a fleet) on two cores, and
+/// a window limiter's edges fall wherever its clock puts them. On a quiet loopback every
+/// draw of a cell ends the same way; a result that holds only there is not a result.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Rough {
+    /// The limiter's clock ahead of the crawl's (ms): where the crawl starts in a window.
+    pub phase: f64,
+    /// Chance that a send stalls on its way out (a scheduler that ran something else).
+    pub stall_chance: f64,
+    /// Longest such stall (ms), drawn uniformly.
+    pub stall_ms: f64,
+    /// Extra latency spread (ms) above the 25 ms of a quiet lab.
+    pub latency_spread: f64,
+    /// The crawl's start rate (requests/s), when not the default.
+    pub start_rate: Option<f64>,
 }
 
 /// What the server saw.
@@ -276,14 +296,23 @@ pub(crate) fn run_audited(
             // Loopback transit and scheduling: 0.3 to 2.3 ms.
             // The server judges requests in the order they arrive, so arrival times are
             // monotonic whatever the transit.
-            let arrival =
-                (t + 0.3 + (seed >> 33) as f64 / (1u64 << 31) as f64 * cell.transit_spread)
-                    .max(last_arrival);
+            let mut arrival =
+                t + 0.3 + (seed >> 33) as f64 / (1u64 << 31) as f64 * cell.transit_spread;
+            if cell.rough.stall_chance > 0.0 {
+                seed = seed
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                let u = (seed >> 33) as f64 / (1u64 << 31) as f64;
+                if u < cell.rough.stall_chance {
+                    arrival += u / cell.rough.stall_chance * cell.rough.stall_ms;
+                }
+            }
+            let arrival = arrival.max(last_arrival);
             last_arrival = arrival;
             if arrival < hold_until {
                 out.violations += 1;
             }
-            let (ok, reading) = limiter.admit(arrival);
+            let (ok, reading) = limiter.admit(arrival + cell.rough.phase);
             // An exhausted quota announces a wait (its reset, as sent: whole seconds): a
             // request arriving before it ends is a violation even if the window has in
             // fact turned, as the lab counts it.
@@ -295,7 +324,8 @@ pub(crate) fn run_audited(
             seed = seed
                 .wrapping_mul(6_364_136_223_846_793_005)
                 .wrapping_add(1_442_695_040_888_963_407);
-            let latency = 15.0 + (seed >> 33) as f64 / (1u64 << 31) as f64 * 25.0;
+            let latency = 15.0
+                + (seed >> 33) as f64 / (1u64 << 31) as f64 * (25.0 + cell.rough.latency_spread);
             pending.push((t + latency, t, ok, reading));
         } else {
             let i = pending.iter().position(|p| p.0 == next_answer).unwrap_or(0);
@@ -379,6 +409,7 @@ pub(crate) fn matrix() -> Vec<Cell> {
                     retry_after: ra,
                     transit_spread: 2.0,
                     seed: 7,
+                    rough: Rough::default(),
                 });
             }
         }
@@ -414,8 +445,58 @@ pub(crate) fn gateways() -> Vec<Cell> {
                 retry_after: None,
                 transit_spread: 2.0,
                 seed: 7,
+                rough: Rough::default(),
             });
         }
     }
     cells
+}
+
+/// Every cell of `cells` on `draws` rough machines: per draw, a window phase anywhere in
+/// the limiter's period, 2 to `2 + spread` ms of transit spread, 0 to 75 ms more latency
+/// spread, up to 2% of sends stalled by up to `stall_ms`, and with `vary_start` a start
+/// rate from 0.5 to 10 r/s instead of the default.
+pub(crate) fn rough(
+    cells: Vec<Cell>,
+    draws: u64,
+    spread: f64,
+    stall_ms: f64,
+    vary_start: bool,
+) -> Vec<Cell> {
+    let mut out = Vec::new();
+    for draw in 1..=draws {
+        for c in &cells {
+            let mut seed = draw
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .wrapping_add(c.name.len() as u64);
+            let mut next = || {
+                seed = seed
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                (seed >> 33) as f64 / (1u64 << 31) as f64
+            };
+            let period = match c.limiter {
+                Limiter::Sliding { period, .. }
+                | Limiter::Fixed { period, .. }
+                | Limiter::Gateway { period, .. } => period,
+                Limiter::Nginx { .. } => 1_000.0,
+            };
+            let rough = Rough {
+                phase: next() * period,
+                stall_chance: next() * 0.02,
+                stall_ms,
+                latency_spread: next() * 75.0,
+                // 0.5 to 10 r/s, even on a log scale: under and over every limit.
+                start_rate: Some(0.5 * 20f64.powf(next())).filter(|_| vary_start),
+            };
+            out.push(Cell {
+                name: format!("{} ~{draw}", c.name),
+                transit_spread: 2.0 + next() * spread,
+                seed: draw,
+                rough,
+                ..c.clone()
+            });
+        }
+    }
+    out
 }

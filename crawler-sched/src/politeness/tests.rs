@@ -124,12 +124,49 @@ fn audit_of_one_cell() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(10.0);
-    let params = defaults();
-    for c in sim::seeded(
-        sim::matrix().into_iter().chain(sim::gateways()).collect(),
-        &[seed],
-    ) {
-        if c.name == format!("{want} #{seed}") {
+    // `START=r`: another start rate than the default.
+    let params = match std::env::var("START").ok().and_then(|s| s.parse().ok()) {
+        Some(start_rate) => Params::from_settings(&Settings {
+            start_rate,
+            ..Settings::default()
+        }),
+        None => defaults(),
+    };
+    // `DRAW=n` (with `SPREAD` and `STALL_MS` as `rough_matrix` takes them): the cell on
+    // the rough machine of that draw instead.
+    let num = |k: &str, d: f64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(d)
+    };
+    let draw = num("DRAW", 0.0) as u64;
+    let cells: Vec<sim::Cell> = if draw > 0 {
+        let base = sim::matrix().into_iter().filter(|c| c.name == want).collect();
+        let vary = std::env::var("VARY_START").is_ok();
+        let mut rough = sim::rough(
+            base,
+            draw,
+            num("SPREAD", 4.0),
+            num("STALL_MS", 10.0),
+            vary,
+        );
+        rough.drain(..rough.len().saturating_sub(1));
+        rough
+    } else {
+        sim::seeded(
+            sim::matrix().into_iter().chain(sim::gateways()).collect(),
+            &[seed],
+        )
+    };
+    for c in cells {
+        if draw > 0 || c.name == format!("{want} #{seed}") {
+            let params = c.rough.start_rate.map_or(params.clone(), |start_rate| {
+                Params::from_settings(&Settings {
+                    start_rate,
+                    ..Settings::default()
+                })
+            });
             let (o, audit) = sim::run_audited(&c, &params, minutes * 60_000.0);
             for a in audit {
                 println!(
@@ -160,6 +197,7 @@ fn practice(transit_spread: f64) -> (Params, sim::Cell) {
         retry_after: Some(3_000.0),
         transit_spread,
         seed: 7,
+        rough: sim::Rough::default(),
     };
     (params, cell)
 }
@@ -656,4 +694,72 @@ fn a_hold_placed_ahead_changes_nothing_the_answer_decides() {
     assert!(!m.hold_ahead(&answer(200, None), t));
     assert!(!m.hold_ahead(&answer(429, Some(100_000)), t));
     assert_eq!(m.state().hold_until, warm.state().hold_until);
+}
+
+/// The matrix's limiter cells at 3 and 5 r/s on rough machines (`sim::rough`): how often
+/// each meets the whole goal when the start falls anywhere in the limiter's window and the
+/// client is busy. `DRAWS` (default 10) per cell; `ALL=1` prints every run.
+#[test]
+#[ignore = "a measuring aid"]
+fn rough_matrix() {
+    let draws = std::env::var("DRAWS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    let all = std::env::var("ALL").is_ok();
+    let num = |k: &str, d: f64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(d)
+    };
+    let (spread, stall) = (num("SPREAD", 4.0), num("STALL_MS", 10.0));
+    let want = std::env::var("CELL").unwrap_or_default();
+    let base: Vec<sim::Cell> = sim::matrix()
+        .into_iter()
+        .filter(|c| c.allowed >= 3.0 && c.name.contains(want.as_str()))
+        .collect();
+    let params = defaults();
+    let mut pass = 0;
+    let mut runs = 0;
+    let mut refusals = 0;
+    let mut sum = 0.0;
+    for c in &base {
+        let (mut ok, mut worst, mut most) = (0, f64::INFINITY, 0);
+        for r in sim::rough(
+            vec![c.clone()],
+            draws,
+            spread,
+            stall,
+            std::env::var("VARY_START").is_ok(),
+        ) {
+            let params = r.rough.start_rate.map_or(params.clone(), |start_rate| {
+                Params::from_settings(&Settings {
+                    start_rate,
+                    ..Settings::default()
+                })
+            });
+            let o = sim::run(&r, &params, 600_000.0);
+            let pct = 100.0 * o.steady / r.allowed;
+            let good = o.violations == 0 && o.refusals_per_1000() <= 3.0 && pct >= 90.0;
+            ok += usize::from(good);
+            worst = worst.min(pct);
+            most = most.max(o.refused);
+            refusals += o.refused;
+            sum += pct;
+            runs += 1;
+            if all || !good {
+                println!(
+                    "  {} {:?} spread {:.1}: {} refused, {} violations, {pct:.1}%",
+                    r.name, r.rough, r.transit_spread, o.refused, o.violations
+                );
+            }
+        }
+        pass += ok;
+        println!("{}: {ok}/{draws} pass, worst {worst:.1}%, most refusals {most}", c.name);
+    }
+    println!(
+        "TOTAL {pass}/{runs} pass, {refusals} refusals, mean {:.2}%",
+        sum / runs as f64
+    );
 }

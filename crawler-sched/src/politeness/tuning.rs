@@ -47,7 +47,10 @@ pub struct Tuning {
     pub recover_per_min: f64,
     /// Calm (no refusal, no easing) needed before probing above a settled estimate, in
     /// milliseconds. A refusal costs a whole hold, so probing is rare: at most one failed
-    /// probe per this period.
+    /// probe per this period, and never sooner than the mean hold divided by
+    /// `probe_step` (the calm in which a probe's step pays back the hold it risks: 1,000 s
+    /// under a 30 s Retry-After). Fast probes (`fast_probe_calm_ms`) are not weighed so:
+    /// they come only while the estimate may be far low.
     pub probe_calm_ms: f64,
     /// Each probe raises the rate by this fraction.
     pub probe_step: f64,

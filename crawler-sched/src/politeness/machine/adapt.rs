@@ -122,7 +122,12 @@ impl HostMachine {
                     let (calm, step) = if self.state.confident && room {
                         (tuning.fast_probe_calm_ms, tuning.fast_probe_step)
                     } else {
-                        (self.state.probe_calm_ms, tuning.probe_step)
+                        // A failed probe costs a hold and a successful one gains its step,
+                        // so the calm before one is at least the hold it risks over that step
+                        // (1,000 s under a 30 s Retry-After): a probe every five minutes
+                        // lost a tenth of the crawl's rate each time one was refused.
+                        let payback = self.mean_hold_ms() / tuning.probe_step;
+                        (self.state.probe_calm_ms.max(payback), tuning.probe_step)
                     };
                     if now - self.state.calm_since >= calm {
                         // A rate that held through a calm period takes back one margin

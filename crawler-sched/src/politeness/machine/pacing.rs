@@ -219,6 +219,16 @@ impl HostMachine {
         self.params.hold_margin_ms.min(wait / 50.0 + 5.0)
     }
 
+    /// The mean length (ms) of the holds placed so far: what the next refusal will likely
+    /// cost (0 before any).
+    pub(super) fn mean_hold_ms(&self) -> f64 {
+        if self.state.holds == 0 {
+            0.0
+        } else {
+            self.state.held_ms / self.state.holds as f64
+        }
+    }
+
     /// The nominal backoff hold at the current level (ms): base x 2^level, capped.
     pub(super) fn backoff_nominal(&self) -> f64 {
         let t = &self.params.tuning;

@@ -106,6 +106,34 @@ impl HostMachine {
             Some(_) if long => pinned_now,
             Some(_) => self.state.pinned.map(|p| pinned_now.unwrap_or(p)),
         };
+        // A fixed-window counter that explains the log says its rate outright: the bucket
+        // model reads such a counter as a bucket with a burst, a different one after every
+        // episode, so the rate fell one guess at a time, a refusal (and a hold) each (four
+        // behind a 30-per-10-s window with Retry-After, the fourth over 3 per 1,000 pages).
+        // Not tried once the bucket fit is verified: that is a bucket.
+        let verified_bucket = fit.is_some_and(|f| f.hi <= t.narrow_fit * f.top)
+            && self.state.log.episodes() >= t.verified_episodes;
+        let window = if verified_bucket {
+            None
+        } else {
+            self.state.log.fit_fixed_window(t.fit_jitter_ms)
+        };
+        if let Some(w) = window {
+            if self.state.phase == Phase::Probe {
+                self.state.probe_calm_ms *= 2.0;
+            }
+            if self.state.phase != Phase::Steered {
+                self.state.phase = Phase::Settled;
+            }
+            self.state.confident = true;
+            self.state.verified = true;
+            self.state.climb_refusals = 0;
+            self.state.pinned = Some(w.rate());
+            tracing::debug!(?w, "refusal: a fixed-window counter explains the log");
+            self.set_estimate(w.rate(), trigger, now);
+            self.set_rate((w.rate() * t.slack).min(sent_rate), trigger, now);
+            return;
+        }
         if self.state.phase == Phase::Probe
             && let Some(safe) = self.state.safe_rate
         {
