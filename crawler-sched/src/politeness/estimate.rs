@@ -553,6 +553,83 @@ mod tests {
         (t, (e, last))
     }
 
+    /// Send at `rate` from `start` into a fixed-window counter (`limit` per `period` ms,
+    /// windows starting at `edge` mod the period), logging the answers, until the first
+    /// refusal; returns its time.
+    fn window_episode(log: &mut SendLog, counter: (u32, f64, f64), start: f64, rate: f64) -> f64 {
+        let (limit, period, edge) = counter;
+        let mut t = start;
+        let mut used: Option<(i64, u32)> = None;
+        for _ in 0..100_000 {
+            let window = ((t - edge) / period).floor() as i64;
+            let n = used.filter(|(w, _)| *w == window).map_or(0, |(_, n)| n);
+            if n >= limit {
+                log.record(t, Answer::Refused, 100_000, f64::INFINITY);
+                return t;
+            }
+            used = Some((window, n + 1));
+            log.record(t, Answer::Accepted, 100_000, f64::INFINITY);
+            t += 1000.0 / rate;
+        }
+        t
+    }
+
+    #[test]
+    fn a_fixed_window_counter_is_named_once_three_episodes_agree() {
+        // 30 per 10 s, windows starting 3.7 s into every ten; episodes at falling rates,
+        // each refusal answered by a 30 s hold (the rates a climb from above tries).
+        let counter = (30, 10_000.0, 3_700.0);
+        let mut log = SendLog::default();
+        let mut t = 0.0;
+        let mut fits = Vec::new();
+        for rate in [4.5, 3.6, 3.3, 3.1] {
+            t = window_episode(&mut log, counter, t, rate) + 30_000.0;
+            fits.push(log.fit_fixed_window(5.0));
+        }
+        assert_eq!(fits[0], None, "one episode names nothing");
+        assert_eq!(fits[1], None, "nor do two: {:?}", fits[1]);
+        let fit = fits[3].expect("four episodes name the counter");
+        assert_eq!(fit.period_ms, 10_000.0, "{fit:?}");
+        assert_eq!(fit.limit, 30, "{fit:?}");
+        assert!((fit.rate() - 3.0).abs() < 1e-9, "{fit:?}");
+        let off = (fit.phase_ms - 3_700.0).rem_euclid(10_000.0);
+        assert!(!(100.0..9_900.0).contains(&off), "edge at {fit:?}");
+    }
+
+    #[test]
+    fn a_token_bucket_is_not_taken_for_a_fixed_window() {
+        let bucket = (5.0, 20.0);
+        let mut log = SendLog::default();
+        let mut x = (0.0, None);
+        let mut t = 0.0;
+        for rate in [8.0, 6.0, 5.3, 5.1] {
+            let (end, state) = episode(&mut log, bucket, x, t, rate);
+            x = state;
+            t = end + 30_000.0;
+        }
+        assert!(log.episodes() >= 4);
+        assert_eq!(log.fit_fixed_window(5.0), None);
+    }
+
+    #[test]
+    fn bursts_shorter_than_a_window_do_not_tell_its_length() {
+        // After every 30 s hold, 30 requests at 10 r/s and a refusal, as a sliding window
+        // of 30 per 10 s answers them (its count is empty again after the hold): a fixed
+        // counter of 30 per 10, 15 or 30 s would too. No window is named.
+        let mut log = SendLog::default();
+        let mut t = 1_234.0;
+        for _ in 0..5 {
+            for _ in 0..30 {
+                log.record(t, Answer::Accepted, 100_000, f64::INFINITY);
+                t += 100.0;
+            }
+            log.record(t, Answer::Refused, 100_000, f64::INFINITY);
+            t += 30_000.0;
+        }
+        assert_eq!(log.episodes(), 5);
+        assert_eq!(log.fit_fixed_window(5.0), None);
+    }
+
     #[test]
     fn episodes_are_runs_of_refusals() {
         let mut log = SendLog::default();
