@@ -695,7 +695,9 @@ fn a_hold_placed_ahead_changes_nothing_the_answer_decides() {
 
 /// The matrix's limiter cells at 3 and 5 r/s on rough machines (`sim::rough`): how often
 /// each meets the whole goal when the start falls anywhere in the limiter's window and the
-/// client is busy. `DRAWS` (default 10) per cell; `ALL=1` prints every run.
+/// client is busy. `DRAWS` (default 10) per cell; `ALL=1` prints every run; `CELL=part`
+/// keeps the cells whose name contains it; `ONE_RPS=1` adds the 1 r/s cells; `VARY_START=1`
+/// draws the start rate too; `SPREAD` and `STALL_MS` set the roughness.
 #[test]
 #[ignore = "a measuring aid"]
 fn rough_matrix() {
@@ -714,7 +716,9 @@ fn rough_matrix() {
     let want = std::env::var("CELL").unwrap_or_default();
     let base: Vec<sim::Cell> = sim::matrix()
         .into_iter()
-        .filter(|c| c.allowed >= 3.0 && c.name.contains(want.as_str()))
+        .filter(|c| {
+            (c.allowed >= 3.0 || std::env::var("ONE_RPS").is_ok()) && c.name.contains(want.as_str())
+        })
         .collect();
     let params = defaults();
     let mut pass = 0;
