@@ -6,8 +6,11 @@
 //!
 //! Two tests share one run of the cells: zero violations is asserted always; the rate goals
 //! (at most 3 refusals per 1,000 pages and a steady rate of at least 90% of the allowed rate;
-//! gateways: no refusal and at least 97%) are asserted by an ignored test while the
-//! politeness policy is being rewritten: run it with `--ignored`.
+//! gateways: no refusal and at least 97%) are the ten-minute matrix's, and an ignored test
+//! asserts them here (`--ignored`): in 150 s a crawl of ~400 pages has room for one refusal
+//! where learning a bucket takes two or three, and behind a window limiter the rate is still
+//! climbing (session 11: the nginx and gateway cells at 96 to 100%, HAProxy and the fixed
+//! window at 74 and 79%).
 
 #[allow(dead_code)]
 #[path = "../examples/books/spider.rs"]
@@ -82,7 +85,7 @@ fn no_request_inside_an_announced_wait_in_any_cell() {
 }
 
 #[test]
-#[ignore = "rate goals of the politeness rewrite; today's policy misses them (see BENCHMARKS.md)"]
+#[ignore = "the ten-minute goals, which 150 s is too short to meet (see the module doc)"]
 fn refusals_and_steady_rate_meet_the_goals_in_every_cell() {
     let bad: Vec<_> = outcomes()
         .iter()
