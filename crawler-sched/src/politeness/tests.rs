@@ -11,6 +11,14 @@ fn defaults() -> Params {
     Params::from_settings(&Settings::default())
 }
 
+/// The default settings but for the start rate.
+fn starting_at(start_rate: f64) -> Params {
+    Params::from_settings(&Settings {
+        start_rate,
+        ..Settings::default()
+    })
+}
+
 /// The matrix cells that `keep` picks, once per seed.
 fn matrix_cells(keep: impl Fn(&sim::Cell) -> bool) -> Vec<sim::Cell> {
     sim::seeded(
@@ -125,13 +133,10 @@ fn audit_of_one_cell() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(10.0);
     // `START=r`: another start rate than the default.
-    let params = match std::env::var("START").ok().and_then(|s| s.parse().ok()) {
-        Some(start_rate) => Params::from_settings(&Settings {
-            start_rate,
-            ..Settings::default()
-        }),
-        None => defaults(),
-    };
+    let params = std::env::var("START")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or_else(defaults, starting_at);
     // `DRAW=n` (with `SPREAD` and `STALL_MS` as `rough_matrix` takes them): the cell on
     // the rough machine of that draw instead.
     let num = |k: &str, d: f64| {
@@ -158,12 +163,7 @@ fn audit_of_one_cell() {
     };
     for c in cells {
         if draw > 0 || c.name == format!("{want} #{seed}") {
-            let params = c.rough.start_rate.map_or(params.clone(), |start_rate| {
-                Params::from_settings(&Settings {
-                    start_rate,
-                    ..Settings::default()
-                })
-            });
+            let params = c.rough.start_rate.map_or(params.clone(), starting_at);
             let (o, audit) = sim::run_audited(&c, &params, minutes * 60_000.0);
             for a in audit {
                 println!(
@@ -257,10 +257,7 @@ fn a_big_burst_and_a_noisy_clock_still_converge_in_two_episodes() {
 #[test]
 fn start_conditions_do_not_change_the_outcome() {
     for start in [0.5, 3.0, 10.0] {
-        let params = Params::from_settings(&Settings {
-            start_rate: start,
-            ..Settings::default()
-        });
+        let params = starting_at(start);
         for cell in sim::matrix().into_iter().filter(|c| c.allowed >= 3.0) {
             let o = sim::run(&cell, &params, 600_000.0);
             println!(
@@ -734,12 +731,7 @@ fn rough_matrix() {
             stall,
             std::env::var("VARY_START").is_ok(),
         ) {
-            let params = r.rough.start_rate.map_or(params.clone(), |start_rate| {
-                Params::from_settings(&Settings {
-                    start_rate,
-                    ..Settings::default()
-                })
-            });
+            let params = r.rough.start_rate.map_or(params.clone(), starting_at);
             let o = sim::run(&r, &params, 600_000.0);
             let pct = 100.0 * o.steady / r.allowed;
             let good = o.violations == 0 && o.refusals_per_1000() <= 3.0 && pct >= 90.0;
