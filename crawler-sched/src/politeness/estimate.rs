@@ -152,8 +152,9 @@ impl WindowFit {
 /// one-second counter and a bucket with a burst of its count are the same limit, and a
 /// handful of requests a window would let coincidences fit.
 const WINDOW_PERIODS_S: [f64; 5] = [5.0, 10.0, 15.0, 30.0, 60.0];
-/// Window starts tried per period: a grid of a 240th of the window (42 ms at 10 s), each
-/// send that close to a window's edge taken as possibly in either window.
+/// Window starts tried per period: a grid of a 480th of the window (21 ms at 10 s), each
+/// send within half a step (and the arrival jitter) of a window's edge taken as possibly in
+/// either window.
 const WINDOW_PHASES: usize = 480;
 /// Sends the fixed-window fit reads, the most recent (its cost is this times the grid).
 const WINDOW_FIT_SENDS: usize = 1_024;
@@ -341,10 +342,10 @@ impl SendLog {
     }
 
     /// The fixed-window counter (`limit` per window, refused requests not counted) that
-    /// explains every answer in the log, when one does with at least two refusal episodes
+    /// explains every answer in the log, when one does with at least three refusal episodes
     /// in full windows; the shortest such window of [`WINDOW_PERIODS_S`]. A counter of this
     /// kind refuses only once a window holds `limit` accepted requests, and until the window
-    /// turns; a bucket or a sliding window refuses with a window's count anywhere, so two
+    /// turns; a bucket or a sliding window refuses with a window's count anywhere, so three
     /// episodes and the rest of the log rarely fit one by chance.
     ///
     /// `jitter_ms` is how far an arrival may be from its logged send time.
@@ -373,7 +374,8 @@ impl SendLog {
             // episodes are alike (each the same pace into a fresh window) a whole arc of
             // starts fits, its limits a few apart, and which end is the truth depends on
             // the episodes; a fit is taken only once the starts that fit agree on the limit
-            // (to one request: the edge's own uncertainty), at their lowest.
+            // to one request (the edge's own uncertainty), and then the limit most of them
+            // give (the lower on a tie).
             let fits: Vec<WindowFit> = (0..WINDOW_PHASES)
                 .filter_map(|j| {
                     let phase = (j as f64 + 0.5) * step;
@@ -451,7 +453,8 @@ fn window_consistent(
     phase: f64,
     tolerance: f64,
 ) -> Option<WindowFit> {
-    // Per window, in time order: (index, accepted certainly in it, accepted possibly).
+    // The limit lies in `lo_limit..=hi_limit`: at least what a window certainly accepted,
+    // at most what a refused send's window had possibly accepted before it.
     let mut lo_limit = 0u32;
     let mut hi_limit = u32::MAX;
     let mut full_windows = 0usize;
