@@ -11,6 +11,23 @@ fn defaults() -> Params {
     Params::from_settings(&Settings::default())
 }
 
+/// An environment variable of the debugging and measuring aids, parsed.
+fn env<T: std::str::FromStr>(key: &str) -> Option<T> {
+    std::env::var(key).ok().and_then(|s| s.parse().ok())
+}
+
+/// `cells` on `draws` rough machines as the environment asks: `SPREAD` and `STALL_MS`
+/// (default 4 and 10 ms), `VARY_START=1` to draw the start rate too.
+fn rough_from_env(cells: Vec<sim::Cell>, draws: u64) -> Vec<sim::Cell> {
+    sim::rough(
+        cells,
+        draws,
+        env("SPREAD").unwrap_or(4.0),
+        env("STALL_MS").unwrap_or(10.0),
+        std::env::var("VARY_START").is_ok(),
+    )
+}
+
 /// The default settings but for the start rate.
 fn starting_at(start_rate: f64) -> Params {
     Params::from_settings(&Settings {
@@ -124,35 +141,19 @@ fn rate_limit_headers_mean_no_refusals_and_ninety_seven_percent() {
 #[ignore = "a debugging aid"]
 fn audit_of_one_cell() {
     let want = std::env::var("CELL").unwrap_or_default();
-    let seed = std::env::var("SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(7);
-    let minutes: f64 = std::env::var("MINUTES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(10.0);
+    let seed = env("SEED").unwrap_or(7);
+    let minutes: f64 = env("MINUTES").unwrap_or(10.0);
     // `START=r`: another start rate than the default.
-    let params = std::env::var("START")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .map_or_else(defaults, starting_at);
-    // `DRAW=n` (with `SPREAD` and `STALL_MS` as `rough_matrix` takes them): the cell on
-    // the rough machine of that draw instead.
-    let num = |k: &str, d: f64| {
-        std::env::var(k)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(d)
-    };
-    let draw = num("DRAW", 0.0) as u64;
+    let params = env("START").map_or_else(defaults, starting_at);
+    // `DRAW=n` (with `SPREAD`, `STALL_MS` and `VARY_START` as `rough_matrix` takes them):
+    // the cell on the rough machine of that draw instead.
+    let draw: u64 = env("DRAW").unwrap_or(0);
     let cells: Vec<sim::Cell> = if draw > 0 {
         let base = sim::matrix()
             .into_iter()
             .filter(|c| c.name == want)
             .collect();
-        let vary = std::env::var("VARY_START").is_ok();
-        let mut rough = sim::rough(base, draw, num("SPREAD", 4.0), num("STALL_MS", 10.0), vary);
+        let mut rough = rough_from_env(base, draw);
         rough.drain(..rough.len().saturating_sub(1));
         rough
     } else {
@@ -202,10 +203,7 @@ fn practice(transit_spread: f64) -> (Params, sim::Cell) {
 #[test]
 #[ignore = "a debugging aid"]
 fn audit_of_the_practice_test() {
-    let spread = std::env::var("SPREAD")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2.0);
+    let spread = env("SPREAD").unwrap_or(2.0);
     let (params, cell) = practice(spread);
     let (o, audit) = sim::run_audited(&cell, &params, 60_000.0);
     for a in audit {
@@ -698,24 +696,13 @@ fn a_hold_placed_ahead_changes_nothing_the_answer_decides() {
 #[test]
 #[ignore = "a measuring aid"]
 fn rough_matrix() {
-    let draws = std::env::var("DRAWS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(10);
+    let draws = env("DRAWS").unwrap_or(10);
     let all = std::env::var("ALL").is_ok();
-    let num = |k: &str, d: f64| {
-        std::env::var(k)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(d)
-    };
-    let (spread, stall) = (num("SPREAD", 4.0), num("STALL_MS", 10.0));
+    let one_rps = std::env::var("ONE_RPS").is_ok();
     let want = std::env::var("CELL").unwrap_or_default();
     let base: Vec<sim::Cell> = sim::matrix()
         .into_iter()
-        .filter(|c| {
-            (c.allowed >= 3.0 || std::env::var("ONE_RPS").is_ok()) && c.name.contains(want.as_str())
-        })
+        .filter(|c| (c.allowed >= 3.0 || one_rps) && c.name.contains(want.as_str()))
         .collect();
     let params = defaults();
     let mut pass = 0;
@@ -724,13 +711,7 @@ fn rough_matrix() {
     let mut sum = 0.0;
     for c in &base {
         let (mut ok, mut worst, mut most) = (0, f64::INFINITY, 0);
-        for r in sim::rough(
-            vec![c.clone()],
-            draws,
-            spread,
-            stall,
-            std::env::var("VARY_START").is_ok(),
-        ) {
+        for r in rough_from_env(vec![c.clone()], draws) {
             let params = r.rough.start_rate.map_or(params.clone(), starting_at);
             let o = sim::run(&r, &params, 600_000.0);
             let pct = 100.0 * o.steady / r.allowed;
