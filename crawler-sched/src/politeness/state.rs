@@ -69,6 +69,10 @@ pub struct HostState {
     pub safe_rate: Option<f64>,
     /// Responses to requests sent before this do not cut again (one episode, one cut).
     pub last_cut: Option<Millis>,
+    /// When the latest request was booked: answers read after a cut with nothing booked
+    /// since belong to requests sent before it, whatever send time they are dated.
+    #[serde(default)]
+    pub booked_at: Option<Millis>,
     /// Since when the host has been calm (no refusal, no easing): probes wait for it.
     pub calm_since: Millis,
     /// Calm needed before the next probe (doubles after a failed one).

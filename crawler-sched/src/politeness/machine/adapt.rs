@@ -20,7 +20,7 @@ impl HostMachine {
             self.record(sent_at, Answer::Accepted);
         }
         if timed_out {
-            if self.state.last_cut.is_none_or(|c| sent_at >= c) {
+            if !self.answered_before(sent_at) {
                 self.state.last_cut = Some(now);
                 self.state.calm_since = now;
                 let rate = self.state.rate * tuning.cut;

@@ -199,7 +199,7 @@ impl HostMachine {
     }
 
     fn challenge(&mut self, sent_at: Millis, now: Millis) {
-        if self.params.mode != Mode::Adaptive || self.state.last_cut.is_some_and(|c| sent_at < c) {
+        if self.params.mode != Mode::Adaptive || self.answered_before(sent_at) {
             return;
         }
         // Growing back to the rate that tripped the block would trip it again.

@@ -85,6 +85,7 @@ impl HostMachine {
                 climb_refusals: 0,
                 safe_rate: None,
                 last_cut: None,
+                booked_at: None,
                 calm_since: now,
                 probe_calm_ms: params.tuning.probe_calm_ms,
                 lat_fast: None,
@@ -146,7 +147,10 @@ impl HostMachine {
         ] {
             *t += delta;
         }
-        if let Some(t) = s.last_cut.as_mut() {
+        for t in [s.last_cut.as_mut(), s.booked_at.as_mut()]
+            .into_iter()
+            .flatten()
+        {
             *t += delta;
         }
         for t in [

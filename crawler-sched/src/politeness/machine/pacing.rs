@@ -42,6 +42,7 @@ impl HostMachine {
     /// A request is being sent at `now`: book its slot.
     pub fn on_send(&mut self, now: Millis) {
         self.state.in_flight = self.state.in_flight.saturating_add(1);
+        self.state.booked_at = Some(now);
         if let Some(left) = self.state.quota_left.as_mut() {
             *left -= 1;
             if *left <= 0 && self.state.spent_until.is_none() {

@@ -17,8 +17,7 @@ impl HostMachine {
 
     /// A 429 or 503: estimate the server's limit from what it accepted.
     pub(super) fn refused(&mut self, sent_at: Millis, now: Millis, trigger: Trigger) {
-        if self.state.last_cut.is_some_and(|c| sent_at < c) {
-            // Sent before the last cut: the same episode, already answered.
+        if self.answered_before(sent_at) {
             return;
         }
         let t = self.params.tuning.clone();
@@ -174,18 +173,25 @@ impl HostMachine {
             sent_rate,
             "refusal: what the limit estimate sees"
         );
-        // A narrow token-bucket fit is the limit, unless it explains a sustained rate
-        // with a huge burst and a trickle of refill: that is a window limiter seen through
-        // the bucket model, and the recent accepted rate is the better witness.
-        let narrow = fit.filter(|f| {
-            f.hi <= t.narrow_fit * f.top && recent.is_none_or(|r| f.top >= t.fit_floor * r)
-        });
         // The refill witness, unless it is far below the recent accepted rate: a window
         // limiter refills nothing until its window turns, so after a long hold the witness
         // says little about it.
         let witness = refill
             .filter(|w| recent.is_some_and(|r| *w >= t.fit_floor * r))
             .map(|w| w.min(recent.unwrap_or(w)));
+        // A narrow token-bucket fit is the limit, unless it explains a sustained rate
+        // with a huge burst and a trickle of refill (a window limiter seen through the
+        // bucket model: the recent accepted rate is the better witness), or it has no burst
+        // and puts the limit more than the slack above the pace just refused. Such a fit
+        // blames the refusal on arrival jitter, which is a few per cent of a gap at a few
+        // requests per second but half of one at a hundred (5 ms of 10): behind 50/s with a
+        // burst of 200 the fit said 113/s and then 271/s, the rate stayed at the refused
+        // pace, and the crawl was refused every eight seconds.
+        let narrow = fit.filter(|f| {
+            f.hi <= t.narrow_fit * f.top
+                && recent.is_none_or(|r| f.top >= t.fit_floor * r)
+                && (f.burst >= 1.0 || f.top * t.slack <= refused)
+        });
         let est = match (narrow, witness, recent) {
             (Some(f), _, _) => f.top,
             (None, Some(w), _) => w,
@@ -213,6 +219,17 @@ impl HostMachine {
 }
 
 impl HostMachine {
+    /// Whether an answer to the request sent at `sent_at` belongs to the episode the last
+    /// cut already answered: sent before it, or read with nothing booked since (its send
+    /// time is the caller's reading of the clock, late on a busy client, and a refusal
+    /// dated just after the cut halved the rate a second time, as a new episode refused
+    /// at once after its hold).
+    pub(super) fn answered_before(&self, sent_at: Millis) -> bool {
+        self.state
+            .last_cut
+            .is_some_and(|c| sent_at < c || self.state.booked_at.is_some_and(|b| b < c))
+    }
+
     /// The pace (requests/s) the request sent at `sent_at` left at: its gap from the send
     /// logged before it, when that gap is within 10% of the interval of `rate` (the pace
     /// then). A gap far from it says nothing of the pace: two sends closer than it (a
