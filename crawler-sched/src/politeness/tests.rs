@@ -254,11 +254,13 @@ fn a_big_burst_and_a_noisy_clock_still_converge_in_two_episodes() {
 /// A bucket fit with no burst blamed the refusals on jitter and kept the refused pace (an
 /// episode every few seconds, one run in twenty), and a refusal dated just after its
 /// episode's cut halved the rate a second time (a fifth under the limit for half a minute).
+/// `DRAWS` sets the draws per spread (30).
 #[test]
 fn the_practice_scenario_converges_on_rough_machines() {
     let mut worst = (0usize, f64::INFINITY);
+    let draws = env("DRAWS").unwrap_or(30u64);
     for spread in [2.0, 5.0, 10.0, 20.0, 40.0] {
-        for draw in 1..=30u64 {
+        for draw in 1..=draws {
             let (params, mut cell) = practice(spread);
             let rough = sim::rough(vec![cell.clone()], draw, 0.0, 10.0, false);
             let Some(last) = rough.last() else { continue };
