@@ -73,6 +73,10 @@ pub struct HostState {
     /// since belong to requests sent before it, whatever send time they are dated.
     #[serde(default)]
     pub booked_at: Option<Millis>,
+    /// When the last backoff hold was placed: refusals of requests in flight then are the
+    /// refusal it answered, not a new one.
+    #[serde(default)]
+    pub backoff_at: Option<Millis>,
     /// Since when the host has been calm (no refusal, no easing): probes wait for it.
     pub calm_since: Millis,
     /// Calm needed before the next probe (doubles after a failed one).

@@ -91,7 +91,10 @@ impl HostMachine {
         let mut verdict = Verdict::Continue;
         if let Some(wait) = fb.retry_after {
             verdict = self.hold(ms(wait), now, Trigger::RetryAfter);
-        } else if refused {
+        } else if refused && !self.in_flight_at_backoff(sent_at) {
+            // The requests in flight when a backoff began are refused with the one that
+            // began it: each of them doubling the hold again turned one refusal at 20/s
+            // with 8 in flight into a 37-second hold.
             let trigger = refusal_trigger(fb.status);
             verdict = self.backoff(now, trigger);
         }

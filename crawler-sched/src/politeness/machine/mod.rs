@@ -86,6 +86,7 @@ impl HostMachine {
                 safe_rate: None,
                 last_cut: None,
                 booked_at: None,
+                backoff_at: None,
                 calm_since: now,
                 probe_calm_ms: params.tuning.probe_calm_ms,
                 lat_fast: None,
@@ -147,9 +148,13 @@ impl HostMachine {
         ] {
             *t += delta;
         }
-        for t in [s.last_cut.as_mut(), s.booked_at.as_mut()]
-            .into_iter()
-            .flatten()
+        for t in [
+            s.last_cut.as_mut(),
+            s.booked_at.as_mut(),
+            s.backoff_at.as_mut(),
+        ]
+        .into_iter()
+        .flatten()
         {
             *t += delta;
         }

@@ -242,6 +242,7 @@ impl HostMachine {
         let jitter = self.params.tuning.backoff_jitter.clamp(0.0, 1.0);
         let wait = self.backoff_nominal() * (1.0 - jitter * self.random());
         self.state.backoff_level = self.state.backoff_level.saturating_add(1);
+        self.state.backoff_at = Some(now);
         self.hold(wait, now, trigger)
     }
 

@@ -230,6 +230,15 @@ impl HostMachine {
             .is_some_and(|c| sent_at < c || self.state.booked_at.is_some_and(|b| b < c))
     }
 
+    /// Whether the request sent at `sent_at` was in flight when the last backoff hold was
+    /// placed (sent before it, or nothing booked since), by the same reading as
+    /// [`Self::answered_before`].
+    pub(super) fn in_flight_at_backoff(&self, sent_at: Millis) -> bool {
+        self.state
+            .backoff_at
+            .is_some_and(|b| sent_at < b || self.state.booked_at.is_some_and(|k| k < b))
+    }
+
     /// The pace (requests/s) the request sent at `sent_at` left at: its gap from the send
     /// logged before it, when that gap is within 10% of the interval of `rate` (the pace
     /// then). A gap far from it says nothing of the pace: two sends closer than it (a
