@@ -16,6 +16,19 @@ fn env<T: std::str::FromStr>(key: &str) -> Option<T> {
     std::env::var(key).ok().and_then(|s| s.parse().ok())
 }
 
+/// The debugging aids' print of one run: every change the machine made, then the outcome.
+fn print_audit(audit: &[super::Change], o: &sim::Outcome) {
+    for a in audit {
+        println!(
+            "{:>9.3}s {:<14} {:?}",
+            a.at / 1e3,
+            a.trigger.as_str(),
+            a.what
+        );
+    }
+    println!("{o:?}");
+}
+
 /// `cells` on `draws` rough machines as the environment asks: `SPREAD` and `STALL_MS`
 /// (default 4 and 10 ms), `VARY_START=1` to draw the start rate too.
 fn rough_from_env(cells: Vec<sim::Cell>, draws: u64) -> Vec<sim::Cell> {
@@ -166,15 +179,7 @@ fn audit_of_one_cell() {
         if draw > 0 || c.name == format!("{want} #{seed}") {
             let params = c.rough.start_rate.map_or(params.clone(), starting_at);
             let (o, audit) = sim::run_audited(&c, &params, minutes * 60_000.0);
-            for a in audit {
-                println!(
-                    "{:>9.1}s {:<14} {:?}",
-                    a.at / 1e3,
-                    a.trigger.as_str(),
-                    a.what
-                );
-            }
-            println!("{o:?}");
+            print_audit(&audit, &o);
         }
     }
 }
@@ -224,15 +229,7 @@ fn audit_of_the_practice_test() {
         None => practice(spread),
     };
     let (o, audit) = sim::run_audited(&cell, &params, 60_000.0);
-    for a in audit {
-        println!(
-            "{:>9.3}s {:<14} {:?}",
-            a.at / 1e3,
-            a.trigger.as_str(),
-            a.what
-        );
-    }
-    println!("{o:?}");
+    print_audit(&audit, &o);
 }
 
 /// A large burst over a short hold, with the send times known only to tens of
@@ -979,15 +976,7 @@ fn high_rate_matrix() {
                         c.transit_spread = spread;
                         let (o, audit) = sim::run_audited(&c, &params, minutes * 60_000.0);
                         if c.name == want {
-                            for a in &audit {
-                                println!(
-                                    "{:>9.3}s {:<14} {:?}",
-                                    a.at / 1e3,
-                                    a.trigger.as_str(),
-                                    a.what
-                                );
-                            }
-                            println!("{o:?}");
+                            print_audit(&audit, &o);
                         }
                         total += 1;
                         let ok = o.violations == 0
