@@ -100,18 +100,23 @@ fn run_and_kill(dir: &Path, after: Duration) -> Option<u64> {
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
+    let (first_tx, first_rx) = std::sync::mpsc::channel();
     let reader = std::thread::spawn(move || {
         let mut last = None;
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             if let Some(r) = line.strip_prefix("checkpoint ") {
                 last = r.trim().parse::<u64>().ok();
+                let _ = first_tx.send(());
             }
         }
         last
     });
-    let start = Instant::now();
-    // Bounded wait for the first checkpoint, then the kill delay.
+    // The kill delay counts from the first checkpoint, not from the spawn: a busy machine
+    // (CI, a build beside it) can take longer than the shortest delay to start the child.
+    // Bounded: a child that never checkpoints is killed after 30 s and the trial fails.
+    let _ = first_rx.recv_timeout(Duration::from_secs(30));
     std::thread::sleep(after);
+    let start = Instant::now();
     while start.elapsed() < Duration::from_secs(30) {
         if child.try_wait().unwrap().is_some() {
             break;
@@ -129,7 +134,7 @@ fn crash_loses_nothing_pushed_and_admits_nothing_twice() {
         let dir = tempfile::tempdir().unwrap();
         let last = run_and_kill(dir.path(), Duration::from_millis(ms));
         let Some(r) = last else {
-            panic!("trial {trial}: the child reached no checkpoint in {ms} ms");
+            panic!("trial {trial}: the child reached no checkpoint in 30 s");
         };
 
         let mut store = SledStore::open(dir.path(), options()).unwrap();
