@@ -10,7 +10,10 @@ use super::params::Millis;
 pub enum Phase {
     /// No refusal yet: the rate grows exponentially.
     Discover,
-    /// After a refusal: settled under the estimate of the limit; probes after long calm.
+    /// After a refusal: climbing back towards a margin under the lowest refused pace.
+    #[serde(alias = "Recover")]
+    Climb,
+    /// Settled under the ceiling (or without one); probes after a calm that pays back.
     Settled,
     /// A probe above the last rate that held is running.
     Probe,
@@ -52,6 +55,12 @@ pub enum Trigger {
     Restored,
     /// AutoThrottle's latency rule.
     AutoThrottle,
+    /// A run of failed answers (5xx, refused or broken connections, timeouts).
+    Failures,
+    /// A hold placed on another host name behind the same limiter.
+    LimiterGroup,
+    /// RateLimit headers stopped coming: back to learning.
+    SteeringLost,
 }
 
 impl Trigger {
@@ -73,6 +82,9 @@ impl Trigger {
             Self::Probe => "probe",
             Self::Restored => "restored",
             Self::AutoThrottle => "autothrottle",
+            Self::Failures => "failures",
+            Self::LimiterGroup => "limiter group",
+            Self::SteeringLost => "RateLimit headers gone",
         }
     }
 }

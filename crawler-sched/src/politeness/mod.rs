@@ -6,7 +6,8 @@
 //!   above it, RateLimit steering, the Crawl-delay floor, concurrency, and the audit record
 //!   of every change with its trigger.
 //! - [`Tuning`] (in `tuning`): every constant, documented, in one struct.
-//! - [`SendLog`] (in `estimate`): what the server accepted, and the limit it implies.
+//! - [`Delivery`] (in `delivery`): what the server accepted per second over two minutes.
+//! - [`worlds`]: the judge, random servers on virtual time.
 //!
 //! The local frontier runs a machine per host on tokio's clock
 //! ([`Politeness`](crate::Politeness)); a fleet runs the same machine with its state in
@@ -16,23 +17,22 @@
 //! Time comes in as milliseconds and state goes out as data; the throttles
 //! ([`Politeness`](crate::Politeness), [`SharedThrottle`](crate::SharedThrottle)) bring the
 //! clock and the storage. The machine's methods are cut by responsibility in `machine/`;
-//! `sim` and `tests` are the virtual-time limiter matrix that guards its behaviour.
+//! `worlds` is the judge and `tests` the checks that run it on fresh draws.
 
 mod audit;
+mod delivery;
 mod edge;
-mod estimate;
 mod machine;
 mod params;
-#[cfg(test)]
-mod sim;
 mod state;
 #[cfg(test)]
 mod tests;
 mod tuning;
+pub mod worlds;
 
 pub use audit::{Change, Phase, Trigger, Verdict, What};
 pub use edge::WindowEdge;
-pub use estimate::{Answer, Fit, SendLog, WindowFit};
+pub use delivery::Delivery;
 pub use machine::HostMachine;
 pub use params::{Millis, Mode, Params};
 pub use state::HostState;

@@ -3,14 +3,15 @@
 use serde::{Deserialize, Serialize};
 
 use super::audit::Phase;
+use super::delivery::Delivery;
 use super::edge::WindowEdge;
-use super::estimate::SendLog;
 use super::params::Millis;
 
-/// The whole state of one host (serialisable: resume and the fleet keep it).
+/// The whole state of one host (serialisable: resume and the fleet keep it). Small by
+/// design: a few dozen numbers and the delivery bins, under 1 KB as JSON.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HostState {
-    /// The pacing rate, requests/s.
+    /// The pacing rate, requests/s (before the latency factor).
     pub rate: f64,
     /// GCRA theoretical arrival time: the next send is due at `tat - (burst - 1) x interval`.
     pub tat: Millis,
@@ -29,7 +30,8 @@ pub struct HostState {
     pub held_ms: f64,
     /// robots.txt Crawl-delay (ms), a floor on the gap.
     pub crawl_delay_ms: f64,
-    /// Consecutive backoff holds (refusals without Retry-After, robots outages).
+    /// Consecutive backoff holds (refusals without Retry-After, failure runs, robots
+    /// outages).
     pub backoff_level: u32,
     /// Consecutive 403 responses.
     pub forbidden: u32,
@@ -37,63 +39,66 @@ pub struct HostState {
     pub robots_down_since: Option<Millis>,
     /// Requests in flight.
     pub in_flight: u32,
-    /// Where the adaptive search stands.
+    /// Where the adaptive controller stands.
     pub phase: Phase,
-    /// Best estimate of the rate the server sustains, once a refusal taught one.
+    /// The rate the last refusal episode settled on (requests/s), for the audit and report.
+    #[serde(default)]
     pub estimate: Option<f64>,
-    /// A budget the server declared in RateLimit headers (requests/s), the stricter of
-    /// it and the estimate wins.
+    /// A budget the server declared in RateLimit headers (requests/s).
     pub declared: Option<f64>,
-    /// The lowest rate at which the server refused (an upper bound on its limit).
+    /// The lowest pace the server refused (requests/s), and when: an upper bound on its
+    /// limit that the climb stays under, forgotten after
+    /// [`Tuning::ceiling_memory_ms`](super::Tuning::ceiling_memory_ms).
     pub ceiling: Option<f64>,
-    /// Whether the estimate comes from a narrow fit (then the rate settles under it and
-    /// probes rarely) or is a guess (then the rate climbs towards the ceiling).
-    pub confident: bool,
-    /// Whether the estimate is a narrow fit that explains several refusal episodes (see
-    /// [`Tuning::verified_episodes`](super::Tuning::verified_episodes)): a bucket's rate,
-    /// probed rarely, never fast.
+    /// When the ceiling was last lowered.
     #[serde(default)]
-    pub verified: bool,
-    /// The fastest refill rate of a token-bucket fit narrow enough to pin the server's
-    /// rate (see [`Tuning::pinned_fit`](super::Tuning::pinned_fit)): probes stay under it.
-    /// Cleared when a later refusal leaves no bucket that explains the log.
-    #[serde(default)]
-    pub pinned: Option<f64>,
-    /// Refusals in a row met while climbing without a trusted estimate (towards the
-    /// lowest refused rate). Each one means the climb approached the limit from above, so
-    /// the next climb stops a margin further under the refused rate. Back to 0 when an
-    /// estimate is trusted, one less each time a rate holds through a calm period.
-    #[serde(default)]
-    pub climb_refusals: u32,
-    /// The last rate that held through a calm period (a failed probe returns to it).
+    pub ceiling_at: Option<Millis>,
+    /// The rate a running probe left (a refused probe returns under it).
     pub safe_rate: Option<f64>,
+    /// The next probe's step (fraction of the rate).
+    #[serde(default)]
+    pub probe_step: f64,
     /// Responses to requests sent before this do not cut again (one episode, one cut).
     pub last_cut: Option<Millis>,
+    /// Average gap between bookings (ms, a moving average): the pace requests actually
+    /// left at, which is under the rate when the queue runs dry.
+    #[serde(default)]
+    pub send_gap: f64,
     /// When the latest request was booked: answers read after a cut with nothing booked
     /// since belong to requests sent before it, whatever send time they are dated.
     #[serde(default)]
     pub booked_at: Option<Millis>,
-    /// When the last backoff hold was placed: refusals of requests in flight then are the
-    /// refusal it answered, not a new one.
+    /// When the last backoff hold was placed: failures of requests in flight then are the
+    /// failure it answered, not a new one.
     #[serde(default)]
     pub backoff_at: Option<Millis>,
-    /// Since when the host has been calm (no refusal, no easing): probes wait for it.
+    /// Since when the host has been calm (no refusal, no hold): probes wait for it.
     pub calm_since: Millis,
-    /// Calm needed before the next probe (doubles after a failed one).
-    pub probe_calm_ms: f64,
-    /// Fast and slow latency averages (seconds).
-    pub lat_fast: Option<f64>,
-    /// Baseline latency.
-    pub lat_slow: Option<f64>,
-    /// When the rate last grew (discovery growth is per elapsed time).
-    pub grown_at: Millis,
-    /// End of the last hold (the accepted rate is measured from here).
-    pub active_since: Millis,
-    /// The last refusal episode: when its active period began (the end of the hold
-    /// before it) and the send time of its first refused request. The limiter had nothing
-    /// left then, so what it accepted since is what it refilled.
+    /// Consecutive failed answers (5xx, connection, timeout).
     #[serde(default)]
-    pub last_episode: Option<(Millis, Millis)>,
+    pub failures: u32,
+    /// Since when the host has been failing or refusing at the minimum rate without a
+    /// served answer in between.
+    #[serde(default)]
+    pub troubled_since: Option<Millis>,
+    /// Fast latency average (seconds).
+    pub lat_fast: Option<f64>,
+    /// Latency baseline (seconds): the lowest the fast average has been, following a
+    /// lasting rise only slowly.
+    #[serde(default)]
+    pub lat_base: Option<f64>,
+    /// When the latency was last folded in.
+    #[serde(default)]
+    pub lat_at: Millis,
+    /// When the rate last grew (growth is per elapsed time).
+    pub grown_at: Millis,
+    /// When the host's machine was made (the delivery rate of a young host is measured
+    /// over its age).
+    #[serde(default)]
+    pub born: Millis,
+    /// What the server accepted, per 5-second bin over the last two minutes.
+    #[serde(default)]
+    pub delivery: Delivery,
     /// Where the server's quota window turns, from its RateLimit resets.
     #[serde(default)]
     pub edge: Option<WindowEdge>,
@@ -102,21 +107,19 @@ pub struct HostState {
     #[serde(default)]
     pub quota_left: Option<i64>,
     /// The latest instant the window of that reading can turn, as an answer in it will
-    /// announce it: the narrowed edge, plus a second when the resets are whole seconds
-    /// (rounded up by the server, a reset read just before the edge says one second).
+    /// announce it: the narrowed edge, plus a second when the resets are whole seconds.
     #[serde(default)]
     pub quota_turn_by: Option<Millis>,
     /// The requests booked spend the rest of the quota, and the answer that will say how
     /// long to wait has not been read: no send before the latest end it can announce.
-    /// The next RateLimit reading replaces it (with its own hold, when nothing remains).
-    /// Without it, a send booked past the window's edge would leave before that answer
-    /// is read and inside the wait it announces: in a fleet, when the worker holding the
-    /// answer is starved of CPU; on a single crawler, when latency is longer than the time
-    /// between the last request of a window and the edge.
+    /// Without it, a send booked past the window's edge would leave before that answer is
+    /// read and inside the wait it announces.
     #[serde(default)]
     pub spent_until: Option<Millis>,
-    /// What was sent and how it was answered.
-    pub log: SendLog,
+    /// When RateLimit headers last steered the rate: a host whose headers stop coming
+    /// returns to learning.
+    #[serde(default)]
+    pub steered_at: Option<Millis>,
     /// Pseudo-random state for jitter (deterministic, so the machine stays pure).
     pub seed: u64,
 }

@@ -196,11 +196,12 @@ async fn a_rate_limit_header_never_erases_a_limit_learned_from_refusals() {
     t.on_feedback(&status(429, Some(1)), at);
     let learned = t.rate();
     assert!(learned < 5.0, "{learned}");
-    // A generous quota in headers: the stricter of the two wins.
+    // A generous quota in headers: the stricter of the two wins, a margin under the pace
+    // that was refused (4 r/s).
     let later = at + Duration::from_secs(2);
     t.on_send(later);
     t.on_feedback(&reading(1_000, Some(10), None), later);
-    assert!(t.rate() <= learned + 1e-9, "{} > {learned}", t.rate());
+    assert!(t.rate() <= 4.0 * 0.95 + 0.05, "{} > {learned}", t.rate());
     // Latency is still tracked on a steered host: a surge eases off.
     let before = t.rate();
     let mut at = later;
@@ -435,8 +436,8 @@ async fn the_calm_period_and_probing_state_survive_a_resume() {
     assert_eq!(after.estimate, before.estimate);
     assert_eq!(after.phase, before.phase);
     assert_eq!(after.ceiling, before.ceiling);
-    assert_eq!(after.probe_calm_ms, before.probe_calm_ms);
-    assert_eq!(after.log.len(), before.log.len());
+    assert_eq!(after.probe_step, before.probe_step);
+    assert_eq!(after.delivery.bins(), before.delivery.bins());
     // The calm period keeps counting from where it was.
     let calm_before = back.at(at) - after.calm_since;
     let calm_saved = t.at(at) - before.calm_since;

@@ -1,14 +1,13 @@
 //! The outcome of a request: [`HostMachine::on_feedback`] and the rules every mode obeys
 //! (Crawl-delay, robots.txt outages, Retry-After on any status, exhausted RateLimit quotas,
-//! challenge pages, refusals without Retry-After, 403 streaks), then the mode's own rule:
-//! AutoThrottle here, the adaptive mode in `refusal` and `adapt`.
+//! challenge pages, refusals without Retry-After, 403 streaks, runs of failures), then the
+//! mode's own rule: AutoThrottle here, the adaptive controller in `control`.
 
-use crawler_core::Feedback;
+use crawler_core::{FailureKind, Feedback};
 
 use super::HostMachine;
 use crate::politeness::audit::{Change, Phase, Trigger, Verdict, What};
 use crate::politeness::edge::WindowEdge;
-use crate::politeness::estimate::Answer;
 use crate::politeness::params::{Millis, Mode, ms};
 
 impl HostMachine {
@@ -35,9 +34,7 @@ impl HostMachine {
         let wait = match fb.retry_after {
             Some(wait) => ms(wait),
             // The shortest backoff the answer can draw.
-            None if refused => {
-                self.backoff_nominal() * (1.0 - self.params.tuning.backoff_jitter.clamp(0.0, 1.0))
-            }
+            None if refused => self.backoff_nominal() * 0.5,
             None => return false,
         };
         if wait > self.params.max_wait_ms {
@@ -83,9 +80,31 @@ impl HostMachine {
         self.state.robots_down_since = None;
 
         let refused = matches!(fb.status, Some(429 | 503));
+        let failed = is_failure(fb);
+        let served = fb.status.is_some() && !refused && !failed;
+        if served {
+            self.state.failures = 0;
+            self.state.troubled_since = None;
+        } else if refused || failed {
+            let since = *self.state.troubled_since.get_or_insert(now);
+            let give_up = self.params.tuning.give_up_ms;
+            if now - since > give_up {
+                let reason = format!(
+                    "no page served for {:.0}s: every answer was {} (the host is down or \
+                     blocks this crawler)",
+                    (now - since) / 1_000.0,
+                    if refused { "a refusal" } else { "a failure" },
+                );
+                let trigger = if refused {
+                    refusal_trigger(fb.status)
+                } else {
+                    Trigger::Failures
+                };
+                return self.skip(reason, trigger, now);
+            }
+        }
         if refused && self.params.mode == Mode::Adaptive {
-            // Learn from the refusal before its hold moves the start of the active period.
-            self.record(sent_at, Answer::Refused);
+            // Learn from the refusal before its hold moves the calm period.
             self.refused(sent_at, now, refusal_trigger(fb.status));
         }
         let mut verdict = Verdict::Continue;
@@ -173,7 +192,18 @@ impl HostMachine {
         } else if fb.status.is_some() {
             self.state.forbidden = 0;
         }
-        if !refused && fb.status.is_some() && fb.retry_after.is_none() {
+        if failed {
+            // A run of failures holds the host, growing with each run; requests in flight
+            // when the hold began fail with the one that began it and do not grow it again.
+            self.state.failures = self.state.failures.saturating_add(1);
+            if self.state.failures >= self.params.tuning.failure_streak
+                && !self.in_flight_at_backoff(sent_at)
+            {
+                return self.backoff(now, Trigger::Failures);
+            }
+            return Verdict::Continue;
+        }
+        if served && fb.retry_after.is_none() {
             self.state.backoff_level = 0;
         }
         match self.params.mode {
@@ -201,18 +231,20 @@ impl HostMachine {
         }
     }
 
+    /// A challenge page: resume at `soft_block_resume` of the rate, and climb back no
+    /// higher than `decrease` of the rate that tripped it for as long as the ceiling is
+    /// remembered: growing back to that rate would trip the block again.
     fn challenge(&mut self, sent_at: Millis, now: Millis) {
         if self.params.mode != Mode::Adaptive || self.answered_before(sent_at) {
             return;
         }
-        // Growing back to the rate that tripped the block would trip it again.
-        let resumed = self.state.rate * self.params.soft_resume;
-        let est = self.state.estimate.map_or(resumed, |e| e.min(resumed));
-        self.set_estimate(est, Trigger::Challenge, now);
+        let tripped = self.state.rate;
+        let resumed = tripped * self.params.soft_resume;
+        self.lower_ceiling(tripped * self.params.tuning.decrease, now);
         self.state.last_cut = Some(now);
-        self.state.calm_since = now;
+        self.state.calm_since = self.state.calm_since.max(now);
         if self.state.phase != Phase::Steered {
-            self.state.phase = Phase::Settled;
+            self.state.phase = Phase::Climb;
         }
         self.set_rate(resumed, Trigger::Challenge, now);
     }
@@ -234,6 +266,18 @@ impl HostMachine {
             new = delay;
         }
         self.set_rate(1_000.0 / new.max(1e-3), Trigger::AutoThrottle, now);
+    }
+}
+
+/// Whether an answer says the host is unwell rather than the page: a server error (5xx but
+/// 501, which is the page's, and 503, a refusal), a refused or broken connection, a timeout.
+fn is_failure(fb: &Feedback) -> bool {
+    match fb.status {
+        Some(s) => (500..600).contains(&s) && s != 501 && s != 503,
+        None => matches!(
+            fb.failure,
+            Some(FailureKind::Connection | FailureKind::Timeout)
+        ),
     }
 }
 

@@ -18,25 +18,23 @@
 //! [`HostMachine`] defined here and share nothing but its fields and the helpers marked
 //! `pub(super)`. Pure: no clock, no I/O but debug logs, no randomness but its own generator.
 //!
-//! - `pacing`: when the next send may go (the GCRA bucket under the floors), rate and
-//!   estimate changes with their audit records, holds, backoff and skips.
+//! - `pacing`: when the next send may go (the GCRA bucket under the floors and the latency
+//!   factor), rate changes with their audit records, holds, backoff and skips.
 //! - `feedback`: [`HostMachine::on_feedback`], the rules every mode obeys (Crawl-delay,
-//!   robots.txt outages, Retry-After, exhausted quotas, challenge pages, 403 streaks), and
-//!   AutoThrottle.
-//! - `refusal`: a 429 or 503 in adaptive mode: what the server accepted, and the estimate
-//!   of its limit that follows.
-//! - `adapt`: an accepted answer in adaptive mode: latency easing, RateLimit steering,
-//!   discovery growth, the climb back and probes above the estimate.
+//!   robots.txt outages, Retry-After, exhausted quotas, challenge pages, 403 streaks, runs
+//!   of failures), and AutoThrottle.
+//! - `control`: the adaptive controller: slow start, one multiplicative decrease per
+//!   refusal episode down to the delivery rate, the climb under the ceiling, probes timed
+//!   by the payback rule, RateLimit steering and the latency baseline.
 
 use super::audit::{Change, Phase};
-use super::estimate::SendLog;
+use super::delivery::Delivery;
 use super::params::{Millis, Mode, Params};
 use super::state::HostState;
 
-mod adapt;
+mod control;
 mod feedback;
 mod pacing;
-mod refusal;
 
 /// One host's politeness machine: [`Params`] plus [`HostState`], and the audit records of
 /// the changes not yet taken by the caller.
@@ -77,28 +75,29 @@ impl HostMachine {
                 in_flight: 0,
                 phase: Phase::Discover,
                 estimate: None,
-                ceiling: None,
-                pinned: None,
-                confident: false,
-                verified: false,
                 declared: None,
-                climb_refusals: 0,
+                ceiling: None,
+                ceiling_at: None,
                 safe_rate: None,
+                probe_step: params.tuning.probe_step,
                 last_cut: None,
                 booked_at: None,
+                send_gap: 0.0,
                 backoff_at: None,
                 calm_since: now,
-                probe_calm_ms: params.tuning.probe_calm_ms,
+                failures: 0,
+                troubled_since: None,
                 lat_fast: None,
-                lat_slow: None,
+                lat_base: None,
+                lat_at: now,
                 grown_at: now,
-                active_since: now,
-                last_episode: None,
+                born: now,
+                delivery: Delivery::default(),
                 edge: None,
                 quota_left: None,
                 quota_turn_by: None,
                 spent_until: None,
-                log: SendLog::default(),
+                steered_at: None,
                 seed: 0x9e37_79b9_7f4a_7c15,
             },
             params,
@@ -144,7 +143,8 @@ impl HostMachine {
             &mut s.departure_floor,
             &mut s.calm_since,
             &mut s.grown_at,
-            &mut s.active_since,
+            &mut s.born,
+            &mut s.lat_at,
         ] {
             *t += delta;
         }
@@ -152,31 +152,23 @@ impl HostMachine {
             s.last_cut.as_mut(),
             s.booked_at.as_mut(),
             s.backoff_at.as_mut(),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            *t += delta;
-        }
-        for t in [
             s.robots_down_since.as_mut(),
             s.quota_turn_by.as_mut(),
             s.spent_until.as_mut(),
+            s.ceiling_at.as_mut(),
+            s.troubled_since.as_mut(),
+            s.steered_at.as_mut(),
         ]
         .into_iter()
         .flatten()
         {
             *t += delta;
-        }
-        if let Some((a, b)) = s.last_episode.as_mut() {
-            *a += delta;
-            *b += delta;
         }
         if let Some(e) = s.edge.as_mut() {
             e.lo += delta;
             e.hi += delta;
         }
-        s.log.shift(delta);
+        s.delivery.shift(delta);
     }
 
     /// The pacing rate, requests/s (for a fixed delay of zero: unlimited, reported as the
@@ -200,11 +192,13 @@ impl HostMachine {
         let max = self.params.concurrency.max(1);
         match self.params.mode {
             Mode::Adaptive => {
-                // Little's law: enough in flight to sustain the rate at the current latency,
-                // with headroom for jitter, but no more: a second request to a host that
-                // answers within the pacing interval would only be refused alongside the
-                // first.
-                let lat = self.state.lat_fast.unwrap_or(0.0);
+                // Little's law at the baseline latency: enough in flight to sustain the rate
+                // when the server answers as fast as it normally does, with headroom for
+                // jitter, but no more: a second request to a host that answers within the
+                // pacing interval would only be refused alongside the first, and a server
+                // that slows down gets fewer requests at once, not more (the rate falls
+                // with the latency factor, see `pacing`).
+                let lat = self.state.lat_base.unwrap_or(0.0);
                 let want = (self.params.tuning.concurrency_headroom * self.rate() * lat).ceil();
                 (want as u32).clamp(1, max)
             }
@@ -227,6 +221,7 @@ impl HostMachine {
             && s.phase == Phase::Discover
             && s.estimate.is_none()
             && s.ceiling.is_none()
+            && s.failures == 0
             && s.declared.is_none()
             && s.crawl_delay_ms <= 0.0
             && s.backoff_level == 0

@@ -17,9 +17,27 @@ impl HostMachine {
     pub(super) fn interval(&self) -> f64 {
         let pace = match self.params.mode {
             Mode::Fixed => 0.0,
-            _ => 1_000.0 / self.state.rate.max(1e-9),
+            _ => 1_000.0 / (self.state.rate * self.latency_factor()).max(1e-9),
         };
         pace.max(self.floor_ms())
+    }
+
+    /// How much of the rate a slow server gets (adaptive mode): 1 while the fast latency
+    /// average is under twice the baseline plus the tolerance, then baseline over latency,
+    /// so a server answering ten times slower than its normal gets about a fifth of the
+    /// rate, for as long as it stays slow (AutoThrottle's rule, relative to the host's own
+    /// normal instead of an absolute target).
+    pub(super) fn latency_factor(&self) -> f64 {
+        if self.params.mode != Mode::Adaptive {
+            return 1.0;
+        }
+        match (self.state.lat_fast, self.state.lat_base) {
+            (Some(fast), Some(base)) if fast > 0.0 => {
+                let normal = 2.0 * (base + self.params.latency_tolerance_ms / 1_000.0);
+                (normal / fast).clamp(0.05, 1.0)
+            }
+            _ => 1.0,
+        }
     }
 
     /// Sends allowed back to back: never under a delay floor, which would break it.
@@ -42,6 +60,14 @@ impl HostMachine {
     /// A request is being sent at `now`: book its slot.
     pub fn on_send(&mut self, now: Millis) {
         self.state.in_flight = self.state.in_flight.saturating_add(1);
+        if let Some(prev) = self.state.booked_at {
+            let gap = (now - prev).max(0.0);
+            self.state.send_gap = if self.state.send_gap > 0.0 {
+                0.8 * self.state.send_gap + 0.2 * gap
+            } else {
+                gap
+            };
+        }
         self.state.booked_at = Some(now);
         if let Some(left) = self.state.quota_left.as_mut() {
             *left -= 1;
@@ -99,12 +125,12 @@ impl HostMachine {
 
     /// How late (ms) a booked send may still leave. Later, it would shorten the gap to the
     /// next booked send by more than half the margin the pace keeps under the server's
-    /// limit ([`Tuning::slack`](crate::politeness::Tuning::slack)), and a limiter without
+    /// limit ([`Tuning::margin`](crate::politeness::Tuning::margin)), and a limiter without
     /// a burst would refuse that next send; a request held for a slot it has missed by
     /// more (a worker starved of CPU) takes a new slot instead ([`HostMachine::rebook`]).
     pub fn late_limit_ms(&self) -> f64 {
         let t = &self.params.tuning;
-        (self.interval() * (1.0 - t.slack) / 2.0).max(t.late_send_ms)
+        (self.interval() * (1.0 - t.margin) / 2.0).max(t.late_send_ms)
     }
 
     /// Book a new slot, at `at` or the next free one after it, for a request that missed
@@ -200,7 +226,8 @@ impl HostMachine {
             self.state.holds += 1;
             self.state.held_ms += extra;
             self.state.hold_until = until;
-            self.state.active_since = until;
+            // Calm is counted from the end of the hold: a probe's payback starts then.
+            self.state.calm_since = self.state.calm_since.max(until);
             self.audit.push(Change {
                 at: now,
                 trigger,
@@ -237,13 +264,37 @@ impl HostMachine {
             .min(t.backoff_cap_ms)
     }
 
-    /// A backoff hold: the nominal one less up to its jitter; the level grows on repeats.
+    /// A backoff hold, drawn with equal jitter (from half the nominal length to all of
+    /// it, each host its own draw, so hosts and workers backing off together do not come
+    /// back in step; a draw near zero, as full jitter allows, would only buy another
+    /// failure); the level grows on repeats.
     pub(super) fn backoff(&mut self, now: Millis, trigger: Trigger) -> Verdict {
-        let jitter = self.params.tuning.backoff_jitter.clamp(0.0, 1.0);
-        let wait = self.backoff_nominal() * (1.0 - jitter * self.random());
+        let wait = self.backoff_nominal() * (0.5 + 0.5 * self.random());
         self.state.backoff_level = self.state.backoff_level.saturating_add(1);
         self.state.backoff_at = Some(now);
         self.hold(wait, now, trigger)
+    }
+
+    /// Another host name behind the same limiter was held until `until`: hold this one
+    /// too (the limiter counts them together, so its wait is theirs). Returns whether the
+    /// hold moved.
+    pub fn share_hold(&mut self, until: Millis, now: Millis) -> bool {
+        if until <= self.state.hold_until || until <= now {
+            return false;
+        }
+        self.state.holds += 1;
+        self.state.held_ms += until - self.state.hold_until.max(now);
+        self.state.hold_until = until;
+        self.state.calm_since = self.state.calm_since.max(until);
+        self.audit.push(Change {
+            at: now,
+            trigger: Trigger::LimiterGroup,
+            what: What::Hold {
+                until,
+                wait_ms: until - now,
+            },
+        });
+        true
     }
 
     pub(super) fn skip(&mut self, reason: String, trigger: Trigger, now: Millis) -> Verdict {

@@ -1,0 +1,843 @@
+//! The judge: fresh random worlds on virtual time, for judging the machine.
+//!
+//! A [`World`] is one server (or several host names behind one limiter) drawn at random
+//! from families of limiters and faults: nginx `limit_req` with and without `nodelay`,
+//! sliding windows that count refused requests or not, fixed windows, gateways announcing
+//! their quota in RateLimit headers, limits from 0.5 to 20 r/s, Retry-After absent, zero,
+//! 1-300 s or an HTTP-date, the limit halved or doubled mid-crawl, one limiter behind 1-5
+//! host names, a quota on one path only, latency from 5 to 500 ms with jitter, stalls and
+//! load-dependent slow-down, 5xx storms, refused connections and timeouts. [`run`] crawls
+//! it with one [`HostMachine`] per host name, the way the frontier drives them: thirty
+//! minutes take milliseconds, so every test run judges the machine on new draws.
+//!
+//! No list of cells is the judge: [`World::draw`] takes a seed, the tests and the
+//! benchmark draw new seeds on every run and print them, and `POLITENESS_SEED` replays one.
+//! The limiters follow the real servers' arithmetic (nginx's millisecond leaky bucket,
+//! HAProxy's `freq_ctr`); the lab emulates the same ones, and the lab benchmark compares
+//! draws behind the lab with the same parameters behind real nginx and HAProxy.
+
+use std::fmt;
+use std::time::Duration;
+
+use crawler_core::{FailureKind, Feedback, RateLimitReading};
+
+use super::{HostMachine, Params, Verdict};
+
+/// A deterministic generator (splitmix64): a seed is a whole world and its run.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self(seed ^ 0x5851_f42d_4c95_7f2d)
+    }
+
+    /// A uniform draw in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in [lo, hi).
+    pub fn range(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * self.unit()
+    }
+
+    /// Even on a log scale in [lo, hi).
+    pub fn log_range(&mut self, lo: f64, hi: f64) -> f64 {
+        lo * (hi / lo).powf(self.unit())
+    }
+
+    /// True with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        self.unit() < p
+    }
+
+    /// An integer in [lo, hi].
+    pub fn int(&mut self, lo: u32, hi: u32) -> u32 {
+        lo + ((self.unit() * f64::from(hi - lo + 1)) as u32).min(hi - lo)
+    }
+}
+
+/// A server-side limiter, judging arrivals (ms on the server's clock).
+#[derive(Debug, Clone)]
+pub enum Limiter {
+    /// nginx `limit_req rate=R burst=B`, with `nodelay` (refuse or serve at once) or
+    /// without (requests within the burst are delayed until their turn).
+    Nginx {
+        /// Requests/s.
+        rate: f64,
+        /// `burst=`.
+        burst: u32,
+        /// `nodelay`.
+        nodelay: bool,
+        /// Excess in thousandths of a request.
+        excess: i64,
+        /// Last accepted arrival (whole ms).
+        last: Option<i64>,
+    },
+    /// HAProxy `sc_http_req_rate(0) gt N` over `period` ms (its `freq_ctr`).
+    Sliding {
+        /// Requests per period.
+        limit: u32,
+        /// The period (ms).
+        period: f64,
+        /// Whether refused requests count too (`http-request track-sc0` before the deny).
+        count_refused: bool,
+        /// Start of the current period.
+        tick: f64,
+        /// Requests counted in the current period.
+        curr: u32,
+        /// Requests counted in the previous one.
+        prev: u32,
+    },
+    /// `limit` per fixed window of `period` ms; refused requests not counted.
+    Fixed {
+        /// Requests per window.
+        limit: u32,
+        /// The window (ms).
+        period: f64,
+        /// The current window's index.
+        index: i64,
+        /// Requests accepted in it.
+        used: u32,
+    },
+    /// A gateway with a fixed-window quota that it announces in RateLimit headers, its
+    /// reset in whole seconds rounded up (the IETF fields) or to the millisecond.
+    Gateway {
+        /// Requests per window.
+        limit: u32,
+        /// The window (ms).
+        period: f64,
+        /// The current window's index.
+        index: i64,
+        /// Requests accepted in it.
+        used: u32,
+        /// Millisecond resets (else whole seconds, rounded up).
+        exact: bool,
+    },
+}
+
+/// A limiter's answer to one arrival.
+#[derive(Debug, Clone, Copy)]
+pub struct Admission {
+    /// Served (else refused with 429).
+    pub ok: bool,
+    /// The RateLimit reading a gateway sends.
+    pub reading: Option<RateLimitReading>,
+    /// How long the server queued the request before serving it (nginx without `nodelay`).
+    pub delay_ms: f64,
+}
+
+impl Limiter {
+    /// nginx `limit_req`.
+    pub fn nginx(rate: f64, burst: u32, nodelay: bool) -> Self {
+        Self::Nginx {
+            rate,
+            burst,
+            nodelay,
+            excess: 0,
+            last: None,
+        }
+    }
+
+    /// HAProxy's sliding window of `period_s` at `rate`.
+    pub fn sliding(rate: f64, period_s: f64, count_refused: bool) -> Self {
+        Self::Sliding {
+            limit: ((rate * period_s).round() as u32).max(1),
+            period: period_s * 1_000.0,
+            count_refused,
+            tick: -1.0,
+            curr: 0,
+            prev: 0,
+        }
+    }
+
+    /// A fixed window of `period_s` at `rate`.
+    pub fn fixed(rate: f64, period_s: f64) -> Self {
+        Self::Fixed {
+            limit: ((rate * period_s).round() as u32).max(1),
+            period: period_s * 1_000.0,
+            index: -1,
+            used: 0,
+        }
+    }
+
+    /// A gateway announcing a fixed window of `period_s` at `rate`.
+    pub fn gateway(rate: f64, period_s: f64, exact: bool) -> Self {
+        Self::Gateway {
+            limit: ((rate * period_s).round() as u32).max(1),
+            period: period_s * 1_000.0,
+            index: -1,
+            used: 0,
+            exact,
+        }
+    }
+
+    /// The rate the limiter sustains (requests/s).
+    pub fn allowed(&self) -> f64 {
+        match self {
+            Self::Nginx { rate, .. } => *rate,
+            Self::Sliding { limit, period, .. }
+            | Self::Fixed { limit, period, .. }
+            | Self::Gateway { limit, period, .. } => f64::from(*limit) * 1_000.0 / period,
+        }
+    }
+
+    /// Scale the limit by `factor` (an operator changed the configuration).
+    pub fn scale(&mut self, factor: f64) {
+        match self {
+            Self::Nginx { rate, .. } => *rate *= factor,
+            Self::Sliding { limit, .. } | Self::Fixed { limit, .. } | Self::Gateway { limit, .. } => {
+                *limit = ((f64::from(*limit) * factor).round() as u32).max(1);
+            }
+        }
+    }
+
+    /// The window length, for window limiters (ms).
+    pub fn period(&self) -> Option<f64> {
+        match self {
+            Self::Nginx { .. } => None,
+            Self::Sliding { period, .. }
+            | Self::Fixed { period, .. }
+            | Self::Gateway { period, .. } => Some(*period),
+        }
+    }
+
+    /// Judge an arrival at `t` ms.
+    pub fn admit(&mut self, t: f64) -> Admission {
+        let plain = |ok| Admission {
+            ok,
+            reading: None,
+            delay_ms: 0.0,
+        };
+        match self {
+            Self::Nginx {
+                rate,
+                burst,
+                nodelay,
+                excess,
+                last,
+            } => {
+                // nginx: excess in 1/1000 requests, rate in requests per 1000 s, whole ms.
+                let now = t.floor() as i64;
+                let rate_m = ((*rate * 1_000.0) as i64).max(1);
+                let ms = last.map_or(60_000, |l| (now - l).abs());
+                let e = (*excess - rate_m * ms / 1_000 + 1_000).max(0);
+                if e > i64::from(*burst) * 1_000 {
+                    return plain(false);
+                }
+                *excess = e;
+                *last = Some(now);
+                let delay_ms = if *nodelay {
+                    0.0
+                } else {
+                    // Served when the excess has drained: excess / rate.
+                    e as f64 * 1_000.0 / rate_m as f64
+                };
+                Admission {
+                    ok: true,
+                    reading: None,
+                    delay_ms,
+                }
+            }
+            Self::Sliding {
+                limit,
+                period,
+                count_refused,
+                tick,
+                curr,
+                prev,
+            } => {
+                // HAProxy's freq_ctr: the period starts at the first event, stays aligned
+                // to it, restarts after two idle periods; the rate is read with this
+                // request counted and floored.
+                let now = t.floor();
+                let p = *period;
+                if *tick < 0.0 {
+                    *tick = now;
+                    *curr = 0;
+                    *prev = 0;
+                } else if now - *tick >= p {
+                    *prev = *curr;
+                    *curr = 0;
+                    *tick += p;
+                    if now - *tick >= p {
+                        *prev = 0;
+                        *tick = now;
+                    }
+                }
+                let remain = (*tick + p - now).max(0.0);
+                let read = |c: u32| ((f64::from(*prev) * remain + f64::from(c) * p) / p).floor();
+                let ok = read(*curr + 1) <= f64::from(*limit);
+                if ok || *count_refused {
+                    *curr += 1;
+                }
+                plain(ok)
+            }
+            Self::Fixed {
+                limit,
+                period,
+                index,
+                used,
+            } => {
+                let i = (t / *period).floor() as i64;
+                if i != *index {
+                    *index = i;
+                    *used = 0;
+                }
+                if *used >= *limit {
+                    return plain(false);
+                }
+                *used += 1;
+                plain(true)
+            }
+            Self::Gateway {
+                limit,
+                period,
+                index,
+                used,
+                exact,
+            } => {
+                let i = (t / *period).floor() as i64;
+                if i != *index {
+                    *index = i;
+                    *used = 0;
+                }
+                let ok = *used < *limit;
+                if ok {
+                    *used += 1;
+                }
+                let left_ms = (i + 1) as f64 * *period - t;
+                let reset = if *exact {
+                    Duration::from_secs_f64(left_ms.max(0.0) / 1_000.0)
+                } else {
+                    Duration::from_secs((left_ms / 1_000.0).ceil() as u64)
+                };
+                Admission {
+                    ok,
+                    reading: Some(RateLimitReading {
+                        remaining: u64::from(limit.saturating_sub(*used)),
+                        reset: Some(reset),
+                        limit: Some(u64::from(*limit)),
+                        window: Some(Duration::from_secs_f64(*period / 1_000.0)),
+                    }),
+                    delay_ms: 0.0,
+                }
+            }
+        }
+    }
+}
+
+/// What a refusal says about when to come back.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RetryAfter {
+    /// Nothing.
+    Absent,
+    /// `Retry-After: 0`.
+    Zero,
+    /// `Retry-After: N` seconds.
+    Secs(f64),
+    /// `Retry-After: <HTTP-date>` N seconds ahead, whole seconds as the date has them.
+    Date(f64),
+}
+
+/// Latency of the world's server.
+#[derive(Debug, Clone, Copy)]
+pub struct Latency {
+    /// Base latency (ms).
+    pub base_ms: f64,
+    /// Uniform jitter on top (ms).
+    pub jitter_ms: f64,
+    /// Extra latency per request the server is working on (ms): load-dependent slow-down.
+    pub per_in_flight_ms: f64,
+    /// A ramp of the base latency: from `start` ms it climbs linearly to `peak_ms` at
+    /// `start + rise`, stays until `end`, then returns to the base at once.
+    pub ramp: Option<Ramp>,
+}
+
+/// A latency ramp (ms on the crawl's clock).
+#[derive(Debug, Clone, Copy)]
+pub struct Ramp {
+    /// When the climb begins.
+    pub start: f64,
+    /// How long the climb takes.
+    pub rise: f64,
+    /// When latency returns to the base.
+    pub end: f64,
+    /// The latency at the top.
+    pub peak_ms: f64,
+}
+
+/// A span of the crawl (ms) during which the server answers every page with 500.
+#[derive(Debug, Clone, Copy)]
+pub struct Storm {
+    /// Start.
+    pub start: f64,
+    /// End.
+    pub end: f64,
+}
+
+/// One random world: a server and the machine it is crawled from.
+#[derive(Debug, Clone)]
+pub struct World {
+    /// The seed it was drawn from (and its run's draws).
+    pub seed: u64,
+    /// The limiter, shared by every host name.
+    pub limiter: Limiter,
+    /// What refusals say about coming back (gateways say it in their resets).
+    pub retry_after: RetryAfter,
+    /// The limit scaled by a factor at an instant (ms), if it changes.
+    pub change: Option<(f64, f64)>,
+    /// Host names behind the limiter; they resolve to one address, so their holds are
+    /// shared (the frontier's limiter group).
+    pub hosts: u32,
+    /// The share of requests the limiter counts (a quota on one path only), 1 for all.
+    pub counted_share: f64,
+    /// Latency.
+    pub latency: Latency,
+    /// Spread of the transit from send to arrival (ms), above 0.3 ms: a busy client.
+    pub transit_ms: f64,
+    /// Chance that a send stalls on its way out, and the longest stall (ms).
+    pub stall: (f64, f64),
+    /// A 5xx storm.
+    pub storm: Option<Storm>,
+    /// Chance per request of a refused connection.
+    pub refused_conn: f64,
+    /// Chance per request of a timeout (the answer never comes; the client gives up).
+    pub timeouts: f64,
+    /// The client's phase in the limiter's windows (ms).
+    pub phase: f64,
+    /// Requests in flight the crawl allows per host (`concurrency_per_host`).
+    pub concurrency: u32,
+    /// The crawl's start rate.
+    pub start_rate: f64,
+}
+
+/// The families a world is drawn from, by name (for reports).
+pub const FAMILIES: [&str; 5] = ["bucket", "nginx-delay", "sliding", "fixed", "gateway"];
+
+impl World {
+    /// Draw a world from `seed`: every family, rate and fault the judge knows, each with
+    /// its own chance. `duration_ms` places mid-crawl changes.
+    pub fn draw(seed: u64, duration_ms: f64) -> Self {
+        let mut r = Rng::new(seed);
+        let rate = r.log_range(0.5, 20.0);
+        let family = r.int(0, FAMILIES.len() as u32 - 1);
+        let limiter = match family {
+            0 => Limiter::nginx(rate, r.int(0, 50), true),
+            1 => Limiter::nginx(rate, r.int(1, 50), false),
+            2 => Limiter::sliding(rate, r.log_range(5.0, 120.0).round(), r.chance(0.5)),
+            3 => Limiter::fixed(rate, r.log_range(5.0, 60.0).round()),
+            _ => Limiter::gateway(rate, r.log_range(1.0, 60.0).round(), r.chance(0.5)),
+        };
+        let retry_after = match r.unit() {
+            u if u < 0.3 => RetryAfter::Absent,
+            u if u < 0.4 => RetryAfter::Zero,
+            u if u < 0.9 => RetryAfter::Secs(r.log_range(1.0, 300.0).round()),
+            _ => RetryAfter::Date(r.log_range(1.0, 300.0).round()),
+        };
+        let change = r
+            .chance(0.25)
+            .then(|| (duration_ms * r.range(0.3, 0.5), if r.chance(0.5) { 0.5 } else { 2.0 }));
+        let hosts = if r.chance(0.25) { r.int(2, 5) } else { 1 };
+        let counted_share = if r.chance(0.1) { r.range(0.3, 0.9) } else { 1.0 };
+        let base_ms = r.log_range(5.0, 500.0);
+        let latency = Latency {
+            base_ms,
+            jitter_ms: base_ms * r.range(0.0, 1.0),
+            per_in_flight_ms: if r.chance(0.2) {
+                r.range(5.0, 100.0)
+            } else {
+                0.0
+            },
+            ramp: None,
+        };
+        let storm = r.chance(0.15).then(|| {
+            let start = duration_ms * r.range(0.2, 0.6);
+            Storm {
+                start,
+                end: start + 60_000.0,
+            }
+        });
+        Self {
+            seed,
+            limiter,
+            retry_after,
+            change,
+            hosts,
+            counted_share,
+            latency,
+            transit_ms: r.range(0.0, 6.0),
+            stall: (r.range(0.0, 0.02), r.range(0.0, 20.0)),
+            storm,
+            refused_conn: if r.chance(0.1) { r.range(0.0, 0.02) } else { 0.0 },
+            timeouts: if r.chance(0.1) { r.range(0.0, 0.01) } else { 0.0 },
+            phase: r.range(0.0, 120_000.0),
+            concurrency: 8,
+            start_rate: 1.0,
+        }
+    }
+
+    /// The family's name.
+    pub fn family(&self) -> &'static str {
+        match self.limiter {
+            Limiter::Nginx { nodelay: true, .. } => FAMILIES[0],
+            Limiter::Nginx { nodelay: false, .. } => FAMILIES[1],
+            Limiter::Sliding { .. } => FAMILIES[2],
+            Limiter::Fixed { .. } => FAMILIES[3],
+            Limiter::Gateway { .. } => FAMILIES[4],
+        }
+    }
+
+    /// The rate allowed at the end of the crawl (after any change), requests/s.
+    pub fn final_allowed(&self) -> f64 {
+        let mut l = self.limiter.clone();
+        if let Some((_, f)) = self.change {
+            l.scale(f);
+        }
+        l.allowed() / self.counted_share
+    }
+
+    /// A plain world: one host, no faults, 25 ms of latency, for focused tests.
+    pub fn plain(seed: u64, limiter: Limiter, retry_after: RetryAfter) -> Self {
+        Self {
+            seed,
+            limiter,
+            retry_after,
+            change: None,
+            hosts: 1,
+            counted_share: 1.0,
+            latency: Latency {
+                base_ms: 15.0,
+                jitter_ms: 25.0,
+                per_in_flight_ms: 0.0,
+                ramp: None,
+            },
+            transit_ms: 2.0,
+            stall: (0.0, 0.0),
+            storm: None,
+            refused_conn: 0.0,
+            timeouts: 0.0,
+            phase: 0.0,
+            concurrency: 8,
+            start_rate: 1.0,
+        }
+    }
+}
+
+impl fmt::Display for World {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let l = &self.limiter;
+        write!(
+            f,
+            "seed {} {} {:.2} r/s",
+            self.seed,
+            self.family(),
+            l.allowed()
+        )?;
+        match l {
+            Limiter::Nginx { burst, .. } => write!(f, " burst {burst}")?,
+            Limiter::Sliding {
+                period,
+                count_refused,
+                ..
+            } => write!(
+                f,
+                " {:.0}s{}",
+                period / 1e3,
+                if *count_refused { " counting refused" } else { "" }
+            )?,
+            Limiter::Fixed { period, .. } => write!(f, " {:.0}s", period / 1e3)?,
+            Limiter::Gateway { period, exact, .. } => write!(
+                f,
+                " {:.0}s{}",
+                period / 1e3,
+                if *exact { " exact" } else { "" }
+            )?,
+        }
+        write!(f, ", RA {:?}", self.retry_after)?;
+        if let Some((at, factor)) = self.change {
+            write!(f, ", x{factor} at {:.0}s", at / 1e3)?;
+        }
+        if self.hosts > 1 {
+            write!(f, ", {} hosts", self.hosts)?;
+        }
+        if self.counted_share < 1.0 {
+            write!(f, ", {:.0}% counted", self.counted_share * 100.0)?;
+        }
+        write!(
+            f,
+            ", latency {:.0}+{:.0} ms",
+            self.latency.base_ms, self.latency.jitter_ms
+        )?;
+        if self.latency.per_in_flight_ms > 0.0 {
+            write!(f, " +{:.0}/in-flight", self.latency.per_in_flight_ms)?;
+        }
+        if let Some(s) = self.storm {
+            write!(f, ", 500s {:.0}-{:.0}s", s.start / 1e3, s.end / 1e3)?;
+        }
+        if self.refused_conn > 0.0 {
+            write!(f, ", {:.1}% refused conns", self.refused_conn * 100.0)?;
+        }
+        if self.timeouts > 0.0 {
+            write!(f, ", {:.1}% timeouts", self.timeouts * 100.0)?;
+        }
+        Ok(())
+    }
+}
+
+/// What the server saw, and what the crawl got.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    /// Requests that reached the server.
+    pub sent: u64,
+    /// Served (any answer but a refusal, a 5xx, or a failure).
+    pub accepted: u64,
+    /// Refused by the limiter (429).
+    pub refused: u64,
+    /// Requests that arrived inside a wait the server announced (to any host name of the
+    /// limiter).
+    pub violations: u64,
+    /// Accepted requests/s over the last half, all host names together.
+    pub steady: f64,
+    /// Accepted requests/s over the last half of the time before the limit changed.
+    pub before_change: f64,
+    /// Requests that arrived during a 5xx storm.
+    pub in_storm: u64,
+    /// Accepted requests/s over the minute after a storm ended.
+    pub after_storm: f64,
+    /// Accepted requests/s over the two minutes before a storm began.
+    pub before_storm: f64,
+    /// Refusals after the limit changed.
+    pub refused_after_change: u64,
+    /// Accepted requests/s over the last fifth of a ramp's peak, and before it began.
+    pub ramp_rates: Option<(f64, f64)>,
+    /// Whether a host was skipped.
+    pub skipped: bool,
+    /// Accepted requests/s per minute of the crawl.
+    pub per_minute: Vec<f64>,
+}
+
+impl Outcome {
+    /// Refusals per 1,000 accepted pages.
+    pub fn refusals_per_1000(&self) -> f64 {
+        self.refused as f64 * 1_000.0 / self.accepted.max(1) as f64
+    }
+}
+
+/// A request on its way.
+struct Pending {
+    answer_at: f64,
+    host: usize,
+    sent: f64,
+    feedback: Feedback,
+}
+
+/// Crawl `world` for `duration_ms` with machines of `params` (its concurrency and start
+/// rate from the world). `audit` collects every machine's changes with the host's index.
+pub fn run(world: &World, params: &Params, duration_ms: f64) -> Outcome {
+    run_audited(world, params, duration_ms, &mut Vec::new())
+}
+
+/// [`run`], with the machines' audit records.
+pub fn run_audited(
+    world: &World,
+    params: &Params,
+    duration_ms: f64,
+    audit: &mut Vec<(usize, super::Change)>,
+) -> Outcome {
+    let mut params = params.clone();
+    params.concurrency = world.concurrency;
+    params.start_rate = world.start_rate;
+    let n = world.hosts.max(1) as usize;
+    let mut machines: Vec<HostMachine> = (0..n)
+        .map(|_| HostMachine::new(params.clone(), 0.0))
+        .collect();
+    let mut rng = Rng::new(world.seed.wrapping_mul(31).wrapping_add(7));
+    let mut limiter = world.limiter.clone();
+    let mut changed = world.change.is_none();
+    let mut out = Outcome::default();
+    let mut pending: Vec<Pending> = Vec::new();
+    // The waits the server announced (to any host name of the limiter): when the client
+    // read the announcement, and until when it asked to wait. A request sent before the
+    // announcement could be read is not inside it, whenever it arrives.
+    let mut holds: Vec<(f64, f64)> = Vec::new();
+    let mut last_arrival = f64::NEG_INFINITY;
+    let mut accepted_at: Vec<f64> = Vec::new();
+    let mut t = 0.0;
+    for _ in 0..50_000_000u64 {
+        let next_answer = pending
+            .iter()
+            .map(|p| p.answer_at)
+            .fold(f64::INFINITY, f64::min);
+        let (host, send_at) = machines
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.has_room())
+            .map(|(i, m)| (i, m.ready_at().max(t)))
+            .fold((usize::MAX, f64::INFINITY), |a, b| if b.1 < a.1 { b } else { a });
+        if send_at.min(next_answer) >= duration_ms {
+            break;
+        }
+        if send_at <= next_answer {
+            t = send_at;
+            machines[host].on_send(t);
+            if !changed && let Some((at, factor)) = world.change {
+                if t >= at {
+                    limiter.scale(factor);
+                    changed = true;
+                }
+            }
+            let mut arrival = t + 0.3 + rng.unit() * world.transit_ms;
+            if world.stall.0 > 0.0 && rng.chance(world.stall.0) {
+                arrival += rng.unit() * world.stall.1;
+            }
+            let arrival = arrival.max(last_arrival);
+            last_arrival = arrival;
+            out.sent += 1;
+            let server_t = arrival + world.phase;
+            holds.retain(|&(_, until)| until > t);
+            if holds.iter().any(|&(known, until)| known <= t && arrival < until) {
+                out.violations += 1;
+            }
+            let mut fb = Feedback {
+                sent: true,
+                ..Default::default()
+            };
+            let mut latency = world.latency.base_ms + rng.unit() * world.latency.jitter_ms;
+            if let Some(r) = world.latency.ramp
+                && t >= r.start
+                && t < r.end
+            {
+                let up = ((t - r.start) / r.rise.max(1.0)).min(1.0);
+                latency += (r.peak_ms - world.latency.base_ms) * up;
+            }
+            latency += world.latency.per_in_flight_ms * pending.len() as f64;
+            let in_storm = world.storm.is_some_and(|s| arrival >= s.start && arrival < s.end);
+            if in_storm {
+                out.in_storm += 1;
+            }
+            if rng.chance(world.refused_conn) {
+                fb.failure = Some(FailureKind::Connection);
+                latency = 1.0;
+            } else if rng.chance(world.timeouts) {
+                fb.failure = Some(FailureKind::Timeout);
+                latency = 30_000.0;
+            } else {
+                let counted = world.counted_share >= 1.0 || rng.chance(world.counted_share);
+                let adm = if counted {
+                    limiter.admit(server_t)
+                } else {
+                    Admission {
+                        ok: true,
+                        reading: None,
+                        delay_ms: 0.0,
+                    }
+                };
+                latency += adm.delay_ms;
+                // An exhausted quota announces a wait (its reset, as sent).
+                if let Some(rd) = adm.reading.filter(|r| r.remaining == 0)
+                    && let Some(reset) = rd.reset
+                {
+                    holds.push((
+                        arrival + latency,
+                        arrival + reset.as_secs_f64() * 1_000.0,
+                    ));
+                }
+                fb.rate_limit = adm.reading;
+                if !adm.ok {
+                    fb.status = Some(429);
+                    out.refused += 1;
+                    if changed && world.change.is_some() {
+                        out.refused_after_change += 1;
+                    }
+                    let answer = arrival + latency;
+                    let wait = match (&limiter, world.retry_after, adm.reading) {
+                        (Limiter::Gateway { .. }, _, Some(r)) => {
+                            r.reset.map(|d| d.as_secs_f64() * 1e3)
+                        }
+                        (_, RetryAfter::Absent, _) => None,
+                        (_, RetryAfter::Zero, _) => Some(0.0),
+                        (_, RetryAfter::Secs(s), _) => Some(s * 1e3),
+                        (_, RetryAfter::Date(s), _) => {
+                            // The date is whole seconds; read against a `Date` header
+                            // that is whole seconds too.
+                            let end = ((answer + s * 1e3) / 1e3).floor() * 1e3;
+                            holds.push((answer, end));
+                            Some((end - (answer / 1e3).floor() * 1e3).max(0.0))
+                        }
+                    };
+                    if let Some(w) = wait {
+                        fb.retry_after = Some(Duration::from_secs_f64(w / 1e3));
+                        holds.push((answer, answer + w));
+                    }
+                } else if in_storm {
+                    fb.status = Some(500);
+                    fb.failure = Some(FailureKind::Status);
+                } else {
+                    fb.status = Some(200);
+                    out.accepted += 1;
+                    accepted_at.push(t);
+                }
+            }
+            fb.latency = Duration::from_secs_f64(latency.max(0.0) / 1e3);
+            pending.push(Pending {
+                answer_at: arrival + latency,
+                host,
+                sent: t,
+                feedback: fb,
+            });
+        } else {
+            let i = pending
+                .iter()
+                .position(|p| p.answer_at == next_answer)
+                .unwrap_or(0);
+            let p = pending.swap_remove(i);
+            t = p.answer_at;
+            // A busy client reads its clock late: the send time it dates is off a little.
+            let late = (rng.unit() - 0.5) * world.transit_ms;
+            let verdict = machines[p.host].on_feedback_sent(&p.feedback, p.sent + late, t);
+            let held = machines[p.host].state().hold_until;
+            for (j, m) in machines.iter_mut().enumerate() {
+                if j != p.host {
+                    m.share_hold(held, t);
+                }
+            }
+            for (j, m) in machines.iter_mut().enumerate() {
+                audit.extend(m.take_audit().into_iter().map(|c| (j, c)));
+            }
+            if let Verdict::Skip(_) = verdict {
+                out.skipped = true;
+                break;
+            }
+        }
+    }
+    let rate_between = |a: f64, b: f64| {
+        if b <= a {
+            return 0.0;
+        }
+        accepted_at.iter().filter(|&&s| s >= a && s < b).count() as f64 * 1_000.0 / (b - a)
+    };
+    out.steady = rate_between(duration_ms / 2.0, duration_ms);
+    if let Some((at, _)) = world.change {
+        out.before_change = rate_between(at / 2.0, at);
+    }
+    if let Some(s) = world.storm {
+        out.before_storm = rate_between(s.start - 120_000.0, s.start);
+        out.after_storm = rate_between(s.end, s.end + 60_000.0);
+    }
+    if let Some(r) = world.latency.ramp {
+        let peak = rate_between(r.end - (r.end - r.start - r.rise) / 5.0, r.end);
+        out.ramp_rates = Some((rate_between(r.start - 120_000.0, r.start), peak));
+    }
+    out.per_minute = (0..(duration_ms / 60_000.0).ceil() as usize)
+        .map(|m| rate_between(m as f64 * 60_000.0, (m as f64 + 1.0) * 60_000.0))
+        .collect();
+    out
+}
