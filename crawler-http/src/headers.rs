@@ -89,10 +89,15 @@ pub fn retry_after(headers: &http::HeaderMap, now: SystemTime) -> Option<Duratio
 ///
 /// - the current draft's structured fields, `RateLimit: "default";r=50;t=30` with
 ///   `RateLimit-Policy: "default";q=100;w=60`;
+/// - the earlier drafts' dictionary, `RateLimit: limit=100, remaining=50, reset=30`, keys in
+///   any order, with an optional window as a member (`w=60`) or a parameter
+///   (`limit=100;w=60`), else from `RateLimit-Policy: 100;w=60`;
 /// - the IETF trio `RateLimit-Limit` / `RateLimit-Remaining` / `RateLimit-Reset`, with an
 ///   optional `RateLimit-Policy: 100;w=60`;
 /// - `X-RateLimit-Limit` / `X-RateLimit-Remaining` with `X-RateLimit-Reset-After`
-///   (fractional seconds) or `X-RateLimit-Reset`.
+///   (fractional seconds) or `X-RateLimit-Reset`;
+/// - Twitter's `x-rate-limit-limit` / `x-rate-limit-remaining` / `x-rate-limit-reset` (a Unix
+///   time in seconds).
 ///
 /// Every reset may be delta-seconds, a Unix time in seconds (larger than a year in seconds)
 /// or in milliseconds (larger than 10^11). Several policies (comma-separated items or several
@@ -111,9 +116,13 @@ pub fn parse_rate_limit(headers: &http::HeaderMap, now: SystemTime) -> Option<Ra
             window: param(&params, "w").and_then(secs),
         })
         .collect();
-    let structured: Vec<RateLimitReading> = all("ratelimit")
-        .into_iter()
-        .flat_map(sf_items)
+    let lines = all("ratelimit");
+    // A line is in one form or the other: a list item of the current draft carries `r=` as a
+    // parameter, which the dictionary form never has, and a dictionary line has no item
+    // named like a policy, so each reader ignores the other's lines.
+    let structured = lines
+        .iter()
+        .flat_map(|line| sf_items(line))
         .filter_map(|(name, params)| {
             let policy = policies.iter().find(|p| p.name == name);
             reading(
@@ -122,27 +131,82 @@ pub fn parse_rate_limit(headers: &http::HeaderMap, now: SystemTime) -> Option<Ra
                 policy.and_then(|p| p.quota),
                 policy.and_then(|p| p.window),
             )
-        })
-        .collect();
-    if let Some(r) = most_restrictive(structured) {
+        });
+    let dictionaries = lines
+        .iter()
+        .filter_map(|line| dictionary(line, policies.first(), now));
+    if let Some(r) = most_restrictive(structured.chain(dictionaries).collect()) {
         return Some(r);
     }
     if let Some(r) = trio(headers, "ratelimit", "ratelimit-reset", &policies, now) {
         return Some(r);
     }
-    let x = trio(headers, "x-ratelimit", "x-ratelimit-reset", &[], now)?;
-    // `X-RateLimit-Reset-After` (fractional seconds, Discord) is unambiguous: prefer it.
-    match all("x-ratelimit-reset-after")
-        .first()
-        .and_then(|v| first_number(v))
-        .and_then(secs)
-    {
-        Some(after) => Some(RateLimitReading {
-            reset: Some(after),
-            ..x
-        }),
-        None => Some(x),
+    let x = trio(headers, "x-ratelimit", "x-ratelimit-reset", &[], now).map(|x| {
+        // `X-RateLimit-Reset-After` (fractional seconds, Discord) is unambiguous: prefer it.
+        match all("x-ratelimit-reset-after")
+            .first()
+            .and_then(|v| first_number(v))
+            .and_then(secs)
+        {
+            Some(after) => RateLimitReading {
+                reset: Some(after),
+                ..x
+            },
+            None => x,
+        }
+    });
+    // Twitter's dialect: the reset is a Unix time in seconds, which `reset_of` recognises by
+    // its size (a small value is still read as delta-seconds, the safer reading).
+    let twitter = trio(headers, "x-rate-limit", "x-rate-limit-reset", &[], now);
+    most_restrictive(x.into_iter().chain(twitter).collect())
+}
+
+/// One line of the earlier drafts' dictionary form, `limit=100, remaining=50, reset=30`
+/// (members in any order; unknown members and a `policy` member are ignored). The window is a
+/// `w` member or a `;w=` parameter on any member, else the policy's; the quota is `limit`,
+/// else the policy's. `None` unless `remaining` is present and readable.
+fn dictionary(line: &str, policy: Option<&Policy>, now: SystemTime) -> Option<RateLimitReading> {
+    let (mut limit, mut remaining, mut reset, mut window) = (None, None, None, None);
+    for member in line.split(',') {
+        let mut parts = member.split(';');
+        let Some((key, value)) = parts.next().and_then(|m| m.split_once('=')) else {
+            continue;
+        };
+        let value = dictionary_number(value);
+        for p in parts {
+            if let Some((k, v)) = p.split_once('=')
+                && k.trim().eq_ignore_ascii_case("w")
+            {
+                window = window.or(dictionary_number(v).and_then(secs));
+            }
+        }
+        let slot = match key.trim().to_ascii_lowercase().as_str() {
+            "limit" => &mut limit,
+            "remaining" => &mut remaining,
+            "reset" => &mut reset,
+            "w" => {
+                window = window.or(value.and_then(secs));
+                continue;
+            }
+            _ => continue,
+        };
+        // The first readable value of a key stands.
+        if slot.is_none() {
+            *slot = value;
+        }
     }
+    reading(
+        remaining?,
+        reset.and_then(|r| reset_of(r, now)),
+        limit.or(policy.and_then(|p| p.quota)),
+        window.or(policy.and_then(|p| p.window)),
+    )
+}
+
+/// A dictionary member's value: a non-negative finite number, possibly quoted.
+fn dictionary_number(v: &str) -> Option<f64> {
+    let n = v.trim().trim_matches('"').trim().parse::<f64>().ok()?;
+    (n.is_finite() && n >= 0.0).then_some(n)
 }
 
 /// Every line of header `name` that is readable text.
@@ -544,6 +608,290 @@ mod tests {
         assert_eq!((r.remaining, r.reset, r.window), (0, None, None));
         let r = parse_rate_limit(&headers(&[("x-ratelimit-remaining", "0")]), now()).unwrap();
         assert_eq!((r.remaining, r.reset), (0, None));
+    }
+
+    fn reading_of(pairs: &[(&'static str, &str)]) -> Option<RateLimitReading> {
+        parse_rate_limit(&headers(pairs), now())
+    }
+
+    #[test]
+    fn twitter_dialect() {
+        // The reset is a Unix time in seconds, 15 minutes ahead.
+        assert_eq!(
+            read(&[
+                ("x-rate-limit-limit", "900"),
+                ("x-rate-limit-remaining", "899"),
+                ("x-rate-limit-reset", "1700000900")
+            ]),
+            Some((899, Some(900.0), Some(900)))
+        );
+        // Exhausted, without a limit.
+        assert_eq!(
+            read(&[
+                ("x-rate-limit-remaining", "0"),
+                ("x-rate-limit-reset", "1700000060")
+            ]),
+            Some((0, Some(60.0), None))
+        );
+        // No reset: the remaining count stands alone.
+        assert_eq!(
+            read(&[("x-rate-limit-remaining", "3")]),
+            Some((3, None, None))
+        );
+        // A reset in the past means "now".
+        assert_eq!(
+            read(&[
+                ("x-rate-limit-remaining", "0"),
+                ("x-rate-limit-reset", "1600000000")
+            ]),
+            Some((0, Some(0.0), None))
+        );
+        // Beside the X-RateLimit dialect, the more restrictive of the two binds.
+        assert_eq!(
+            read(&[
+                ("x-ratelimit-remaining", "50"),
+                ("x-ratelimit-reset", "10"),
+                ("x-rate-limit-remaining", "0"),
+                ("x-rate-limit-reset", "1700000030")
+            ]),
+            Some((0, Some(30.0), None))
+        );
+    }
+
+    #[test]
+    fn twitter_resets_are_read_against_the_servers_date() {
+        // The server's clock is 5 minutes ahead of ours; its reset is 20 s past ITS now.
+        let d = date(300);
+        assert_eq!(
+            read(&[
+                ("date", &d),
+                ("x-rate-limit-remaining", "0"),
+                ("x-rate-limit-reset", "1700000320")
+            ]),
+            Some((0, Some(20.0), None))
+        );
+        // 5 minutes behind: without the correction the reset would already have passed.
+        let d = date(-300);
+        assert_eq!(
+            read(&[
+                ("date", &d),
+                ("x-rate-limit-remaining", "0"),
+                ("x-rate-limit-reset", "1699999720")
+            ]),
+            Some((0, Some(20.0), None))
+        );
+    }
+
+    #[test]
+    fn twitter_garbage_is_ignored() {
+        for bad in ["-1", "ten", "", "NaN", "inf", "1e400", "0x10"] {
+            assert_eq!(
+                read(&[
+                    ("x-rate-limit-remaining", bad),
+                    ("x-rate-limit-reset", "1700000060")
+                ]),
+                None,
+                "remaining {bad:?}"
+            );
+        }
+        // An unreadable or negative reset is no reset; an unreadable limit is no limit.
+        for bad in ["-30", "soon", "NaN", "1e400", "-1700000060"] {
+            assert_eq!(
+                read(&[
+                    ("x-rate-limit-limit", "15"),
+                    ("x-rate-limit-remaining", "5"),
+                    ("x-rate-limit-reset", bad)
+                ]),
+                Some((5, None, Some(15))),
+                "reset {bad:?}"
+            );
+        }
+        assert_eq!(
+            read(&[
+                ("x-rate-limit-limit", "-15"),
+                ("x-rate-limit-remaining", "5")
+            ]),
+            Some((5, None, None))
+        );
+        // Huge values are clamped, never overflowed.
+        let r = read(&[
+            ("x-rate-limit-limit", "1e300"),
+            ("x-rate-limit-remaining", "99999999999999999999999"),
+            ("x-rate-limit-reset", "99999999999999999999"),
+        ])
+        .unwrap();
+        assert_eq!(r.0, u64::MAX);
+        assert_eq!(r.2, Some(u64::MAX));
+        assert!(
+            r.1.is_none_or(|s| s <= RETRY_AFTER_CEILING.as_secs_f64()),
+            "{r:?}"
+        );
+        let r = read(&[
+            ("x-rate-limit-remaining", "1"),
+            ("x-rate-limit-reset", "99999999999"),
+        ])
+        .unwrap();
+        assert_eq!(r.1, Some(RETRY_AFTER_CEILING.as_secs_f64()));
+    }
+
+    #[test]
+    fn ietf_dictionary_form() {
+        assert_eq!(
+            read(&[("ratelimit", "limit=100, remaining=50, reset=30")]),
+            Some((50, Some(30.0), Some(100)))
+        );
+        // Keys in any order, any case, spaces or none.
+        for line in [
+            "reset=30, limit=100, remaining=50",
+            "remaining=50,reset=30,limit=100",
+            "Remaining=50, RESET=30, Limit=100",
+            "remaining = 50 , reset = 30 , limit = 100",
+        ] {
+            assert_eq!(
+                read(&[("ratelimit", line)]),
+                Some((50, Some(30.0), Some(100))),
+                "{line}"
+            );
+        }
+        // A window as a member or as a parameter; unknown members are ignored.
+        for line in [
+            "limit=100, remaining=50, reset=30, w=60",
+            "limit=100;w=60, remaining=50, reset=30",
+            "policy=\"100;w=60\", w=60, limit=100, remaining=50, reset=30",
+        ] {
+            let r = reading_of(&[("ratelimit", line)]).expect(line);
+            assert_eq!(r.window, Some(Duration::from_secs(60)), "{line}");
+            assert_eq!(
+                (r.remaining, r.reset, r.limit),
+                (50, Some(Duration::from_secs(30)), Some(100)),
+                "{line}"
+            );
+        }
+        // The policy header supplies what the line does not say.
+        let r = reading_of(&[
+            ("ratelimit", "remaining=0, reset=12"),
+            ("ratelimit-policy", "100;w=60"),
+        ])
+        .unwrap();
+        assert_eq!(
+            (r.remaining, r.reset, r.limit, r.window),
+            (
+                0,
+                Some(Duration::from_secs(12)),
+                Some(100),
+                Some(Duration::from_secs(60))
+            )
+        );
+        // Exhausted without a reset keeps the window.
+        let r = reading_of(&[("ratelimit", "limit=10, remaining=0, w=5")]).unwrap();
+        assert_eq!(
+            (r.remaining, r.reset, r.window),
+            (0, None, Some(Duration::from_secs(5)))
+        );
+        // Resets are read like every other dialect's: Unix seconds and milliseconds too.
+        assert_eq!(
+            read(&[("ratelimit", "remaining=1, reset=1700000020")]),
+            Some((1, Some(20.0), None))
+        );
+        assert_eq!(
+            read(&[("ratelimit", "remaining=1, reset=1700000020500")]),
+            Some((1, Some(20.5), None))
+        );
+        // Several lines: the most restrictive binds.
+        assert_eq!(
+            read(&[
+                ("ratelimit", "limit=100, remaining=50, reset=30"),
+                ("ratelimit", "limit=1000, remaining=0, reset=600"),
+            ]),
+            Some((0, Some(600.0), Some(1000)))
+        );
+    }
+
+    #[test]
+    fn the_dictionary_form_does_not_break_the_others() {
+        // The current draft's list form is still read as before.
+        assert_eq!(
+            read(&[("ratelimit", "\"default\";r=50;t=30")]),
+            Some((50, Some(30.0), None))
+        );
+        // A dictionary line beside the trio: the `RateLimit` line is read, as the list form
+        // would be.
+        assert_eq!(
+            read(&[
+                ("ratelimit", "limit=10, remaining=2, reset=5"),
+                ("ratelimit-remaining", "9"),
+                ("ratelimit-reset", "1"),
+            ]),
+            Some((2, Some(5.0), Some(10)))
+        );
+        // An unreadable dictionary line falls back to the trio.
+        assert_eq!(
+            read(&[
+                ("ratelimit", "limit=10, remaining=lots, reset=5"),
+                ("ratelimit-remaining", "9"),
+                ("ratelimit-reset", "1"),
+            ]),
+            Some((9, Some(1.0), None))
+        );
+        // Both forms on separate lines: the most restrictive of all.
+        assert_eq!(
+            read(&[
+                ("ratelimit", "\"a\";r=50;t=30"),
+                ("ratelimit", "remaining=0, reset=40"),
+            ]),
+            Some((0, Some(40.0), None))
+        );
+    }
+
+    #[test]
+    fn dictionary_garbage_is_ignored() {
+        for line in [
+            "limit=100, reset=30",
+            "limit=100, remaining=-5, reset=30",
+            "limit=100, remaining=fifty, reset=30",
+            "limit=100, remaining=NaN, reset=30",
+            "limit=100, remaining=1e400, reset=30",
+            "limit=100, remaining=, reset=30",
+            "remaining",
+            "=50",
+            ",,,",
+            ";;=;=",
+            "remaining=\"",
+        ] {
+            assert_eq!(read(&[("ratelimit", line)]), None, "{line}");
+        }
+        // A bad reset, limit or window is dropped; the remaining count stands.
+        for line in [
+            "limit=-1, remaining=5, reset=-30",
+            "limit=ten, remaining=5, reset=soon",
+            "limit=inf, remaining=5, reset=1e400, w=-2",
+            "limit=NaN;w=NaN, remaining=5, reset=NaN",
+        ] {
+            let r = reading_of(&[("ratelimit", line)]).expect(line);
+            assert_eq!(
+                (r.remaining, r.reset, r.limit, r.window),
+                (5, None, None, None),
+                "{line}"
+            );
+        }
+        // Huge values are clamped, never overflowed.
+        let r = reading_of(&[(
+            "ratelimit",
+            "limit=1e300, remaining=99999999999999999999999, reset=9999999, w=9999999",
+        )])
+        .unwrap();
+        assert_eq!(r.remaining, u64::MAX);
+        assert_eq!(r.limit, Some(u64::MAX));
+        assert_eq!(r.reset, Some(RETRY_AFTER_CEILING));
+        assert_eq!(r.window, Some(RETRY_AFTER_CEILING));
+        // Beyond what a duration holds: no window (and no reset), as in the other dialects.
+        let r = reading_of(&[("ratelimit", "remaining=1, reset=1e300, w=1e300")]).unwrap();
+        assert_eq!((r.remaining, r.reset, r.window), (1, None, None));
+        // The first readable value of a repeated key stands.
+        assert_eq!(
+            read(&[("ratelimit", "remaining=bad, remaining=4, remaining=9")]),
+            Some((4, None, None))
+        );
     }
 
     #[test]
