@@ -78,8 +78,8 @@ pub struct Settings {
     /// Attempts after the first for a retryable failure. Default 2.
     pub retry_times: u32,
     /// HTTP statuses retried (connection errors and timeouts always are).
-    /// Default 408, 429, 500, 502, 503, 504, 505-511 except 501, and the CDN 520-527 and
-    /// 530.
+    /// Default 408, 429, 500, 502, 503, 504, and the CDN 520-527 and 530; not 501 or
+    /// 505-511, which another attempt cannot fix.
     pub retry_http_codes: Vec<u16>,
     /// Retry backoff: attempt n waits a random time up to min(cap, base x 2^n). Default 1s.
     #[serde(with = "humantime_serde")]
@@ -330,11 +330,13 @@ impl Default for Settings {
             autothrottle_target_concurrency: 1.0,
             autothrottle_max_delay: Duration::from_secs(60),
             retry_times: 2,
-            // 501 (not implemented) cannot succeed on another attempt; the CDN 52x family
-            // are origin hiccups seen through a proxy, as transient as 502.
+            // 501 (not implemented) and 505-511 (HTTP version not supported, variant also
+            // negotiates, insufficient storage, loop detected, bandwidth limit exceeded, not
+            // extended, network authentication required) say something about the request or
+            // the server's set-up that another attempt cannot change; the CDN 52x family are
+            // origin hiccups seen through a proxy, as transient as 502.
             retry_http_codes: vec![
-                408, 429, 500, 502, 503, 504, 505, 506, 507, 508, 509, 510, 511, 520, 521, 522,
-                523, 524, 525, 526, 527, 530,
+                408, 429, 500, 502, 503, 504, 520, 521, 522, 523, 524, 525, 526, 527, 530,
             ],
             retry_backoff_base: Duration::from_secs(1),
             retry_backoff_cap: Duration::from_secs(60),
