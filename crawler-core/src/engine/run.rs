@@ -233,6 +233,9 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
                     .get_or_insert_with(|| CLOSE_ERROR.to_owned());
             }
             if self.tasks.is_empty() && self.marks.is_empty() && (self.stopping || wake.is_none()) {
+                // Requests set aside for a skipped host with no settle after them (start
+                // requests of a host a fleet already skipped) end here, not silently.
+                self.record_skipped();
                 break;
             }
             self.next_event(wake).await;

@@ -79,7 +79,6 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             self.scheduler.retry(lease, req, at);
             self.stats.retries += 1;
         }
-        self.record_skipped();
         let terminal = !matches!(done.terminal, Terminal::Retrying | Terminal::Requeued);
         let wrote_items = self.has_feeds && done.items > 0;
         let after_ack = done.after_ack.take();
@@ -89,6 +88,9 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             &mut self.failures,
             done,
         );
+        // After the follow-ups are queued: those for a host skipped meanwhile were set aside
+        // too, and this may be the crawl's last settle.
+        self.record_skipped();
         // Follow-up requests are queued now; items may still be on their way to
         // the feeds.
         if terminal {
@@ -98,7 +100,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
 
     /// Count (and list in the failures file) the requests the scheduler gave up on without
     /// sending them, because their host is skipped.
-    fn record_skipped(&mut self) {
+    pub(super) fn record_skipped(&mut self) {
         for (req, why) in self.scheduler.take_skipped() {
             tracing::warn!(url = %req.url, "not fetched: {why}");
             self.stats.skipped_host += 1;

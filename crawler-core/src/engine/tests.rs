@@ -394,3 +394,184 @@ async fn a_pipeline_closes_the_crawl_with_its_reason() {
     assert!(stats.reconciles(), "{stats:?}");
     assert!(stats.to_string().contains("close reason       saw /a"));
 }
+
+/// `/` links to `/slow` and `/a`; `/a` asks for a wait of an hour; `/slow`, parsed slowly,
+/// links to `/c` and `/d`, found only after the host is skipped.
+struct LongWait;
+
+impl Downloader for LongWait {
+    async fn fetch(&self, req: &Request) -> Download {
+        let path = req.url.path();
+        let (status, body) = match path {
+            "/" => (200, r#"<a href="/slow">s</a><a href="/a">a</a>"#),
+            "/slow" => (200, r#"<a href="/c">c</a><a href="/d">d</a>"#),
+            "/a" => (429, "later"),
+            _ => (200, "<p>leaf</p>"),
+        };
+        let retry_after = (path == "/a").then_some(Duration::from_secs(3600));
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("text/html"),
+        );
+        let page = Response::new(
+            req.clone(),
+            req.url.clone(),
+            status,
+            headers,
+            bytes::Bytes::from_static(body.as_bytes()),
+        );
+        Download {
+            outcome: Fetched::Response(page),
+            feedback: Feedback {
+                sent: true,
+                status: Some(status),
+                retry_after,
+                ..Feedback::default()
+            },
+        }
+    }
+}
+
+/// Follows every link; takes a while over `/slow`.
+struct SlowPaths;
+
+impl Spider for SlowPaths {
+    type Item = String;
+
+    fn name(&self) -> &str {
+        "slow-paths"
+    }
+
+    fn start_urls(&self) -> Vec<String> {
+        vec![format!("{SITE}/")]
+    }
+
+    async fn parse(&self, page: Response, out: &mut Output<String>) -> Result<()> {
+        if page.url().path() == "/slow" {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        out.follow_all(page.select("a").attrs("href"));
+        Ok(())
+    }
+}
+
+/// A FIFO frontier (one host) that skips its host, as the real one does, when an answer asks
+/// for a wait over `max_retry_after`: what is queued, retried or found later is set aside for
+/// the engine to count.
+struct Skipping {
+    queue: VecDeque<Request>,
+    leased: HashMap<u64, Request>,
+    next_lease: u64,
+    skipped: Option<String>,
+    set_aside: Vec<(Request, String)>,
+    max_wait: Duration,
+}
+
+impl Scheduler for Skipping {
+    fn enqueue(&mut self, request: Request, _now: Instant) -> Admission {
+        match &self.skipped {
+            Some(why) => self.set_aside.push((request, why.clone())),
+            None => self.queue.push_back(request),
+        }
+        Admission::Queued
+    }
+
+    fn next(&mut self, _now: Instant) -> Next {
+        let Some(req) = self.queue.pop_front() else {
+            return Next::Empty;
+        };
+        self.next_lease += 1;
+        self.leased.insert(self.next_lease, req.clone());
+        Next::Ready(Lease(self.next_lease), req)
+    }
+
+    fn complete(&mut self, _lease: Lease, feedback: &Feedback, _now: Instant) {
+        if feedback.retry_after.is_some_and(|w| w > self.max_wait) && self.skipped.is_none() {
+            let why = "Retry-After asked for a wait of 3600s, more than max_retry_after".to_owned();
+            for req in self.queue.drain(..) {
+                self.set_aside.push((req, why.clone()));
+            }
+            self.skipped = Some(why);
+        }
+    }
+
+    fn acknowledge(&mut self, lease: Lease) {
+        assert!(self.leased.remove(&lease.0).is_some(), "{lease:?}");
+    }
+
+    fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    fn retry(&mut self, lease: Lease, request: Request, _not_before: Instant) {
+        assert!(self.leased.remove(&lease.0).is_some(), "{lease:?}");
+        let _ = self.enqueue(request, Instant::now());
+    }
+
+    fn take_skipped(&mut self) -> Vec<(Request, String)> {
+        std::mem::take(&mut self.set_aside)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_of_a_skipped_host_end_in_the_failures_file_even_when_found_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let failures = dir.path().join("failures.jsonl");
+    let settings = Settings {
+        concurrency: 2,
+        failures_file: Some(failures.to_string_lossy().into_owned()),
+        ..Settings::default()
+    };
+    let frontier = Skipping {
+        queue: VecDeque::new(),
+        leased: HashMap::new(),
+        next_lease: 0,
+        skipped: None,
+        set_aside: Vec::new(),
+        max_wait: settings.max_retry_after,
+    };
+    let stats = tokio::time::timeout(
+        Duration::from_secs(30),
+        Engine::new(SlowPaths, LongWait, frontier, settings).run(),
+    )
+    .await
+    .expect("the crawl ends")
+    .expect("the crawl succeeds");
+    // `/a`'s retry, and `/c` and `/d`, queued by the crawl's last settle after the skip.
+    assert_eq!(stats.skipped_host, 3, "{stats:?}");
+    assert_eq!(stats.fetched, 2, "/ and /slow");
+    assert_eq!(stats.retries, 1);
+    assert_eq!(stats.pending, 0);
+    assert!(stats.reconciles(), "{stats:?}");
+    let text = std::fs::read_to_string(&failures).unwrap();
+    let mut lines: Vec<(String, String, u64, String)> = text
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["url"].as_str().unwrap().to_owned(),
+                v["reason"].as_str().unwrap().to_owned(),
+                v["attempts"].as_u64().unwrap(),
+                v["message"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    lines.sort();
+    let urls: Vec<&str> = lines.iter().map(|l| l.0.as_str()).collect();
+    assert_eq!(
+        urls,
+        [
+            format!("{SITE}/a"),
+            format!("{SITE}/c"),
+            format!("{SITE}/d")
+        ],
+        "{text}"
+    );
+    for (url, reason, attempts, message) in &lines {
+        assert_eq!(reason, "host_skipped", "{url}");
+        assert!(message.contains("max_retry_after"), "{url}: {message}");
+        // `/a` was sent once; `/c` and `/d` never.
+        assert_eq!(*attempts, u64::from(url.ends_with("/a")), "{url}");
+    }
+}
