@@ -159,3 +159,252 @@ mod tests {
         assert!(p.plan(&mut not_found, now).is_none());
     }
 }
+
+/// docs/retries.md states the retry rules in tables a reader can check by eye; these tests
+/// read the tables and check them against the code, so neither can change alone.
+#[cfg(test)]
+mod doc_tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    const DOC: &str = "docs/retries.md";
+    const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/retries.md");
+
+    fn doc() -> String {
+        std::fs::read_to_string(PATH).unwrap_or_else(|e| panic!("{PATH}: {e}"))
+    }
+
+    /// Every failure kind, by an exhaustive match: a new kind fails to compile here until it
+    /// is placed (and, if it can end a request, documented).
+    fn all_kinds() -> Vec<FailureKind> {
+        use FailureKind::*;
+        let all = vec![
+            Timeout,
+            Connection,
+            Dns,
+            Tls,
+            TooLarge,
+            TooManyRedirects,
+            BadRedirect,
+            Decode,
+            Status,
+            Spider,
+            SoftBlock,
+            Forbidden,
+            HostSkipped,
+            Other,
+        ];
+        for k in &all {
+            match k {
+                Timeout | Connection | Dns | Tls | TooLarge | TooManyRedirects | BadRedirect
+                | Decode | Status | Spider | SoftBlock | Forbidden | HostSkipped | Other => {}
+            }
+        }
+        all
+    }
+
+    /// The body rows of the table whose header row starts with `header`, as trimmed cells.
+    fn table(doc: &str, header: &str) -> Vec<Vec<String>> {
+        let mut lines = doc.lines().skip_while(|l| !l.starts_with(header));
+        assert!(lines.next().is_some(), "{DOC}: no table headed `{header}`");
+        lines
+            .skip(1) // the |---| line
+            .take_while(|l| l.starts_with('|'))
+            .map(|l| {
+                l.trim()
+                    .trim_matches('|')
+                    .split('|')
+                    .map(|c| c.trim().to_owned())
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// The statuses an outcome cell names when it starts with one: `500, 502, 520-527, 530`,
+    /// `429 with Retry-After`, `400, 401 and other 4xx`.
+    fn statuses(outcome: &str) -> Option<Vec<u16>> {
+        if !outcome.starts_with(|c: char| c.is_ascii_digit()) {
+            return None;
+        }
+        let mut codes = Vec::new();
+        for token in outcome.split(',') {
+            let head: String = token
+                .trim()
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '-')
+                .collect();
+            if head.is_empty() {
+                break;
+            }
+            let code = |s: &str| -> u16 {
+                s.parse()
+                    .unwrap_or_else(|_| panic!("{DOC}: bad status `{s}` in `{outcome}`"))
+            };
+            match head.split_once('-') {
+                Some((a, b)) => codes.extend(code(a)..=code(b)),
+                None => codes.push(code(&head)),
+            }
+        }
+        Some(codes)
+    }
+
+    /// `Some(true)` for "yes…", `Some(false)` for "no…", `None` for anything else
+    /// ("requeued", "as its status says").
+    fn retried(cell: &str) -> Option<bool> {
+        if cell.starts_with("yes") {
+            Some(true)
+        } else if cell.starts_with("no") {
+            Some(false)
+        } else {
+            None
+        }
+    }
+
+    /// The `failed:<reason>` names a terminal-state cell gives.
+    fn failed_reasons(cell: &str) -> Vec<&str> {
+        cell.split('`')
+            .filter_map(|t| t.strip_prefix("failed:"))
+            .collect()
+    }
+
+    #[test]
+    fn the_per_reason_table_says_what_is_retried() {
+        let doc = doc();
+        let rows = table(&doc, "| Outcome |");
+        assert!(rows.len() > 20, "{DOC}: the per-reason table is cut short");
+        let policy = RetryPolicy::from(&Settings::default());
+        let (mut yes, mut no) = (BTreeSet::new(), BTreeSet::new());
+        let mut documented = BTreeSet::new();
+        for row in &rows {
+            let [outcome, retried_cell, _hold, terminal] = row.as_slice() else {
+                panic!("{DOC}: a per-reason row without 4 cells: {row:?}");
+            };
+            let retried = retried(retried_cell);
+            if let Some(codes) = statuses(outcome) {
+                let retried = retried.unwrap_or_else(|| {
+                    panic!("{DOC}: `{outcome}` says neither yes nor no: `{retried_cell}`")
+                });
+                for code in codes {
+                    assert_eq!(
+                        policy.retryable(FailureKind::Status, Some(code)),
+                        retried,
+                        "{DOC} says {code} is {}retried; the code disagrees",
+                        if retried { "" } else { "not " }
+                    );
+                    // A status may have several rows (a redirect with and without its
+                    // `Location`); they must agree, which the disjointness below checks.
+                    if retried {
+                        yes.insert(code);
+                    } else {
+                        no.insert(code);
+                    }
+                }
+                continue;
+            }
+            for reason in failed_reasons(terminal) {
+                let kind = all_kinds()
+                    .into_iter()
+                    .find(|k| k.as_str() == reason)
+                    .unwrap_or_else(|| panic!("{DOC}: no failure kind is called `{reason}`"));
+                documented.insert(reason);
+                if kind == FailureKind::Status {
+                    continue;
+                }
+                let retried = retried.unwrap_or_else(|| {
+                    panic!("{DOC}: `{outcome}` says neither yes nor no: `{retried_cell}`")
+                });
+                assert_eq!(
+                    policy.retryable(kind, None),
+                    retried,
+                    "{DOC} says `{outcome}` ({reason}) is {}retried; the code disagrees",
+                    if retried { "" } else { "not " }
+                );
+            }
+        }
+        assert!(yes.is_disjoint(&no), "{yes:?} / {no:?}");
+        let defaults: BTreeSet<u16> = Settings::default().retry_http_codes.into_iter().collect();
+        assert_eq!(
+            yes, defaults,
+            "the statuses {DOC} marks retried are not the default retry_http_codes"
+        );
+        // 501 and 505-511 are not retried (issue 29), and the page says so.
+        for code in std::iter::once(501).chain(505..=511) {
+            assert!(
+                no.contains(&code),
+                "{DOC} does not say {code} is not retried"
+            );
+        }
+        // Every way a request can fail on the wire or in the engine has its row (the spider's
+        // own errors, `other` and the host skip, described in prose, excepted).
+        for kind in all_kinds() {
+            use FailureKind::*;
+            if matches!(kind, Status | Spider | Other | HostSkipped) {
+                continue;
+            }
+            assert!(
+                documented.contains(kind.as_str()),
+                "{DOC} has no row ending `failed:{kind}`"
+            );
+        }
+    }
+
+    #[test]
+    fn the_defaults_table_matches_the_settings() {
+        let doc = doc();
+        let rows = table(&doc, "| setting |");
+        let defaults = Settings::default();
+        let mut keys = BTreeSet::new();
+        for row in &rows {
+            let [key, value] = row.as_slice() else {
+                panic!("{DOC}: a defaults row without 2 cells: {row:?}");
+            };
+            let key = key.trim_matches('`');
+            let mut stated = Settings::default();
+            stated
+                .set(key, value)
+                .unwrap_or_else(|e| panic!("{DOC}: `{key}` = `{value}`: {e}"));
+            assert!(
+                stated == defaults,
+                "{DOC} says {key} defaults to {value}; the code's default differs"
+            );
+            keys.insert(key);
+        }
+        for key in [
+            "retry_times",
+            "retry_http_codes",
+            "retry_backoff_base",
+            "retry_backoff_cap",
+            "max_retry_after",
+            "robots_outage_max",
+        ] {
+            assert!(keys.contains(key), "{DOC}: the defaults table lacks {key}");
+        }
+    }
+
+    #[test]
+    fn the_prose_says_what_the_backoff_defaults_give() {
+        // "up to 2 s, 4 s, 8 s … 60 s with the defaults": the first three retries' ceilings
+        // and the cap.
+        let doc = doc();
+        let s = Settings::default();
+        let ceiling = |n: u32| {
+            s.retry_backoff_base
+                .saturating_mul(1 << n)
+                .min(s.retry_backoff_cap)
+                .as_secs()
+        };
+        let stated = format!(
+            "up to {} s, {} s, {} s … {} s with the defaults",
+            ceiling(1),
+            ceiling(2),
+            ceiling(3),
+            s.retry_backoff_cap.as_secs()
+        );
+        let flat = doc.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(flat.contains(&stated), "{DOC} should say `{stated}`");
+        // The first retry draws from a ceiling of base x 2, as the page says.
+        let p = RetryPolicy::from(&s);
+        assert!((0..200).all(|_| p.backoff(1) <= s.retry_backoff_base * 2));
+    }
+}
