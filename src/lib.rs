@@ -161,22 +161,12 @@ fn open_job(
 }
 
 /// The politeness parameters of a fleet's hosts: the same machine, modes and tuning as a
-/// local crawl, but for the length of the send log, which travels with every commit of the
-/// shared state and is re-read on every retry of one.
+/// local crawl. The host state is small (a few dozen numbers and two minutes of delivery
+/// bins), so it travels with every commit as it is.
 #[cfg(feature = "redis")]
 fn fleet_params(settings: &Settings) -> crawler_sched::politeness::Params {
-    let mut p = crawler_sched::politeness::Params::from_settings(settings);
-    p.tuning.log_capacity = p.tuning.log_capacity.min(FLEET_LOG);
-    p
+    crawler_sched::politeness::Params::from_settings(settings)
 }
-
-/// Sends remembered per host in a fleet's shared state: five minutes at 5 r/s, which holds
-/// the three refusal episodes a bucket fit needs (600, two minutes, did not: the third
-/// episode's fit saw one, and a rate above the limit was taken for safe). Shorter than a
-/// local crawl's 4,096 because the log is the bulk of every commit (4,096 sends are 16 kB of
-/// JSON, written and read back by every worker on every lease of a busy host).
-#[cfg(feature = "redis")]
-const FLEET_LOG: usize = 1_500;
 
 /// Join the Redis-backed crawl named by `job_name` (default: the spider's name): shared
 /// frontier and leases, and every host paced by the fleet's shared budget.

@@ -1,6 +1,7 @@
 //! Slot keys by IP address (`host_key = "ip"`): every host name that resolves to one address
 //! shares one politeness slot, as Heritrix and Nutch offer for broad crawls, where thousands
-//! of names may live on one shared-hosting machine.
+//! of names may live on one shared-hosting machine. The same cache keys the limiter groups
+//! (`limiter_groups`, on by default): host names on one address share their holds.
 //!
 //! The frontier decides keys synchronously, so a lookup blocks; on tokio's multi-threaded
 //! runtime it runs under `block_in_place`, so other tasks go on. Answers (and failures) are
@@ -30,7 +31,14 @@ pub struct IpKeys {
 
 impl Default for IpKeys {
     fn default() -> Self {
-        Self::with_lookup(DNS_CACHE_NAMES, system_lookup)
+        // This crate's unit tests never ask a DNS server (limiter groups resolve every name
+        // a frontier sees): names do not resolve there unless a test gives its resolver.
+        let lookup: fn(&str) -> Option<IpAddr> = if cfg!(test) {
+            |_| None
+        } else {
+            system_lookup
+        };
+        Self::with_lookup(DNS_CACHE_NAMES, lookup)
     }
 }
 

@@ -45,8 +45,15 @@ pub struct FrontierConfig {
     pub throttle: ThrottleFactory,
     /// What one slot covers: a host, a registrable domain, or an IP address.
     pub key_mode: HostKeyMode,
-    /// The DNS cache behind `HostKeyMode::Ip` (made on first use by `from_settings`).
+    /// The DNS cache behind `HostKeyMode::Ip` and the limiter groups.
     pub ip_keys: std::sync::Arc<IpKeys>,
+    /// Share holds across the host names behind one limiter (the `limiter_groups`
+    /// setting): see [`FrontierConfig::group_key`].
+    pub limiter_groups: bool,
+    /// Whether limiter groups are keyed by the address a name resolves to; `false` keys them
+    /// by host name (a proxy resolves names, not the crawler), and only joins after refusals
+    /// bring names together.
+    pub group_by_address: bool,
 }
 
 impl FrontierConfig {
@@ -59,6 +66,22 @@ impl FrontierConfig {
         }
     }
 
+    /// The limiter group a URL's host name starts in, `None` with limiter groups off: the
+    /// address it resolves to and the port, as [`IpKeys::key`] writes them (an IP literal
+    /// needs no lookup; a name that does not resolve is its own group), or the host key
+    /// when groups are not keyed by address. The lookup blocks, as for `host_key = "ip"`;
+    /// answers are cached.
+    pub fn group_key(&self, url: &Url) -> Option<String> {
+        if !self.limiter_groups {
+            return None;
+        }
+        Some(if self.group_by_address {
+            self.ip_keys.key(url)
+        } else {
+            host_key(url)
+        })
+    }
+
     /// Filters and fixed per-host pacing taken from the crawl settings.
     pub fn from_settings(settings: &Settings, allowed_domains: Vec<String>) -> Self {
         let pacing = settings.clone();
@@ -68,6 +91,10 @@ impl FrontierConfig {
             allowed_domains: normalise_domains(allowed_domains),
             key_mode: settings.host_key,
             ip_keys: std::sync::Arc::default(),
+            limiter_groups: settings.limiter_groups,
+            // Through a proxy the crawler never resolves names: the proxy does, perhaps
+            // with another view of DNS, and a broad crawl would pay a lookup per name.
+            group_by_address: settings.proxy.as_deref().is_none_or(|p| p.trim().is_empty()),
             // [[hosts]] rules (rate, burst, concurrency, delay) apply from a host's first
             // request; hosts without a rule share the crawl's settings.
             throttle: Box::new(move |host, now| {

@@ -4,10 +4,12 @@
 
 use std::time::Duration;
 
-use crawler_core::{Feedback, HostStats};
+use crawler_core::{Feedback, HostStats, Url};
 use tokio::time::Instant;
 
 use super::Frontier;
+use super::config::host_key;
+use super::groups::Membership;
 use crate::store::QueueStore;
 use crate::throttle::Throttle;
 
@@ -38,6 +40,8 @@ pub(super) struct Host {
     pub(super) figures: Figures,
     /// Audit records of the throttle already recorded (see [`Throttle::audit_since`]).
     pub(super) audit_seen: u64,
+    /// Its limiter group, with limiter groups on.
+    pub(super) limiter: Option<Membership>,
 }
 
 /// Running per-host figures for [`HostStats`].
@@ -86,13 +90,15 @@ impl Figures {
 
 impl<S: QueueStore> Frontier<S> {
     /// The slot for `key`, made on first use. `[[hosts]]` rules are matched against the
-    /// host of the URL that opens the slot (`url_host`), not the slot key: with
-    /// `host_key = "domain"` a rule for `*.example.com` still finds `a.example.com`.
-    pub(super) fn host_id(&mut self, key: String, url_host: &str, now: Instant) -> usize {
+    /// host of the URL that opens the slot, not the slot key: with `host_key = "domain"` a
+    /// rule for `*.example.com` still finds `a.example.com`. Restored slots have no URL at
+    /// hand (`None`): their key stands for the host.
+    pub(super) fn host_id(&mut self, key: String, url: Option<&Url>, now: Instant) -> usize {
         if let Some(&id) = self.host_ids.get(&key) {
             return id;
         }
-        let mut throttle = (self.config.throttle)(url_host, now);
+        let url_host = url.map_or_else(|| key.clone(), host_key);
+        let mut throttle = (self.config.throttle)(&url_host, now);
         if let Some(state) = self.restored.remove(&key) {
             throttle.restore(&state, now);
         }
@@ -104,9 +110,28 @@ impl<S: QueueStore> Frontier<S> {
             skipped: None,
             figures: Figures::default(),
             audit_seen: 0,
+            limiter: None,
         });
+        match url {
+            Some(url) => self.enter_group(id, url, now),
+            None => {
+                if let Ok(url) = Url::parse(&format!("http://{key}/")) {
+                    self.enter_group(id, &url, now);
+                }
+            }
+        }
         self.host_ids.insert(key, id);
         id
+    }
+
+    /// Hand the audit records slot `id` made since the last call to the recorder, if any.
+    pub(super) fn record_audit(&mut self, id: usize) {
+        let (Some(r), Some(host)) = (self.recorder.as_mut(), self.hosts.get_mut(id)) else {
+            return;
+        };
+        let (made, new) = host.throttle.audit_since(host.audit_seen);
+        host.audit_seen = made;
+        r.audit(new);
     }
 
     /// Drop the slots of hosts idle for [`PRUNE_AFTER`] whose throttle has nothing worth
@@ -131,6 +156,9 @@ impl<S: QueueStore> Frontier<S> {
             }
             let host = self.hosts.remove(id);
             self.host_ids.remove(&host.key);
+            if let Some(m) = &host.limiter {
+                self.leave_group(id, m);
+            }
             let stats = self.stats_of(&host);
             self.retired.push(stats);
             if self.retired.len() >= 2 * RETIRED_KEPT {

@@ -9,6 +9,7 @@
 //! - `config`: [`FrontierConfig`] and the slot keys (host, registrable domain, IP address).
 //! - `hosts`: the per-host slots: made on first use, dropped once idle with nothing
 //!   learned, and their running figures for [`HostStats`].
+//! - `groups`: limiter groups: the host names behind one limiter share its holds.
 //! - `scheduler`: crawler-core's [`Scheduler`] for [`Frontier`].
 //! - `tests`: the frontier's tests.
 
@@ -24,6 +25,7 @@ use crate::store::{Entry, MemoryStore, QueueStore};
 use hosts::Host;
 
 mod config;
+mod groups;
 mod hosts;
 mod scheduler;
 #[cfg(test)]
@@ -58,6 +60,8 @@ pub struct Frontier<S: QueueStore = MemoryStore> {
     skipped: Vec<(Request, String)>,
     /// Where sends, outcomes and politeness changes are recorded, when they are.
     recorder: Option<Recorder>,
+    /// Limiter groups: which slots share holds.
+    groups: groups::Groups,
 }
 
 /// A request in the retry heap; ordered by the heap's other fields only.
@@ -106,12 +110,12 @@ impl<S: QueueStore> Frontier<S> {
             skipped: Vec::new(),
             restored: HashMap::new(),
             recorder: None,
+            groups: groups::Groups::default(),
         };
         f.restored = f.store.host_states().into_iter().collect();
         let now = Instant::now();
         for host in f.store.hosts() {
-            // Restored slots have no URL at hand: their key stands for the host.
-            let id = f.host_id(host.clone(), &host, now);
+            let id = f.host_id(host, None, now);
             f.reschedule(id, now);
         }
         f
@@ -159,7 +163,7 @@ impl<S: QueueStore> Frontier<S> {
     /// [`FleetFrontier`](crate::FleetFrontier)). Hosts skipped for the run stay skipped.
     pub fn refresh_hosts(&mut self, now: Instant) {
         for host in self.store.hosts() {
-            let id = self.host_id(host.clone(), &host, now);
+            let id = self.host_id(host, None, now);
             if self.hosts.get(id).is_some_and(|h| h.skipped.is_none()) {
                 self.reschedule(id, now);
             }
@@ -187,7 +191,7 @@ impl<S: QueueStore> Frontier<S> {
     /// Queue a request for its host, or set it aside if the host is skipped.
     pub(super) fn push(&mut self, request: Request, now: Instant) {
         let key = self.config.key(&request.url);
-        let id = self.host_id(key, &host_key(&request.url), now);
+        let id = self.host_id(key, Some(&request.url), now);
         if let Some(why) = self.hosts.get(id).and_then(|h| h.skipped.clone()) {
             self.skipped.push((request, why));
             return;

@@ -93,17 +93,19 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
             return;
         };
         let mut verdict = Verdict::Continue;
+        let mut held_before = None;
         if let Some(host) = self.hosts.get_mut(id) {
             host.in_flight = host.in_flight.saturating_sub(1);
             host.figures.record(feedback);
+            held_before = host.throttle.held_until();
             verdict = host.throttle.on_feedback(feedback, now);
             if let Some(r) = self.recorder.as_mut() {
                 r.outcome(&host.key, feedback, now);
-                let (made, new) = host.throttle.audit_since(host.audit_seen);
-                host.audit_seen = made;
-                r.audit(new);
             }
+            self.record_audit(id);
         }
+        // Other host names behind the same limiter wait as long as this one does.
+        self.share_holds(id, held_before, feedback, now);
         if let Verdict::Skip(why) = verdict {
             self.skip_host(id, why);
         }

@@ -518,3 +518,240 @@ async fn a_recorder_gets_sends_retries_outcomes_and_the_holds_they_cause() {
     assert_eq!(refusals, 1);
     assert!(seconds.iter().all(|s| s.host == "a.test"));
 }
+
+mod group_tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    /// A test resolver: three shop names on one server, a name elsewhere, and two names of
+    /// one registrable domain (`site.test`) on two addresses (a CDN, say).
+    fn servers(name: &str) -> Option<std::net::IpAddr> {
+        match name {
+            "a.shop.test" | "b.shop.test" | "c.shop.test" => Some([192, 0, 2, 10].into()),
+            "apart.test" => Some([192, 0, 2, 11].into()),
+            "x.site.test" => Some([192, 0, 2, 20].into()),
+            "y.site.test" => Some([192, 0, 2, 21].into()),
+            _ => None,
+        }
+    }
+
+    fn grouped(settings: &Settings) -> Frontier {
+        let mut config = FrontierConfig::from_settings(settings, vec![]);
+        config.ip_keys = Arc::new(IpKeys::with_lookup(64, servers));
+        Frontier::new(config)
+    }
+
+    fn refused(wait_secs: u64) -> Feedback {
+        Feedback {
+            sent: true,
+            status: Some(429),
+            retry_after: Some(Duration::from_secs(wait_secs)),
+            latency: Duration::from_millis(50),
+            ..Default::default()
+        }
+    }
+
+    fn ok() -> Feedback {
+        Feedback {
+            sent: true,
+            status: Some(200),
+            latency: Duration::from_millis(50),
+            ..Default::default()
+        }
+    }
+
+    fn enqueue_pages(f: &mut Frontier, host: &str, pages: usize, now: Instant) {
+        for i in 0..pages {
+            f.enqueue(req(&format!("http://{host}/{i}")), now);
+        }
+    }
+
+    /// The requests handed out at `now`, by host, each leased.
+    fn lease_all(f: &mut Frontier, now: Instant) -> HashMap<String, Lease> {
+        let mut out = HashMap::new();
+        while let Next::Ready(lease, r) = f.next(now) {
+            out.insert(r.url.host_str().unwrap_or("").to_owned(), lease);
+        }
+        out
+    }
+
+    /// The hosts whose requests are handed out at `now` (each answered 200 at once).
+    fn ready_hosts(f: &mut Frontier, now: Instant) -> Vec<String> {
+        let leased = lease_all(f, now);
+        let mut hosts: Vec<String> = leased.keys().cloned().collect();
+        for lease in leased.into_values() {
+            f.complete(lease, &ok(), now);
+            f.acknowledge(lease);
+        }
+        hosts.sort();
+        hosts
+    }
+
+    fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s)
+    }
+
+    fn triggers(f: &Frontier, host: &str) -> Vec<String> {
+        let id = f.host_ids[host];
+        f.hosts[id]
+            .throttle
+            .audit()
+            .into_iter()
+            .map(|a| a.trigger)
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_after_on_one_name_holds_every_name_on_its_address() {
+        let mut f = grouped(&Settings::default());
+        let t0 = Instant::now();
+        enqueue_pages(&mut f, "a.shop.test", 5, t0);
+        enqueue_pages(&mut f, "b.shop.test", 5, t0);
+        let leased = lease_all(&mut f, t0);
+        assert_eq!(leased.len(), 2);
+        let t1 = t0 + secs(0.1);
+        f.complete(leased["a.shop.test"], &refused(10), t1);
+        f.complete(leased["b.shop.test"], &ok(), t1);
+        // b would be due a second after its first send; it waits out a's hold instead.
+        for at in [2.0, 5.0, 9.9] {
+            assert_eq!(ready_hosts(&mut f, t0 + secs(at)), Vec::<String>::new(), "{at}s");
+        }
+        match f.next(t0 + secs(5.0)) {
+            Next::NotBefore(at) => assert!(at >= t1 + secs(10.0), "{:?}", at - t0),
+            other => panic!("expected a wait, got {other:?}"),
+        }
+        // A name first seen during the hold starts held too.
+        enqueue_pages(&mut f, "c.shop.test", 1, t0 + secs(5.0));
+        assert_eq!(ready_hosts(&mut f, t0 + secs(9.9)), Vec::<String>::new());
+        assert_eq!(
+            ready_hosts(&mut f, t1 + secs(10.5)),
+            ["a.shop.test", "b.shop.test", "c.shop.test"]
+        );
+        for sibling in ["b.shop.test", "c.shop.test"] {
+            assert!(
+                triggers(&f, sibling).iter().any(|t| t == "limiter group"),
+                "{sibling}: {:?}",
+                triggers(&f, sibling)
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn names_on_different_addresses_are_held_alone() {
+        let mut f = grouped(&Settings::default());
+        let t0 = Instant::now();
+        // apart.test lives elsewhere; nowhere.shop.test does not resolve (its own group).
+        for host in ["a.shop.test", "apart.test", "nowhere.shop.test"] {
+            enqueue_pages(&mut f, host, 5, t0);
+        }
+        let leased = lease_all(&mut f, t0);
+        let t1 = t0 + secs(0.1);
+        f.complete(leased["a.shop.test"], &refused(10), t1);
+        for host in ["apart.test", "nowhere.shop.test"] {
+            f.complete(leased[host], &ok(), t1);
+        }
+        assert_eq!(
+            ready_hosts(&mut f, t0 + secs(1.5)),
+            ["apart.test", "nowhere.shop.test"]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_while_a_name_of_its_domain_is_held_joins_their_groups() {
+        use crate::record::{RecordLine, Recorder};
+        let path = std::env::temp_dir().join(format!(
+            "crawler-frontier-groups-record-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&path);
+        let mut f = grouped(&Settings::default());
+        f.record_to(Recorder::open(&path).unwrap());
+        let t0 = Instant::now();
+        enqueue_pages(&mut f, "x.site.test", 10, t0);
+        enqueue_pages(&mut f, "y.site.test", 10, t0);
+        let leased = lease_all(&mut f, t0);
+        let t1 = t0 + secs(0.1);
+        f.complete(leased["x.site.test"], &refused(10), t1);
+        f.complete(leased["y.site.test"], &ok(), t1);
+        // Two addresses: x's hold does not reach y.
+        let leased = lease_all(&mut f, t0 + secs(1.5));
+        assert_eq!(leased.keys().collect::<Vec<_>>(), ["y.site.test"]);
+        // y refused while x is held: one limiter after all. y's own hold would end near
+        // 4.7 s; it takes x's, to 10.3 s.
+        f.complete(leased["y.site.test"], &refused(3), t0 + secs(1.6));
+        for at in [5.0, 8.0, 10.0] {
+            assert_eq!(ready_hosts(&mut f, t0 + secs(at)), Vec::<String>::new(), "{at}s");
+        }
+        assert_eq!(
+            ready_hosts(&mut f, t0 + secs(11.0)),
+            ["x.site.test", "y.site.test"]
+        );
+        // For the rest of the crawl: x's next hold reaches y, which was not refused.
+        let leased = lease_all(&mut f, t0 + secs(20.0));
+        assert_eq!(leased.len(), 2);
+        f.complete(leased["x.site.test"], &refused(10), t0 + secs(20.1));
+        f.complete(leased["y.site.test"], &ok(), t0 + secs(20.1));
+        assert_eq!(ready_hosts(&mut f, t0 + secs(25.0)), Vec::<String>::new());
+        assert_eq!(
+            ready_hosts(&mut f, t0 + secs(31.0)),
+            ["x.site.test", "y.site.test"]
+        );
+        // The record shows the shared holds, for the report.
+        f.checkpoint(&crawler_core::Stats::default());
+        drop(f);
+        let lines: Vec<RecordLine> = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let _ = std::fs::remove_file(&path);
+        let shared = lines
+            .iter()
+            .filter(|l| {
+                matches!(l, RecordLine::Audit(a) if a.host == "y.site.test"
+                    && a.trigger == "limiter group"
+                    && matches!(a.what, crate::politeness::What::Hold { .. }))
+            })
+            .count();
+        assert_eq!(shared, 2, "the join's hold and x's next one");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn limiter_groups_off_leaves_each_name_alone() {
+        let s = Settings {
+            limiter_groups: false,
+            ..Default::default()
+        };
+        let mut f = grouped(&s);
+        let t0 = Instant::now();
+        enqueue_pages(&mut f, "a.shop.test", 5, t0);
+        enqueue_pages(&mut f, "b.shop.test", 5, t0);
+        let leased = lease_all(&mut f, t0);
+        let t1 = t0 + secs(0.1);
+        f.complete(leased["a.shop.test"], &refused(10), t1);
+        f.complete(leased["b.shop.test"], &ok(), t1);
+        assert_eq!(ready_hosts(&mut f, t0 + secs(1.5)), ["b.shop.test"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slot_id_reused_after_a_prune_does_not_inherit_the_group() {
+        let mut f = grouped(&Settings::default());
+        let t0 = Instant::now();
+        enqueue_pages(&mut f, "a.shop.test", 5, t0);
+        enqueue_pages(&mut f, "b.shop.test", 1, t0);
+        let b_id = f.host_ids["b.shop.test"];
+        assert_eq!(ready_hosts(&mut f, t0), ["a.shop.test", "b.shop.test"]);
+        // b is done and idle: its slot is dropped, and the next new host takes its id.
+        let t1 = t0 + secs(6.0);
+        let leased = lease_all(&mut f, t1);
+        assert!(!f.host_ids.contains_key("b.shop.test"));
+        enqueue_pages(&mut f, "apart.test", 2, t1);
+        assert_eq!(f.host_ids["apart.test"], b_id);
+        f.complete(leased["a.shop.test"], &refused(10), t1 + secs(0.1));
+        assert_eq!(ready_hosts(&mut f, t1 + secs(0.2)), ["apart.test"]);
+        // b seen again joins its group, held.
+        enqueue_pages(&mut f, "b.shop.test", 1, t1 + secs(1.0));
+        assert_eq!(ready_hosts(&mut f, t1 + secs(2.0)), Vec::<String>::new());
+    }
+}

@@ -31,8 +31,8 @@ mod tuning;
 pub mod worlds;
 
 pub use audit::{Change, Phase, Trigger, Verdict, What};
-pub use edge::WindowEdge;
 pub use delivery::Delivery;
+pub use edge::WindowEdge;
 pub use machine::HostMachine;
 pub use params::{Millis, Mode, Params};
 pub use state::HostState;

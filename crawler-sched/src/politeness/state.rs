@@ -28,6 +28,13 @@ pub struct HostState {
     pub holds: u64,
     /// Total time held.
     pub held_ms: f64,
+    /// Holds that refusals asked for (Retry-After or backoff) and their total length (ms):
+    /// what a probe risks, for the payback rule.
+    #[serde(default)]
+    pub refusal_holds: u32,
+    /// Their total length (ms).
+    #[serde(default)]
+    pub refusal_held_ms: f64,
     /// robots.txt Crawl-delay (ms), a floor on the gap.
     pub crawl_delay_ms: f64,
     /// Consecutive backoff holds (refusals without Retry-After, failure runs, robots
@@ -64,6 +71,11 @@ pub struct HostState {
     /// left at, which is under the rate when the queue runs dry.
     #[serde(default)]
     pub send_gap: f64,
+    /// A refusal episode is open: it began with a decrease and ends at the first served
+    /// answer to a request sent after it. Refusals in between (the limiter had not
+    /// recovered when the hold ended) grow the hold, not the decrease.
+    #[serde(default)]
+    pub in_episode: bool,
     /// When the latest request was booked: answers read after a cut with nothing booked
     /// since belong to requests sent before it, whatever send time they are dated.
     #[serde(default)]
@@ -87,6 +99,15 @@ pub struct HostState {
     /// lasting rise only slowly.
     #[serde(default)]
     pub lat_base: Option<f64>,
+    /// A latency episode is open (the server answers slower than twice its normal).
+    #[serde(default)]
+    pub slow: bool,
+    /// The fast latency average when latency last eased the rate (seconds).
+    #[serde(default)]
+    pub lat_eased: Option<f64>,
+    /// When latency last eased the rate.
+    #[serde(default)]
+    pub eased_at: Option<Millis>,
     /// When the latency was last folded in.
     #[serde(default)]
     pub lat_at: Millis,

@@ -46,6 +46,9 @@ pub struct Tuning {
     /// How long (ms) a host may keep failing or refusing at the minimum rate before it is
     /// skipped for the run as blocking or down.
     pub give_up_ms: f64,
+    /// While the server stays slower than twice its normal latency, the rate falls by
+    /// `decrease` this often (ms).
+    pub slow_every_ms: f64,
     /// Weight of the newest sample in the fast latency average.
     pub latency_fast: f64,
     /// How long (ms) the latency baseline takes to follow a lasting rise: a server that
@@ -79,7 +82,8 @@ impl Default for Tuning {
             backoff_cap_ms: 60_000.0,
             failure_streak: 3,
             give_up_ms: 600_000.0,
-            latency_fast: 0.3,
+            slow_every_ms: 10_000.0,
+            latency_fast: 0.1,
             latency_memory_ms: 1_800_000.0,
             concurrency_headroom: 1.5,
             forbidden_slow_after: 5,

@@ -193,7 +193,9 @@ impl Limiter {
     pub fn scale(&mut self, factor: f64) {
         match self {
             Self::Nginx { rate, .. } => *rate *= factor,
-            Self::Sliding { limit, .. } | Self::Fixed { limit, .. } | Self::Gateway { limit, .. } => {
+            Self::Sliding { limit, .. }
+            | Self::Fixed { limit, .. }
+            | Self::Gateway { limit, .. } => {
                 *limit = ((f64::from(*limit) * factor).round() as u32).max(1);
             }
         }
@@ -442,11 +444,18 @@ impl World {
             u if u < 0.9 => RetryAfter::Secs(r.log_range(1.0, 300.0).round()),
             _ => RetryAfter::Date(r.log_range(1.0, 300.0).round()),
         };
-        let change = r
-            .chance(0.25)
-            .then(|| (duration_ms * r.range(0.3, 0.5), if r.chance(0.5) { 0.5 } else { 2.0 }));
+        let change = r.chance(0.25).then(|| {
+            (
+                duration_ms * r.range(0.3, 0.5),
+                if r.chance(0.5) { 0.5 } else { 2.0 },
+            )
+        });
         let hosts = if r.chance(0.25) { r.int(2, 5) } else { 1 };
-        let counted_share = if r.chance(0.1) { r.range(0.3, 0.9) } else { 1.0 };
+        let counted_share = if r.chance(0.1) {
+            r.range(0.3, 0.9)
+        } else {
+            1.0
+        };
         let base_ms = r.log_range(5.0, 500.0);
         let latency = Latency {
             base_ms,
@@ -476,8 +485,16 @@ impl World {
             transit_ms: r.range(0.0, 6.0),
             stall: (r.range(0.0, 0.02), r.range(0.0, 20.0)),
             storm,
-            refused_conn: if r.chance(0.1) { r.range(0.0, 0.02) } else { 0.0 },
-            timeouts: if r.chance(0.1) { r.range(0.0, 0.01) } else { 0.0 },
+            refused_conn: if r.chance(0.1) {
+                r.range(0.0, 0.02)
+            } else {
+                0.0
+            },
+            timeouts: if r.chance(0.1) {
+                r.range(0.0, 0.01)
+            } else {
+                0.0
+            },
             phase: r.range(0.0, 120_000.0),
             concurrency: 8,
             start_rate: 1.0,
@@ -502,6 +519,18 @@ impl World {
             l.scale(f);
         }
         l.allowed() / self.counted_share
+    }
+
+    /// The rate a crawl with `params` can reach here (requests/s): the limit at the end of
+    /// the crawl, under the crawl's own ceiling (`max_rate` per host name) and what its
+    /// in-flight cap allows at the server's mean latency.
+    pub fn attainable(&self, params: &Params) -> f64 {
+        let hosts = f64::from(self.hosts.max(1));
+        let mean_latency = (self.latency.base_ms + self.latency.jitter_ms / 2.0) / 1e3;
+        let by_latency = f64::from(self.concurrency) / mean_latency.max(1e-3) * hosts;
+        self.final_allowed()
+            .min(params.max_rate * hosts)
+            .min(by_latency)
     }
 
     /// A plain world: one host, no faults, 25 ms of latency, for focused tests.
@@ -551,7 +580,11 @@ impl fmt::Display for World {
                 f,
                 " {:.0}s{}",
                 period / 1e3,
-                if *count_refused { " counting refused" } else { "" }
+                if *count_refused {
+                    " counting refused"
+                } else {
+                    ""
+                }
             )?,
             Limiter::Fixed { period, .. } => write!(f, " {:.0}s", period / 1e3)?,
             Limiter::Gateway { period, exact, .. } => write!(
@@ -604,13 +637,15 @@ pub struct Outcome {
     /// Requests that arrived inside a wait the server announced (to any host name of the
     /// limiter).
     pub violations: u64,
-    /// Accepted requests/s over the last half, all host names together.
+    /// Accepted requests/s over the last half, all host names together, leaving out a
+    /// storm and the minute after it.
     pub steady: f64,
     /// Accepted requests/s over the last half of the time before the limit changed.
     pub before_change: f64,
     /// Requests that arrived during a 5xx storm.
     pub in_storm: u64,
-    /// Accepted requests/s over the minute after a storm ended.
+    /// Accepted requests/s over the second minute after a storm ended (the first may
+    /// still be held by the last backoff, up to its cap).
     pub after_storm: f64,
     /// Accepted requests/s over the two minutes before a storm began.
     pub before_storm: f64,
@@ -671,6 +706,7 @@ pub fn run_audited(
     let mut last_arrival = f64::NEG_INFINITY;
     let mut accepted_at: Vec<f64> = Vec::new();
     let mut t = 0.0;
+    let mut skipped = vec![false; n];
     for _ in 0..50_000_000u64 {
         let next_answer = pending
             .iter()
@@ -679,9 +715,12 @@ pub fn run_audited(
         let (host, send_at) = machines
             .iter()
             .enumerate()
-            .filter(|(_, m)| m.has_room())
+            .filter(|(i, m)| !skipped[*i] && m.has_room())
             .map(|(i, m)| (i, m.ready_at().max(t)))
-            .fold((usize::MAX, f64::INFINITY), |a, b| if b.1 < a.1 { b } else { a });
+            .fold(
+                (usize::MAX, f64::INFINITY),
+                |a, b| if b.1 < a.1 { b } else { a },
+            );
         if send_at.min(next_answer) >= duration_ms {
             break;
         }
@@ -703,7 +742,10 @@ pub fn run_audited(
             out.sent += 1;
             let server_t = arrival + world.phase;
             holds.retain(|&(_, until)| until > t);
-            if holds.iter().any(|&(known, until)| known <= t && arrival < until) {
+            if holds
+                .iter()
+                .any(|&(known, until)| known <= t && arrival < until)
+            {
                 out.violations += 1;
             }
             let mut fb = Feedback {
@@ -719,7 +761,9 @@ pub fn run_audited(
                 latency += (r.peak_ms - world.latency.base_ms) * up;
             }
             latency += world.latency.per_in_flight_ms * pending.len() as f64;
-            let in_storm = world.storm.is_some_and(|s| arrival >= s.start && arrival < s.end);
+            let in_storm = world
+                .storm
+                .is_some_and(|s| arrival >= s.start && arrival < s.end);
             if in_storm {
                 out.in_storm += 1;
             }
@@ -745,10 +789,7 @@ pub fn run_audited(
                 if let Some(rd) = adm.reading.filter(|r| r.remaining == 0)
                     && let Some(reset) = rd.reset
                 {
-                    holds.push((
-                        arrival + latency,
-                        arrival + reset.as_secs_f64() * 1_000.0,
-                    ));
+                    holds.push((arrival + latency, arrival + reset.as_secs_f64() * 1_000.0));
                 }
                 fb.rate_limit = adm.reading;
                 if !adm.ok {
@@ -804,17 +845,19 @@ pub fn run_audited(
             let late = (rng.unit() - 0.5) * world.transit_ms;
             let verdict = machines[p.host].on_feedback_sent(&p.feedback, p.sent + late, t);
             let held = machines[p.host].state().hold_until;
+            let refusal = matches!(p.feedback.status, Some(429 | 503));
             for (j, m) in machines.iter_mut().enumerate() {
                 if j != p.host {
-                    m.share_hold(held, t);
+                    m.share_hold(held, t, refusal);
                 }
             }
             for (j, m) in machines.iter_mut().enumerate() {
                 audit.extend(m.take_audit().into_iter().map(|c| (j, c)));
             }
             if let Verdict::Skip(_) = verdict {
+                // The frontier drops a skipped host's queue; the others go on.
                 out.skipped = true;
-                break;
+                skipped[p.host] = true;
             }
         }
     }
@@ -825,12 +868,24 @@ pub fn run_audited(
         accepted_at.iter().filter(|&&s| s >= a && s < b).count() as f64 * 1_000.0 / (b - a)
     };
     out.steady = rate_between(duration_ms / 2.0, duration_ms);
+    if let Some(st) = world.storm {
+        let (a, b) = (
+            st.start.max(duration_ms / 2.0),
+            (st.end + 60_000.0).min(duration_ms),
+        );
+        if b > a {
+            let half = duration_ms / 2.0;
+            let total = out.steady * half / 1_000.0;
+            let lost = rate_between(a, b) * (b - a) / 1_000.0;
+            out.steady = (total - lost) * 1_000.0 / (half - (b - a)).max(1.0);
+        }
+    }
     if let Some((at, _)) = world.change {
         out.before_change = rate_between(at / 2.0, at);
     }
     if let Some(s) = world.storm {
         out.before_storm = rate_between(s.start - 120_000.0, s.start);
-        out.after_storm = rate_between(s.end, s.end + 60_000.0);
+        out.after_storm = rate_between(s.end + 60_000.0, s.end + 120_000.0);
     }
     if let Some(r) = world.latency.ramp {
         let peak = rate_between(r.end - (r.end - r.start - r.rise) / 5.0, r.end);

@@ -56,6 +56,16 @@ pub trait Throttle: Send {
     fn audit_since(&self, _seen: u64) -> (u64, Vec<AuditRecord>) {
         (0, Vec::new())
     }
+    /// When the host's latest hold ends (an instant in the past once it is over), for the
+    /// frontier to share with the other host names behind the same limiter. `None` when the
+    /// throttle does not take part in limiter groups.
+    fn held_until(&self) -> Option<Instant> {
+        None
+    }
+    /// Another host name behind the same limiter is held until `until`: hold this one too.
+    /// `refusal` says a 429 or 503 placed that hold (the limiter refused the group's pace).
+    /// A hold that ends no later than this host's own changes nothing.
+    fn share_hold(&mut self, _until: Instant, _now: Instant, _refusal: bool) {}
 }
 
 /// One politeness change of a host, for logs, reports and metrics.
@@ -273,6 +283,23 @@ impl Throttle for Politeness {
 
     fn audit_since(&self, seen: u64) -> (u64, Vec<AuditRecord>) {
         self.audit.since(seen)
+    }
+
+    fn held_until(&self) -> Option<Instant> {
+        Some(self.instant(self.machine.state().hold_until))
+    }
+
+    fn share_hold(&mut self, until: Instant, now: Instant, refusal: bool) {
+        // Each slot has its own clock origin: a hold passed from one slot to another goes
+        // through an `Instant` and may come back a rounding off; a sub-millisecond move is
+        // the same hold, not a new one.
+        let until = self.at(until);
+        if until <= self.machine.state().hold_until + 0.5 {
+            return;
+        }
+        if self.machine.share_hold(until, self.at(now), refusal) {
+            self.drain_audit();
+        }
     }
 }
 

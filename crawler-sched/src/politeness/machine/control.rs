@@ -13,8 +13,10 @@
 //!    calm for the payback time (the mean hold divided by the step, at least
 //!    `probe_calm_ms`). A probe that holds through the next calm doubles the next step; a
 //!    refused one is an episode like any other and resets the step.
-//! 5. **Latency.** The rate grows only while the server answers near its normal latency;
-//!    above twice its baseline the pace falls in proportion (see `pacing`).
+//! 5. **Latency.** A server answering slower than twice its normal latency (plus the
+//!    tolerance) opens a latency episode: one decrease as for a refusal, then `decrease`
+//!    again every `slow_every_ms` while it stays slow, and no growth: a server that stays
+//!    slow gets less for as long as it stays slow.
 //! 6. **RateLimit headers** steer the rate to the quota left over the time left, under the
 //!    ceiling; when they stop coming the host returns to probing.
 
@@ -40,10 +42,10 @@ impl HostMachine {
         self.state.ceiling_at = Some(now);
     }
 
-    /// The pace the server saw (requests/s): the rate under the latency factor, or the
-    /// pace requests actually left at when the queue kept them slower.
+    /// The pace the server saw (requests/s): the rate, or the pace requests actually left
+    /// at when the queue kept them slower.
     fn pace(&self) -> f64 {
-        let paced = self.state.rate * self.latency_factor();
+        let paced = self.state.rate;
         if self.state.send_gap > 0.0 {
             paced.min(1_000.0 / self.state.send_gap)
         } else {
@@ -53,19 +55,17 @@ impl HostMachine {
 
     /// A 429 or 503: one multiplicative decrease per episode, never above what the server
     /// delivered.
-    pub(super) fn refused(&mut self, sent_at: Millis, now: Millis, trigger: Trigger) {
-        if self.answered_before(sent_at) {
-            return;
-        }
+    pub(super) fn refused(&mut self, now: Millis, trigger: Trigger) {
         let t = &self.params.tuning;
         let (decrease, margin, first_step) = (t.decrease, t.margin, t.probe_step);
         let pace = self.pace();
         let delivered = self.state.delivery.rate(now, self.state.born);
-        self.state.last_cut = Some(now);
         self.state.calm_since = self.state.calm_since.max(now);
         self.state.probe_step = first_step;
         self.lower_ceiling(pace, now);
-        let new = (decrease * pace).min(margin * delivered);
+        // The delivery rate, within one to two decreases of the refused pace: a young or
+        // starved host has delivered little, which says nothing of the limit.
+        let new = (margin * delivered).clamp(decrease * decrease * pace, decrease * pace);
         tracing::debug!(pace, delivered, new, "refusal episode");
         if self.state.phase != Phase::Steered {
             self.state.phase = Phase::Climb;
@@ -82,7 +82,9 @@ impl HostMachine {
             return;
         }
         self.state.delivery.accepted(sent_at);
-        self.latency(fb.latency.as_secs_f64(), now);
+        if self.latency(fb.latency.as_secs_f64(), now) {
+            return;
+        }
         if let Some(rl) = fb.rate_limit {
             self.steer(rl, now);
             return;
@@ -100,12 +102,9 @@ impl HostMachine {
             self.set_estimate(rate, Trigger::SteeringLost, now);
         }
         // Growth is per elapsed time; a gap longer than two intervals (an idle queue) earns
-        // none, and a slow server earns none while it is slow.
+        // none.
         let dt = (now - self.state.grown_at).clamp(0.0, 2.0 * self.interval());
         self.state.grown_at = now;
-        if self.latency_factor() < 1.0 {
-            return;
-        }
         let t = self.params.tuning.clone();
         match self.state.phase {
             Phase::Steered => {}
@@ -115,8 +114,12 @@ impl HostMachine {
             }
             Phase::Climb => match self.ceiling_in_force(now) {
                 Some(c) if self.state.rate < t.margin * c => {
-                    let rate = (self.state.rate + t.climb_per_min * c * dt / 60_000.0)
-                        .min(t.margin * c);
+                    // The climb risks a hold as a probe does, so it is slower the longer
+                    // the holds: full speed while the payback time of a first probe step is
+                    // within the shortest calm, proportionally slower beyond it.
+                    let payback = self.mean_refusal_hold_ms() / t.probe_step;
+                    let speed = t.climb_per_min * (t.probe_calm_ms / payback.max(1.0)).min(1.0);
+                    let rate = (self.state.rate + speed * c * dt / 60_000.0).min(t.margin * c);
                     self.set_rate(rate, Trigger::Discover, now);
                 }
                 _ => {
@@ -126,15 +129,22 @@ impl HostMachine {
             },
             Phase::Settled | Phase::Probe => {
                 let step = self.state.probe_step.max(t.probe_step);
-                let payback = (self.mean_hold_ms() / step).max(t.probe_calm_ms);
+                let payback = (self.mean_refusal_hold_ms() / step).max(t.probe_calm_ms);
                 if now - self.state.calm_since < payback {
                     return;
                 }
-                if self.state.phase == Phase::Probe {
-                    // The last probe held through a whole calm: the limit is above it.
-                    self.state.probe_step = (step * 2.0).min(1.0);
-                }
                 let rate = self.state.rate;
+                if self.state.phase == Phase::Probe {
+                    // The last probe held through a whole calm: the limit is above it, and
+                    // under the lowest refused pace the next step is twice as long. At or
+                    // above that pace probes stay at the first step.
+                    let under = self.ceiling_in_force(now).is_none_or(|c| rate < c);
+                    self.state.probe_step = if under {
+                        (step * 2.0).min(1.0)
+                    } else {
+                        t.probe_step
+                    };
+                }
                 if rate >= self.params.max_rate {
                     return;
                 }
@@ -147,8 +157,9 @@ impl HostMachine {
         }
     }
 
-    /// Fold one latency sample (seconds) into the fast average and the baseline.
-    fn latency(&mut self, lat: f64, now: Millis) {
+    /// Fold one latency sample (seconds) into the fast average and the baseline; while the
+    /// server is slow, ease the rate. Returns whether it is slow (then nothing grows).
+    fn latency(&mut self, lat: f64, now: Millis) -> bool {
         let t = &self.params.tuning;
         let fast = self
             .state
@@ -165,6 +176,42 @@ impl HostMachine {
         self.state.lat_fast = Some(fast);
         self.state.lat_base = Some(base);
         self.state.lat_at = now;
+        let slow = fast > 2.0 * (base + self.params.latency_tolerance_ms / 1_000.0);
+        if !slow {
+            self.state.slow = false;
+            return false;
+        }
+        // A latency episode: like a refusal's, its first decrease goes to what the server
+        // delivered (a server that queues what exceeds its rate answers later instead of
+        // refusing), and while it stays slow the rate keeps falling by `decrease` every
+        // `slow_every_ms`.
+        let t = &self.params.tuning;
+        let (decrease, margin, every, first_step) =
+            (t.decrease, t.margin, t.slow_every_ms, t.probe_step);
+        // Again only while it stays slow and is not getting better: a server that queued
+        // what we sent too fast is still slow while it drains the queue.
+        let due = !self.state.slow
+            || (self.state.eased_at.is_none_or(|at| now - at >= every)
+                && self.state.lat_eased.is_none_or(|l| fast >= l));
+        if due {
+            let pace = self.pace();
+            let new = if self.state.slow {
+                decrease * self.state.rate
+            } else {
+                let delivered = self.state.delivery.rate(now, self.state.born);
+                (margin * delivered).clamp(decrease * decrease * pace, decrease * pace)
+            };
+            self.state.slow = true;
+            self.state.eased_at = Some(now);
+            self.state.lat_eased = Some(fast);
+            self.state.calm_since = self.state.calm_since.max(now);
+            self.state.probe_step = first_step;
+            if self.state.phase == Phase::Discover || self.state.phase == Phase::Probe {
+                self.state.phase = Phase::Settled;
+            }
+            self.set_rate(new, Trigger::Latency, now);
+        }
+        true
     }
 
     /// RateLimit headers: pace to `remaining / seconds-to-reset`, never above the ceiling.

@@ -88,7 +88,10 @@ impl HostMachine {
         } else if refused || failed {
             let since = *self.state.troubled_since.get_or_insert(now);
             let give_up = self.params.tuning.give_up_ms;
-            if now - since > give_up {
+            // Refusals give up only at the minimum rate: above it, slowing down is the
+            // answer.
+            let at_floor = self.state.rate <= self.clamp(0.0) * 1.000_001;
+            if now - since > give_up && (failed || at_floor) {
                 let reason = format!(
                     "no page served for {:.0}s: every answer was {} (the host is down or \
                      blocks this crawler)",
@@ -103,17 +106,36 @@ impl HostMachine {
                 return self.skip(reason, trigger, now);
             }
         }
-        if refused && self.params.mode == Mode::Adaptive {
-            // Learn from the refusal before its hold moves the calm period.
-            self.refused(sent_at, now, refusal_trigger(fb.status));
+        // One episode per run of refusals: it opens with the first refusal of a request sent
+        // after the last cut and closes at the first served answer to one sent after it.
+        // A refusal inside an open episode means the hold was too short for the limiter to
+        // recover: the next hold grows by the backoff, whatever Retry-After said.
+        let fresh = refused && !self.answered_before(sent_at);
+        let repeat = fresh && self.state.in_episode;
+        if fresh && !self.state.in_episode {
+            self.state.in_episode = true;
+            // A refusal that comes with RateLimit headers is a spent quota, not a pace the
+            // server cannot take: its hold until the reset is the whole answer.
+            if self.params.mode == Mode::Adaptive && fb.rate_limit.is_none() {
+                // Learn from the refusal before its hold moves the calm period.
+                self.refused(now, refusal_trigger(fb.status));
+            }
+            self.state.last_cut = Some(now);
+        } else if served && self.state.in_episode && !self.answered_before(sent_at) {
+            self.state.in_episode = false;
         }
         let mut verdict = Verdict::Continue;
+        let grow =
+            refused && !self.in_flight_at_backoff(sent_at) && (repeat || fb.retry_after.is_none());
         if let Some(wait) = fb.retry_after {
-            verdict = self.hold(ms(wait), now, Trigger::RetryAfter);
-        } else if refused && !self.in_flight_at_backoff(sent_at) {
-            // The requests in flight when a backoff began are refused with the one that
-            // began it: each of them doubling the hold again turned one refusal at 20/s
-            // with 8 in flight into a 37-second hold.
+            let mut wait = ms(wait);
+            if grow {
+                // The requests in flight when a backoff began are refused with the one
+                // that began it, and do not grow it again.
+                wait = wait.max(self.backoff_wait(now));
+            }
+            verdict = self.hold(wait, now, Trigger::RetryAfter);
+        } else if grow {
             let trigger = refusal_trigger(fb.status);
             verdict = self.backoff(now, trigger);
         }

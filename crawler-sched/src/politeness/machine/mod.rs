@@ -68,6 +68,8 @@ impl HostMachine {
                 departure_floor: now,
                 holds: 0,
                 held_ms: 0.0,
+                refusal_holds: 0,
+                refusal_held_ms: 0.0,
                 crawl_delay_ms: 0.0,
                 backoff_level: 0,
                 forbidden: 0,
@@ -83,12 +85,16 @@ impl HostMachine {
                 last_cut: None,
                 booked_at: None,
                 send_gap: 0.0,
+                in_episode: false,
                 backoff_at: None,
                 calm_since: now,
                 failures: 0,
                 troubled_since: None,
                 lat_fast: None,
                 lat_base: None,
+                eased_at: None,
+                lat_eased: None,
+                slow: false,
                 lat_at: now,
                 grown_at: now,
                 born: now,
@@ -158,6 +164,7 @@ impl HostMachine {
             s.ceiling_at.as_mut(),
             s.troubled_since.as_mut(),
             s.steered_at.as_mut(),
+            s.eased_at.as_mut(),
         ]
         .into_iter()
         .flatten()
@@ -191,18 +198,16 @@ impl HostMachine {
     pub fn concurrency(&self) -> u32 {
         let max = self.params.concurrency.max(1);
         match self.params.mode {
-            Mode::Adaptive => {
-                // Little's law at the baseline latency: enough in flight to sustain the rate
-                // when the server answers as fast as it normally does, with headroom for
-                // jitter, but no more: a second request to a host that answers within the
-                // pacing interval would only be refused alongside the first, and a server
-                // that slows down gets fewer requests at once, not more (the rate falls
-                // with the latency factor, see `pacing`).
+            Mode::Adaptive if self.state.slow => {
+                // A server answering slower than its normal gets fewer requests at once,
+                // not more: Little's law at its baseline latency, with headroom for jitter
+                // and one more for a straggler.
                 let lat = self.state.lat_base.unwrap_or(0.0);
-                let want = (self.params.tuning.concurrency_headroom * self.rate() * lat).ceil();
+                let want =
+                    (self.params.tuning.concurrency_headroom * self.rate() * lat).ceil() + 1.0;
                 (want as u32).clamp(1, max)
             }
-            Mode::AutoThrottle | Mode::Fixed => max,
+            Mode::Adaptive | Mode::AutoThrottle | Mode::Fixed => max,
         }
     }
 

@@ -17,27 +17,9 @@ impl HostMachine {
     pub(super) fn interval(&self) -> f64 {
         let pace = match self.params.mode {
             Mode::Fixed => 0.0,
-            _ => 1_000.0 / (self.state.rate * self.latency_factor()).max(1e-9),
+            _ => 1_000.0 / self.state.rate.max(1e-9),
         };
         pace.max(self.floor_ms())
-    }
-
-    /// How much of the rate a slow server gets (adaptive mode): 1 while the fast latency
-    /// average is under twice the baseline plus the tolerance, then baseline over latency,
-    /// so a server answering ten times slower than its normal gets about a fifth of the
-    /// rate, for as long as it stays slow (AutoThrottle's rule, relative to the host's own
-    /// normal instead of an absolute target).
-    pub(super) fn latency_factor(&self) -> f64 {
-        if self.params.mode != Mode::Adaptive {
-            return 1.0;
-        }
-        match (self.state.lat_fast, self.state.lat_base) {
-            (Some(fast), Some(base)) if fast > 0.0 => {
-                let normal = 2.0 * (base + self.params.latency_tolerance_ms / 1_000.0);
-                (normal / fast).clamp(0.05, 1.0)
-            }
-            _ => 1.0,
-        }
     }
 
     /// Sends allowed back to back: never under a delay floor, which would break it.
@@ -60,7 +42,8 @@ impl HostMachine {
     /// A request is being sent at `now`: book its slot.
     pub fn on_send(&mut self, now: Millis) {
         self.state.in_flight = self.state.in_flight.saturating_add(1);
-        if let Some(prev) = self.state.booked_at {
+        // A gap across the end of a hold is the hold's, not the pace's.
+        if let Some(prev) = self.state.booked_at.filter(|&p| p >= self.state.hold_until) {
             let gap = (now - prev).max(0.0);
             self.state.send_gap = if self.state.send_gap > 0.0 {
                 0.8 * self.state.send_gap + 0.2 * gap
@@ -223,6 +206,13 @@ impl HostMachine {
         let until = now + wait + margin;
         if until > self.state.hold_until {
             let extra = until - self.state.hold_until.max(now);
+            if matches!(
+                trigger,
+                Trigger::Status429 | Trigger::Status503 | Trigger::RetryAfter
+            ) {
+                self.state.refusal_holds = self.state.refusal_holds.saturating_add(1);
+                self.state.refusal_held_ms += wait + margin;
+            }
             self.state.holds += 1;
             self.state.held_ms += extra;
             self.state.hold_until = until;
@@ -247,13 +237,13 @@ impl HostMachine {
         self.params.hold_margin_ms.min(wait / 50.0 + 5.0)
     }
 
-    /// The mean length (ms) of the holds placed so far: what the next refusal will likely
-    /// cost (0 before any).
-    pub(super) fn mean_hold_ms(&self) -> f64 {
-        if self.state.holds == 0 {
-            0.0
-        } else {
-            self.state.held_ms / self.state.holds as f64
+    /// The mean length (ms) of the holds refusals asked for so far: what a refused probe
+    /// will likely cost (0 before any). Holds for failures, quotas or challenge pages are
+    /// not what a probe risks.
+    pub(super) fn mean_refusal_hold_ms(&self) -> f64 {
+        match self.state.refusal_holds {
+            0 => 0.0,
+            n => self.state.refusal_held_ms / f64::from(n),
         }
     }
 
@@ -269,16 +259,24 @@ impl HostMachine {
     /// back in step; a draw near zero, as full jitter allows, would only buy another
     /// failure); the level grows on repeats.
     pub(super) fn backoff(&mut self, now: Millis, trigger: Trigger) -> Verdict {
-        let wait = self.backoff_nominal() * (0.5 + 0.5 * self.random());
-        self.state.backoff_level = self.state.backoff_level.saturating_add(1);
-        self.state.backoff_at = Some(now);
+        let wait = self.backoff_wait(now);
         self.hold(wait, now, trigger)
     }
 
+    /// Draw the next backoff hold's length (ms) and count it: the level grows.
+    pub(super) fn backoff_wait(&mut self, now: Millis) -> f64 {
+        let wait = self.backoff_nominal() * (0.5 + 0.5 * self.random());
+        self.state.backoff_level = self.state.backoff_level.saturating_add(1);
+        self.state.backoff_at = Some(now);
+        wait
+    }
+
     /// Another host name behind the same limiter was held until `until`: hold this one
-    /// too (the limiter counts them together, so its wait is theirs). Returns whether the
+    /// too (the limiter counts them together, so its wait is theirs). When a refusal placed
+    /// that hold, it opens a refusal episode here as well (one decrease, see `control`): the
+    /// limiter refused the group's pace, of which this host is a part. Returns whether the
     /// hold moved.
-    pub fn share_hold(&mut self, until: Millis, now: Millis) -> bool {
+    pub fn share_hold(&mut self, until: Millis, now: Millis, refusal: bool) -> bool {
         if until <= self.state.hold_until || until <= now {
             return false;
         }
@@ -294,6 +292,13 @@ impl HostMachine {
                 wait_ms: until - now,
             },
         });
+        if refusal && !self.state.in_episode {
+            self.state.in_episode = true;
+            if self.params.mode == Mode::Adaptive {
+                self.refused(now, Trigger::LimiterGroup);
+            }
+            self.state.last_cut = Some(now);
+        }
         true
     }
 
