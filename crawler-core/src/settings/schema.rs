@@ -249,6 +249,12 @@ pub struct Settings {
     /// so every name served by one machine shares one budget, as broad crawlers do; DNS
     /// answers are cached for 5 minutes, 65,536 names at most).
     pub host_key: HostKeyMode,
+    /// Share holds across host names behind one limiter: names that resolve to one address
+    /// (and port) hold together when one of them is told to wait, and a refusal on one name
+    /// while another of its registrable domain is held joins their groups for the rest of the
+    /// crawl. Pacing stays per slot. With a `proxy` the crawler does not resolve names, so
+    /// only the registrable-domain joins apply. Default true.
+    pub limiter_groups: bool,
 }
 
 /// What one per-host politeness slot covers.
@@ -395,6 +401,7 @@ impl Default for Settings {
             referer_policy: "default".to_owned(),
             proxy: None,
             host_key: HostKeyMode::Host,
+            limiter_groups: true,
         }
     }
 }

@@ -46,6 +46,7 @@ pub const SECTIONS: &[Section] = &[
             "randomize_delay",
             "start_rate",
             "host_key",
+            "limiter_groups",
             "min_rate",
             "max_rate",
             "burst",
