@@ -33,11 +33,7 @@ impl Default for IpKeys {
     fn default() -> Self {
         // This crate's unit tests never ask a DNS server (limiter groups resolve every name
         // a frontier sees): names do not resolve there unless a test gives its resolver.
-        let lookup: fn(&str) -> Option<IpAddr> = if cfg!(test) {
-            |_| None
-        } else {
-            system_lookup
-        };
+        let lookup: fn(&str) -> Option<IpAddr> = if cfg!(test) { |_| None } else { system_lookup };
         Self::with_lookup(DNS_CACHE_NAMES, lookup)
     }
 }

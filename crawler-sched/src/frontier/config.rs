@@ -94,7 +94,10 @@ impl FrontierConfig {
             limiter_groups: settings.limiter_groups,
             // Through a proxy the crawler never resolves names: the proxy does, perhaps
             // with another view of DNS, and a broad crawl would pay a lookup per name.
-            group_by_address: settings.proxy.as_deref().is_none_or(|p| p.trim().is_empty()),
+            group_by_address: settings
+                .proxy
+                .as_deref()
+                .is_none_or(|p| p.trim().is_empty()),
             // [[hosts]] rules (rate, burst, concurrency, delay) apply from a host's first
             // request; hosts without a rule share the crawl's settings.
             throttle: Box::new(move |host, now| {

@@ -101,6 +101,14 @@ impl<S: QueueStore> Frontier<S> {
     /// Put a new slot, opened for `url`, in its limiter group (when groups are on), held as
     /// long as the group is.
     pub(super) fn enter_group(&mut self, id: usize, url: &Url, now: Instant) {
+        // A throttle that cannot share holds (the fleet's) costs no lookup.
+        if self
+            .hosts
+            .get(id)
+            .is_none_or(|h| h.throttle.held_until().is_none())
+        {
+            return;
+        }
         let Some(group) = self.config.group_key(url) else {
             return;
         };

@@ -615,7 +615,11 @@ mod group_tests {
         f.complete(leased["b.shop.test"], &ok(), t1);
         // b would be due a second after its first send; it waits out a's hold instead.
         for at in [2.0, 5.0, 9.9] {
-            assert_eq!(ready_hosts(&mut f, t0 + secs(at)), Vec::<String>::new(), "{at}s");
+            assert_eq!(
+                ready_hosts(&mut f, t0 + secs(at)),
+                Vec::<String>::new(),
+                "{at}s"
+            );
         }
         match f.next(t0 + secs(5.0)) {
             Next::NotBefore(at) => assert!(at >= t1 + secs(10.0), "{:?}", at - t0),
@@ -681,7 +685,11 @@ mod group_tests {
         // 4.7 s; it takes x's, to 10.3 s.
         f.complete(leased["y.site.test"], &refused(3), t0 + secs(1.6));
         for at in [5.0, 8.0, 10.0] {
-            assert_eq!(ready_hosts(&mut f, t0 + secs(at)), Vec::<String>::new(), "{at}s");
+            assert_eq!(
+                ready_hosts(&mut f, t0 + secs(at)),
+                Vec::<String>::new(),
+                "{at}s"
+            );
         }
         assert_eq!(
             ready_hosts(&mut f, t0 + secs(11.0)),
@@ -746,7 +754,7 @@ mod group_tests {
         let t1 = t0 + secs(6.0);
         let leased = lease_all(&mut f, t1);
         assert!(!f.host_ids.contains_key("b.shop.test"));
-        enqueue_pages(&mut f, "apart.test", 2, t1);
+        enqueue_pages(&mut f, "apart.test", 1, t1);
         assert_eq!(f.host_ids["apart.test"], b_id);
         f.complete(leased["a.shop.test"], &refused(10), t1 + secs(0.1));
         assert_eq!(ready_hosts(&mut f, t1 + secs(0.2)), ["apart.test"]);
