@@ -4,6 +4,7 @@
 
 use super::Params;
 use super::worlds::{self, Limiter, RetryAfter, World};
+
 use crawler_core::Settings;
 
 fn defaults() -> Params {
@@ -65,6 +66,153 @@ fn fresh_worlds_never_send_inside_a_hold() {
         );
         assert_eq!(o.violations, 0, "{world} (replay: POLITENESS_SEED={seed})");
     }
+}
+
+/// A 60-second storm of 500s behind an open server: a run of failures holds the host with
+/// growing backoff, so few requests reach the server during the storm, and the rate it had
+/// comes back once the storm is over (failures do not lower the rate, they hold it).
+#[test]
+fn a_storm_of_500s_is_ridden_out_with_few_requests_and_the_rate_comes_back() {
+    let params = defaults();
+    for seed in fresh_seeds(6) {
+        let mut rng = worlds::Rng::new(seed);
+        let rate = rng.log_range(1.0, 8.0);
+        let mut world = World::plain(
+            seed,
+            Limiter::nginx(rate * 4.0, 50, true),
+            RetryAfter::Absent,
+        );
+        world.storm = Some(worlds::Storm {
+            start: 600_000.0,
+            end: 660_000.0,
+        });
+        world.latency.base_ms = rng.log_range(5.0, 300.0);
+        let o = worlds::run(&world, &params, 900_000.0);
+        println!(
+            "{world}: {} requests in the storm, {:.2} r/s before, {:.2} after",
+            o.in_storm, o.before_storm, o.after_storm
+        );
+        assert!(
+            o.in_storm <= 20,
+            "{world}: {} requests in the storm",
+            o.in_storm
+        );
+        assert!(
+            o.after_storm >= 0.8 * o.before_storm,
+            "{world}: {:.2} r/s after the storm, {:.2} before",
+            o.after_storm,
+            o.before_storm
+        );
+        assert_eq!(o.violations, 0, "{world}");
+    }
+}
+
+/// Latency that climbs from 50 ms to 2 s at a fixed limit: the rate falls while the server
+/// stays slow, and the in-flight cap with it.
+#[test]
+fn a_server_that_stays_slow_gets_less_for_as_long_as_it_stays_slow() {
+    let params = defaults();
+    for seed in fresh_seeds(4) {
+        let mut world = World::plain(seed, Limiter::nginx(5.0, 10, true), RetryAfter::Secs(30.0));
+        world.latency = worlds::Latency {
+            base_ms: 50.0,
+            jitter_ms: 20.0,
+            per_in_flight_ms: 0.0,
+            ramp: Some(worlds::Ramp {
+                start: 600_000.0,
+                rise: 120_000.0,
+                end: 1_200_000.0,
+                peak_ms: 2_000.0,
+            }),
+        };
+        let o = worlds::run(&world, &params, 1_500_000.0);
+        let (before, peak) = o.ramp_rates.unwrap_or_default();
+        println!("{world}: {before:.2} r/s before the ramp, {peak:.2} at its top");
+        assert!(before > 3.0, "{world}: {before:.2} r/s before");
+        assert!(
+            peak < 0.5 * before,
+            "{world}: {peak:.2} r/s at the top of the ramp"
+        );
+        // And back once latency returns to its base: the last minute of the crawl.
+        let last = o.per_minute.last().copied().unwrap_or_default();
+        assert!(last > peak, "{world}: {last:.2} r/s after the ramp");
+    }
+    // The in-flight cap follows: a slow server gets fewer requests at once.
+    use super::HostMachine;
+    use crawler_core::Feedback;
+    use std::time::Duration;
+    let mut params = defaults();
+    params.concurrency = 8;
+    let mut m = HostMachine::new(params, 0.0);
+    let answer = |ms: u64| Feedback {
+        sent: true,
+        status: Some(200),
+        latency: Duration::from_millis(ms),
+        ..Default::default()
+    };
+    let mut t = 0.0;
+    for _ in 0..200 {
+        t = m.ready_at().max(t);
+        m.on_send(t);
+        let _ = m.on_feedback(&answer(50), t + 50.0);
+    }
+    let normal = m.concurrency();
+    for _ in 0..50 {
+        t = m.ready_at().max(t);
+        m.on_send(t);
+        let _ = m.on_feedback(&answer(2_000), t + 2_000.0);
+    }
+    assert!(
+        m.concurrency() < normal,
+        "{} then {}",
+        normal,
+        m.concurrency()
+    );
+}
+
+/// Several host names behind one limiter, their holds shared: no request inside a hold the
+/// limiter announced to any of them, whatever the limiter.
+#[test]
+fn host_names_behind_one_limiter_never_send_inside_its_holds() {
+    let params = defaults();
+    for seed in fresh_seeds(8) {
+        let mut world = World::draw(seed, 600_000.0);
+        world.hosts = 2 + (seed % 4) as u32;
+        let o = worlds::run(&world, &params, 600_000.0);
+        println!("{world}: {} sent, {} refused", o.sent, o.refused);
+        assert_eq!(o.violations, 0, "{world} (replay: POLITENESS_SEED={seed})");
+    }
+}
+
+/// Every change the machine makes names the rule behind it, and a host's state stays small.
+#[test]
+fn every_change_names_its_rule_and_the_state_stays_small() {
+    let params = defaults();
+    for seed in fresh_seeds(6) {
+        let world = World::draw(seed, 900_000.0);
+        let mut audit = Vec::new();
+        let _ = worlds::run_audited(&world, &params, 900_000.0, &mut audit);
+        for (_, change) in &audit {
+            assert!(!change.trigger.as_str().is_empty());
+        }
+    }
+    let mut m = super::HostMachine::new(params, 0.0);
+    let mut t = 0.0;
+    for _ in 0..10_000 {
+        t = m.ready_at().max(t);
+        m.on_send(t);
+        let _ = m.on_feedback(
+            &crawler_core::Feedback {
+                sent: true,
+                status: Some(200),
+                latency: std::time::Duration::from_millis(20),
+                ..Default::default()
+            },
+            t + 20.0,
+        );
+    }
+    let json = serde_json::to_string(m.state()).unwrap_or_default();
+    assert!(json.len() < 1_024, "{} bytes: {json}", json.len());
 }
 
 /// A send that leaves late (booked, then written tens of milliseconds later by a process

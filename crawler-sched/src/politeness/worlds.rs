@@ -415,7 +415,8 @@ pub struct World {
     pub timeouts: f64,
     /// The client's phase in the limiter's windows (ms).
     pub phase: f64,
-    /// Requests in flight the crawl allows per host (`concurrency_per_host`).
+    /// Requests in flight the crawl allows per host (`concurrency_per_host`: 1, the default,
+    /// to 8).
     pub concurrency: u32,
     /// The crawl's start rate.
     pub start_rate: f64,
@@ -496,7 +497,8 @@ impl World {
                 0.0
             },
             phase: r.range(0.0, 120_000.0),
-            concurrency: 8,
+            // `concurrency_per_host` is 1 by default; users raise it.
+            concurrency: [1, 2, 4, 8][r.int(0, 3) as usize],
             start_rate: 1.0,
         }
     }
@@ -526,7 +528,10 @@ impl World {
     /// in-flight cap allows at the server's mean latency.
     pub fn attainable(&self, params: &Params) -> f64 {
         let hosts = f64::from(self.hosts.max(1));
-        let mean_latency = (self.latency.base_ms + self.latency.jitter_ms / 2.0) / 1e3;
+        let mean_latency = (self.latency.base_ms
+            + self.latency.jitter_ms / 2.0
+            + self.latency.per_in_flight_ms * f64::from(self.concurrency))
+            / 1e3;
         let by_latency = f64::from(self.concurrency) / mean_latency.max(1e-3) * hosts;
         self.final_allowed()
             .min(params.max_rate * hosts)

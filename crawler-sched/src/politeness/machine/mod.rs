@@ -197,6 +197,11 @@ impl HostMachine {
     /// Requests allowed in flight now.
     pub fn concurrency(&self) -> u32 {
         let max = self.params.concurrency.max(1);
+        if self.state.failures > 0 || self.state.in_episode {
+            // A host that failed or refused comes back through one probe at a time: until
+            // an answer is served, more in flight would only fail or be refused together.
+            return 1;
+        }
         match self.params.mode {
             Mode::Adaptive if self.state.slow => {
                 // A server answering slower than its normal gets fewer requests at once,
