@@ -346,3 +346,96 @@ async fn retry_after_beyond_the_maximum_skips_the_host() {
     assert_eq!(me.clients.values().map(|c| c.violations).sum::<u64>(), 0);
     lab.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_names_behind_one_limiter_share_its_holds() {
+    use std::net::{Ipv4Addr, ToSocketAddrs};
+    // One server, one limiter per client, reached under two host names: `127.0.0.1` and
+    // `localhost` are two slots, each paced on its own at twice the limit they share.
+    let scenario = Scenario::rate_limited(20.0, 10).retry_after(RetryAfter::Seconds(2));
+    let lab = Lab::builder()
+        .books(100)
+        .scenario(scenario)
+        .start()
+        .await
+        .expect("lab");
+    let port = lab.addr().port();
+    // The frontier groups `localhost` by the address it resolves to first; the lab listens
+    // on 127.0.0.1 only, so a machine that puts ::1 first cannot run this crawl.
+    let first = ("localhost", port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next());
+    if first.map(|a| a.ip()) != Some(Ipv4Addr::LOCALHOST.into()) {
+        eprintln!("skipped: localhost resolves to {first:?} first, not to the lab's 127.0.0.1");
+        return;
+    }
+
+    struct TwoNames(Vec<String>);
+    impl Spider for TwoNames {
+        type Item = books::Book;
+        fn name(&self) -> &str {
+            "two-names"
+        }
+        fn start_urls(&self) -> Vec<String> {
+            self.0.clone()
+        }
+        async fn parse(&self, page: Response, out: &mut Output<books::Book>) -> Result<()> {
+            Books {
+                start: String::new(),
+            }
+            .parse(page, out)
+            .await
+        }
+    }
+    let record =
+        std::env::temp_dir().join(format!("crawler-limiter-groups-{}", std::process::id()));
+    let _ = std::fs::remove_file(&record);
+    let names = vec![lab.url(), format!("http://localhost:{port}/")];
+    let crawl = Crawl::new(TwoNames(names))
+        .set("start_rate", "20")
+        .set("max_rate", "40")
+        .set("concurrency_per_host", "4")
+        .politeness_record(&record)
+        .progress(false);
+    let stats = tokio::time::timeout(Duration::from_secs(180), crawl.run())
+        .await
+        .expect("finishes")
+        .expect("crawl");
+    let refusals = lab
+        .recorder()
+        .requests()
+        .iter()
+        .filter(|r| r.status == 429)
+        .count();
+    assert!(
+        refusals > 0,
+        "the shared limiter never refused: nothing was tested"
+    );
+    let report = lab.recorder().report();
+    assert_eq!(report.clients.len(), 1, "one client to the limiter");
+    let me = report.clients.values().next().expect("one client");
+    assert_eq!(
+        me.violations, 0,
+        "requests inside holds across both names: {:?}",
+        me.violation_samples
+    );
+    // Both names crawled the whole site, and the holds they shared are in the record.
+    assert_eq!(stats.items_scraped, 200, "{stats}");
+    assert!(stats.reconciles(), "{stats:?}");
+    for host in [format!("127.0.0.1:{port}"), format!("localhost:{port}")] {
+        assert!(
+            stats.hosts.iter().any(|h| h.host == host && h.requests > 0),
+            "{host} not crawled: {:?}",
+            stats.hosts
+        );
+    }
+    let text = std::fs::read_to_string(&record).unwrap_or_default();
+    let _ = std::fs::remove_file(&record);
+    assert!(
+        text.lines()
+            .any(|l| l.contains(r#""trigger":"limiter group""#) && l.contains(r#""kind":"hold""#)),
+        "no shared hold in the politeness record"
+    );
+    lab.shutdown().await;
+}

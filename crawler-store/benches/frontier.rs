@@ -40,6 +40,8 @@ fn main() {
         download_delay: Duration::ZERO,
         randomize_delay: false,
         concurrency_per_host: 1,
+        // The queue is measured, not DNS: limiter groups would resolve each host name.
+        limiter_groups: false,
         ..Settings::default()
     };
     let store = SledStore::open(dir.path(), StoreOptions::default()).expect("open store");
