@@ -296,6 +296,13 @@ pub trait Scheduler: Send + 'static {
     /// `not_before`. It was admitted once, so it skips the filters; its old lease is
     /// acknowledged once the new attempt is safely queued.
     fn retry(&mut self, lease: Lease, request: Request, not_before: Instant);
+    /// Whether the host of `url` is held for a run of failures (5xx, broken connections,
+    /// timeouts): a failure answered now is the host's, not the page's, so a retry of it
+    /// does not spend one of the page's attempts (the host's hold makes it wait, and a host
+    /// that stays down is skipped with a reason).
+    fn host_unwell(&self, _url: &url::Url) -> bool {
+        false
+    }
     /// Save progress (the stats so far) and make the frontier durable, for stores that can.
     fn checkpoint(&mut self, _stats: &crate::Stats) {}
     /// Stats saved by an earlier run of this job, when resuming one.

@@ -48,12 +48,28 @@ impl RetryPolicy {
     }
 
     /// If `done` should be retried, take its request out and say when to send it again.
-    pub(super) fn plan(&self, done: &mut Completion, now: Instant) -> Option<(Request, Instant)> {
+    /// `unwell`: its host is held for a run of failures; a failure of the host's kind (5xx,
+    /// connection, timeout) then costs the page no attempt and waits only for the host.
+    pub(super) fn plan(
+        &self,
+        done: &mut Completion,
+        now: Instant,
+        unwell: bool,
+    ) -> Option<(Request, Instant)> {
         let Terminal::Failed(kind) = done.terminal else {
             return None;
         };
         if !self.retryable(kind, done.status) {
             return None;
+        }
+        let hosts_fault = unwell
+            && (matches!(kind, FailureKind::Timeout | FailureKind::Connection)
+                || done.status.is_some_and(|s| (500..600).contains(&s)));
+        if hosts_fault {
+            let req = done.request.take()?;
+            tracing::debug!(url = %req.url, reason = %kind, "host unwell: retried without spending an attempt");
+            done.terminal = Terminal::Retrying;
+            return Some((req, now));
         }
         let req = done.request.as_ref()?;
         if req.retries >= self.times {
@@ -143,20 +159,47 @@ mod tests {
         let now = Instant::now();
         let mut c = failed(FailureKind::Status, Some(503), 0);
         c.feedback.retry_after = Some(Duration::from_secs(7));
-        let (req, at) = p.plan(&mut c, now).expect("first retry");
+        let (req, at) = p.plan(&mut c, now, false).expect("first retry");
         assert_eq!(req.retries, 1);
         assert!(req.dont_filter);
         assert_eq!(at, now + Duration::from_secs(7));
         assert!(matches!(c.terminal, Terminal::Retrying));
 
         let mut last = failed(FailureKind::Timeout, None, 2);
-        assert!(p.plan(&mut last, now).is_none(), "retry_times is 2");
+        assert!(p.plan(&mut last, now, false).is_none(), "retry_times is 2");
         assert!(matches!(
             last.terminal,
             Terminal::Failed(FailureKind::Timeout)
         ));
         let mut not_found = failed(FailureKind::Status, Some(404), 0);
-        assert!(p.plan(&mut not_found, now).is_none());
+        assert!(p.plan(&mut not_found, now, false).is_none());
+    }
+
+    /// A failure answered while its host is held for a run of failures is the host's: the
+    /// page keeps its attempts (the host's hold makes it wait), so a storm of 500s does not
+    /// use up the retries of the pages that met it. A page's own failure still counts.
+    #[tokio::test(start_paused = true)]
+    async fn a_failure_of_an_unwell_host_costs_the_page_no_attempt() {
+        let p = policy();
+        let now = Instant::now();
+        for (kind, status) in [
+            (FailureKind::Status, Some(500)),
+            (FailureKind::Timeout, None),
+            (FailureKind::Connection, None),
+        ] {
+            let mut out_of_attempts = failed(kind, status, 2);
+            let (req, at) = p
+                .plan(&mut out_of_attempts, now, true)
+                .expect("retried while the host is unwell");
+            assert_eq!(req.retries, 2, "{kind:?}: no attempt spent");
+            assert_eq!(at, now, "{kind:?}: the host's hold is the wait");
+        }
+        // Not a failure of the host's kind: the page's own, as ever.
+        let mut not_found = failed(FailureKind::Status, Some(404), 0);
+        assert!(p.plan(&mut not_found, now, true).is_none());
+        // A healthy host: attempts are spent.
+        let mut last = failed(FailureKind::Status, Some(500), 2);
+        assert!(p.plan(&mut last, now, false).is_none());
     }
 }
 

@@ -75,7 +75,13 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             if let Some(req) = done.request.take() {
                 self.scheduler.retry(lease, req, now);
             }
-        } else if let Some((req, at)) = self.retry.plan(&mut done, now) {
+        } else if let Some((req, at)) = {
+            let unwell = done
+                .request
+                .as_ref()
+                .is_some_and(|r| self.scheduler.host_unwell(&r.url));
+            self.retry.plan(&mut done, now, unwell)
+        } {
             self.scheduler.retry(lease, req, at);
             self.stats.retries += 1;
         }

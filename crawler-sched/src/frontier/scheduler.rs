@@ -131,6 +131,13 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
         }
     }
 
+    fn host_unwell(&self, url: &url::Url) -> bool {
+        self.host_ids
+            .get(&self.config.key(url))
+            .and_then(|id| self.hosts.get(*id))
+            .is_some_and(|h| h.throttle.unwell())
+    }
+
     fn retry(&mut self, lease: Lease, request: Request, not_before: Instant) {
         let skipped = self
             .host_ids

@@ -482,3 +482,25 @@ fn a_hold_placed_ahead_changes_nothing_the_answer_decides() {
     assert!(!m.hold_ahead(&answer(429, Some(100_000)), t));
     assert_eq!(m.state().hold_until, warm.state().hold_until);
 }
+
+/// The worked example of docs/politeness.md: nginx `limit_req rate=5r/s burst=20` with
+/// Retry-After 30, default settings, 30 minutes (`--ignored --nocapture` prints its audit).
+#[test]
+#[ignore = "prints the worked example of docs/politeness.md"]
+fn worked_example() {
+    let mut world = World::plain(1, Limiter::nginx(5.0, 20, true), RetryAfter::Secs(30.0));
+    world.concurrency = 1;
+    let mut audit = Vec::new();
+    let o = worlds::run_audited(&world, &defaults(), 1_800_000.0, &mut audit);
+    for (_, a) in &audit {
+        if !matches!(a.trigger, super::Trigger::Discover) || a.at < 40_000.0 {
+            println!(
+                "{:>9.3}s {:<14} {:?}",
+                a.at / 1e3,
+                a.trigger.as_str(),
+                a.what
+            );
+        }
+    }
+    println!("{o:?}");
+}

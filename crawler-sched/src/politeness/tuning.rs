@@ -41,7 +41,9 @@ pub struct Tuning {
     /// Longest backoff hold (ms).
     pub backoff_cap_ms: f64,
     /// Consecutive failed answers (5xx, refused or broken connections, timeouts) that hold
-    /// the host.
+    /// the host: five, so that a site with a fifth of its pages broken is not taken for a
+    /// server in trouble (five in a row by chance: one page in 3,000), while a server that
+    /// fails everything is held after five answers.
     pub failure_streak: u32,
     /// How long (ms) a host may keep failing or refusing at the minimum rate before it is
     /// skipped for the run as blocking or down.
@@ -80,7 +82,7 @@ impl Default for Tuning {
             ceiling_memory_ms: 7_200_000.0,
             backoff_base_ms: 5_000.0,
             backoff_cap_ms: 60_000.0,
-            failure_streak: 3,
+            failure_streak: 5,
             give_up_ms: 600_000.0,
             slow_every_ms: 10_000.0,
             latency_fast: 0.1,

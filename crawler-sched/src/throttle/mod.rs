@@ -66,6 +66,11 @@ pub trait Throttle: Send {
     /// `refusal` says a 429 or 503 placed that hold (the limiter refused the group's pace).
     /// A hold that ends no later than this host's own changes nothing.
     fn share_hold(&mut self, _until: Instant, _now: Instant, _refusal: bool) {}
+    /// Whether the host is held for a run of failures (its failures are its own, not its
+    /// pages': see [`crawler_core::Scheduler::host_unwell`]).
+    fn unwell(&self) -> bool {
+        false
+    }
 }
 
 /// One politeness change of a host, for logs, reports and metrics.
@@ -283,6 +288,10 @@ impl Throttle for Politeness {
 
     fn audit_since(&self, seen: u64) -> (u64, Vec<AuditRecord>) {
         self.audit.since(seen)
+    }
+
+    fn unwell(&self) -> bool {
+        self.machine.unwell()
     }
 
     fn held_until(&self) -> Option<Instant> {

@@ -197,7 +197,7 @@ impl HostMachine {
     /// Requests allowed in flight now.
     pub fn concurrency(&self) -> u32 {
         let max = self.params.concurrency.max(1);
-        if self.state.failures > 0 || self.state.in_episode {
+        if self.unwell() || self.state.in_episode {
             // A host that failed or refused comes back through one probe at a time: until
             // an answer is served, more in flight would only fail or be refused together.
             return 1;
@@ -237,6 +237,12 @@ impl HostMachine {
             && s.backoff_level == 0
             && s.forbidden == 0
             && s.robots_down_since.is_none()
+    }
+
+    /// Whether the host is held for a run of failures (5xx, broken connections, timeouts)
+    /// and no page has been served since.
+    pub fn unwell(&self) -> bool {
+        self.state.failures >= self.params.tuning.failure_streak
     }
 
     /// Whether another request may be in flight now.
