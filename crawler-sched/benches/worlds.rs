@@ -49,6 +49,10 @@ fn main() {
         );
         return;
     }
+    if std::env::var("CALIBRATE").is_ok() {
+        calibrate(&params, minutes);
+        return;
+    }
     let base: u64 = env("WORLDS_BASE").unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -336,4 +340,44 @@ fn costs(params: &Params) {
         per * 1e6,
         json.len()
     );
+}
+
+/// The cells of `cargo bench --bench politeness_matrix -- --real` (the lab and the real
+/// nginx and HAProxy), simulated with the same parameters: default settings, loopback
+/// latency, `MINUTES` long, the mean of ten draws of transit and latency. The three columns
+/// side by side are the calibration of the judge (BENCHMARKS.md).
+fn calibrate(params: &Params, minutes: f64) {
+    let duration = minutes * 60_000.0;
+    println!("| cell (simulated, {minutes} min, mean of 10 draws) | requests | refusals | steady % |");
+    println!("|---|---|---|---|");
+    for rate in [1.0, 3.0, 5.0] {
+        for ra in [Some(30.0), None] {
+            let kinds = [
+                ("nginx-b0", Limiter::nginx(rate, 0, true)),
+                ("nginx-b5", Limiter::nginx(rate, 5, true)),
+                ("nginx-b20", Limiter::nginx(rate, 20, true)),
+                ("haproxy", Limiter::sliding(rate, 10.0, true)),
+                ("window", Limiter::fixed(rate, 10.0)),
+            ];
+            for (kind, limiter) in kinds {
+                let (mut sent, mut refused, mut steady) = (0.0, 0.0, 0.0);
+                for seed in 1..=10u64 {
+                    let mut w = World::plain(
+                        seed,
+                        limiter.clone(),
+                        ra.map_or(RetryAfter::Absent, RetryAfter::Secs),
+                    );
+                    w.concurrency = 1;
+                    w.latency.base_ms = 2.0;
+                    w.latency.jitter_ms = 4.0;
+                    let o = worlds::run(&w, params, duration);
+                    sent += o.sent as f64 / 10.0;
+                    refused += o.refused as f64 / 10.0;
+                    steady += o.steady / rate * 10.0;
+                }
+                let tag = if ra.is_some() { "ra30" } else { "nora" };
+                println!("| {kind}-{rate}rps-{tag} | {sent:.0} | {refused:.1} | {steady:.0}% |");
+            }
+        }
+    }
 }

@@ -504,3 +504,24 @@ fn worked_example() {
     }
     println!("{o:?}");
 }
+
+/// robots.txt's Crawl-delay holds from the first page on: the slot booked by robots.txt's own
+/// send moves to a whole Crawl-delay after it.
+#[test]
+fn the_first_page_after_robots_txt_respects_its_crawl_delay() {
+    use super::HostMachine;
+    use crawler_core::Feedback;
+    use std::time::Duration;
+    let mut m = HostMachine::new(defaults(), 0.0);
+    // robots.txt, sent at 0, answered at 40 ms with a Crawl-delay of 10 s.
+    m.on_send(0.0);
+    let robots = Feedback {
+        sent: true,
+        status: Some(200),
+        latency: Duration::from_millis(40),
+        crawl_delay: Some(Duration::from_secs(10)),
+        ..Default::default()
+    };
+    let _ = m.on_feedback(&robots, 40.0);
+    assert!(m.ready_at() >= 10_000.0 - 1e-6, "{}", m.ready_at());
+}

@@ -732,11 +732,12 @@ pub fn run_audited(
         if send_at <= next_answer {
             t = send_at;
             machines[host].on_send(t);
-            if !changed && let Some((at, factor)) = world.change {
-                if t >= at {
-                    limiter.scale(factor);
-                    changed = true;
-                }
+            if !changed
+                && let Some((at, factor)) = world.change
+                && t >= at
+            {
+                limiter.scale(factor);
+                changed = true;
             }
             let mut arrival = t + 0.3 + rng.unit() * world.transit_ms;
             if world.stall.0 > 0.0 && rng.chance(world.stall.0) {

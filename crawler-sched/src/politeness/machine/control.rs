@@ -23,6 +23,7 @@
 use crawler_core::{Feedback, RateLimitReading};
 
 use super::HostMachine;
+use crate::politeness::Delivery;
 use crate::politeness::audit::{Phase, Trigger};
 use crate::politeness::params::Millis;
 
@@ -63,9 +64,15 @@ impl HostMachine {
         self.state.calm_since = self.state.calm_since.max(now);
         self.state.probe_step = first_step;
         self.lower_ceiling(pace, now);
-        // The delivery rate, within one to two decreases of the refused pace: a young or
-        // starved host has delivered little, which says nothing of the limit.
-        let new = (margin * delivered).clamp(decrease * decrease * pace, decrease * pace);
+        // The delivery rate, within one to two decreases of the refused pace: a starved host
+        // has delivered little, which says nothing of the limit. A host younger than the
+        // delivery window has been in slow start for most of it, so one decrease is all.
+        let young = now - self.state.born < Delivery::WINDOW_MS;
+        let new = if young {
+            decrease * pace
+        } else {
+            (margin * delivered).clamp(decrease * decrease * pace, decrease * pace)
+        };
         tracing::debug!(pace, delivered, new, "refusal episode");
         if self.state.phase != Phase::Steered {
             self.state.phase = Phase::Climb;

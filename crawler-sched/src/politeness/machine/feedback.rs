@@ -67,6 +67,10 @@ impl HostMachine {
             let cd = ms(cd);
             if cd > self.state.crawl_delay_ms {
                 self.state.crawl_delay_ms = cd;
+                // The slot booked before the floor was known (robots.txt's own send set it)
+                // moves too: the first page waits the Crawl-delay after the latest send.
+                let last = self.state.booked_at.unwrap_or(sent_at).max(sent_at);
+                self.state.tat = self.state.tat.max(last + cd);
                 self.audit.push(Change {
                     at: now,
                     trigger: Trigger::CrawlDelay,
