@@ -22,7 +22,7 @@
 //! let settings = Settings::default();
 //! let mut frontier = Frontier::new(FrontierConfig::from_settings(&settings, vec![]));
 //! let now = tokio::time::Instant::now();
-//! frontier.enqueue(Request::get("http://example.com/").unwrap(), now);
+//! frontier.enqueue(Request::get("http://books.example/").unwrap(), now);
 //! assert!(matches!(frontier.next(now), Next::Ready(..)));
 //! ```
 

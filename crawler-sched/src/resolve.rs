@@ -109,6 +109,13 @@ impl IpKeys {
 
 /// The system resolver's first answer (the address a connection tries first).
 fn system_lookup(name: &str) -> Option<IpAddr> {
+    // Special-use names (RFC 6761) never resolve in the DNS: no query leaves for them.
+    let special = [".test", ".example", ".invalid"]
+        .iter()
+        .any(|tld| name.ends_with(tld) || name == &tld[1..]);
+    if special {
+        return None;
+    }
     (name, 0u16).to_socket_addrs().ok()?.next().map(|a| a.ip())
 }
 
