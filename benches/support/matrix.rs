@@ -1,9 +1,9 @@
 //! The politeness matrix: one crawl per cell (a limiter kind × an allowed rate × Retry-After
 //! present or absent, plus RateLimit-header gateways), each against its own server, with
-//! the crawler's DEFAULT settings: only the start URL and an output feed. Shared by
-//! `benches/politeness_matrix.rs` (the full matrix, minutes per cell) and
-//! `tests/politeness_matrix.rs` (a few cells, scaled). The including crate must declare
-//! `mod books` (the books example's spider) at its root.
+//! the crawler's DEFAULT settings: only the start URL and an output feed. Used by
+//! `benches/politeness_matrix.rs` (minutes per cell, real time: a benchmark, not a CI test;
+//! CI judges the machine on virtual time, `crawler_sched::politeness::worlds`). The including
+//! crate must declare `mod books` (the books example's spider) at its root.
 
 use std::time::Duration;
 
