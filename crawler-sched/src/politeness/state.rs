@@ -117,6 +117,10 @@ pub struct HostState {
     /// over its age).
     #[serde(default)]
     pub born: Millis,
+    /// The end of the last hold longer than the delivery window: the delivery rate is
+    /// measured from there.
+    #[serde(default)]
+    pub long_hold_end: Option<Millis>,
     /// What the server accepted, per 5-second bin over the last two minutes.
     #[serde(default)]
     pub delivery: Delivery,

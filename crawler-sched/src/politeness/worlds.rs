@@ -422,6 +422,9 @@ pub struct World {
     pub start_rate: f64,
 }
 
+/// How long a request that times out holds its slot (ms): `download_timeout`'s default.
+const TIMEOUT_MS: f64 = 30_000.0;
+
 /// The families a world is drawn from, by name (for reports).
 pub const FAMILIES: [&str; 5] = ["bucket", "nginx-delay", "sliding", "fixed", "gateway"];
 
@@ -528,11 +531,13 @@ impl World {
     /// in-flight cap allows at the server's mean latency.
     pub fn attainable(&self, params: &Params) -> f64 {
         let hosts = f64::from(self.hosts.max(1));
-        let mean_latency = (self.latency.base_ms
+        let latency = (self.latency.base_ms
             + self.latency.jitter_ms / 2.0
             + self.latency.per_in_flight_ms * f64::from(self.concurrency))
             / 1e3;
-        let by_latency = f64::from(self.concurrency) / mean_latency.max(1e-3) * hosts;
+        // A request holds its in-flight slot for its latency, or for the whole timeout.
+        let occupancy = (1.0 - self.timeouts) * latency + self.timeouts * TIMEOUT_MS / 1e3;
+        let by_latency = f64::from(self.concurrency) / occupancy.max(1e-3) * hosts;
         self.final_allowed()
             .min(params.max_rate * hosts)
             .min(by_latency)
@@ -778,7 +783,7 @@ pub fn run_audited(
                 latency = 1.0;
             } else if rng.chance(world.timeouts) {
                 fb.failure = Some(FailureKind::Timeout);
-                latency = 30_000.0;
+                latency = TIMEOUT_MS;
             } else {
                 let counted = world.counted_share >= 1.0 || rng.chance(world.counted_share);
                 let adm = if counted {

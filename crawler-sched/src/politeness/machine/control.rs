@@ -43,6 +43,18 @@ impl HostMachine {
         self.state.ceiling_at = Some(now);
     }
 
+    /// What the server delivered per second over the delivery window, holds included, but
+    /// measured from the end of the last hold longer than the window: a hold shorter than
+    /// the window is part of what the limiter needs to recover (a window turning, a bucket
+    /// refilling) and counts as time; a longer one is the server's pause, not its pace.
+    fn delivered(&mut self, now: Millis) -> f64 {
+        let since = self
+            .state
+            .born
+            .max(self.state.long_hold_end.unwrap_or(f64::MIN));
+        self.state.delivery.rate(now, since)
+    }
+
     /// The pace the server saw (requests/s): the rate, or the pace requests actually left
     /// at when the queue kept them slower.
     fn pace(&self) -> f64 {
@@ -60,7 +72,7 @@ impl HostMachine {
         let t = &self.params.tuning;
         let (decrease, margin, first_step) = (t.decrease, t.margin, t.probe_step);
         let pace = self.pace();
-        let delivered = self.state.delivery.rate(now, self.state.born);
+        let delivered = self.delivered(now);
         self.state.calm_since = self.state.calm_since.max(now);
         self.state.probe_step = first_step;
         self.lower_ceiling(pace, now);
@@ -205,7 +217,7 @@ impl HostMachine {
             let new = if self.state.slow {
                 decrease * self.state.rate
             } else {
-                let delivered = self.state.delivery.rate(now, self.state.born);
+                let delivered = self.delivered(now);
                 (margin * delivered).clamp(decrease * decrease * pace, decrease * pace)
             };
             self.state.slow = true;

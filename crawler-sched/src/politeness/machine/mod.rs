@@ -98,6 +98,7 @@ impl HostMachine {
                 lat_at: now,
                 grown_at: now,
                 born: now,
+                long_hold_end: None,
                 delivery: Delivery::default(),
                 edge: None,
                 quota_left: None,
@@ -165,6 +166,7 @@ impl HostMachine {
             s.troubled_since.as_mut(),
             s.steered_at.as_mut(),
             s.eased_at.as_mut(),
+            s.long_hold_end.as_mut(),
         ]
         .into_iter()
         .flatten()

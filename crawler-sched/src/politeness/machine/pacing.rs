@@ -4,6 +4,7 @@
 //! these helpers.
 
 use super::HostMachine;
+use crate::politeness::Delivery;
 use crate::politeness::audit::{Change, Trigger, Verdict, What};
 use crate::politeness::params::{Millis, Mode};
 
@@ -218,6 +219,9 @@ impl HostMachine {
             self.state.hold_until = until;
             // Calm is counted from the end of the hold: a probe's payback starts then.
             self.state.calm_since = self.state.calm_since.max(until);
+            if wait + margin > Delivery::WINDOW_MS {
+                self.state.long_hold_end = Some(until);
+            }
             self.audit.push(Change {
                 at: now,
                 trigger,
