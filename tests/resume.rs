@@ -289,8 +289,9 @@ async fn a_running_hold_and_a_learned_rate_survive_a_restart() {
         other => panic!("the hold from the last run was forgotten: {other:?}"),
     }
     let rate = f.host_stats()[0].rate.unwrap();
+    // One refusal episode: at most `decrease` (0.8) of the refused pace.
     assert!(
-        rate < 8.0 * 0.5 + 1e-6,
+        rate <= 8.0 * 0.8 + 1e-6,
         "the learned rate was forgotten: {rate}"
     );
 }
