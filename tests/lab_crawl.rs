@@ -213,33 +213,6 @@ async fn shutdown_mid_crawl_leaves_complete_feeds_and_accounts_for_the_rest() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn private_addresses_are_refused_when_asked() {
-    let lab = Lab::builder().books(100).start().await.expect("lab starts");
-    // An IP literal is refused before anything is sent; a name that resolves to loopback is
-    // refused by the resolver (here while fetching robots.txt, which then disallows).
-    for start in [lab.url(), lab.url().replace("127.0.0.1", "localhost")] {
-        let stats = Crawl::new(Books {
-            start: start.clone(),
-        })
-        .set("deny_private_addresses", "true")
-        .progress(false)
-        .run()
-        .await
-        .expect("crawl runs");
-        let refused =
-            stats.failed.get("forbidden_address").copied().unwrap_or(0) + stats.disallowed;
-        assert_eq!(refused, 1, "{start}: {stats}");
-        assert!(stats.reconciles());
-    }
-    assert_eq!(
-        lab.recorder().len(),
-        0,
-        "nothing may reach a private address"
-    );
-    lab.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_proxy_setting_routes_every_request_through_the_proxy() {
     // The lab stands in for a forward proxy: books.invalid does not resolve, so every request
     // that reaches the lab (robots.txt included) went through the proxy.

@@ -26,6 +26,7 @@
 //! assert_eq!(reqs[0].url.as_str(), "http://127.0.0.1:8080/");
 //! ```
 
+pub mod address;
 mod charset;
 mod conditional;
 mod engine;

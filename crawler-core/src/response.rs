@@ -35,6 +35,8 @@ pub struct Response {
     history: Option<Arc<dyn ConditionalStore>>,
     /// What to record once the request is acknowledged (validators, the cached copy).
     after_ack: Mutex<Option<AfterAck>>,
+    /// The address the response came from, when it came from the network.
+    remote_addr: Option<std::net::IpAddr>,
 }
 
 /// Work a downloader defers until the engine acknowledges the request, that is until the
@@ -105,6 +107,37 @@ impl Response {
             origin: BodyOrigin::Network,
             history: None,
             after_ack: Mutex::new(None),
+            remote_addr: None,
+        }
+    }
+
+    /// Record the address the response was served from (downloaders call this).
+    pub fn with_remote_addr(mut self, addr: Option<std::net::IpAddr>) -> Self {
+        self.remote_addr = addr;
+        self
+    }
+
+    /// The address the response was served from, when known.
+    pub fn remote_addr(&self) -> Option<std::net::IpAddr> {
+        self.remote_addr
+    }
+
+    /// Whether the page was served from a private, loopback or link-local address (by its
+    /// URL's host when the address is unknown: an IP literal, or `localhost`). Requests
+    /// found on it may reach private addresses (see [`crate::address::FROM_PRIVATE_META`]).
+    pub fn served_from_private(&self) -> bool {
+        use crate::address::{AddressClass, classify};
+        if let Some(ip) = self.remote_addr {
+            return classify(ip) != AddressClass::Public;
+        }
+        match self.url.host() {
+            Some(url::Host::Ipv4(ip)) => classify(ip.into()) != AddressClass::Public,
+            Some(url::Host::Ipv6(ip)) => classify(ip.into()) != AddressClass::Public,
+            Some(url::Host::Domain(d)) => {
+                let d = d.trim_end_matches('.').to_ascii_lowercase();
+                d == "localhost" || d.ends_with(".localhost")
+            }
+            None => false,
         }
     }
 

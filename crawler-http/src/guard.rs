@@ -1,75 +1,181 @@
-//! Refusing private, loopback and link-local addresses, for crawls that follow untrusted
-//! links (a page must not be able to point the crawler at the operator's own network).
+//! The address policy: link-local and cloud-metadata addresses are never reached unless
+//! `allow_addresses` names them, and with `deny_private_addresses` a public page (or
+//! redirect) cannot lead into private space, while a crawl started on a private host goes on
+//! within it (see [`crawler_core::address`]).
 //!
 //! The check sits in the DNS resolver, so the address actually connected to is the one
-//! checked (no window between a check and a second lookup), and in front of every request
-//! whose host is an IP literal, which bypasses DNS. IPv6 addresses that carry an IPv4
-//! address (mapped, NAT64, 6to4) are judged by the address they lead to.
+//! checked (no window between a check and a second lookup, so DNS rebinding gains nothing),
+//! and in front of every request whose host is an IP literal or a metadata name, which
+//! bypass or defeat DNS. Requests that may not reach private space go through a client of
+//! their own, so they never reuse a pooled connection to a private address either.
 //!
-//! A proxy resolves names itself, so behind one the guard would check nothing:
-//! [`unchecked_proxy`] tells the crawl to refuse to start instead.
+//! A proxy resolves names itself, so behind one the guard would check only literals and
+//! names: [`unchecked_proxy`] tells the crawl to refuse to start instead.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
-use crawler_core::{Settings, Url};
+use crawler_core::address::{AddressClass, FROM_PRIVATE_META, classify, is_metadata_host};
+use crawler_core::{Request, Settings, Url};
 
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
-/// Whether an address is one a public crawl must not reach.
+use crate::error::Error;
+
+/// Whether an address is one a public crawl must not reach (private, loopback, link-local
+/// or metadata).
 pub fn is_private(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => private_v4(v4),
-        IpAddr::V6(v6) => private_v6(v6),
+    classify(ip) != AddressClass::Public
+}
+
+/// The words every refusal's message starts with: the downloader and the robots gate know a
+/// refusal by them, whichever layer (resolver, literal check, robots redirect) made it.
+pub(crate) const REFUSED: &str = "forbidden address";
+
+/// Which addresses a request may reach (built from the settings).
+#[derive(Debug, Clone, Default)]
+pub struct AddressPolicy {
+    /// `allow_addresses` entries that are addresses or ranges: (network, prefix length).
+    nets: Vec<(IpAddr, u8)>,
+    /// `allow_addresses` entries that are host names, lower case.
+    names: Vec<String>,
+    /// `deny_private_addresses`.
+    deny_private: bool,
+}
+
+impl AddressPolicy {
+    /// The policy of `settings` (`allow_addresses`, `deny_private_addresses`). A proxy's own
+    /// host is allowed: requests must reach it wherever it runs.
+    pub fn from_settings(settings: &Settings) -> Result<Self, Error> {
+        let mut policy = Self {
+            deny_private: settings.deny_private_addresses,
+            ..Self::default()
+        };
+        for entry in &settings.allow_addresses {
+            policy.allow(entry)?;
+        }
+        if let Some(host) = settings
+            .proxy
+            .as_deref()
+            .and_then(|p| Url::parse(p.trim()).ok())
+            .and_then(|u| u.host_str().map(str::to_owned))
+        {
+            policy.allow(host.trim_start_matches('[').trim_end_matches(']'))?;
+        }
+        Ok(policy)
+    }
+
+    fn allow(&mut self, entry: &str) -> Result<(), Error> {
+        let entry = entry.trim();
+        let bad = |why: String| {
+            Error::new(
+                format!("invalid allow_addresses entry '{entry}'"),
+                std::io::Error::other(why),
+            )
+        };
+        let (addr, prefix) = match entry.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (entry, None),
+        };
+        match (addr.parse::<IpAddr>(), prefix) {
+            (Ok(ip), prefix) => {
+                let max = if ip.is_ipv4() { 32 } else { 128 };
+                let len = match prefix {
+                    None => max,
+                    Some(p) => p
+                        .parse::<u8>()
+                        .ok()
+                        .filter(|&n| n <= max)
+                        .ok_or_else(|| bad(format!("prefix length must be 0 to {max}")))?,
+                };
+                self.nets.push((ip, len));
+            }
+            (Err(_), None) if !entry.is_empty() && !entry.contains(['/', ' ', ':']) => {
+                self.names
+                    .push(entry.trim_end_matches('.').to_ascii_lowercase());
+            }
+            _ => {
+                return Err(bad(
+                    "expected an IP address, a CIDR range or a host name".into()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn names_host(&self, host: &str) -> bool {
+        let host = host.trim_end_matches('.');
+        self.names.iter().any(|n| n.eq_ignore_ascii_case(host))
+    }
+
+    fn names_ip(&self, ip: IpAddr) -> bool {
+        self.nets.iter().any(|&(net, len)| in_net(ip, net, len))
+    }
+
+    /// Why `host`'s address `ip` may not be reached by a request that may (`private_ok`) or
+    /// may not reach private space; `None` when it may.
+    pub fn refusal(&self, host: &str, ip: IpAddr, private_ok: bool) -> Option<String> {
+        if self.names_ip(ip) || self.names_host(host) {
+            return None;
+        }
+        match classify(ip) {
+            AddressClass::Public => None,
+            AddressClass::LinkLocal => Some(format!(
+                "{REFUSED}: {host} is at {ip}, a link-local or cloud metadata address (name it in allow_addresses to reach it)"
+            )),
+            AddressClass::Private if self.deny_private && !private_ok => Some(format!(
+                "{REFUSED}: {host} is at {ip}, a private address, reached from a public page (deny_private_addresses is on)"
+            )),
+            AddressClass::Private => None,
+        }
+    }
+
+    /// Why `url` may not be fetched, judged before any DNS: its host is an IP literal the
+    /// policy refuses, or a cloud metadata name. Names are judged by the resolver.
+    pub fn refuse_url(&self, url: &Url, private_ok: bool) -> Option<String> {
+        let host = url.host_str().unwrap_or("");
+        match url.host() {
+            Some(url::Host::Ipv4(ip)) => self.refusal(host, ip.into(), private_ok),
+            Some(url::Host::Ipv6(ip)) => self.refusal(host, ip.into(), private_ok),
+            Some(url::Host::Domain(d)) if is_metadata_host(d) && !self.names_host(d) => {
+                Some(format!(
+                    "{REFUSED}: {d} is a cloud metadata service (name it in allow_addresses to reach it)"
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether any request may ever be refused for being private (else one client serves all).
+    pub(crate) fn denies_private(&self) -> bool {
+        self.deny_private
     }
 }
 
-fn private_v4(v4: Ipv4Addr) -> bool {
-    let [a, b, c, _] = v4.octets();
-    v4.is_private()
-        || v4.is_loopback()
-        || v4.is_link_local()
-        || v4.is_unspecified()
-        || v4.is_broadcast()
-        || v4.is_documentation()
-        || v4.is_multicast()
-        || a == 0 // 0.0.0.0/8, "this network"
-        || (a == 100 && (b & 0xC0) == 64) // 100.64.0.0/10, carrier-grade NAT
-        || (a == 192 && b == 0 && c == 0) // 192.0.0.0/24, IETF protocol assignments
-        || (a == 198 && (b & 0xFE) == 18) // 198.18.0.0/15, benchmarking
-        || a >= 240 // 240.0.0.0/4, reserved
+/// Whether `req` may reach private addresses: start requests may (the user named them);
+/// follow-ups and redirect hops may when the engine marked the page they came from private.
+pub fn private_ok(req: &Request) -> bool {
+    req.meta
+        .get(FROM_PRIVATE_META)
+        .and_then(|v| v.as_bool())
+        .unwrap_or(true)
 }
 
-fn private_v6(v6: Ipv6Addr) -> bool {
-    let seg = v6.segments();
-    let embedded =
-        |hi: u16, lo: u16| Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8);
-    if let Some(v4) = v6.to_ipv4_mapped() {
-        return private_v4(v4);
+fn in_net(ip: IpAddr, net: IpAddr, len: u8) -> bool {
+    match (ip, net) {
+        (IpAddr::V4(a), IpAddr::V4(n)) => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+            u32::from(a) & mask == u32::from(n) & mask
+        }
+        (IpAddr::V6(a), IpAddr::V6(n)) => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+            u128::from(a) & mask == u128::from(n) & mask
+        }
+        (IpAddr::V6(a), IpAddr::V4(_)) => a
+            .to_ipv4_mapped()
+            .is_some_and(|v4| in_net(IpAddr::V4(v4), net, len)),
+        (IpAddr::V4(_), IpAddr::V6(_)) => false,
     }
-    // NAT64 well-known prefix 64:ff9b::/96 (RFC 6052): the gateway connects to the IPv4
-    // address in the last 32 bits, so 64:ff9b::10.0.0.1 reaches 10.0.0.1.
-    if seg[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-        return private_v4(embedded(seg[6], seg[7]));
-    }
-    // 64:ff9b:1::/48 (RFC 8215) is for NAT64 inside one network: private by definition.
-    if seg[0] == 0x64 && seg[1] == 0xff9b && seg[2] == 1 {
-        return true;
-    }
-    // 6to4 2002::/16 (RFC 3056): the relay delivers to the IPv4 address in bits 16-48.
-    if seg[0] == 0x2002 {
-        return private_v4(embedded(seg[1], seg[2]));
-    }
-    // Deprecated IPv4-compatible ::a.b.c.d (the loopback ::1 and :: are handled below).
-    if seg[..6] == [0; 6] && (seg[6] != 0 || seg[7] > 1) {
-        return private_v4(embedded(seg[6], seg[7]));
-    }
-    v6.is_loopback()
-        || v6.is_unspecified()
-        || v6.is_multicast()
-        || (seg[0] & 0xfe00) == 0xfc00 // unique local
-        || (seg[0] & 0xffc0) == 0xfe80 // link local
-        || (seg[0] & 0xffc0) == 0xfec0 // site local (deprecated, still routed internally)
-        || (seg[0] == 0x2001 && seg[1] == 0x0db8) // documentation
 }
 
 /// The environment variables through which the HTTP client picks up a proxy by itself.
@@ -109,8 +215,12 @@ pub fn unchecked_proxy(
     ))
 }
 
-/// A resolver that drops private addresses and fails when none are left.
-pub(crate) struct PublicOnly;
+/// A resolver that drops the addresses the policy refuses and fails when none are left.
+pub(crate) struct Guarded {
+    pub(crate) policy: Arc<AddressPolicy>,
+    /// Whether requests through this resolver's client may reach private space.
+    pub(crate) private_ok: bool,
+}
 
 #[derive(Debug)]
 struct Refused(String);
@@ -122,35 +232,37 @@ impl std::fmt::Display for Refused {
 }
 impl std::error::Error for Refused {}
 
-impl Resolve for PublicOnly {
+impl Resolve for Guarded {
     fn resolve(&self, name: Name) -> Resolving {
         let host = name.as_str().to_owned();
+        let policy = Arc::clone(&self.policy);
+        let private_ok = self.private_ok;
         Box::pin(async move {
+            let refused =
+                |msg: String| Box::new(Refused(msg)) as Box<dyn std::error::Error + Send + Sync>;
+            if is_metadata_host(&host) && !policy.names_host(&host) {
+                return Err(refused(format!(
+                    "{REFUSED}: {host} is a cloud metadata service (name it in allow_addresses to reach it)"
+                )));
+            }
             let addrs: Vec<SocketAddr> =
                 tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let public: Vec<SocketAddr> = addrs
-                .iter()
-                .copied()
-                .filter(|a| !is_private(a.ip()))
+            let mut why = None;
+            let allowed: Vec<SocketAddr> = addrs
+                .into_iter()
+                .filter(|a| match policy.refusal(&host, a.ip(), private_ok) {
+                    None => true,
+                    Some(w) => {
+                        why.get_or_insert(w);
+                        false
+                    }
+                })
                 .collect();
-            if public.is_empty() {
-                let msg = format!(
-                    "private address refused: {host} resolves only to private, loopback or link-local addresses (deny_private_addresses is on)"
-                );
-                return Err(Box::new(Refused(msg)) as Box<dyn std::error::Error + Send + Sync>);
+            match why {
+                Some(w) if allowed.is_empty() => Err(refused(w)),
+                _ => Ok(Box::new(allowed.into_iter()) as Addrs),
             }
-            Ok(Box::new(public.into_iter()) as Addrs)
         })
-    }
-}
-
-/// Whether the URL's host is an IP literal in a private range (such hosts skip DNS, so the
-/// resolver cannot catch them).
-pub(crate) fn private_literal(url: &Url) -> bool {
-    match url.host() {
-        Some(url::Host::Ipv4(ip)) => is_private(ip.into()),
-        Some(url::Host::Ipv6(ip)) => is_private(ip.into()),
-        _ => false,
     }
 }
 
@@ -202,6 +314,124 @@ mod tests {
         for public in ["64:ff9b::8.8.8.8", "2002:808:808::1", "2001:4860::8888"] {
             assert!(!is_private(public.parse().unwrap()), "{public}");
         }
+    }
+
+    fn policy(deny_private: bool, allow: &[&str]) -> AddressPolicy {
+        let settings = Settings {
+            deny_private_addresses: deny_private,
+            allow_addresses: allow.iter().map(|s| (*s).to_owned()).collect(),
+            ..Settings::default()
+        };
+        AddressPolicy::from_settings(&settings).unwrap()
+    }
+
+    #[test]
+    fn link_local_and_metadata_are_refused_unless_named() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        for p in [policy(false, &[]), policy(true, &[])] {
+            for private_ok in [true, false] {
+                let why = p.refusal("h", ip("169.254.169.254"), private_ok).unwrap();
+                assert!(
+                    why.starts_with(REFUSED) && why.contains("allow_addresses"),
+                    "{why}"
+                );
+                assert!(p.refusal("h", ip("fe80::1"), private_ok).is_some());
+                assert!(p.refusal("h", ip("8.8.8.8"), private_ok).is_none());
+            }
+        }
+        let named = policy(
+            true,
+            &["169.254.169.254", "fe80::/10", "Metadata.Google.Internal"],
+        );
+        assert!(named.refusal("h", ip("169.254.169.254"), false).is_none());
+        assert!(named.refusal("h", ip("169.254.169.253"), false).is_some());
+        assert!(named.refusal("h", ip("fe80::abcd"), false).is_none());
+        let url = |s: &str| Url::parse(s).unwrap();
+        assert!(
+            named
+                .refuse_url(&url("http://metadata.google.internal/x"), true)
+                .is_none()
+        );
+        let open = policy(false, &[]);
+        for u in [
+            "http://169.254.169.254/latest/meta-data/",
+            "http://[fe80::1]/",
+            "http://metadata.google.internal/computeMetadata/v1/",
+            "http://METADATA/",
+        ] {
+            assert!(open.refuse_url(&url(u), true).is_some(), "{u}");
+        }
+        assert!(open.refuse_url(&url("http://example.com/"), true).is_none());
+        assert!(
+            open.refuse_url(&url("http://127.0.0.1:8080/"), false)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn private_space_is_refused_only_from_public_pages_when_denied() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let deny = policy(true, &[]);
+        for private in ["127.0.0.1", "10.0.0.1", "192.168.1.1", "fd00::1", "::1"] {
+            assert!(deny.refusal("h", ip(private), true).is_none(), "{private}");
+            let why = deny.refusal("h", ip(private), false).unwrap();
+            assert!(why.contains("deny_private_addresses"), "{why}");
+            assert!(
+                policy(false, &[])
+                    .refusal("h", ip(private), false)
+                    .is_none()
+            );
+        }
+        let ranged = policy(true, &["10.0.0.0/8", "intranet.corp"]);
+        assert!(ranged.refusal("h", ip("10.9.8.7"), false).is_none());
+        assert!(ranged.refusal("h", ip("::ffff:10.9.8.7"), false).is_none());
+        assert!(ranged.refusal("h", ip("192.168.1.1"), false).is_some());
+        assert!(
+            ranged
+                .refusal("intranet.corp", ip("192.168.1.1"), false)
+                .is_none()
+        );
+        for bad in ["10.0.0.0/33", "fe80::/129", "a b", "http://x/"] {
+            let s = Settings {
+                allow_addresses: vec![bad.to_owned()],
+                ..Settings::default()
+            };
+            assert!(AddressPolicy::from_settings(&s).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn start_requests_may_reach_private_space_and_follow_ups_as_marked() {
+        let start = Request::get("http://127.0.0.1/").unwrap();
+        assert!(private_ok(&start));
+        let from_public = start.clone().meta(FROM_PRIVATE_META, false).unwrap();
+        assert!(!private_ok(&from_public));
+        let from_private = start.meta(FROM_PRIVATE_META, true).unwrap();
+        assert!(private_ok(&from_private));
+    }
+
+    #[tokio::test]
+    async fn the_resolver_checks_every_address_it_hands_out() {
+        let resolve = |deny: bool, private_ok: bool, name: &'static str| {
+            let g = Guarded {
+                policy: Arc::new(policy(deny, &[])),
+                private_ok,
+            };
+            g.resolve(name.parse().unwrap())
+        };
+        let err = match resolve(true, false, "localhost").await {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("localhost reached from a public page"),
+        };
+        assert!(err.starts_with(REFUSED), "{err}");
+        assert!(resolve(true, true, "localhost").await.is_ok());
+        assert!(resolve(false, false, "localhost").await.is_ok());
+        // A metadata name is refused before any lookup.
+        let err = match resolve(false, true, "metadata.google.internal").await {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("metadata name resolved"),
+        };
+        assert!(err.contains("metadata"), "{err}");
     }
 
     #[test]

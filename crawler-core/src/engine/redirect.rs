@@ -64,6 +64,11 @@ pub fn redirect(
     }
     let mut next = req.clone();
     next.redirect_urls.push(req.url.clone());
+    // A hop may lead into private space only from a private server (see `address`).
+    next.meta.insert(
+        crate::address::FROM_PRIVATE_META.to_owned(),
+        serde_json::Value::Bool(response.served_from_private()),
+    );
     let to_get = match status {
         301 | 302 => req.method == "POST",
         303 => req.method != "HEAD",
@@ -118,6 +123,40 @@ mod tests {
             headers,
             bytes::Bytes::new(),
         )
+    }
+
+    #[test]
+    fn a_hop_may_lead_into_private_space_only_from_a_private_server() {
+        use crate::address::FROM_PRIVATE_META;
+        let req = Request::get("http://a.example/x").unwrap();
+        let scope = |resp: crate::Response| {
+            redirect(&req, &resp, 10)
+                .unwrap()
+                .meta
+                .get(FROM_PRIVATE_META)
+                .cloned()
+        };
+        let public = answer(&req, 302, Some("http://10.0.0.1/"));
+        assert_eq!(
+            scope(public.with_remote_addr(Some("93.184.216.34".parse().unwrap()))),
+            Some(serde_json::json!(false))
+        );
+        // Unknown address, a public name: not private.
+        assert_eq!(
+            scope(answer(&req, 302, Some("http://10.0.0.1/"))),
+            Some(serde_json::json!(false))
+        );
+        let private = answer(&req, 302, Some("http://10.0.0.1/"));
+        assert_eq!(
+            scope(private.with_remote_addr(Some("127.0.0.1".parse().unwrap()))),
+            Some(serde_json::json!(true))
+        );
+        let local = Request::get("http://127.0.0.1:8080/x").unwrap();
+        let hop = redirect(&local, &answer(&local, 302, Some("/y")), 10).unwrap();
+        assert_eq!(
+            hop.meta.get(FROM_PRIVATE_META),
+            Some(&serde_json::json!(true))
+        );
     }
 
     #[test]

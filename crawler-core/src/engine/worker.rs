@@ -223,6 +223,7 @@ async fn parse_page<S: Spider, D: Downloader>(
     mut done: Completion,
 ) -> Completion {
     let url = response.url().clone();
+    let from_private = response.served_from_private();
     // The callback's name, for the log of a spider error ("parse" is the default one).
     let callback = response.callback().unwrap_or("parse").to_owned();
     let after_ack = response.take_after_ack();
@@ -275,6 +276,12 @@ async fn parse_page<S: Spider, D: Downloader>(
         if r.header_value("referer").is_none() {
             r.headers.push(("Referer".to_owned(), referer.to_owned()));
         }
+        // Whether the page was private decides whether its links may lead into private
+        // space; the engine's word, not the spider's.
+        r.meta.insert(
+            crate::address::FROM_PRIVATE_META.to_owned(),
+            serde_json::Value::Bool(from_private),
+        );
     }
     done.requests = requests;
 

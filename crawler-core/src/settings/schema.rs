@@ -125,9 +125,19 @@ pub struct Settings {
     /// is skipped for the run; until then its pages wait in the queue. Default 10m.
     #[serde(with = "humantime_serde")]
     pub robots_outage_max: Duration,
-    /// Refuse requests to private, loopback and link-local addresses (for crawls that follow
-    /// untrusted links). Off by default so local servers (like the lab) can be crawled.
+    /// Keep the crawl out of private networks it was not started in: private (RFC 1918),
+    /// loopback and unique-local addresses are refused when a page or redirect served from a
+    /// public address leads to them (checked on every resolved address, redirect hop and
+    /// robots.txt), while a crawl whose start URL is on a private or loopback host goes on
+    /// within private space. Off by default (links may lead anywhere but link-local).
+    /// Link-local and metadata addresses are refused whatever this says (see
+    /// `allow_addresses`).
     pub deny_private_addresses: bool,
+    /// Addresses the crawl may reach whatever the address rules say: IP addresses, CIDR
+    /// ranges (`10.0.0.0/8`) or host names. Link-local addresses (169.254.0.0/16,
+    /// fe80::/10) and cloud metadata services (`metadata.google.internal`, 169.254.169.254)
+    /// are refused as `forbidden_address` unless named here. Default empty.
+    pub allow_addresses: Vec<String>,
     /// With `deny_private_addresses`: run even though a proxy is configured (`proxy`, or
     /// `HTTP_PROXY` / `HTTPS_PROXY` / `ALL_PROXY` in the environment). The proxy resolves
     /// names itself, so the crawler cannot check where requests go; without this the crawl
@@ -360,6 +370,7 @@ impl Default for Settings {
             robots_ttl: Duration::from_secs(24 * 3600),
             robots_outage_max: Duration::from_secs(600),
             deny_private_addresses: false,
+            allow_addresses: Vec::new(),
             allow_unchecked_proxy: false,
             job_dir: None,
             conditional_requests: true,

@@ -31,6 +31,7 @@ pub const SECTIONS: &[Section] = &[
             "depth_limit",
             "max_url_length",
             "deny_private_addresses",
+            "allow_addresses",
             "allow_unchecked_proxy",
         ],
         prefixes: &[],

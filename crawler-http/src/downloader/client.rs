@@ -6,21 +6,17 @@ use crawler_core::{Failure, FailureKind, Request, Settings, Url};
 
 use super::HttpDownloader;
 use crate::error::Error;
-use crate::guard::PublicOnly;
+use crate::guard::{AddressPolicy, Guarded, REFUSED};
 
 impl HttpDownloader {
-    pub(super) async fn send(
-        &self,
-        req: &Request,
-        max_body: u64,
-    ) -> Result<(Url, u16, http::HeaderMap, bytes::Bytes), Failure> {
+    pub(super) async fn send(&self, req: &Request, max_body: u64) -> Result<Sent, Failure> {
         let method = http::Method::from_bytes(req.method.as_bytes()).map_err(|_| {
             Failure::new(
                 FailureKind::Other,
                 format!("invalid method '{}'", req.method),
             )
         })?;
-        let mut builder = self.client.request(method, req.url.clone());
+        let mut builder = self.client_for(req).request(method, req.url.clone());
         for (k, v) in &req.headers {
             builder = builder.header(k.as_str(), v.as_str());
         }
@@ -30,6 +26,7 @@ impl HttpDownloader {
         let mut resp = builder.send().await.map_err(classify)?;
         let status = resp.status().as_u16();
         let url = resp.url().clone();
+        let remote = resp.remote_addr().map(|a| a.ip());
         if let Some(len) = resp.content_length() {
             // A declared length over the cap fails before a byte of body is read. (With
             // compression the declared length is the compressed size; the streaming check
@@ -46,8 +43,24 @@ impl HttpDownloader {
             }
             body.extend_from_slice(&chunk);
         }
-        Ok((url, status, headers, body.freeze()))
+        Ok(Sent {
+            url,
+            status,
+            headers,
+            body: body.freeze(),
+            remote,
+        })
     }
+}
+
+/// A response read in full.
+pub(super) struct Sent {
+    pub(super) url: Url,
+    pub(super) status: u16,
+    pub(super) headers: http::HeaderMap,
+    pub(super) body: bytes::Bytes,
+    /// The address it came from (the proxy's, behind one).
+    pub(super) remote: Option<std::net::IpAddr>,
 }
 
 fn too_large(cap: u64, status: u16) -> Failure {
@@ -63,13 +76,18 @@ const POOL_IDLE: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The client for pages and robots.txt. It follows no redirect: a 3xx goes back to the
 /// engine, whose next hop is a new request through the target's robots.txt and its host's
-/// slot (robots.txt redirects are followed, counted and checked by the robots cache).
-pub(super) fn build_client(settings: &Settings) -> Result<reqwest::Client, Error> {
-    let deny_private = settings.deny_private_addresses;
-    let mut builder = reqwest::Client::builder();
-    if deny_private {
-        builder = builder.dns_resolver(std::sync::Arc::new(PublicOnly));
-    }
+/// slot (robots.txt redirects are followed, counted and checked by the robots cache). Its
+/// resolver refuses what `policy` refuses for requests that may (`private_ok`) or may not
+/// reach private space.
+pub(super) fn build_client(
+    settings: &Settings,
+    policy: &std::sync::Arc<AddressPolicy>,
+    private_ok: bool,
+) -> Result<reqwest::Client, Error> {
+    let mut builder = reqwest::Client::builder().dns_resolver(std::sync::Arc::new(Guarded {
+        policy: std::sync::Arc::clone(policy),
+        private_ok,
+    }));
     if let Some(proxy) = settings.proxy.as_deref().filter(|p| !p.trim().is_empty()) {
         let proxy = reqwest::Proxy::all(proxy.trim())
             .map_err(|e| Error::new(format!("invalid proxy URL '{proxy}'"), e))?;
@@ -97,7 +115,7 @@ pub(super) fn build_client(settings: &Settings) -> Result<reqwest::Client, Error
 pub(super) fn classify(e: reqwest::Error) -> Failure {
     let chain = crate::error_chain::error_chain(&e);
     let lower = chain.to_ascii_lowercase();
-    let kind = if lower.contains("private address refused") {
+    let kind = if lower.contains(REFUSED) {
         FailureKind::Forbidden
     } else if e.is_redirect() {
         FailureKind::TooManyRedirects

@@ -24,16 +24,23 @@ use tokio::time::Instant;
 
 use crate::challenge::ChallengeMatcher;
 use crate::error::Error;
-use crate::guard::private_literal;
+use crate::guard::{AddressPolicy, private_ok};
 use crate::headers::{parse_rate_limit, retry_after, server_clock_offset};
 use crate::robots::{RobotsCache, RobotsOptions};
-use client::build_client;
+use client::{Sent, build_client};
 use http_cache::{conditional_headers, header_of, read_cached, read_validators, remember};
 use robots_gate::wants_robots_sitemaps;
 
 /// Downloads requests with reqwest, politely and within limits.
 pub struct HttpDownloader {
+    /// The client of requests that may reach private space (start requests, and links and
+    /// redirects from private pages).
     client: reqwest::Client,
+    /// The client of requests from public pages, with `deny_private_addresses`: its own
+    /// resolver and connection pool, so nothing it sends reaches a private address.
+    public_client: Option<reqwest::Client>,
+    /// Which addresses requests may reach.
+    policy: Arc<AddressPolicy>,
     robots: Option<RobotsCache>,
     /// The crawl's `obey_robots`; `[[hosts]]` rules may override it per host.
     obey_robots: bool,
@@ -43,7 +50,6 @@ pub struct HttpDownloader {
     timeout: Duration,
     /// Redirect hops [`HttpDownloader::fetch_once`] follows (crawls follow them in the engine).
     max_redirects: usize,
-    deny_private: bool,
     /// Challenge-page markers, ASCII case-insensitive, built once; `None` without markers.
     soft_block_markers: Option<ChallengeMatcher>,
     /// Validators and cached responses of earlier runs, when the crawl keeps them.
@@ -74,7 +80,13 @@ impl HttpDownloader {
         // reqwest is built without a bundled crypto provider so the dependency tree stays
         // small; install ring's once per process (a second install is a harmless no-op).
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = build_client(settings)?;
+        let policy = Arc::new(AddressPolicy::from_settings(settings)?);
+        let client = build_client(settings, &policy, true)?;
+        let public_client = if policy.denies_private() {
+            Some(build_client(settings, &policy, false)?)
+        } else {
+            None
+        };
         // A host rule may turn robots on for one host of a crawl that ignores them.
         let any_host_obeys = settings
             .hosts
@@ -95,20 +107,21 @@ impl HttpDownloader {
                 // robots.txt fetch reuses its connection instead of opening a second one
                 // while the first sits idle in another pool.
                 RobotsCache::with_options(client.clone(), &settings.user_agent, options)
-                    .deny_private_addresses(settings.deny_private_addresses),
+                    .address_policy(Arc::clone(&policy)),
             )
         } else {
             None
         };
         Ok(Self {
             client,
+            public_client,
+            policy,
             robots,
             obey_robots: settings.obey_robots,
             host_rules: settings.hosts.clone(),
             max_body: settings.max_body_size,
             max_redirects: settings.max_redirects,
             timeout: settings.download_timeout,
-            deny_private: settings.deny_private_addresses,
             soft_block_markers: ChallengeMatcher::new(&settings.soft_block_markers)?,
             store: None,
             send_validators: settings.conditional_requests,
@@ -141,6 +154,21 @@ impl HttpDownloader {
     /// `max_redirects`). An unavailable robots.txt gives [`Fetched::Requeue`] with its reason.
     pub async fn fetch_once(&self, req: &Request) -> Download {
         fetch_once_with(self, req, self.max_redirects).await.0
+    }
+
+    /// The client `req` goes out through: the one that may reach private space, or (with
+    /// `deny_private_addresses`) the public one for requests from public pages.
+    fn client_for(&self, req: &Request) -> &reqwest::Client {
+        match &self.public_client {
+            Some(public) if !private_ok(req) => public,
+            _ => &self.client,
+        }
+    }
+
+    /// Why `req` may not go out at all, judged before DNS (an IP literal or a metadata
+    /// name the address policy refuses); names are judged by the client's resolver.
+    fn refusal(&self, req: &Request) -> Option<String> {
+        self.policy.refuse_url(&req.url, private_ok(req))
     }
 
     /// Whether a response (of any status: challenges come as 200, 403 and 503) is really a
@@ -202,9 +230,7 @@ pub async fn fetch_once_with<D: Downloader>(
 impl Downloader for HttpDownloader {
     async fn gate(&self, req: &Request) -> Option<Download> {
         let robots = self.robots.as_ref()?;
-        if wants_robots_sitemaps(req)
-            || !self.obeys_robots(&req.url)
-            || (self.deny_private && private_literal(&req.url))
+        if wants_robots_sitemaps(req) || !self.obeys_robots(&req.url) || self.refusal(req).is_some()
         {
             // A refused address gets nothing, robots.txt included: fetch() refuses it.
             return None;
@@ -225,11 +251,8 @@ impl Downloader for HttpDownloader {
 
     async fn fetch(&self, req: &Request) -> Download {
         let mut feedback = Feedback::default();
-        if self.deny_private && private_literal(&req.url) {
-            let msg = format!(
-                "private address refused: {} (deny_private_addresses is on)",
-                req.url
-            );
+        if let Some(msg) = self.refusal(req) {
+            tracing::debug!(url = %req.url, "{msg}");
             return Download {
                 outcome: Fetched::Failed(Failure::new(FailureKind::Forbidden, msg)),
                 feedback,
@@ -309,7 +332,13 @@ impl Downloader for HttpDownloader {
         };
         feedback.latency = started.elapsed();
         let outcome = match result {
-            Ok((url, status, headers, body)) => {
+            Ok(Sent {
+                url,
+                status,
+                headers,
+                body,
+                remote,
+            }) => {
                 feedback.status = Some(status);
                 let now = SystemTime::now();
                 // A Retry-After is an instruction on whatever status carries it (a 301 or 302
@@ -349,7 +378,10 @@ impl Downloader for HttpDownloader {
                         Some(page) if status == 304 && conditional.is_some() => {
                             self.replay(req, page, BodyOrigin::Revalidated, &headers)
                         }
-                        _ => self.attach(Response::new(req.clone(), url, status, headers, body)),
+                        _ => self.attach(
+                            Response::new(req.clone(), url, status, headers, body)
+                                .with_remote_addr(remote),
+                        ),
                     };
                     if let Some(work) = after_ack {
                         response.set_after_ack(work);

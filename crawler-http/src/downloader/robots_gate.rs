@@ -51,7 +51,13 @@ impl HttpDownloader {
         // robots.txt goes out as this slot's send, so it is paced like any request to the
         // host; the page waits for its own send.
         let started = Instant::now();
-        let (rules, fetched) = robots.fetch_rules(&req.url).await;
+        let (rules, fetched) = robots
+            .fetch_rules_via(
+                &req.url,
+                self.client_for(req),
+                crate::guard::private_ok(req),
+            )
+            .await;
         feedback.sent = fetched;
         if fetched {
             feedback.latency = started.elapsed();
@@ -65,7 +71,7 @@ impl HttpDownloader {
                 _ => String::new(),
             };
             let lower = why.to_ascii_lowercase();
-            if lower.contains("private address refused")
+            if lower.contains(crate::guard::REFUSED)
                 || lower.contains("dns error")
                 || lower.contains("failed to lookup address")
             {

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use super::fetch::{retrieve, verdict};
 use super::origins::{Cell, Origins};
 use super::{ROBOTS_MAX_ORIGINS, RobotsOptions, RobotsRules, product_token};
+use crate::guard::AddressPolicy;
 
 /// A per-origin cache of robots.txt verdicts. Each origin's robots.txt is fetched once per
 /// TTL, and concurrent checks for one origin share a single fetch.
@@ -20,9 +21,9 @@ pub struct RobotsCache {
     /// One cell per origin; the lock is held only to find or replace a cell, never across a
     /// fetch, so checks for other origins are not blocked by a slow server.
     origins: Mutex<Origins>,
-    /// Refuse robots.txt redirects to private IP literals (names are refused by the
-    /// client's resolver).
-    deny_private: bool,
+    /// Refuse robots.txt redirects to IP literals and metadata names the address policy
+    /// refuses (names are refused by the client's resolver).
+    policy: Option<Arc<AddressPolicy>>,
 }
 
 impl std::fmt::Debug for RobotsCache {
@@ -73,14 +74,15 @@ impl RobotsCache {
             agent: product_token(user_agent).to_owned(),
             options,
             origins: Mutex::new(Origins::new(ROBOTS_MAX_ORIGINS)),
-            deny_private: false,
+            policy: None,
         }
     }
 
-    /// Refuse robots.txt redirects to private, loopback and link-local IP literals (the
-    /// `deny_private_addresses` setting); such a redirect makes robots.txt unavailable.
-    pub fn deny_private_addresses(mut self, yes: bool) -> Self {
-        self.deny_private = yes;
+    /// Refuse robots.txt redirects to IP literals and metadata names that `policy` refuses
+    /// (`allow_addresses`, `deny_private_addresses`); such a redirect makes robots.txt
+    /// unavailable.
+    pub fn address_policy(mut self, policy: Arc<AddressPolicy>) -> Self {
+        self.policy = Some(policy);
         self
     }
 
@@ -128,13 +130,25 @@ impl RobotsCache {
     /// The verdict for `url`'s origin, fetching robots.txt if it is not cached (or no longer
     /// trusted), and whether this call sent the request.
     pub async fn fetch_rules(&self, url: &Url) -> (Arc<RobotsRules>, bool) {
-        self.rules_and_fetched(url).await
+        self.rules_and_fetched(url, None).await
+    }
+
+    /// Like [`RobotsCache::fetch_rules`], fetching through `client` for a request that may
+    /// (`private_ok`) or may not reach private addresses (see [`AddressPolicy`]).
+    pub async fn fetch_rules_via(
+        &self,
+        url: &Url,
+        client: &reqwest::Client,
+        private_ok: bool,
+    ) -> (Arc<RobotsRules>, bool) {
+        self.rules_and_fetched(url, Some((client, private_ok)))
+            .await
     }
 
     /// Check `url`, fetching its origin's robots.txt first if it is not cached. Concurrent
     /// checks for one origin share a single fetch.
     pub async fn check(&self, url: &Url) -> Check {
-        let (rules, fetched) = self.rules_and_fetched(url).await;
+        let (rules, fetched) = self.rules_and_fetched(url, None).await;
         Check {
             allowed: rules.allowed(url),
             crawl_delay: rules.crawl_delay(),
@@ -144,7 +158,7 @@ impl RobotsCache {
 
     /// The verdict for `url`'s origin, fetching robots.txt if it is not cached.
     pub async fn rules(&self, url: &Url) -> Arc<RobotsRules> {
-        self.rules_and_fetched(url).await.0
+        self.rules_and_fetched(url, None).await.0
     }
 
     /// The `Sitemap:` URLs of `url`'s origin if its robots.txt is cached and still trusted,
@@ -156,7 +170,13 @@ impl RobotsCache {
         (rules.expires > Instant::now()).then(|| rules.sitemap_urls())
     }
 
-    async fn rules_and_fetched(&self, url: &Url) -> (Arc<RobotsRules>, bool) {
+    async fn rules_and_fetched(
+        &self,
+        url: &Url,
+        via: Option<(&reqwest::Client, bool)>,
+    ) -> (Arc<RobotsRules>, bool) {
+        let (client, private_ok) = via.unwrap_or((&self.client, true));
+        let guard = self.policy.as_deref().map(|p| (p, private_ok));
         let origin = url.origin().ascii_serialization();
         let cell = {
             let mut map = self.origins.lock().unwrap_or_else(|p| p.into_inner());
@@ -174,13 +194,8 @@ impl RobotsCache {
                 fetched = true;
                 async {
                     let robots_url = format!("{origin}/robots.txt");
-                    let got = retrieve(
-                        &self.client,
-                        &robots_url,
-                        self.options.fetch_timeout,
-                        self.deny_private,
-                    )
-                    .await;
+                    let got =
+                        retrieve(client, &robots_url, self.options.fetch_timeout, guard).await;
                     Arc::new(verdict(&robots_url, got, &self.agent, &self.options).0)
                 }
             })

@@ -12,6 +12,7 @@ use super::{
     Access, ROBOTS_MAX_BYTES, ROBOTS_MAX_REDIRECTS, RobotsOptions, RobotsRules, RobotsStatus,
 };
 use crate::error_chain::error_chain;
+use crate::guard::AddressPolicy;
 
 /// What one robots.txt retrieval produced, before interpretation.
 pub(super) enum Retrieved {
@@ -34,9 +35,9 @@ pub(super) async fn retrieve(
     client: &reqwest::Client,
     robots_url: &str,
     timeout: Duration,
-    deny_private: bool,
+    guard: Option<(&AddressPolicy, bool)>,
 ) -> Retrieved {
-    match tokio::time::timeout(timeout, retrieve_inner(client, robots_url, deny_private)).await {
+    match tokio::time::timeout(timeout, retrieve_inner(client, robots_url, guard)).await {
         Ok(r) => r,
         Err(_) => Retrieved::Failed(format!("no complete response within {timeout:?}")),
     }
@@ -45,7 +46,7 @@ pub(super) async fn retrieve(
 async fn retrieve_inner(
     client: &reqwest::Client,
     robots_url: &str,
-    deny_private: bool,
+    guard: Option<(&AddressPolicy, bool)>,
 ) -> Retrieved {
     let mut url = match Url::parse(robots_url) {
         Ok(u) => u,
@@ -80,11 +81,18 @@ async fn retrieve_inner(
                 .get(http::header::LOCATION)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|loc| url.join(loc).ok());
+            let refused = next
+                .as_ref()
+                .zip(guard)
+                .and_then(|(n, (policy, private_ok))| policy.refuse_url(n, private_ok));
             match next {
-                Some(n) if deny_private && crate::guard::private_literal(&n) => {
+                Some(n) if refused.is_some() => {
                     return Retrieved::BadRedirect {
                         status: Some(status),
-                        reason: format!("private address refused: redirect to '{n}'"),
+                        reason: format!(
+                            "redirect to '{n}' refused: {}",
+                            refused.unwrap_or_default()
+                        ),
                     };
                 }
                 Some(n)
