@@ -111,6 +111,27 @@ pub(super) fn build_client(
         .map_err(|e| Error::new("cannot build the HTTP client", e))
 }
 
+/// Whether the error's causes include the connection failing under it (reset, aborted,
+/// closed before the message's end).
+fn cut_off(e: &reqwest::Error) -> bool {
+    use std::io::ErrorKind::{
+        BrokenPipe, ConnectionAborted, ConnectionReset, NotConnected, UnexpectedEof,
+    };
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                ConnectionReset | ConnectionAborted | BrokenPipe | NotConnected | UnexpectedEof
+            )
+        {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
 /// Put a reqwest error in the class the stats and the retry policy use.
 pub(super) fn classify(e: reqwest::Error) -> Failure {
     let chain = crate::error_chain::error_chain(&e);
@@ -121,6 +142,20 @@ pub(super) fn classify(e: reqwest::Error) -> Failure {
         FailureKind::TooManyRedirects
     } else if e.is_timeout() {
         FailureKind::Timeout
+    } else if lower.contains("message head is too large") {
+        // More headers, or longer ones, than the HTTP library accepts: the same request
+        // gets the same answer, so it is not retried.
+        return Failure {
+            kind: FailureKind::TooLarge,
+            message: format!("response headers over the HTTP client's limits: {chain}"),
+            status: None,
+        };
+    } else if cut_off(&e) {
+        // A connection reset or closed mid-exchange (a body shorter than its
+        // Content-Length, a reset mid-body): reqwest reports a body cut while decoding as a
+        // decode error, but the network failed, not the encoding, and another attempt may
+        // well get the whole body.
+        FailureKind::Connection
     } else if lower.contains("dns error") || lower.contains("failed to lookup address") {
         FailureKind::Dns
     } else if (lower.contains("tls") || lower.contains("handshake"))
