@@ -86,6 +86,10 @@ pub struct HostState {
     pub backoff_at: Option<Millis>,
     /// Since when the host has been calm (no refusal, no hold): probes wait for it.
     pub calm_since: Millis,
+    /// The latest send time of a served answer: failures of requests sent before it do not
+    /// count towards a run.
+    #[serde(default)]
+    pub served_sent: Option<Millis>,
     /// Consecutive failed answers (5xx, connection, timeout).
     #[serde(default)]
     pub failures: u32,

@@ -84,11 +84,16 @@ impl HostMachine {
         self.state.robots_down_since = None;
 
         let refused = matches!(fb.status, Some(429 | 503));
-        let failed = is_failure(fb);
-        let served = fb.status.is_some() && !refused && !failed;
+        // A failure of a request sent before one the host has since served says nothing of
+        // the host now: slow failures (timeouts) arrive together long after the pages sent
+        // beside them were served, and in answer order they would look like a run.
+        let failed = is_failure(fb) && self.state.served_sent.is_none_or(|s| sent_at >= s);
+        let served = fb.status.is_some() && !refused && !is_failure(fb);
         if served {
             self.state.failures = 0;
             self.state.troubled_since = None;
+            self.state.served_sent =
+                Some(self.state.served_sent.map_or(sent_at, |s| s.max(sent_at)));
         } else if refused || failed {
             let since = *self.state.troubled_since.get_or_insert(now);
             let give_up = self.params.tuning.give_up_ms;
