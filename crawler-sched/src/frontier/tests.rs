@@ -253,7 +253,7 @@ async fn retry_after_holds_the_whole_host() {
         f.enqueue(req(&format!("http://a.test/{i}")), now);
     }
     let (l, _) = ready(&mut f, now);
-    let (_l2, _) = ready(&mut f, now);
+    let (l2, _) = ready(&mut f, now);
     let fb = Feedback {
         sent: true,
         status: Some(429),
@@ -261,6 +261,9 @@ async fn retry_after_holds_the_whole_host() {
         ..Default::default()
     };
     f.complete(l, &fb, now);
+    // The other request in flight is refused with it (one host comes back one probe at a
+    // time, so nothing more goes until it is answered).
+    f.complete(l2, &fb, now);
     match f.next(now + Duration::from_secs(1)) {
         Next::NotBefore(at) => assert_eq!(at, now + Duration::from_millis(30_250)),
         other => panic!("expected a hold, got {other:?}"),
