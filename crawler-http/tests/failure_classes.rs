@@ -85,6 +85,8 @@ async fn a_body_cut_short_is_a_connection_failure() {
     let got = fetch(&raw_server(reply.into_bytes(), End::Close).await).await;
     assert_eq!(failure_kind(&got), FailureKind::Connection, "{got:?}");
     assert_eq!(got.feedback.failure, Some(FailureKind::Connection));
+    // The head arrived: the slot learns the status it came with.
+    assert_eq!(got.feedback.status, Some(200));
 }
 
 #[tokio::test]

@@ -37,7 +37,14 @@ impl HttpDownloader {
         }
         let headers = std::mem::take(resp.headers_mut());
         let mut body = BytesMut::new();
-        while let Some(chunk) = resp.chunk().await.map_err(classify)? {
+        // A body that fails after the head arrived carries the status it came with (as
+        // `too_large` does): the server answered, and its slot reads it as an answer, not as
+        // a refused connection; the page is retried as a connection failure.
+        let cut = |e| Failure {
+            status: Some(status),
+            ..classify(e)
+        };
+        while let Some(chunk) = resp.chunk().await.map_err(cut)? {
             if body.len() as u64 + chunk.len() as u64 > max_body {
                 return Err(too_large(max_body, status));
             }
