@@ -235,7 +235,16 @@ impl HostMachine {
             return Verdict::Continue;
         }
         if served && fb.retry_after.is_none() {
-            self.state.backoff_level = 0;
+            // The backoff a limiter needed last time is where the next episode starts: it
+            // falls by one step per longest backoff of calm, so a window limiter that needs
+            // a minute to recover is not asked four times again in every episode.
+            let cap = self.params.tuning.backoff_cap_ms;
+            if self.state.backoff_at.is_none_or(|at| now - at >= cap) {
+                self.state.backoff_level = self.state.backoff_level.saturating_sub(1);
+                if self.state.backoff_level > 0 {
+                    self.state.backoff_at = Some(now);
+                }
+            }
         }
         match self.params.mode {
             Mode::Adaptive => self.adapt(fb, refused, sent_at, now),
