@@ -122,7 +122,8 @@ pub struct Settings {
     #[serde(with = "humantime_serde")]
     pub robots_ttl: Duration,
     /// How long a host's robots.txt may stay unreadable (429, 5xx, timeout) before the host
-    /// is skipped for the run; until then its pages wait in the queue. Default 10m.
+    /// is skipped for the run; until then its pages wait in the queue. A host that refuses
+    /// connections (or has no route) 3 times in a row is skipped at once. Default 10m.
     #[serde(with = "humantime_serde")]
     pub robots_outage_max: Duration,
     /// Keep the crawl out of private networks it was not started in: private (RFC 1918),

@@ -29,7 +29,7 @@ use crate::headers::{parse_rate_limit, retry_after, server_clock_offset};
 use crate::robots::{RobotsCache, RobotsOptions};
 use client::{Sent, build_client};
 use http_cache::{conditional_headers, header_of, read_cached, read_validators, remember};
-use robots_gate::wants_robots_sitemaps;
+use robots_gate::{Unreachable, wants_robots_sitemaps};
 
 /// Downloads requests with reqwest, politely and within limits.
 pub struct HttpDownloader {
@@ -58,6 +58,8 @@ pub struct HttpDownloader {
     send_validators: bool,
     /// Answer cached URLs from the cache without any network (`http_cache_offline`).
     offline: bool,
+    /// Origins whose robots.txt found them unreachable, and those given up.
+    unreachable: Unreachable,
 }
 
 /// Request meta key: the largest body accepted for this request, in bytes, overriding
@@ -126,6 +128,7 @@ impl HttpDownloader {
             store: None,
             send_validators: settings.conditional_requests,
             offline: settings.http_cache && settings.http_cache_offline,
+            unreachable: Unreachable::default(),
         })
     }
 

@@ -1,7 +1,11 @@
 //! The robots.txt gate in front of every page, and the answer to a robots-sitemaps request
 //! from the robots.txt cache.
 
-use crawler_core::{BodyOrigin, Download, Feedback, Fetched, Request, Response, Url};
+use std::sync::atomic::Ordering;
+
+use crawler_core::{
+    BodyOrigin, Download, Failure, FailureKind, Feedback, Fetched, Request, Response, Url,
+};
 use tokio::time::Instant;
 
 use super::{HttpDownloader, ROBOTS_SITEMAPS_META};
@@ -48,6 +52,15 @@ impl HttpDownloader {
                 Err(Fetched::Disallowed)
             };
         }
+        let origin = self
+            .unreachable
+            .any
+            .load(Ordering::Relaxed)
+            .then(|| req.url.origin().ascii_serialization());
+        if let Some(why) = origin.as_deref().and_then(|o| self.unreachable.given_up(o)) {
+            // Nothing is sent: the host was found unreachable and its pages are skipped.
+            return Err(Fetched::Failed(Failure::new(FailureKind::HostSkipped, why)));
+        }
         // robots.txt goes out as this slot's send, so it is paced like any request to the
         // host; the page waits for its own send.
         let started = Instant::now();
@@ -79,11 +92,25 @@ impl HttpDownloader {
                 // fails the same way on its own (nothing is sent), with that reason.
                 return Ok(());
             }
+            if fetched && is_unreachable(&lower) {
+                let origin = req.url.origin().ascii_serialization();
+                if let Some(msg) = self.unreachable.note(&origin, &why) {
+                    // A host that refuses connections (or has no route) a few times in a
+                    // row is not there to wait for: its pages end now, each with the
+                    // reason, instead of holding the crawl until robots_outage_max.
+                    tracing::warn!(%origin, "{msg}");
+                    return Err(Fetched::Failed(Failure::new(FailureKind::HostSkipped, msg)));
+                }
+            }
             // RFC 9309's "disallow for now" means wait: the host is held and the page keeps
             // its place; it is not a refusal.
             feedback.robots_unavailable = true;
             feedback.retry_after = rules.retry_after();
             return Err(Fetched::Requeue(format!("robots.txt unavailable: {why}")));
+        }
+        if fetched && self.unreachable.any.load(Ordering::Relaxed) {
+            self.unreachable
+                .reached(&req.url.origin().ascii_serialization());
         }
         if !robots_allows(&rules, req, log_verdict) {
             return Err(Fetched::Disallowed);
@@ -152,6 +179,72 @@ fn robots_allows(rules: &crate::RobotsRules, req: &Request, log: bool) -> bool {
     let verdict = if allowed { "allowed" } else { "disallowed" };
     tracing::debug!(url = %req.url, rule = %why, "robots.txt: {verdict}");
     allowed
+}
+
+/// Whether a robots.txt failure says the host cannot be reached at all (nothing listens, or
+/// no route to it), as opposed to an outage worth waiting for (a timeout, a 5xx).
+fn is_unreachable(lower: &str) -> bool {
+    [
+        "connection refused",
+        "network is unreachable",
+        "no route to host",
+        "host is unreachable",
+    ]
+    .iter()
+    .any(|m| lower.contains(m))
+}
+
+/// robots.txt fetches that find a host unreachable, in a row, before its pages are given up
+/// as `host_skipped`. The host's slot holds it between tries (a few seconds each), so a
+/// server that is restarting gets that long; a host that is not there costs no more.
+pub(crate) const UNREACHABLE_TRIES: u32 = 3;
+
+/// Origins whose robots.txt found them unreachable, by consecutive tries.
+#[derive(Debug, Default)]
+pub(super) struct Unreachable {
+    /// Whether any origin is recorded (so the common case takes no lock).
+    pub(super) any: std::sync::atomic::AtomicBool,
+    origins: std::sync::Mutex<std::collections::HashMap<String, (u32, String)>>,
+}
+
+/// At most this many origins are remembered; past it the record starts again (a crawl of
+/// that many dead hosts only tries some of them again).
+const UNREACHABLE_MAX_ORIGINS: usize = 100_000;
+
+impl Unreachable {
+    /// Why `origin`'s pages are skipped, once it has been given up.
+    pub(super) fn given_up(&self, origin: &str) -> Option<String> {
+        let map = self.origins.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(origin)
+            .filter(|(tries, _)| *tries >= UNREACHABLE_TRIES)
+            .map(|(_, why)| why.clone())
+    }
+
+    /// One more failed try for `origin`; the reason its pages are skipped once it has
+    /// failed [`UNREACHABLE_TRIES`] times in a row.
+    pub(super) fn note(&self, origin: &str, why: &str) -> Option<String> {
+        let mut map = self.origins.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= UNREACHABLE_MAX_ORIGINS && !map.contains_key(origin) {
+            map.clear();
+        }
+        self.any.store(true, Ordering::Relaxed);
+        let entry = map.entry(origin.to_owned()).or_insert((0, String::new()));
+        entry.0 += 1;
+        if entry.0 < UNREACHABLE_TRIES {
+            return None;
+        }
+        entry.1 = format!(
+            "host unreachable: robots.txt failed {} times in a row ({why}); its pages are skipped for this run",
+            entry.0
+        );
+        Some(entry.1.clone())
+    }
+
+    /// `origin` answered: its count starts again.
+    pub(super) fn reached(&self, origin: &str) {
+        let mut map = self.origins.lock().unwrap_or_else(|p| p.into_inner());
+        map.remove(origin);
+    }
 }
 
 pub(super) fn wants_robots_sitemaps(req: &Request) -> bool {

@@ -13,7 +13,8 @@
 //! The crawl's downloader reads "disallow for now" as *wait*, never as a refusal: the page
 //! goes back to its host's queue, the host is held (by the robots.txt response's Retry-After,
 //! else a growing backoff) and robots.txt is asked again when the hold ends; only an outage
-//! longer than `robots_outage_max` skips the host. The cache keeps at most
+//! longer than `robots_outage_max` skips the host, and a host found unreachable (connection
+//! refused, no route) on 3 tries in a row has its pages end as `host_skipped`. The cache keeps at most
 //! [`ROBOTS_MAX_ORIGINS`] origins, dropping the least recently used.
 //!
 //! Bodies over [`ROBOTS_MAX_BYTES`] are cut at the last line break before the limit, so a rule
