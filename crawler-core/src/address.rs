@@ -1,8 +1,8 @@
 //! Where an address leads: the public internet, a private network (the operator's own), or
 //! a link-local or cloud-metadata service, which a crawl never reaches unless a setting names
 //! it. The downloader refuses addresses by these classes (after DNS, on every hop); the
-//! engine marks each follow-up request with whether the page it came from was served from a
-//! private address ([`FROM_PRIVATE_META`]), so a public page cannot lead into an intranet
+//! engine marks the follow-up requests of a page served from a private address
+//! ([`FROM_PRIVATE_META`]), so a public page cannot lead into an intranet
 //! while a crawl started on a private host may go on within private space.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -20,11 +20,21 @@ pub enum AddressClass {
     LinkLocal,
 }
 
-/// Request meta key the engine sets on every follow-up request and redirect hop: whether the
-/// page (or the redirect) it came from was served from a private or loopback address. A
-/// request without it (a start request) may reach private addresses; one with `false` may
-/// not, when `deny_private_addresses` is on.
+/// Request meta key the engine sets (to `true`) on the follow-up requests and redirect hops
+/// of a page (or redirect) served from a private or loopback address, and removes from the
+/// others. With `deny_private_addresses`, a request may reach private addresses when it
+/// carries it or is a start request (depth 0, not a redirect hop). Only private pages'
+/// links carry it, so a public crawl's queue pays nothing for it.
 pub const FROM_PRIVATE_META: &str = "from_private_address";
+
+/// Mark (or unmark) request meta as coming from a private page (see [`FROM_PRIVATE_META`]).
+pub fn mark_from_private(meta: &mut serde_json::Map<String, serde_json::Value>, private: bool) {
+    if private {
+        meta.insert(FROM_PRIVATE_META.to_owned(), serde_json::Value::Bool(true));
+    } else {
+        meta.remove(FROM_PRIVATE_META);
+    }
+}
 
 /// Host names of cloud metadata services (lower case): refused like link-local addresses
 /// whatever they resolve to (some resolve only inside the cloud, or through a proxy).

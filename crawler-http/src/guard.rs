@@ -155,10 +155,10 @@ impl AddressPolicy {
 /// Whether `req` may reach private addresses: start requests may (the user named them);
 /// follow-ups and redirect hops may when the engine marked the page they came from private.
 pub fn private_ok(req: &Request) -> bool {
-    req.meta
-        .get(FROM_PRIVATE_META)
-        .and_then(|v| v.as_bool())
-        .unwrap_or(true)
+    match req.meta.get(FROM_PRIVATE_META) {
+        Some(v) => v.as_bool().unwrap_or(false),
+        None => req.depth == 0 && req.redirect_urls.is_empty(),
+    }
 }
 
 fn in_net(ip: IpAddr, net: IpAddr, len: u8) -> bool {
@@ -406,8 +406,16 @@ mod tests {
         assert!(private_ok(&start));
         let from_public = start.clone().meta(FROM_PRIVATE_META, false).unwrap();
         assert!(!private_ok(&from_public));
-        let from_private = start.meta(FROM_PRIVATE_META, true).unwrap();
+        let from_private = start.clone().meta(FROM_PRIVATE_META, true).unwrap();
         assert!(private_ok(&from_private));
+        // Unmarked follow-ups and redirect hops came from public pages.
+        let mut link = start.clone();
+        link.depth = 1;
+        assert!(!private_ok(&link));
+        let mut hop = start;
+        hop.redirect_urls
+            .push(Url::parse("http://a.example/").unwrap());
+        assert!(!private_ok(&hop));
     }
 
     #[tokio::test]

@@ -65,10 +65,7 @@ pub fn redirect(
     let mut next = req.clone();
     next.redirect_urls.push(req.url.clone());
     // A hop may lead into private space only from a private server (see `address`).
-    next.meta.insert(
-        crate::address::FROM_PRIVATE_META.to_owned(),
-        serde_json::Value::Bool(response.served_from_private()),
-    );
+    crate::address::mark_from_private(&mut next.meta, response.served_from_private());
     let to_get = match status {
         301 | 302 => req.method == "POST",
         303 => req.method != "HEAD",
@@ -139,18 +136,21 @@ mod tests {
         let public = answer(&req, 302, Some("http://10.0.0.1/"));
         assert_eq!(
             scope(public.with_remote_addr(Some("93.184.216.34".parse().unwrap()))),
-            Some(serde_json::json!(false))
+            None
         );
         // Unknown address, a public name: not private.
-        assert_eq!(
-            scope(answer(&req, 302, Some("http://10.0.0.1/"))),
-            Some(serde_json::json!(false))
-        );
+        assert_eq!(scope(answer(&req, 302, Some("http://10.0.0.1/"))), None);
         let private = answer(&req, 302, Some("http://10.0.0.1/"));
         assert_eq!(
             scope(private.with_remote_addr(Some("127.0.0.1".parse().unwrap()))),
             Some(serde_json::json!(true))
         );
+        // A request from a private page, redirected by a public server, loses its mark.
+        let marked = req.clone().meta(FROM_PRIVATE_META, true).unwrap();
+        let public = answer(&marked, 302, Some("http://10.0.0.1/"))
+            .with_remote_addr(Some("93.184.216.34".parse().unwrap()));
+        let hop = redirect(&marked, &public, 10).unwrap();
+        assert_eq!(hop.meta.get(FROM_PRIVATE_META), None);
         let local = Request::get("http://127.0.0.1:8080/x").unwrap();
         let hop = redirect(&local, &answer(&local, 302, Some("/y")), 10).unwrap();
         assert_eq!(

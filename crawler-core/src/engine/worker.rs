@@ -277,11 +277,8 @@ async fn parse_page<S: Spider, D: Downloader>(
             r.headers.push(("Referer".to_owned(), referer.to_owned()));
         }
         // Whether the page was private decides whether its links may lead into private
-        // space; the engine's word, not the spider's.
-        r.meta.insert(
-            crate::address::FROM_PRIVATE_META.to_owned(),
-            serde_json::Value::Bool(from_private),
-        );
+        // space; the engine's word, not the spider's (which may have copied meta over).
+        crate::address::mark_from_private(&mut r.meta, from_private);
     }
     done.requests = requests;
 
