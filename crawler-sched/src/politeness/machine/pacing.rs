@@ -284,6 +284,9 @@ impl HostMachine {
         if until <= self.state.hold_until || until <= now {
             return false;
         }
+        // Each name comes back at its own point in one of its own intervals: all of them
+        // at the hold's end would be a burst the limiter refuses, and a new hold for all.
+        let until = until + self.random() * self.interval();
         self.state.holds += 1;
         self.state.held_ms += until - self.state.hold_until.max(now);
         self.state.hold_until = until;
