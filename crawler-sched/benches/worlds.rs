@@ -348,7 +348,9 @@ fn costs(params: &Params) {
 /// side by side are the calibration of the judge (BENCHMARKS.md).
 fn calibrate(params: &Params, minutes: f64) {
     let duration = minutes * 60_000.0;
-    println!("| cell (simulated, {minutes} min, mean of 10 draws) | requests | refusals | steady % |");
+    println!(
+        "| cell (simulated, {minutes} min, mean of 10 draws) | requests | refusals | steady % |"
+    );
     println!("|---|---|---|---|");
     for rate in [1.0, 3.0, 5.0] {
         for ra in [Some(30.0), None] {
