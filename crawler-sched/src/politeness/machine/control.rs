@@ -14,9 +14,9 @@
 //!    `probe_calm_ms`). A probe that holds through the next calm doubles the next step; a
 //!    refused one is an episode like any other and resets the step.
 //! 5. **Latency.** A server answering slower than twice its normal latency (plus the
-//!    tolerance) opens a latency episode: one decrease as for a refusal, then `decrease`
-//!    again every `slow_every_ms` while it stays slow, and no growth: a server that stays
-//!    slow gets less for as long as it stays slow.
+//!    tolerance) opens a latency episode: a step down by the margin, then `decrease` every
+//!    `slow_every_ms` while it stays slow and is not getting better, and no growth: a server
+//!    that stays slow gets less for as long as it stays slow.
 //! 6. **RateLimit headers** steer the rate to the quota left over the time left, under the
 //!    ceiling; when they stop coming the host returns to probing.
 
@@ -200,10 +200,10 @@ impl HostMachine {
             self.state.slow = false;
             return false;
         }
-        // A latency episode: like a refusal's, its first decrease goes to what the server
-        // delivered (a server that queues what exceeds its rate answers later instead of
-        // refusing), and while it stays slow the rate keeps falling by `decrease` every
-        // `slow_every_ms`.
+        // A latency episode: a first step down by the margin (a server that queues what
+        // exceeds its rate answers later instead of refusing; a little less is what it
+        // needs), and while it stays slow and is not getting better the rate keeps falling
+        // by `decrease` every `slow_every_ms`.
         let t = &self.params.tuning;
         let (decrease, margin, every, first_step) =
             (t.decrease, t.margin, t.slow_every_ms, t.probe_step);
@@ -217,8 +217,7 @@ impl HostMachine {
             let new = if self.state.slow {
                 decrease * self.state.rate
             } else {
-                let delivered = self.delivered(now);
-                (margin * delivered).clamp(decrease * decrease * pace, decrease * pace)
+                margin * pace
             };
             self.state.slow = true;
             self.state.eased_at = Some(now);
