@@ -18,9 +18,9 @@ impl HostMachine {
 
     /// The hold a refusal or a Retry-After asks for, placed alone at `now` and before
     /// anything is learned from the answer, so that a fleet can publish it at once: the
-    /// estimate behind a refusal fits the whole send log, which takes long enough on a busy
-    /// host that other workers' sends would leave after the refusal and before its hold
-    /// reached them. Returns whether the hold moved.
+    /// full commit of a busy host's state can take long enough that other workers' sends
+    /// would leave after the refusal and before its hold reached them. Returns whether the
+    /// hold moved.
     ///
     /// The answer itself must still go through [`on_feedback_sent`](Self::on_feedback_sent)
     /// at a later `now`: that places the hold it decides (from the Retry-After as here, or a
