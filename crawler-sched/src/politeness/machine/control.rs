@@ -96,7 +96,8 @@ impl HostMachine {
 
     /// An answer in adaptive mode that was not a refusal.
     pub(super) fn adapt(&mut self, fb: &Feedback, refused: bool, sent_at: Millis, now: Millis) {
-        let served = fb.failure.is_none() && fb.status.is_some_and(|s| s < 500);
+        // Any status under 500 is a page the server served (a 404 too: the limiter took it).
+        let served = fb.status.is_some_and(|s| s < 500);
         if refused || !served {
             return;
         }
