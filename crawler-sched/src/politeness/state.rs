@@ -60,8 +60,6 @@ pub struct HostState {
     /// When the ceiling was last lowered.
     #[serde(default)]
     pub ceiling_at: Option<Millis>,
-    /// The rate a running probe left (a refused probe returns under it).
-    pub safe_rate: Option<f64>,
     /// The next probe's step (fraction of the rate).
     #[serde(default)]
     pub probe_step: f64,

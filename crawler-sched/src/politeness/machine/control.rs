@@ -169,7 +169,6 @@ impl HostMachine {
                     return;
                 }
                 self.state.calm_since = now;
-                self.state.safe_rate = Some(rate);
                 self.state.phase = Phase::Probe;
                 let step = self.state.probe_step.max(t.probe_step);
                 self.set_rate(rate * (1.0 + step), Trigger::Probe, now);

@@ -80,7 +80,6 @@ impl HostMachine {
                 declared: None,
                 ceiling: None,
                 ceiling_at: None,
-                safe_rate: None,
                 probe_step: params.tuning.probe_step,
                 last_cut: None,
                 booked_at: None,
