@@ -165,6 +165,69 @@ async fn four_workers_share_one_budget_and_respect_retry_after() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_names_behind_one_limiter_share_its_holds_across_the_fleet() {
+    use std::net::{Ipv4Addr, ToSocketAddrs};
+    let _serial = SERIAL.lock().await;
+    // One lab, one limiter per client, reached under two names (`127.0.0.1` and
+    // `localhost`): each name is paced on its own at twice the limit they share, so a
+    // refusal on one name must hold the other in every worker.
+    let scenario = Scenario::rate_limited(20.0, 10).retry_after(RetryAfter::Seconds(2));
+    let lab = Lab::builder()
+        .books(100)
+        .scenario(scenario)
+        .start()
+        .await
+        .unwrap();
+    let port = lab.addr().port();
+    // Names are grouped by the address they resolve to first; the lab listens on
+    // 127.0.0.1 only, so a machine that puts ::1 first cannot run this crawl.
+    let first = ("localhost", port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next());
+    if first.map(|a| a.ip()) != Some(Ipv4Addr::LOCALHOST.into()) {
+        eprintln!("skipped: localhost resolves to {first:?} first, not to the lab's 127.0.0.1");
+        return;
+    }
+    let redis = Redis::start();
+    let dir = tempfile::tempdir().unwrap();
+    let feeds = feeds(dir.path(), 2);
+    let settings = "start_rate=20;max_rate=40;concurrency_per_host=4";
+    // Each worker seeds one name; the shared frontier hands both names to both workers.
+    let starts = [lab.url(), format!("http://localhost:{port}/")];
+    let workers: Vec<Child> = feeds
+        .iter()
+        .zip(&starts)
+        .map(|(f, start)| {
+            fleet::worker_command(&lab, &redis, "groups", f, settings)
+                .env("CHILD_START", start)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut lines = Vec::new();
+    for w in workers {
+        lines.push(finish(w).await);
+    }
+    let report = lab.recorder().report();
+    assert_eq!(report.clients.len(), 1, "one client to the limiter");
+    let fleet = report.clients.values().next().unwrap();
+    assert!(
+        fleet.status_429 >= 1,
+        "the shared limiter never refused: nothing was tested"
+    );
+    assert_eq!(
+        fleet.violations, 0,
+        "requests inside holds across both names and both workers: {:?}",
+        fleet.violation_samples
+    );
+    let items = union(&feeds);
+    assert_eq!(items.len(), 200, "every book under both names: {lines:?}");
+    assert!(items.values().all(|&n| n == 1), "no item twice");
+    lab.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_workers_leases_are_reclaimed_by_the_others() {
     let _serial = SERIAL.lock().await;
     let redis = Redis::start();

@@ -24,14 +24,14 @@ use crate::books;
 pub async fn child_worker_main() {
     crawler::init_logging();
     let env = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k}"));
-    let mut crawl = Crawl::new(books::Books {
-        start: env("CHILD_LAB_URL"),
-    })
-    .set("redis_url", env("CHILD_REDIS_URL"))
-    .set("job_name", env("CHILD_JOB"))
-    .feed(env("CHILD_FEED"))
-    .unwrap()
-    .progress(false);
+    // A worker may start on another name of the lab (`CHILD_START`).
+    let start = std::env::var("CHILD_START").unwrap_or_else(|_| env("CHILD_LAB_URL"));
+    let mut crawl = Crawl::new(books::Books { start })
+        .set("redis_url", env("CHILD_REDIS_URL"))
+        .set("job_name", env("CHILD_JOB"))
+        .feed(env("CHILD_FEED"))
+        .unwrap()
+        .progress(false);
     // Extra settings as "key=value;key=value".
     for kv in env("CHILD_SETTINGS").split(';').filter(|s| !s.is_empty()) {
         let (k, v) = kv.split_once('=').unwrap();

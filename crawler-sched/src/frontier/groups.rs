@@ -101,7 +101,7 @@ impl<S: QueueStore> Frontier<S> {
     /// Put a new slot, opened for `url`, in its limiter group (when groups are on), held as
     /// long as the group is.
     pub(super) fn enter_group(&mut self, id: usize, url: &Url, now: Instant) {
-        // A throttle that cannot share holds (the fleet's) costs no lookup.
+        // A throttle that cannot share holds costs no lookup.
         if self
             .hosts
             .get(id)

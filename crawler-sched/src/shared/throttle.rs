@@ -163,6 +163,49 @@ impl Throttle for SharedThrottle {
         self.audit.records()
     }
 
+    fn unwell(&self) -> bool {
+        self.machine().0.unwell()
+    }
+
+    /// The end of the host's latest hold, as the fleet last told this worker: limiter
+    /// groups work in the fleet as locally, since the hold this worker spreads to a sibling
+    /// is committed to the sibling's shared state, which every worker leases against.
+    fn held_until(&self) -> Option<Instant> {
+        let wait = self.machine().0.state().hold_until - self.budget.now_ms();
+        let now = Instant::now();
+        Some(if wait > 0.0 {
+            now + Duration::from_secs_f64(wait / 1_000.0)
+        } else {
+            now.checked_sub(Duration::from_secs_f64(-wait / 1_000.0))
+                .unwrap_or(now)
+        })
+    }
+
+    fn share_hold(&mut self, until: Instant, now: Instant, refusal: bool) {
+        let fleet_now = self.budget.now_ms();
+        let until = fleet_now + until.saturating_duration_since(now).as_secs_f64() * 1_000.0;
+        for _ in 0..COMMIT_TRIES {
+            let (mut m, version) = self.machine();
+            // A hold passed through an `Instant` may come back a rounding off: a
+            // sub-millisecond move is the same hold, not a new one.
+            if until <= m.state().hold_until + 0.5 || !m.share_hold(until, fleet_now, refusal) {
+                return;
+            }
+            match self.budget.commit(&self.host, version, m.state(), None) {
+                Ok(true) => {
+                    let changes = m.take_audit();
+                    crate::throttle::log_changes(&self.host, changes, &mut self.audit);
+                    return;
+                }
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::error!(host = %self.host, "cannot commit a limiter group's hold: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
     fn audit_since(&self, seen: u64) -> (u64, Vec<AuditRecord>) {
         self.audit.since(seen)
     }

@@ -16,7 +16,9 @@
 //! 5. **Latency.** A server answering slower than twice its normal latency (plus the
 //!    tolerance) opens a latency episode: a step down by the margin, then `decrease` every
 //!    `slow_every_ms` while it stays slow and is not getting better, and no growth: a server
-//!    that stays slow gets less for as long as it stays slow.
+//!    that stays slow gets less for as long as it stays slow. The pace the episode opened
+//!    at lowers the ceiling (a server that queues past a pace bounds what it takes as a
+//!    refusal does), and the rate climbs back under it.
 //! 6. **RateLimit headers** steer the rate to the quota left over the time left, under the
 //!    ceiling; when they stop coming the host returns to probing.
 
@@ -214,6 +216,7 @@ impl HostMachine {
                 && self.state.lat_eased.is_none_or(|l| fast >= l));
         if due {
             let pace = self.pace();
+            let first = !self.state.slow;
             let new = if self.state.slow {
                 decrease * self.state.rate
             } else {
@@ -224,8 +227,13 @@ impl HostMachine {
             self.state.lat_eased = Some(fast);
             self.state.calm_since = self.state.calm_since.max(now);
             self.state.probe_step = first_step;
-            if self.state.phase == Phase::Discover || self.state.phase == Phase::Probe {
-                self.state.phase = Phase::Settled;
+            if first {
+                // The pace the server began to queue at bounds what it takes, as a refused
+                // pace does: the climb back stays under it.
+                self.lower_ceiling(pace, now);
+            }
+            if self.state.phase != Phase::Steered {
+                self.state.phase = Phase::Climb;
             }
             self.set_rate(new, Trigger::Latency, now);
         }
