@@ -121,12 +121,24 @@ impl<S: QueueStore> Frontier<S> {
         if let Some(h) = self.hosts.get_mut(id) {
             h.limiter = Some(m);
         }
+        self.count_sharers(&group);
         self.spread_hold(&group, now, false);
     }
 
     /// Take a slot being dropped out of its groups.
     pub(super) fn leave_group(&mut self, id: usize, m: &Membership) {
         self.groups.remove(id, m);
+        self.count_sharers(&m.group);
+    }
+
+    /// Tell every live slot of `group` how many names share its limiter.
+    fn count_sharers(&mut self, group: &str) {
+        let ids = self.groups.members_of(group).to_vec();
+        for &i in &ids {
+            if let Some(h) = self.hosts.get_mut(i) {
+                h.throttle.set_sharers(ids.len());
+            }
+        }
     }
 
     /// After slot `id` learned from `feedback`: a hold it placed or extended (its end moved
@@ -149,6 +161,9 @@ impl<S: QueueStore> Frontier<S> {
         let moved = after > before && after.is_some_and(|a| a > now);
         let refusal = matches!(feedback.status, Some(429 | 503));
         let joined = refusal && self.join_held_siblings(id, now);
+        if joined {
+            self.count_sharers(&group);
+        }
         if moved || joined {
             self.spread_hold(&group, now, refusal);
         }

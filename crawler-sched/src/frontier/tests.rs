@@ -733,6 +733,43 @@ mod group_tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn names_behind_one_limiter_split_its_ratelimit_quota() {
+        let mut f = grouped(&Settings::default());
+        let t0 = Instant::now();
+        for host in ["a.shop.test", "b.shop.test", "apart.test"] {
+            enqueue_pages(&mut f, host, 5, t0);
+        }
+        let leased = lease_all(&mut f, t0);
+        // The same quota reading on a grouped name and on a name alone: 20 requests left
+        // for 10 s.
+        let reading = Feedback {
+            rate_limit: Some(crawler_core::RateLimitReading {
+                remaining: 20,
+                reset: Some(secs(10.0)),
+                limit: Some(30),
+                window: None,
+            }),
+            ..ok()
+        };
+        let t1 = t0 + secs(0.1);
+        f.complete(leased["a.shop.test"], &reading, t1);
+        f.complete(leased["apart.test"], &reading, t1);
+        f.complete(leased["b.shop.test"], &ok(), t1);
+        let rate = |f: &Frontier, host: &str| f.hosts[f.host_ids[host]].throttle.rate();
+        // Alone: (20 + 1) / 10 s. Two names behind one gateway: half the quota each.
+        assert!(
+            (rate(&f, "apart.test") - 2.1).abs() < 0.05,
+            "{}",
+            rate(&f, "apart.test")
+        );
+        assert!(
+            (rate(&f, "a.shop.test") - 1.1).abs() < 0.05,
+            "{}",
+            rate(&f, "a.shop.test")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn limiter_groups_off_leaves_each_name_alone() {
         let s = Settings {
             limiter_groups: false,

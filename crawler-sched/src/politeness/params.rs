@@ -57,8 +57,17 @@ pub struct Params {
     pub autothrottle_max_delay_ms: f64,
     /// How long robots.txt may stay unavailable before the host is skipped (ms).
     pub robots_outage_max_ms: f64,
+    /// Host names that share this host's limiter (its limiter group, itself included): a
+    /// quota announced in RateLimit headers is the group's, so each name steers to its
+    /// part of it. Set by the frontier, not by settings.
+    #[serde(default = "one")]
+    pub sharers: u32,
     /// The machine's constants.
     pub tuning: Tuning,
+}
+
+fn one() -> u32 {
+    1
 }
 
 pub(crate) fn ms(d: Duration) -> f64 {
@@ -89,6 +98,7 @@ impl Params {
             autothrottle_target: s.autothrottle_target_concurrency,
             autothrottle_max_delay_ms: ms(s.autothrottle_max_delay),
             robots_outage_max_ms: ms(s.robots_outage_max),
+            sharers: 1,
             tuning: Tuning::default(),
         }
     }

@@ -701,6 +701,8 @@ pub fn run_audited(
     params.concurrency = world.concurrency;
     params.start_rate = world.start_rate;
     let n = world.hosts.max(1) as usize;
+    // The frontier puts the names behind one limiter in one group, of `n` sharers.
+    params.sharers = u32::try_from(n).unwrap_or(u32::MAX);
     let mut machines: Vec<HostMachine> = (0..n)
         .map(|_| HostMachine::new(params.clone(), 0.0))
         .collect();

@@ -181,6 +181,11 @@ impl Throttle for SharedThrottle {
         })
     }
 
+    fn set_sharers(&mut self, n: usize) {
+        // The group is this worker's view: the split is local, as the parameters are.
+        self.params.sharers = u32::try_from(n.max(1)).unwrap_or(u32::MAX);
+    }
+
     fn share_hold(&mut self, until: Instant, now: Instant, refusal: bool) {
         let fleet_now = self.budget.now_ms();
         let until = fleet_now + until.saturating_duration_since(now).as_secs_f64() * 1_000.0;

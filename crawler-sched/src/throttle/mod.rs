@@ -66,6 +66,9 @@ pub trait Throttle: Send {
     /// `refusal` says a 429 or 503 placed that hold (the limiter refused the group's pace).
     /// A hold that ends no later than this host's own changes nothing.
     fn share_hold(&mut self, _until: Instant, _now: Instant, _refusal: bool) {}
+    /// `n` host names are behind this host's limiter now (its limiter group, itself
+    /// included): a quota its RateLimit headers announce is theirs together.
+    fn set_sharers(&mut self, _n: usize) {}
     /// Whether the host is held for a run of failures (its failures are its own, not its
     /// pages': see [`crawler_core::Scheduler::host_unwell`]).
     fn unwell(&self) -> bool {
@@ -296,6 +299,11 @@ impl Throttle for Politeness {
 
     fn held_until(&self) -> Option<Instant> {
         Some(self.instant(self.machine.state().hold_until))
+    }
+
+    fn set_sharers(&mut self, n: usize) {
+        self.machine
+            .set_sharers(u32::try_from(n).unwrap_or(u32::MAX));
     }
 
     fn share_hold(&mut self, until: Instant, now: Instant, refusal: bool) {

@@ -19,8 +19,8 @@
 //!    that stays slow gets less for as long as it stays slow. The pace the episode opened
 //!    at lowers the ceiling (a server that queues past a pace bounds what it takes as a
 //!    refusal does), and the rate climbs back under it.
-//! 6. **RateLimit headers** steer the rate to the quota left over the time left, under the
-//!    ceiling; when they stop coming the host returns to probing.
+//! 6. **RateLimit headers** steer the rate to the quota left over the time left (this name's
+//!    part of it, when a limiter group shares it), under the ceiling; when they stop coming the host returns to probing.
 
 use crawler_core::{Feedback, RateLimitReading};
 
@@ -260,7 +260,9 @@ impl HostMachine {
         // spread so that the last one goes a gap before the window turns, not on the edge:
         // the next window's first request is the one that goes on the edge (after the
         // exhausted quota's hold), so every window's whole quota is used.
-        let left = rl.remaining.saturating_sub(u64::from(self.state.in_flight));
+        // A quota shared by the names of a limiter group: this name's part of it.
+        let ours = rl.remaining / u64::from(self.params.sharers.max(1));
+        let left = ours.saturating_sub(u64::from(self.state.in_flight));
         if left == 0 {
             // What is in flight spends the rest of the quota: nothing more until the window
             // turns (the rate stays; a rate of zero would be booked into the next send).

@@ -125,7 +125,14 @@ impl HostMachine {
         }
     }
 
-    /// The parameters.
+    /// `n` host names share this host's limiter (its limiter group, itself included): a
+    /// quota announced in RateLimit headers is theirs together, and this host steers to
+    /// its `1/n` of what is left.
+    pub fn set_sharers(&mut self, n: u32) {
+        self.params.sharers = n.max(1);
+    }
+
+    /// The machine's parameters.
     pub fn params(&self) -> &Params {
         &self.params
     }
