@@ -285,6 +285,17 @@ fn focused(params: &Params, base: u64) {
         } else {
             down.push(o.refused_after_change as f64);
         }
+        // FOCUS_LOG=1 lists each draw of the limit-change family.
+        if std::env::var_os("FOCUS_LOG").is_some() {
+            println!(
+                "  x{factor} {w}: {} refusals after the change, per minute {:?}",
+                o.refused_after_change,
+                o.per_minute
+                    .iter()
+                    .map(|r| (r * 10.0).round() / 10.0)
+                    .collect::<Vec<_>>()
+            );
+        }
     }
     println!(
         "limit doubled: minutes to 90% of the new limit, median {:.0}, p90 {:.0}, within 20 min {}/{}",

@@ -11,8 +11,9 @@
 //!    ceiling per minute. The ceiling is forgotten `ceiling_memory_ms` after it was set.
 //! 4. **Probe.** At the top, a probe raises the rate by its step once the host has been
 //!    calm for the payback time (the mean hold divided by the step, at least
-//!    `probe_calm_ms`). A probe that holds through the next calm doubles the next step; a
-//!    refused one is an episode like any other and resets the step.
+//!    `probe_calm_ms`). A probe that holds through the next calm doubles the next step (and
+//!    forgets the ceiling, when it held at or above it: the limit rose); a refused one is an
+//!    episode like any other and resets the step.
 //! 5. **Latency.** A server answering slower than twice its normal latency (plus the
 //!    tolerance) opens a latency episode: a step down by the margin, then `decrease` every
 //!    `slow_every_ms` while it stays slow and is not getting better, and no growth: a server
@@ -158,14 +159,13 @@ impl HostMachine {
                 let rate = self.state.rate;
                 if self.state.phase == Phase::Probe {
                     // The last probe held through a whole calm: the limit is above it, and
-                    // under the lowest refused pace the next step is twice as long. At or
-                    // above that pace probes stay at the first step.
-                    let under = self.ceiling_in_force(now).is_none_or(|c| rate < c);
-                    self.state.probe_step = if under {
-                        (step * 2.0).min(1.0)
-                    } else {
-                        t.probe_step
-                    };
+                    // the next step is twice as long. Held at or above the lowest refused
+                    // pace, it shows that pace is no longer the limit (the limit rose): the
+                    // ceiling is forgotten.
+                    if self.ceiling_in_force(now).is_some_and(|c| rate >= c) {
+                        self.state.ceiling = None;
+                    }
+                    self.state.probe_step = (step * 2.0).min(1.0);
                 }
                 if rate >= self.params.max_rate {
                     return;
