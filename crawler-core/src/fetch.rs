@@ -220,6 +220,29 @@ pub trait Downloader: Send + Sync + 'static {
     fn gate(&self, _request: &Request) -> impl Future<Output = Option<Download>> + Send {
         std::future::ready(None)
     }
+
+    /// Called once by the engine before the first request: how this downloader sends
+    /// requests of its own (a browser's sub-requests) through the crawl's scheduler and
+    /// gate. Nothing by default.
+    fn attach(&self, _subrequests: crate::subrequest::SubRequests) {}
+
+    /// Whether [`Downloader::render`] does work for `request` (a cheap check): while it
+    /// does, the engine does not count the request against `concurrency`, because the
+    /// sub-requests it waits for need the engine to hand them out. `false` by default.
+    fn renders(&self, _request: &Request) -> bool {
+        false
+    }
+
+    /// Turn a fetched 2xx page into the response the spider parses, after its host's slot
+    /// has learned from the fetch (a browser renders it here, its sub-requests paced by
+    /// their own slots). The response as it is by default.
+    fn render(
+        &self,
+        _request: &Request,
+        response: Response,
+    ) -> impl Future<Output = Fetched> + Send {
+        std::future::ready(Fetched::Response(response))
+    }
 }
 
 /// Identifies one request handed out by a scheduler until the engine completes it.

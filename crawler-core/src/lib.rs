@@ -40,6 +40,7 @@ mod middleware;
 mod output;
 mod pipeline;
 pub mod redact;
+mod render;
 mod request;
 mod response;
 mod rules;
@@ -47,6 +48,7 @@ mod settings;
 mod spider;
 mod spider_args;
 mod stats;
+mod subrequest;
 
 pub use conditional::{
     CachedPage, ConditionalStore, MemoryConditional, Validators, canonical_url, conditional_key,
@@ -70,6 +72,7 @@ pub use middleware::{
 };
 pub use output::{Follow, Output};
 pub use pipeline::{Pipeline, Processed};
+pub use render::{RENDER_META, RenderOptions};
 pub use request::{Request, parse_http_url};
 pub use response::{AfterAck, BodyOrigin, Element, Response, Selection};
 pub use rules::{FOLLOW_CALLBACK, RULE_META_KEY, Rule, RuleRequests, Rules};
@@ -81,6 +84,7 @@ pub use settings::{
 pub use spider::Spider;
 pub use spider_args::{SpiderContext, open_spider, parse_spider_arg};
 pub use stats::Stats;
+pub use subrequest::{SUBREQUEST_META, SubRequests};
 
 /// Re-exported so middlewares can build a [`Response`] without depending on these crates.
 pub use bytes::Bytes;

@@ -202,6 +202,23 @@ impl<I> Follow<'_, I> {
         self
     }
 
+    /// Render the followed page in a browser before the spider sees it (see
+    /// [`Request::render`]).
+    pub fn render(mut self) -> Self {
+        if let Some(r) = self.request.take() {
+            self.request = Some(r.render());
+        }
+        self
+    }
+
+    /// Render the followed page in a browser with `options` (see [`Request::render_with`]).
+    pub fn render_with(mut self, options: crate::render::RenderOptions) -> Self {
+        if let Some(r) = self.request.take() {
+            self.request = Some(r.render_with(options));
+        }
+        self
+    }
+
     /// The request as built so far (`None` when the link was skipped).
     pub fn request(&self) -> Option<&Request> {
         self.request.as_ref()

@@ -46,6 +46,12 @@ pub struct Stats {
     pub spider_errors: u64,
     /// Links skipped because they were not valid http(s) URLs.
     pub invalid_links: u64,
+    /// Requests a download handler made for the pages it answered (a browser's scripts,
+    /// XHR, styles, images), by outcome: `sent` (through their host's slot), `disallowed`
+    /// (robots.txt), `blocked` (a resource type the handler refuses), `filtered`,
+    /// `skipped_host`, `failed`. Not part of `requests_enqueued`: they end with their page.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub subrequests: BTreeMap<String, u64>,
     /// Per-host figures of the busiest hosts: the 50 busiest while the crawl runs
     /// (`PROGRESS_HOSTS`), the 1,000 busiest in the final stats (`FINAL_HOSTS`).
     pub hosts: Vec<crate::fetch::HostStats>,

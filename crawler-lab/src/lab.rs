@@ -43,6 +43,7 @@ pub struct LabBuilder {
     mutations: Vec<f64>,
     script: Option<crate::script::Script>,
     related: u32,
+    js_assets: Option<String>,
 }
 
 impl Default for LabBuilder {
@@ -59,6 +60,7 @@ impl Default for LabBuilder {
             mutations: Vec::new(),
             script: None,
             related: DEFAULT_RELATED,
+            js_assets: None,
         }
     }
 }
@@ -71,6 +73,15 @@ impl LabBuilder {
         script: impl Fn(&crate::ScriptRequest<'_>) -> Option<crate::ScriptReply> + Send + Sync + 'static,
     ) -> Self {
         self.script = Some(crate::script::Script::new(script));
+        self
+    }
+
+    /// Serve the JavaScript catalogue's scripts and images (`/js/page-N.html` loads
+    /// `BASE/js/app.js` and `BASE/js/cover-N.png`) from `base`, another lab (give it a host
+    /// name of its own, e.g. `http://localhost:PORT/`, so it is a second host with its own
+    /// robots.txt and budget). Default: this lab.
+    pub fn js_assets(mut self, base: impl Into<String>) -> Self {
+        self.js_assets = Some(base.into());
         self
     }
 
@@ -191,6 +202,7 @@ impl LabBuilder {
                 .collect(),
             by_prefix,
             script: self.script,
+            js_assets: self.js_assets,
         });
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(crate::server::serve(listener, shared.clone(), stopped));

@@ -28,6 +28,7 @@ mod retry;
 mod run;
 mod settle;
 mod shutdown;
+mod subrequests;
 #[cfg(test)]
 mod tests;
 mod worker;

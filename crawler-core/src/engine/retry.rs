@@ -38,6 +38,20 @@ impl RetryPolicy {
         }
     }
 
+    /// When a sub-request that ended with this failure kind (and status), after `retries`
+    /// attempts beyond its first, is sent again; `None` when it is not. The same rules as a
+    /// page's: a browser's script refused with a 429 is worth the wait its host's hold
+    /// imposes, or the page renders without it.
+    pub(super) fn sub_retry(
+        &self,
+        kind: FailureKind,
+        status: Option<u16>,
+        retries: u32,
+        now: Instant,
+    ) -> Option<Instant> {
+        (retries < self.times && self.retryable(kind, status)).then(|| now + self.backoff(retries))
+    }
+
     /// Full-jitter exponential backoff: uniform in [0, min(cap, base x 2^attempt)].
     fn backoff(&self, attempt: u32) -> Duration {
         let ceiling = self

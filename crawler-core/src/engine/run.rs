@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
@@ -15,6 +15,7 @@ use super::feeds::{FeedMsg, FeedThread};
 use super::retry::RetryPolicy;
 use super::settle::{acknowledge, busiest, offer, run_durable};
 use super::shutdown::{Shutdown, listen_for_signals, second_stop};
+use super::subrequests::{Subs, sub_id};
 use super::worker::{Completion, Ctx, Report, work};
 use super::{Engine, FINAL_HOSTS, PROGRESS_HOSTS, Progress};
 use crate::error::{Error, ErrorKind, Result};
@@ -72,7 +73,7 @@ pub(super) struct Crawl<S: Spider, D: Downloader, Q: Scheduler> {
     /// Workers report what a response told its host's slot the moment it arrives, before
     /// the spider parses it: with several requests in flight to one host, a `remaining=0`
     /// or a Retry-After must stop the next send even while a slow parse runs.
-    feedback_tx: mpsc::UnboundedSender<(Lease, Feedback)>,
+    pub(super) feedback_tx: mpsc::UnboundedSender<(Lease, Feedback)>,
     pub(super) feedback_rx: mpsc::UnboundedReceiver<(Lease, Feedback)>,
     pub(super) reported: HashSet<Lease>,
     /// Fetched pages whose items must reach the feeds before their lease is acknowledged;
@@ -102,6 +103,8 @@ pub(super) struct Crawl<S: Spider, D: Downloader, Q: Scheduler> {
     at_start: Counts,
     /// When `close_timeout` closes the crawl.
     deadline: Option<Instant>,
+    /// Requests the downloader makes for the pages it answers (see `subrequests`).
+    pub(super) subs: Subs,
 }
 
 /// The counters the close limits watch.
@@ -168,7 +171,10 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             items_tx: feed.items.clone(),
             has_feeds,
             max_redirects: settings.max_redirects,
+            parked: AtomicUsize::new(0),
         });
+        let subs = Subs::new();
+        ctx.downloader.attach(subs.handle.clone());
         let (feedback_tx, feedback_rx) = mpsc::unbounded_channel::<(Lease, Feedback)>();
         let stop_rx = shutdown.subscribe();
         let stopping = shutdown.requested() > 0;
@@ -213,6 +219,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             close_reason: stopping.then(|| CLOSE_STOPPED.to_owned()),
             at_start,
             deadline,
+            subs,
         })
     }
 
@@ -220,7 +227,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
     /// every flush marker is on its way to the feed writer.
     async fn main_loop(&mut self) {
         loop {
-            let wake = if self.stopping {
+            let wake = if self.stopping && self.subs.queued == 0 {
                 None
             } else {
                 self.start_workers()
@@ -232,7 +239,11 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
                 self.close_reason
                     .get_or_insert_with(|| CLOSE_ERROR.to_owned());
             }
-            if self.tasks.is_empty() && self.marks.is_empty() && (self.stopping || wake.is_none()) {
+            if self.tasks.is_empty()
+                && self.subs.tasks.is_empty()
+                && self.marks.is_empty()
+                && (self.stopping || wake.is_none())
+            {
                 // Requests set aside for a skipped host with no settle after them (start
                 // requests of a host a fleet already skipped) end here, not silently.
                 self.record_skipped();
@@ -249,8 +260,21 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
         // move its host's next slot (a hold, or a send that left late), and a request
         // handed out before it is read would go at the old time.
         self.take_early_reports(Instant::now());
-        while self.tasks.len() < self.settings.concurrency {
+        // Workers parked in a render wait for sub-requests, not for the network; and while
+        // sub-requests are queued they must be handed out whatever the limit (see
+        // `subrequests`).
+        loop {
+            let parked = self.ctx.parked.load(Ordering::Relaxed);
+            let active = self.tasks.len().saturating_sub(parked);
+            let room = !self.stopping && active < self.settings.concurrency;
+            if !room && self.subs.queued == 0 {
+                break;
+            }
             match self.scheduler.next(Instant::now()) {
+                Next::Ready(lease, req) if sub_id(&req).is_some() => {
+                    self.start_sub(lease, req, Arc::clone(&self.ctx));
+                }
+                Next::Ready(lease, req) if self.stopping => self.give_back(lease, req),
                 Next::Ready(lease, req) => {
                     let report = Report {
                         lease,
@@ -293,6 +317,10 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
                     self.close_reason.get_or_insert_with(|| CLOSE_ERROR.to_owned());
                 }
             },
+            Some(sub) = self.subs.rx.recv() => self.sub_arrived(sub),
+            joined = self.subs.tasks.join_next_with_id(), if !self.subs.tasks.is_empty() => {
+                self.sub_joined(joined);
+            }
             Some((lease, fb)) = self.feedback_rx.recv() => {
                 if self.reported.insert(lease) {
                     self.scheduler.complete(lease, &fb, Instant::now());
@@ -412,7 +440,8 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
     /// After the loop: let the feed writer drain (unless a second stop cuts it short),
     /// acknowledge what reached the disk, close the pipelines and the failures file, and
     /// settle the final stats.
-    async fn finish(self) -> Result<Stats> {
+    async fn finish(mut self) -> Result<Stats> {
+        self.count_blocked();
         let Crawl {
             mut scheduler,
             settings,

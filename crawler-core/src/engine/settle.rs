@@ -108,6 +108,9 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
     /// sending them, because their host is skipped.
     pub(super) fn record_skipped(&mut self) {
         for (req, why) in self.scheduler.take_skipped() {
+            if self.sub_skipped(&req, &why) {
+                continue;
+            }
             tracing::warn!(url = %req.url, "not fetched: {why}");
             self.stats.skipped_host += 1;
             if let Some(log) = self.failures.as_mut() {

@@ -3,6 +3,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures_util::FutureExt;
 use tokio::sync::mpsc;
@@ -27,6 +28,26 @@ pub(super) struct Ctx<S: Spider, D> {
     pub(super) has_feeds: bool,
     /// Redirect hops allowed from one start request.
     pub(super) max_redirects: usize,
+    /// Workers inside [`Downloader::render`]: the engine does not count them against
+    /// `concurrency` (they wait for sub-requests the engine must still hand out).
+    pub(super) parked: AtomicUsize,
+}
+
+/// Counts a worker as parked in a render for as long as it lives (a panic or a cancelled
+/// task included).
+struct Parked<'a>(&'a AtomicUsize);
+
+impl<'a> Parked<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count)
+    }
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 pub(super) enum Terminal {
@@ -186,6 +207,27 @@ async fn answered<S: Spider, D: Downloader>(
         return done;
     }
     let unchanged = status == 304 && !revalidated;
+    let response = if matches!(done.terminal, Terminal::Fetched) && ctx.downloader.renders(&req) {
+        let _parked = Parked::new(&ctx.parked);
+        match ctx.downloader.render(&req, response).await {
+            Fetched::Response(rendered) => rendered,
+            Fetched::Failed(Failure { kind, message, .. }) => {
+                tracing::debug!(url = %req.url, %kind, "render failed: {message}");
+                done.terminal = Terminal::Failed(kind);
+                done.message = message;
+                done.request = Some(req);
+                return done;
+            }
+            other => {
+                done.terminal = Terminal::Failed(FailureKind::Other);
+                done.message = format!("render gave no page: {other:?}");
+                done.request = Some(req);
+                return done;
+            }
+        }
+    } else {
+        response
+    };
     parse_page(ctx, req.depth, response, unchanged, done).await
 }
 

@@ -226,6 +226,24 @@ impl<D: Downloader> Downloader for Middlewares<D> {
         self.inner.gate(request)
     }
 
+    fn attach(&self, subrequests: crate::subrequest::SubRequests) {
+        self.inner.attach(subrequests);
+    }
+
+    fn renders(&self, request: &Request) -> bool {
+        self.inner.renders(request)
+    }
+
+    fn render(
+        &self,
+        request: &Request,
+        response: Response,
+    ) -> impl std::future::Future<Output = Fetched> + Send {
+        // After the response middlewares (they ran in `fetch`): rendering is the last step
+        // before the spider, as a browser download handler is in scrapy-playwright.
+        self.inner.render(request, response)
+    }
+
     async fn fetch(&self, request: &Request) -> Download {
         let mut req = request.clone();
         let stages = self.stages.as_slice();

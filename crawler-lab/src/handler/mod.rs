@@ -43,6 +43,8 @@ pub(crate) struct Shared {
     pub by_prefix: Vec<(String, Live)>,
     /// A test's own answers, consulted before everything else.
     pub script: Option<crate::script::Script>,
+    /// Where the JavaScript catalogue's scripts and images come from (`None`: this lab).
+    pub js_assets: Option<String>,
 }
 
 impl Shared {

@@ -88,6 +88,7 @@ pub(super) async fn route(
         if validate(req, cat.site_validators(2), reply) {
             cat.render_private(&mut reply.body);
         }
+    } else if crate::js::route(shared, path, reply) {
     } else if path == "/api/books" {
         crate::api::books(shared, req, reply);
     } else if let Some(n) = path.strip_prefix("/blob/") {

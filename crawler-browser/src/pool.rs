@@ -1,0 +1,183 @@
+//! The browser process and its tabs: one chromium, started on first use, replaced when it
+//! dies; a semaphore bounds the tabs open at once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use chromiumoxide::browser::{Browser, BrowserConfig as LaunchConfig};
+use futures_util::StreamExt;
+use tokio::sync::{Mutex, Semaphore};
+use tokio::task::JoinHandle;
+
+use crate::config::BrowserConfig;
+use crate::error::{Error, Result};
+
+/// One running chromium.
+pub(crate) struct Instance {
+    pub(crate) browser: Browser,
+    /// Cleared when the DevTools connection ends (the browser exited, crashed or was killed).
+    pub(crate) alive: Arc<AtomicBool>,
+    pub(crate) generation: u64,
+    pub(crate) pid: Option<u32>,
+    handler: JoinHandle<()>,
+    /// A fresh profile per process: no state leaks between crawls or restarts, and it is
+    /// removed with the instance.
+    _profile: tempfile::TempDir,
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        self.handler.abort();
+        // The process was started with kill-on-drop; this only makes it prompt.
+        if let Some(child) = self.browser.get_mut_child() {
+            let _ = child.as_mut_inner().start_kill();
+        }
+    }
+}
+
+/// The browser and the tab permits.
+pub(crate) struct Pool {
+    config: BrowserConfig,
+    pub(crate) tabs: Semaphore,
+    current: Mutex<Option<Arc<Instance>>>,
+    generation: AtomicU64,
+    /// Browsers started after the first (crashes and kills recovered from).
+    pub(crate) restarts: AtomicU64,
+}
+
+impl Pool {
+    pub(crate) fn new(config: BrowserConfig) -> Self {
+        Self {
+            tabs: Semaphore::new(config.tabs.max(1)),
+            config,
+            current: Mutex::new(None),
+            generation: AtomicU64::new(0),
+            restarts: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn config(&self) -> &BrowserConfig {
+        &self.config
+    }
+
+    /// The running browser, started (or restarted) if there is none alive.
+    pub(crate) async fn browser(&self) -> Result<Arc<Instance>> {
+        let mut current = self.current.lock().await;
+        if let Some(inst) = current.as_ref()
+            && inst.alive.load(Ordering::Acquire)
+        {
+            return Ok(Arc::clone(inst));
+        }
+        if current.take().is_some() {
+            self.restarts.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!("the browser is gone; starting a new one");
+        }
+        let inst = Arc::new(self.launch().await?);
+        *current = Some(Arc::clone(&inst));
+        Ok(inst)
+    }
+
+    /// The browser of `generation` failed: forget it, so the next page starts a new one.
+    pub(crate) async fn discard(&self, generation: u64) {
+        let mut current = self.current.lock().await;
+        if current.as_ref().is_some_and(|i| i.generation == generation) {
+            if let Some(inst) = current.take() {
+                inst.alive.store(false, Ordering::Release);
+            }
+            self.restarts.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The running browser's process id, if one is running.
+    pub(crate) async fn pid(&self) -> Option<u32> {
+        self.current.lock().await.as_ref().and_then(|i| i.pid)
+    }
+
+    async fn launch(&self) -> Result<Instance> {
+        let executable = self.config.find_executable()?;
+        let profile = tempfile::Builder::new()
+            .prefix("crawler-browser-")
+            .tempdir()
+            .map_err(|e| Error::with("cannot make the browser's profile directory", e))?;
+        let mut builder = LaunchConfig::builder()
+            .chrome_executable(&executable)
+            // Our own flags only: chromiumoxide's defaults turn on things a crawler does not
+            // want (and the ones below switch off the browser's own traffic, which would
+            // go around robots.txt and the slots).
+            .disable_default_args()
+            .no_sandbox()
+            .user_data_dir(profile.path())
+            .launch_timeout(self.config.launch_timeout)
+            .request_timeout(self.config.page_timeout)
+            .args([
+                "disable-gpu",
+                "disable-quic",
+                "no-first-run",
+                "disable-background-networking",
+                "disable-component-update",
+                "disable-sync",
+                "disable-default-apps",
+                "disable-extensions",
+                "disable-dev-shm-usage",
+                "mute-audio",
+                "hide-scrollbars",
+                "metrics-recording-only",
+                "no-default-browser-check",
+                "disable-breakpad",
+                // Whatever the browser would send on its own, outside a page's paused
+                // requests (favicons fetched by the browser process, background services),
+                // goes to a proxy that is not there and fails: every request that reaches
+                // a server is one we sent, through robots.txt and its host's slot. Answered
+                // requests never touch the network, so the proxy costs them nothing.
+                // `<-loopback>` removes the implicit bypass of 127.0.0.1 and localhost.
+                "proxy-server=http://127.0.0.1:9",
+                "proxy-bypass-list=<-loopback>",
+            ]);
+        if let Some(ua) = &self.config.user_agent {
+            builder = builder.arg(format!("user-agent={ua}"));
+        }
+        let launch = builder
+            .build()
+            .map_err(|e| Error::new(format!("bad browser configuration: {e}")))?;
+        let (mut browser, mut handler) = Browser::launch(launch).await.map_err(|e| {
+            Error::with(
+                format!("cannot start the browser {}", executable.display()),
+                e,
+            )
+        })?;
+        let alive = Arc::new(AtomicBool::new(true));
+        let flag = Arc::clone(&alive);
+        let handler = tokio::spawn(async move {
+            // The handler drives the DevTools connection; it ends when the browser does.
+            while let Some(event) = handler.next().await {
+                if let Err(e) = event
+                    && is_fatal(&e)
+                {
+                    tracing::debug!("browser connection failed: {e}");
+                    break;
+                }
+            }
+            flag.store(false, Ordering::Release);
+        });
+        let pid = browser.get_mut_child().and_then(|c| c.as_mut_inner().id());
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(?pid, executable = %executable.display(), "browser started");
+        Ok(Instance {
+            browser,
+            alive,
+            generation,
+            pid,
+            handler,
+            _profile: profile,
+        })
+    }
+}
+
+/// Whether a handler error means the connection to the browser is gone.
+fn is_fatal(e: &chromiumoxide::error::CdpError) -> bool {
+    use chromiumoxide::error::CdpError;
+    matches!(
+        e,
+        CdpError::Ws(_) | CdpError::Io(_) | CdpError::ChannelSendError(_)
+    )
+}

@@ -1,0 +1,245 @@
+//! Rendering against the lab's JavaScript catalogue, with a real headless chromium (started
+//! by the tests themselves) and the crawl's own engine, frontier and HTTP downloader: every
+//! book comes out, the browser's sub-requests go through robots.txt and their host's slot.
+//!
+//! Chromium must be installed (`.ci/run` installs it); without it these tests fail with a
+//! message that says so, rather than skip.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crawler_browser::{BrowserConfig, Monitor, Rendering};
+use crawler_core::{
+    Engine, Output, Pipeline, Processed, RenderOptions, Request, Response, Result, Settings,
+    Spider, Stats,
+};
+use crawler_http::HttpDownloader;
+use crawler_lab::{Lab, RetryAfter, Scenario};
+use crawler_sched::{Frontier, FrontierConfig};
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+struct Book {
+    title: String,
+    price: String,
+}
+
+/// The JavaScript catalogue's spider: wait for the script's books, click for the next link.
+struct JsBooks {
+    start: String,
+}
+
+fn options() -> RenderOptions {
+    RenderOptions::new()
+        .wait_for("ul#books[data-loaded]")
+        .script("document.getElementById('more').click()")
+}
+
+impl Spider for JsBooks {
+    type Item = Book;
+    fn name(&self) -> &str {
+        "js_books"
+    }
+    fn start_requests(&self) -> Result<Vec<Request>> {
+        Ok(vec![Request::get(&self.start)?.render_with(options())])
+    }
+    async fn parse(&self, page: Response, out: &mut Output<Book>) -> Result<()> {
+        for li in page.select("li.book").iter() {
+            out.item(Book {
+                title: li.select("a.title").text().unwrap_or_default(),
+                price: li.select("span.price").text().unwrap_or_default(),
+            });
+        }
+        for href in page.select("a.next").attrs("href") {
+            out.follow(&href).render_with(options());
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Default)]
+struct Collect(Arc<Mutex<Vec<Book>>>);
+
+impl Pipeline<Book> for Collect {
+    async fn process(&self, item: Book) -> Result<Processed<Book>> {
+        self.0.lock().expect("lock").push(item.clone());
+        Ok(Processed::Keep(item))
+    }
+}
+
+fn settings() -> Settings {
+    Settings {
+        user_agent: "jsbot/1.0 (+http://127.0.0.1/)".into(),
+        concurrency: 4,
+        // Quick enough for a test, and still paced: every host's slot applies.
+        start_rate: 8.0,
+        max_rate: 20.0,
+        download_timeout: Duration::from_secs(20),
+        ..Settings::default()
+    }
+}
+
+/// The lab with its assets (the script and the covers) on a second host: `localhost`, a
+/// host name of its own for the slots and robots.txt.
+async fn labs(assets_scenario: Scenario) -> (Lab, Lab) {
+    let assets = Lab::builder()
+        .books(100)
+        .scenario(assets_scenario)
+        .start()
+        .await
+        .expect("assets lab");
+    let assets_url = format!("http://localhost:{}/", assets.addr().port());
+    let site = Lab::builder()
+        .books(100)
+        .js_assets(assets_url)
+        .start()
+        .await
+        .expect("site lab");
+    (site, assets)
+}
+
+async fn crawl(site: &Lab, settings: Settings) -> (Vec<Book>, Stats, Monitor) {
+    let http = HttpDownloader::new(&settings).expect("http client");
+    let config = BrowserConfig::from_settings(&settings).tabs(2);
+    config
+        .find_executable()
+        .expect("chromium is needed for these tests (apt-get install chromium)");
+    let rendering = Rendering::new(http, config);
+    let monitor = rendering.monitor();
+    let frontier = Frontier::new(FrontierConfig::from_settings(&settings, vec![]));
+    let items = Collect::default();
+    let spider = JsBooks {
+        start: site.url_for("/js/page-1.html"),
+    };
+    let engine = Engine::new(spider, rendering, frontier, settings).pipeline(items.clone());
+    let stats = tokio::time::timeout(Duration::from_secs(90), engine.run())
+        .await
+        .expect("the crawl ends")
+        .expect("the crawl runs");
+    let mut books = items.0.lock().expect("lock").clone();
+    books.sort();
+    (books, stats, monitor)
+}
+
+fn expected(site: &Lab) -> Vec<Book> {
+    let mut all: Vec<Book> = (1..=site.books() as u32)
+        .map(|id| {
+            let b = site.book(id).expect("book");
+            Book {
+                title: b.title,
+                price: b.price,
+            }
+        })
+        .collect();
+    all.sort();
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_book_of_the_javascript_catalogue_and_no_disallowed_subrequest() {
+    let (site, assets) = labs(Scenario::open()).await;
+    let (books, stats, _) = crawl(&site, settings()).await;
+    assert_eq!(
+        books,
+        expected(&site),
+        "every book, as the script showed it"
+    );
+    assert_eq!(stats.fetched, 5, "five pages: {stats:?}");
+
+    let site_paths: Vec<String> = site
+        .recorder()
+        .requests()
+        .into_iter()
+        .map(|r| r.path)
+        .collect();
+    let asset_paths: Vec<String> = assets
+        .recorder()
+        .requests()
+        .into_iter()
+        .map(|r| r.path)
+        .collect();
+    // The script's data came through the crawl: one API call per page.
+    assert_eq!(
+        site_paths
+            .iter()
+            .filter(|p| p.starts_with("/api/books"))
+            .count(),
+        5,
+        "{site_paths:?}"
+    );
+    // robots.txt forbids /private/: the page's script there was never requested.
+    assert!(
+        !site_paths.iter().any(|p| p.starts_with("/private/")),
+        "{site_paths:?}"
+    );
+    // The second host: its own robots.txt, then the script of each page; no image
+    // (blocked by type, never sent).
+    assert!(
+        asset_paths.contains(&"/robots.txt".to_owned()),
+        "{asset_paths:?}"
+    );
+    assert_eq!(
+        asset_paths.iter().filter(|p| *p == "/js/app.js").count(),
+        5,
+        "{asset_paths:?}"
+    );
+    assert!(
+        !asset_paths.iter().any(|p| p.ends_with(".png")),
+        "{asset_paths:?}"
+    );
+    // And the crawl counted them.
+    let sub = |k: &str| stats.subrequests.get(k).copied().unwrap_or(0);
+    // Nothing reached either server around the crawl: every request they saw, but the
+    // pages and robots.txt, is a sub-request the crawl sent (the page's data, the
+    // scripts, the favicons the browser asks for).
+    let pages_and_robots = |p: &&String| p.starts_with("/js/page-") || *p == "/robots.txt";
+    let seen = site_paths
+        .iter()
+        .chain(&asset_paths)
+        .filter(|p| !pages_and_robots(p))
+        .count();
+    assert_eq!(
+        sub("sent") as usize,
+        seen,
+        "{:?} {site_paths:?} {asset_paths:?}",
+        stats.subrequests
+    );
+    // Every request carried the crawl's own User-Agent.
+    assert!(
+        site.recorder()
+            .requests()
+            .iter()
+            .chain(assets.recorder().requests().iter())
+            .all(|r| r.user_agent.as_deref() == Some("jsbot/1.0 (+http://127.0.0.1/)"))
+    );
+    assert_eq!(sub("disallowed"), 5, "{:?}", stats.subrequests);
+    assert_eq!(sub("blocked"), 5, "{:?}", stats.subrequests);
+    assert!(stats.reconciles(), "{stats:?}");
+    site.shutdown().await;
+    assets.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_on_a_subrequest_holds_its_host_and_nothing_is_sent_inside_the_hold() {
+    // The asset host allows one request a second (two at once) and says so with
+    // Retry-After when it refuses.
+    let (site, assets) =
+        labs(Scenario::rate_limited(1.0, 2).retry_after(RetryAfter::Seconds(2))).await;
+    let (books, stats, _) = crawl(&site, settings()).await;
+    assert_eq!(
+        books,
+        expected(&site),
+        "every book, the refused scripts retried"
+    );
+    let report = assets.recorder().report();
+    let refused = assets
+        .recorder()
+        .requests()
+        .iter()
+        .filter(|r| r.status == 429)
+        .count();
+    assert!(refused >= 1, "the test must reach the limit: {report:?}");
+    assert_eq!(report.total_violations(), 0, "{report:?}");
+    assert!(stats.subrequests.get("retried").copied().unwrap_or(0) >= 1);
+    site.shutdown().await;
+    assets.shutdown().await;
+}
