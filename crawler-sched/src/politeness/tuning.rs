@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 #[serde(default)]
 pub struct Tuning {
     /// Before the first refusal, the rate doubles every this many milliseconds of clean
-    /// responses (slow start, as TCP's).
+    /// responses (slow start, as TCP's). Not faster: a window that lets its whole count
+    /// through after an idle spell hides the excess for a while, and the faster the rate
+    /// doubles meanwhile, the further above the limit the first refusal finds it.
     pub discover_doubling_ms: f64,
     /// The rate settles at this fraction of what the server is known to take: the delivery
     /// rate after a refusal, the lowest refused pace while climbing. A limiter without a
@@ -73,7 +75,7 @@ pub struct Tuning {
 impl Default for Tuning {
     fn default() -> Self {
         Self {
-            discover_doubling_ms: 10_000.0,
+            discover_doubling_ms: 20_000.0,
             margin: 0.95,
             decrease: 0.8,
             climb_per_min: 0.1,
