@@ -33,6 +33,9 @@ pub enum ErrorKind {
     Argument,
     /// Something the spider expected on a page was not there.
     Missing,
+    /// A page was too deep, too large in elements, or too slow to parse within the
+    /// `parse_*` limits.
+    TooComplex,
     /// Reading or writing a feed or another file failed.
     Io,
     /// The frontier's storage (sled, Redis) failed.

@@ -31,8 +31,12 @@ pub enum FailureKind {
     TooManyRedirects,
     /// A redirect to a URL that cannot be crawled (non-http scheme, malformed).
     BadRedirect,
-    /// The body could not be decoded (bad compression).
+    /// The body could not be decoded (bad compression), or no character encoding fits
+    /// an HTML page's bytes.
     Decode,
+    /// The page was deeper, had more elements or took longer to parse than the `parse_*`
+    /// settings allow (not retried: the same page would fail the same way).
+    TooComplex,
     /// The server answered with a status the spider does not handle.
     Status,
     /// The spider's callback failed or panicked.
@@ -59,6 +63,7 @@ impl FailureKind {
             Self::TooManyRedirects => "too_many_redirects",
             Self::BadRedirect => "bad_redirect",
             Self::Decode => "decode",
+            Self::TooComplex => "too_complex",
             Self::Status => "http_status",
             Self::Spider => "spider_error",
             Self::SoftBlock => "soft_block",

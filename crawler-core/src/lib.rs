@@ -38,6 +38,7 @@ mod links;
 pub mod matching;
 mod middleware;
 mod output;
+mod parse;
 mod pipeline;
 pub mod redact;
 mod render;
@@ -71,6 +72,7 @@ pub use middleware::{
     order_stack, parse_header_line, spider_stack,
 };
 pub use output::{Follow, Output};
+pub use parse::ParseLimits;
 pub use pipeline::{Pipeline, Processed};
 pub use render::{RENDER_META, RenderOptions};
 pub use request::{Request, parse_http_url};

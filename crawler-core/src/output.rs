@@ -19,6 +19,10 @@ pub struct Output<I> {
     requests: Vec<Request>,
     invalid_links: u64,
     close: Option<String>,
+    /// Most links kept from one page (`max_links_per_page`); those beyond are dropped.
+    max_links: usize,
+    /// Links dropped because the page had more than `max_links`.
+    dropped_links: u64,
 }
 
 impl<I> Output<I> {
@@ -31,7 +35,25 @@ impl<I> Output<I> {
             requests: Vec::new(),
             invalid_links: 0,
             close: None,
+            max_links: usize::MAX,
+            dropped_links: 0,
         }
+    }
+
+    /// Keep at most `max` requests from this page (the engine sets `max_links_per_page`):
+    /// a page of 200,000 links would otherwise queue them all at once.
+    pub(crate) fn with_max_links(mut self, max: usize) -> Self {
+        self.max_links = max;
+        self
+    }
+
+    /// Whether the page has no room for another request; counts the one refused.
+    fn full(&mut self) -> bool {
+        let full = self.requests.len() >= self.max_links;
+        if full {
+            self.dropped_links += 1;
+        }
+        full
     }
 
     /// Emit an item.
@@ -79,11 +101,17 @@ impl<I> Output<I> {
 
     /// Schedule a fully built request. Its depth is set to this page's depth + 1.
     pub fn request(&mut self, mut request: Request) {
+        if self.full() {
+            return;
+        }
         request.depth = self.depth + 1;
         self.requests.push(request);
     }
 
     fn link(&mut self, href: &str) -> Option<Request> {
+        if self.full() {
+            return None;
+        }
         match self
             .base
             .join(href.trim())
@@ -131,6 +159,11 @@ impl<I> Output<I> {
     /// Links skipped because they were not valid http(s) URLs.
     pub fn invalid_links(&self) -> u64 {
         self.invalid_links
+    }
+
+    /// Links dropped because the page had more than `max_links_per_page`.
+    pub fn dropped_links(&self) -> u64 {
+        self.dropped_links
     }
 
     /// The items and requests emitted so far, to filter or change in place (spider

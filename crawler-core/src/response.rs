@@ -12,6 +12,8 @@ use url::Url;
 use crate::charset;
 use crate::conditional::ConditionalStore;
 use crate::error::{Error, ErrorKind, Result};
+use crate::fetch::{Failure, FailureKind};
+use crate::parse::ParseLimits;
 use crate::request::{Request, check_scheme};
 
 /// A downloaded page, handed to a spider callback.
@@ -37,6 +39,8 @@ pub struct Response {
     after_ack: Mutex<Option<AfterAck>>,
     /// The address the response came from, when it came from the network.
     remote_addr: Option<std::net::IpAddr>,
+    /// The bounds the HTML parse must stay within (the crawl's `parse_*` settings).
+    limits: ParseLimits,
 }
 
 /// Work a downloader defers until the engine acknowledges the request, that is until the
@@ -108,7 +112,36 @@ impl Response {
             history: None,
             after_ack: Mutex::new(None),
             remote_addr: None,
+            limits: ParseLimits::default(),
         }
+    }
+
+    /// Set the bounds the HTML parse must stay within (the engine sets the crawl's).
+    pub fn set_parse_limits(&mut self, limits: ParseLimits) {
+        self.limits = limits;
+    }
+
+    /// Decode and parse an HTML body now, within the parse limits, so the spider's
+    /// selections find the tree ready. `Err` when no character encoding fits the body
+    /// ([`FailureKind::Decode`]) or the page crosses a limit ([`FailureKind::TooComplex`]).
+    /// A declared charset passed over for another is logged at debug level.
+    pub fn parse_html(&self) -> std::result::Result<(), Failure> {
+        if self.doc.get().is_some() {
+            return Ok(());
+        }
+        let decoded = charset::decode(self.header("content-type"), &self.body);
+        if let Some(why) = decoded.unfit {
+            tracing::warn!(url = %self.url, "page not parsed: {why}");
+            return Err(Failure::new(FailureKind::Decode, why));
+        }
+        if let Some(why) = &decoded.fallback {
+            tracing::debug!(url = %self.url, encoding = decoded.encoding.name(), "charset: {why}");
+        }
+        let html = crate::parse::parse_document(&decoded.text, &self.limits)
+            .map_err(|e| Failure::new(FailureKind::TooComplex, e.to_string()))?;
+        // Set unless a selection got there first (it parsed the same text).
+        let _ = self.doc.set(Mutex::new(html));
+        Ok(())
     }
 
     /// Record the address the response was served from (downloaders call this).
@@ -256,12 +289,15 @@ impl Response {
         }
     }
 
-    /// The body decoded to text. Malformed sequences become U+FFFD rather than errors.
+    /// The body decoded to text: by its byte-order mark, its declared charset (header, then
+    /// `<meta>`), else UTF-8 or the encoding detected from the bytes, the first of them
+    /// that decodes the body cleanly. When none does, malformed sequences become U+FFFD
+    /// rather than errors.
     pub fn text(&self) -> &str {
         self.text.get_or_init(|| {
-            let enc = charset::sniff(self.header("content-type"), &self.body);
-            let (text, _, _) = enc.decode(&self.body);
-            text.into_owned()
+            charset::decode(self.header("content-type"), &self.body)
+                .text
+                .into_owned()
         })
     }
 
@@ -280,14 +316,19 @@ impl Response {
         self.doc.get_or_init(|| {
             // Parse from the decoded text without keeping a copy of it: a UTF-8 body is
             // borrowed as it is, and the tree holds its own strings anyway.
-            let html = match self.text.get() {
-                Some(text) => Html::parse_document(text),
-                None => {
-                    let enc = charset::sniff(self.header("content-type"), &self.body);
-                    Html::parse_document(&enc.decode(&self.body).0)
-                }
+            let parsed = match self.text.get() {
+                Some(text) => crate::parse::parse_document(text, &self.limits),
+                None => crate::parse::parse_document(
+                    &charset::decode(self.header("content-type"), &self.body).text,
+                    &self.limits,
+                ),
             };
-            Mutex::new(html)
+            // A page past the limits selects nothing, and the engine fails it as
+            // `too_complex` from the recorded problem.
+            Mutex::new(parsed.unwrap_or_else(|e| {
+                record(&self.problems, &e);
+                Html::new_document()
+            }))
         })
     }
 

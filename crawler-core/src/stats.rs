@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 pub struct Stats {
     /// Requests offered to the frontier (start requests and followed links).
     pub requests_enqueued: u64,
-    /// Refused by the frontier, by reason (duplicate, offsite, depth, url_too_long).
+    /// Refused by the frontier, by reason (duplicate, offsite, depth, url_too_long), or
+    /// dropped because the in-memory queue was full (queue_full, see
+    /// `max_queued_requests`).
     pub filtered: BTreeMap<String, u64>,
     /// Responses handed to the spider.
     pub fetched: u64,
@@ -52,6 +54,9 @@ pub struct Stats {
     /// `skipped_host`, `failed`. Not part of `requests_enqueued`: they end with their page.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub subrequests: BTreeMap<String, u64>,
+    /// Links dropped because their page had more than `max_links_per_page` (never offered
+    /// to the frontier, so not in `requests_enqueued`).
+    pub links_dropped: u64,
     /// Per-host figures of the busiest hosts: the 50 busiest while the crawl runs
     /// (`PROGRESS_HOSTS`), the 1,000 busiest in the final stats (`FINAL_HOSTS`).
     pub hosts: Vec<crate::fetch::HostStats>,
@@ -180,6 +185,9 @@ impl fmt::Display for Stats {
         )?;
         writeln!(f, "  spider errors      {}", self.spider_errors)?;
         writeln!(f, "  invalid links      {}", self.invalid_links)?;
+        if self.links_dropped > 0 {
+            writeln!(f, "  links dropped      {}", self.links_dropped)?;
+        }
         writeln!(f, "  bytes received     {}", self.response_bytes)?;
         write!(f, "  pages/s            {:.1}", self.pages_per_sec())?;
         for h in self.hosts.iter().take(10) {

@@ -148,6 +148,7 @@ mod tests {
             FailureKind::TooManyRedirects,
             FailureKind::Dns,
             FailureKind::Decode,
+            FailureKind::TooComplex,
         ] {
             assert!(!p.retryable(kind, None), "{kind}");
         }
@@ -245,6 +246,7 @@ mod doc_tests {
             TooManyRedirects,
             BadRedirect,
             Decode,
+            TooComplex,
             Status,
             Spider,
             SoftBlock,
@@ -255,7 +257,8 @@ mod doc_tests {
         for k in &all {
             match k {
                 Timeout | Connection | Dns | Tls | TooLarge | TooManyRedirects | BadRedirect
-                | Decode | Status | Spider | SoftBlock | Forbidden | HostSkipped | Other => {}
+                | Decode | TooComplex | Status | Spider | SoftBlock | Forbidden | HostSkipped
+                | Other => {}
             }
         }
         all

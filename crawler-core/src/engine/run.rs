@@ -62,7 +62,7 @@ pub(super) struct Crawl<S: Spider, D: Downloader, Q: Scheduler> {
     pub(super) stats: Stats,
     pub(super) failures: Option<FailureLog>,
     /// What the workers share.
-    ctx: Arc<Ctx<S, D>>,
+    pub(super) ctx: Arc<Ctx<S, D>>,
     /// Without a feed, items end after the pipelines: sending each one to the writer
     /// thread (a wake-up per item) and waiting for its flush would buy nothing.
     pub(super) has_feeds: bool,
@@ -172,6 +172,15 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             has_feeds,
             max_redirects: settings.max_redirects,
             parked: AtomicUsize::new(0),
+            parse_pool: Arc::new(tokio::sync::Semaphore::new(super::worker::parse_threads(
+                &settings,
+            ))),
+            parse_limits: crate::parse::ParseLimits::from_settings(&settings),
+            max_links: match settings.max_links_per_page {
+                0 => usize::MAX,
+                n => n,
+            },
+            queue_cap: super::settle::queue_cap(&settings),
         });
         let subs = Subs::new();
         ctx.downloader.attach(subs.handle.clone());

@@ -88,11 +88,13 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
         let terminal = !matches!(done.terminal, Terminal::Retrying | Terminal::Requeued);
         let wrote_items = self.has_feeds && done.items > 0;
         let after_ack = done.after_ack.take();
+        let cap = self.ctx.queue_cap;
         account(
             &mut self.scheduler,
             &mut self.stats,
             &mut self.failures,
             done,
+            cap,
         );
         // After the follow-ups are queued: those for a host skipped meanwhile were set aside
         // too, and this may be the crawl's last settle.
@@ -190,6 +192,7 @@ fn account<Q: Scheduler>(
     stats: &mut Stats,
     failures: &mut Option<FailureLog>,
     done: Completion,
+    cap: Option<usize>,
 ) {
     match done.terminal {
         Terminal::Fetched => stats.fetched += 1,
@@ -231,11 +234,49 @@ fn account<Q: Scheduler>(
     stats.items_scraped += done.items;
     stats.items_dropped += done.dropped;
     stats.invalid_links += done.invalid_links;
+    stats.links_dropped += done.links_dropped;
     stats.spider_errors += u64::from(done.spider_error);
     let now = Instant::now();
+    let before = scheduler.queued();
     for req in done.requests {
+        if cap.is_some_and(|cap| scheduler.queued() >= cap) {
+            // Offered and refused, so the request has its terminal state and the stats add
+            // up; said once, the first time, and counted every time.
+            stats.requests_enqueued += 1;
+            Stats::bump(&mut stats.filtered, QUEUE_FULL);
+            if stats.filtered.get(QUEUE_FULL) == Some(&1) {
+                tracing::warn!(
+                    queued = scheduler.queued(),
+                    "the queue is full (max_queued_requests): new links are dropped and \
+                     counted as filtered queue_full; set job_dir to keep them on disk instead"
+                );
+            }
+            continue;
+        }
         offer(scheduler, stats, req, now);
     }
+    let after = scheduler.queued();
+    if after / QUEUE_MILESTONE > before / QUEUE_MILESTONE {
+        // A frontier growing by a large page at a time shows here, not only in the
+        // periodic progress line.
+        tracing::info!(
+            queued = after,
+            "the queue grew past {}",
+            after / QUEUE_MILESTONE * QUEUE_MILESTONE
+        );
+    }
+}
+
+/// The filter reason of links dropped because the in-memory queue was full.
+const QUEUE_FULL: &str = "queue_full";
+/// The queue's growth is logged each time it passes a multiple of this.
+const QUEUE_MILESTONE: usize = 100_000;
+
+/// The cap on requests queued in memory: `max_queued_requests`, when the queues are in
+/// memory (no job directory, no Redis: those keep them in their store, on disk).
+pub(super) fn queue_cap(settings: &crate::settings::Settings) -> Option<usize> {
+    let in_memory = settings.job_dir.is_none() && settings.redis_url.is_none();
+    (in_memory && settings.max_queued_requests > 0).then_some(settings.max_queued_requests)
 }
 
 /// The `n` busiest hosts (most queued, then most requests, then most holds), in that order.

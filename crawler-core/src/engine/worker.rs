@@ -31,6 +31,18 @@ pub(super) struct Ctx<S: Spider, D> {
     /// Workers inside [`Downloader::render`]: the engine does not count them against
     /// `concurrency` (they wait for sub-requests the engine must still hand out).
     pub(super) parked: AtomicUsize,
+    /// Permits for the parse pool: HTML parsing and the spider's callbacks run on blocking
+    /// threads, at most this many at once, so the runtime's threads stay free for the
+    /// network (a page that takes seconds to parse would otherwise stall every download
+    /// on its thread and inflate the latency the slots read).
+    pub(super) parse_pool: Arc<tokio::sync::Semaphore>,
+    /// The bounds of one page's parse.
+    pub(super) parse_limits: crate::parse::ParseLimits,
+    /// Most links followed from one page (`max_links_per_page`).
+    pub(super) max_links: usize,
+    /// The cap on requests queued in memory (`max_queued_requests`), when the queue is
+    /// in memory.
+    pub(super) queue_cap: Option<usize>,
 }
 
 /// Counts a worker as parked in a render for as long as it lives (a panic or a cancelled
@@ -83,6 +95,8 @@ pub(super) struct Completion {
     pub(super) items: u64,
     pub(super) dropped: u64,
     pub(super) invalid_links: u64,
+    /// Links of the page beyond `max_links_per_page`, dropped.
+    pub(super) links_dropped: u64,
     pub(super) spider_error: bool,
     pub(super) feed_closed: bool,
     /// What the downloader deferred until the request is acknowledged (see
@@ -105,6 +119,7 @@ impl Completion {
             items: 0,
             dropped: 0,
             invalid_links: 0,
+            links_dropped: 0,
             spider_error: false,
             feed_closed: false,
             after_ack: None,
@@ -228,7 +243,7 @@ async fn answered<S: Spider, D: Downloader>(
     } else {
         response
     };
-    parse_page(ctx, req.depth, response, unchanged, done).await
+    parse_page(ctx, req, response, unchanged, done).await
 }
 
 /// A 3xx to follow: its next hop becomes the follow-up request, or the request fails with
@@ -255,12 +270,25 @@ fn redirected(req: Request, response: &Response, feedback: Feedback, max: usize)
     done
 }
 
+/// What the parse pool hands back for one page.
+enum Parsed<I> {
+    /// The page could not be parsed (no encoding fits it, or it is too complex): the
+    /// spider never saw it.
+    Refused(Failure),
+    /// The callback ran: its result, whether it panicked, and what it produced.
+    Called {
+        result: crate::error::Result<()>,
+        panicked: bool,
+        out: Box<Output<I>>,
+    },
+}
+
 /// Have the spider parse the page (its `not_modified` hook when it is `unchanged` and no
 /// copy is at hand), then send its items through the pipelines to the feeds.
 async fn parse_page<S: Spider, D: Downloader>(
     ctx: &Ctx<S, D>,
-    depth: u32,
-    response: Response,
+    req: Request,
+    mut response: Response,
     unchanged: bool,
     mut done: Completion,
 ) -> Completion {
@@ -270,22 +298,59 @@ async fn parse_page<S: Spider, D: Downloader>(
     let callback = response.callback().unwrap_or("parse").to_owned();
     let after_ack = response.take_after_ack();
     let problems = response.problems();
-    let mut out = Output::new(response.base_url().clone(), depth);
-    let call = async {
-        if unchanged {
-            // Unchanged and no copy to replay: the spider's hook decides (default: nothing).
-            ctx.spider.not_modified(response, &mut out).await
-        } else {
-            ctx.spider.parse(response, &mut out).await
+    response.set_parse_limits(ctx.parse_limits);
+    let spider = Arc::clone(&ctx.spider);
+    let depth = req.depth;
+    let max_links = ctx.max_links;
+    let job = async move {
+        // Parsed up front (HTML only: a JSON body is never a tree unless the spider asks),
+        // so that a page that cannot be parsed fails as what it is before the spider runs.
+        if !unchanged
+            && response.is_html()
+            && let Err(failure) = response.parse_html()
+        {
+            return Parsed::Refused(failure);
+        }
+        let mut out = Output::new(response.base_url().clone(), depth).with_max_links(max_links);
+        let call = async {
+            if unchanged {
+                // Unchanged and no copy to replay: the spider's hook decides (default:
+                // nothing).
+                spider.not_modified(response, &mut out).await
+            } else {
+                spider.parse(response, &mut out).await
+            }
+        };
+        // A panic in the callback is caught here, where the page is known, so its log line
+        // names the URL and the callback like any spider error, and the crawl goes on.
+        let (result, panicked) = match AssertUnwindSafe(call).catch_unwind().await {
+            Ok(result) => (result, false),
+            Err(panic) => (Err(panicked_error(panic.as_ref())), true),
+        };
+        Parsed::Called {
+            result,
+            panicked,
+            out: Box::new(out),
         }
     };
-    // A panic in the callback is caught here, where the page is known, so its log line
-    // names the URL and the callback like any spider error, and the crawl goes on.
-    let (result, panicked) = match AssertUnwindSafe(call).catch_unwind().await {
-        Ok(result) => (result, false),
-        Err(panic) => (Err(panicked_error(panic.as_ref())), true),
+    let (result, panicked, mut out) = match on_parse_pool(&ctx.parse_pool, job).await {
+        Parsed::Called {
+            result,
+            panicked,
+            out,
+        } => (result, panicked, out),
+        Parsed::Refused(failure) => return refused(req, failure, done),
     };
-    let problems = std::mem::take(&mut *problems.lock().unwrap_or_else(|p| p.into_inner()));
+    let mut problems = std::mem::take(&mut *problems.lock().unwrap_or_else(|p| p.into_inner()));
+    // A tree parsed when the spider first selected (a body not labelled HTML) may have
+    // crossed the limits too: the page fails as too complex, not as the spider's error.
+    if let Some(i) = problems
+        .iter()
+        .position(|p| p.kind() == crate::error::ErrorKind::TooComplex)
+    {
+        let failure = Failure::new(FailureKind::TooComplex, problems.swap_remove(i).to_string());
+        return refused(req, failure, done);
+    }
     done.spider_error = spider_errors(&url, &callback, &result, &problems);
     if panicked {
         // The callback stopped half-way: its items may be half-built, so none is written.
@@ -309,6 +374,16 @@ async fn parse_page<S: Spider, D: Downloader>(
         }
     }
     done.invalid_links = out.invalid_links();
+    done.links_dropped = out.dropped_links();
+    if done.links_dropped > 0 {
+        // Once per page, not per link: a page of 200,000 links is one event.
+        tracing::warn!(
+            %url,
+            kept = ctx.max_links,
+            dropped = done.links_dropped,
+            "links beyond max_links_per_page dropped"
+        );
+    }
     done.close = out.close_requested().map(str::to_owned);
     let (items, mut requests) = out.into_parts();
     // Follow-ups inherit nothing implicitly except depth; keep the referrer for debugging.
@@ -329,6 +404,39 @@ async fn parse_page<S: Spider, D: Downloader>(
         done.after_ack = after_ack;
     }
     done
+}
+
+/// A page that could not be parsed ends as a failure of its own class (not retried: the
+/// same bytes would fail the same way); its status stays what the server sent.
+fn refused(req: Request, failure: Failure, mut done: Completion) -> Completion {
+    tracing::warn!(url = %req.url, kind = %failure.kind, "page not parsed: {}", failure.message);
+    done.terminal = Terminal::Failed(failure.kind);
+    done.message = failure.message;
+    done.request = Some(req);
+    done
+}
+
+/// Run `job` (the parse and the spider's callback) on a blocking thread, once one of the
+/// pool's permits is free. The callback's own `.await`s still work: the thread drives it
+/// with the runtime's handle, whose reactor and timers run on the runtime's threads.
+async fn on_parse_pool<T: Send + 'static>(
+    pool: &Arc<tokio::sync::Semaphore>,
+    job: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    // The semaphore is never closed, so acquiring fails only if it were; then the job
+    // runs without a permit rather than not at all.
+    let permit = Arc::clone(pool).acquire_owned().await.ok();
+    let handle = tokio::runtime::Handle::current();
+    let task = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        handle.block_on(job)
+    });
+    match task.await {
+        Ok(parsed) => parsed,
+        // The job catches the callback's panics itself; a panic elsewhere in it (the
+        // parser) is the crawler's bug: carry it to the worker, whose task reports it.
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
 }
 
 /// The error standing for a callback's panic, with the panic's message when it has one.
@@ -401,5 +509,13 @@ async fn deliver<S: Spider, D: Downloader>(
             break;
         }
         done.items += 1;
+    }
+}
+
+/// Threads of the parse pool: the setting, or one per core.
+pub(super) fn parse_threads(settings: &crate::settings::Settings) -> usize {
+    match settings.parse_threads {
+        0 => std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+        n => n,
     }
 }

@@ -98,6 +98,33 @@ pub struct Settings {
     pub max_body_size: u64,
     /// Redirects followed per request before failing with `too_many_redirects`. Default 10.
     pub max_redirects: usize,
+    /// Deepest nesting of elements accepted in an HTML page; a deeper page fails as
+    /// `too_complex` and the spider never sees it. Parsing costs the page's elements times
+    /// its depth, so 100,000 nested tags (1 MB) would hold a core for half a minute.
+    /// Browsers stop nesting at a few hundred levels. Default 1024.
+    pub parse_max_depth: u32,
+    /// Most elements accepted in one HTML page; a page with more fails as `too_complex`
+    /// (each element costs memory while the page is parsed). Default 500000.
+    pub parse_max_elements: u64,
+    /// Longest time the HTML parse of one page may take; a slower page fails as
+    /// `too_complex`. The spider's own callback is not cut short. Default 10s.
+    #[serde(with = "humantime_serde")]
+    pub parse_timeout: Duration,
+    /// Most links followed from one page: those a callback emits beyond it are dropped,
+    /// counted in the stats (`links dropped`) and logged once per page. A page of 200,000
+    /// links would otherwise put them all in the queue at once. 0 means no limit.
+    /// Default 10000.
+    pub max_links_per_page: usize,
+    /// Most requests waiting in the queue when it is kept in memory (no `job_dir`, no
+    /// `redis_url`): links found beyond it are dropped, counted as filtered `queue_full`
+    /// and logged the first time. With a job directory the queue is on disk and this does
+    /// not apply. A queued request costs about 750 bytes. 0 means no limit.
+    /// Default 1000000.
+    pub max_queued_requests: usize,
+    /// Threads that parse pages and run the spider's callbacks, off the threads that do the
+    /// network, so a heavy page never delays other hosts' downloads or inflates their
+    /// measured latency; pages beyond this wait their turn. 0 means one per core. Default 0.
+    pub parse_threads: usize,
     /// Obey robots.txt. Default true.
     pub obey_robots: bool,
     /// Deepest link depth followed; 0 means no limit. Default 0.
@@ -361,6 +388,12 @@ impl Default for Settings {
             connect_timeout: Duration::from_secs(10),
             max_body_size: 10 * 1024 * 1024,
             max_redirects: 10,
+            parse_max_depth: 1024,
+            parse_max_elements: 500_000,
+            parse_timeout: Duration::from_secs(10),
+            parse_threads: 0,
+            max_links_per_page: 10_000,
+            max_queued_requests: 1_000_000,
             obey_robots: true,
             depth_limit: 0,
             max_url_length: 2083,
@@ -496,6 +529,15 @@ impl Settings {
         }
         if self.min_rate > self.max_rate {
             return bad(&["min_rate", "max_rate"], "must not exceed max_rate");
+        }
+        if self.parse_max_depth == 0 {
+            return bad(&["parse_max_depth"], "must be at least 1");
+        }
+        if self.parse_max_elements == 0 {
+            return bad(&["parse_max_elements"], "must be at least 1");
+        }
+        if self.parse_timeout.is_zero() {
+            return bad(&["parse_timeout"], "must be longer than 0s");
         }
         if self.burst == 0 {
             return bad(&["burst"], "must be at least 1");

@@ -1,0 +1,350 @@
+//! One crawl of a hostile site (issue 34): 20 good product pages beside one hostile case per
+//! path, each case on a loopback address of its own so that its failures hold only its own
+//! host. Every good item must come out, and every hostile path must end in the failures file
+//! with the class that names what was wrong with it.
+//!
+//! The server is a raw TCP one written here, so each case can break HTTP exactly as a
+//! hostile server would. Everything stays on 127.0.0.0/8.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crawler::prelude::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const GOOD_PAGES: usize = 20;
+
+/// The hostile cases: path, and the failure class the crawl must give it (`None`: the page
+/// must give its item).
+const CASES: &[(&str, Option<&str>)] = &[
+    // 100,000 nested divs (1.1 MB): 33 s of parsing on the runtime before issue 34.
+    ("/deep", Some("too_complex")),
+    // A UTF-8 page labelled UTF-16: its item used to vanish without a word.
+    ("/utf16-lie", None),
+    // Binary data labelled HTML: no encoding fits.
+    ("/binary", Some("decode")),
+    // Content-Length 10,000, 10 bytes, then the connection closes.
+    ("/truncated", Some("connection")),
+    // 1,000 response headers: over the client's limit, for ever.
+    ("/headers", Some("too_large")),
+    // 20 MiB declared and sent, over the 16 MiB cap of this crawl.
+    ("/huge", Some("too_large")),
+    // A redirect to itself.
+    ("/loop", Some("too_many_redirects")),
+    // Headers, then a byte every 200 ms: past download_timeout.
+    ("/slow", Some("timeout")),
+    // 200,000 distinct links: all but max_links_per_page of them dropped, not queued.
+    ("/wide", None),
+];
+
+/// `max_links_per_page` in this crawl.
+const MAX_LINKS: usize = 100;
+const WIDE_LINKS: usize = 200_000;
+
+/// Where the link to the cloud metadata service ends (refused before anything is sent).
+const METADATA: &str = "http://169.254.169.254/latest/meta-data/";
+
+#[derive(Debug, serde::Serialize)]
+struct Product {
+    title: String,
+}
+
+struct Shop {
+    start: String,
+}
+
+impl Spider for Shop {
+    type Item = Product;
+    fn name(&self) -> &str {
+        "shop"
+    }
+    fn start_urls(&self) -> Vec<String> {
+        vec![self.start.clone()]
+    }
+    async fn parse(&self, page: Response, out: &mut Output<Product>) -> Result<()> {
+        if let Some(h1) = page.select_first("div.product h1") {
+            out.item(Product { title: h1.text() });
+        }
+        out.follow_all(page.select("a[href]").attrs("href"));
+        Ok(())
+    }
+}
+
+/// The response to `path` (`host` is the address the request came to, for self links).
+async fn answer(
+    stream: &mut TcpStream,
+    path: &str,
+    host: &str,
+    index: &str,
+) -> std::io::Result<()> {
+    let page = |status: &str, content_type: &str, body: &[u8]| {
+        let mut r = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        r.extend_from_slice(body);
+        r
+    };
+    let product = |title: &str| {
+        format!(
+            "<html><head><title>{title}</title></head><body><div class=\"product\">\
+             <h1>{title}</h1><p class=\"price\">£10.00</p></div></body></html>"
+        )
+    };
+    let bytes = match path {
+        "/" => page("200 OK", "text/html; charset=utf-8", index.as_bytes()),
+        "/robots.txt" => page("404 Not Found", "text/plain", b"no robots here"),
+        p if p.starts_with("/product/") => {
+            let body = product(&format!("Product {}", &p["/product/".len()..]));
+            page("200 OK", "text/html; charset=utf-8", body.as_bytes())
+        }
+        "/deep" => {
+            let body = format!(
+                "<html><body>{}deep{}</body></html>",
+                "<div>".repeat(100_000),
+                "</div>".repeat(100_000)
+            );
+            page("200 OK", "text/html", body.as_bytes())
+        }
+        "/wide" => {
+            let body: String = (0..WIDE_LINKS)
+                .map(|i| format!("<a href=\"/wide-target/{i}\">{i}</a>"))
+                .collect();
+            page("200 OK", "text/html", body.as_bytes())
+        }
+        p if p.starts_with("/wide-target/") => page("200 OK", "text/html", b"<p>empty</p>"),
+        "/utf16-lie" => {
+            let body = product("Café crème brûlée");
+            page("200 OK", "text/html; charset=utf-16", body.as_bytes())
+        }
+        "/binary" => {
+            let body: Vec<u8> = (0..4096u32).map(|i| (i * 7919 % 251) as u8).collect();
+            page("200 OK", "text/html", &body)
+        }
+        "/truncated" => {
+            let head = "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 10000\r\n\
+                        Connection: close\r\n\r\n<html><bo";
+            stream.write_all(head.as_bytes()).await?;
+            return stream.shutdown().await;
+        }
+        "/headers" => {
+            let mut head = String::from("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n");
+            for i in 0..1000 {
+                head.push_str(&format!("X-Filler-{i}: {i}\r\n"));
+            }
+            head.push_str("Content-Length: 2\r\nConnection: close\r\n\r\nok");
+            head.into_bytes()
+        }
+        "/huge" => {
+            let head = "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\
+                        Content-Length: 20971520\r\nConnection: close\r\n\r\n";
+            stream.write_all(head.as_bytes()).await?;
+            let chunk = vec![b'a'; 64 * 1024];
+            for _ in 0..320 {
+                // The crawler hangs up at its cap: the write fails, and that ends it.
+                stream.write_all(&chunk).await?;
+            }
+            return Ok(());
+        }
+        "/loop" => format!(
+            "HTTP/1.1 302 Found\r\nLocation: http://{host}/loop\r\nContent-Length: 0\r\n\
+             Connection: close\r\n\r\n"
+        )
+        .into_bytes(),
+        "/slow" => {
+            let head = "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 1000\r\n\
+                        Connection: close\r\n\r\n";
+            stream.write_all(head.as_bytes()).await?;
+            // Bounded: 50 bytes over 10 s at most, then the server gives up itself.
+            for _ in 0..50 {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                stream.write_all(b"x").await?;
+            }
+            return Ok(());
+        }
+        _ => page("404 Not Found", "text/plain", b"not found"),
+    };
+    stream.write_all(&bytes).await?;
+    stream.shutdown().await
+}
+
+/// Read one request's head and answer it.
+async fn serve(mut stream: TcpStream, index: std::sync::Arc<String>) {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 64 * 1024 {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    let text = String::from_utf8_lossy(&head);
+    let target = text.split_whitespace().nth(1).unwrap_or("/").to_owned();
+    let host = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("host: ")
+                .or_else(|| l.strip_prefix("Host: "))
+        })
+        .unwrap_or("")
+        .trim()
+        .to_owned();
+    let _ = answer(&mut stream, &target, &host, &index).await;
+}
+
+/// Start a listener on `ip` (port 0) serving every path, `index` as its `/`.
+async fn listen(ip: &str, index: std::sync::Arc<String>) -> SocketAddr {
+    let listener = TcpListener::bind((ip, 0)).await.expect("bind on loopback");
+    let addr = listener.local_addr().expect("local addr");
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(serve(stream, std::sync::Arc::clone(&index)));
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_crawl_of_a_hostile_site_keeps_every_good_item_and_names_every_failure() {
+    // Each hostile case on its own loopback address: 127.0.0.2, .3, ...
+    let mut links = Vec::new();
+    let mut expected = BTreeMap::new();
+    for (i, (path, class)) in CASES.iter().enumerate() {
+        let addr = listen(&format!("127.0.0.{}", i + 2), Default::default()).await;
+        let url = format!("http://{addr}{path}");
+        if let Some(class) = class {
+            expected.insert(url.clone(), (*class).to_owned());
+        }
+        links.push(url);
+    }
+    expected.insert(METADATA.to_owned(), "forbidden_address".to_owned());
+    links.push(METADATA.to_owned());
+    for n in 1..=GOOD_PAGES {
+        links.push(format!("/product/{n}"));
+    }
+    let index: String = links
+        .iter()
+        .map(|l| format!("<a href=\"{l}\">{l}</a>\n"))
+        .collect();
+    let good = listen(
+        "127.0.0.1",
+        std::sync::Arc::new(format!("<html><body>{index}</body></html>")),
+    )
+    .await;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let failures = dir.path().join("failures.jsonl");
+    let items = dir.path().join("items.jsonl");
+    let stats = Crawl::new(Shop {
+        start: format!("http://{good}/"),
+    })
+    .feed(&items)
+    .expect("feed path")
+    .set("failures_file", failures.to_string_lossy())
+    .set("throttle", "fixed")
+    .set("download_delay", "0s")
+    .set("concurrency_per_host", "4")
+    .set("max_body_size", (16 << 20).to_string())
+    .set("download_timeout", "2s")
+    .set("retry_times", "1")
+    .set("retry_backoff_base", "10ms")
+    .set("retry_backoff_cap", "50ms")
+    .set("max_links_per_page", MAX_LINKS.to_string())
+    .progress(false)
+    .run()
+    .await
+    .expect("crawl runs");
+
+    let titles: Vec<String> = std::fs::read_to_string(&items)
+        .expect("items file")
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("JSON line");
+            v["title"].as_str().unwrap_or_default().to_owned()
+        })
+        .collect();
+    for n in 1..=GOOD_PAGES {
+        assert!(
+            titles.contains(&format!("Product {n}")),
+            "product {n} missing: {titles:?}\n{stats}"
+        );
+    }
+    assert!(
+        titles.iter().any(|t| t == "Café crème brûlée"),
+        "the page labelled UTF-16 gives its item, decoded: {titles:?}"
+    );
+    assert_eq!(titles.len(), GOOD_PAGES + 1, "{titles:?}");
+
+    let text = std::fs::read_to_string(&failures).expect("failures file");
+    let mut found = BTreeMap::new();
+    for line in text.lines() {
+        let record: serde_json::Value = serde_json::from_str(line).expect("JSON line");
+        let url = record["url"].as_str().unwrap_or_default().to_owned();
+        let reason = record["reason"].as_str().unwrap_or_default().to_owned();
+        found.insert(url, reason);
+    }
+    assert_eq!(found, expected, "failures file:\n{text}\n{stats}");
+    // The wide page's links beyond the cap never reached the queue.
+    assert_eq!(
+        stats.links_dropped,
+        (WIDE_LINKS - MAX_LINKS) as u64,
+        "{stats}"
+    );
+    assert!(stats.requests_enqueued < 200, "{stats}");
+    assert!(stats.reconciles(), "{stats:?}");
+}
+
+/// Follows every link, produces nothing.
+struct Follower {
+    start: String,
+}
+
+impl Spider for Follower {
+    type Item = String;
+    fn name(&self) -> &str {
+        "follower"
+    }
+    fn start_urls(&self) -> Vec<String> {
+        vec![self.start.clone()]
+    }
+    async fn parse(&self, page: Response, out: &mut Output<String>) -> Result<()> {
+        out.follow_all(page.select("a[href]").attrs("href"));
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_of_200000_links_queues_no_more_than_max_queued_requests() {
+    const CAP: usize = 1000;
+    let index: String = (0..WIDE_LINKS)
+        .map(|i| format!("<a href=\"/wide-target/{i}\">{i}</a>"))
+        .collect();
+    let addr = listen("127.0.0.1", std::sync::Arc::new(index)).await;
+    let stats = Crawl::new(Follower {
+        start: format!("http://{addr}/"),
+    })
+    // No cap per page here: the queue's own cap is what is tested.
+    .set("max_links_per_page", "0")
+    .set("max_queued_requests", CAP.to_string())
+    .set("throttle", "fixed")
+    .set("download_delay", "0s")
+    .set("concurrency_per_host", "16")
+    .progress(false)
+    .run()
+    .await
+    .expect("crawl runs");
+    // The page's links met an empty queue: the first CAP went in, the rest were dropped
+    // and counted, and the crawl fetched what it kept.
+    assert_eq!(
+        stats.filtered.get("queue_full").copied(),
+        Some((WIDE_LINKS - CAP) as u64),
+        "{stats}"
+    );
+    assert_eq!(stats.fetched, 1 + CAP as u64, "{stats}");
+    assert_eq!(stats.requests_enqueued, 1 + WIDE_LINKS as u64, "{stats}");
+    assert!(stats.reconciles(), "{stats:?}");
+}
