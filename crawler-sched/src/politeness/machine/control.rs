@@ -21,7 +21,8 @@
 //!    at lowers the ceiling (a server that queues past a pace bounds what it takes as a
 //!    refusal does), and the rate climbs back under it.
 //! 6. **RateLimit headers** steer the rate to the quota left over the time left (this name's
-//!    part of it, when a limiter group shares it), under the ceiling; when they stop coming the host returns to probing.
+//!    part of it, when a limiter group shares it), under the ceiling; when they stop coming
+//!    the host returns to probing.
 
 use crawler_core::{Feedback, RateLimitReading};
 
