@@ -517,6 +517,11 @@ impl<S: Spider> Crawl<S> {
     pub async fn run(self) -> Result<Stats, Error> {
         let show = self.progress;
         let settings = self.effective_settings()?;
+        if settings.log_level != Settings::default().log_level {
+            // Logging was set up before these settings were read (`init_logging` at the top
+            // of `main`); a level the crawl asks for is applied now.
+            set_log_level(&settings.log_level);
+        }
         warn_default_user_agent(&settings);
         let middleware_stats = self.middleware_stats();
         let engine = self.build()?.handle_ctrl_c(true);
@@ -548,15 +553,81 @@ impl<S: Spider> Crawl<S> {
 
 /// Send a `tracing` subscriber to stderr with `RUST_LOG`-style filtering (default `info`),
 /// secrets redacted, colour only on a terminal and without `NO_COLOR` (see [`log_colour`]).
+///
+/// The filter can be changed afterwards: a crawl whose settings give a `log_level` other
+/// than the default applies it when it runs (see [`set_log_level`]), since a program sets up
+/// logging before its settings are read.
 pub fn init_logging() {
     use std::io::IsTerminal;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
+    let lines = tracing_subscriber::fmt::layer()
         .with_ansi(log_colour(std::io::stderr().is_terminal()))
-        .with_writer(progress::RedactingWriter::default)
-        .try_init();
+        .with_writer(progress::RedactingWriter::default);
+    if tracing_subscriber::registry()
+        .with(filter)
+        .with(lines)
+        .try_init()
+        .is_ok()
+    {
+        let _ = LOG_FILTER.set(handle);
+    }
+}
+
+/// The filter of the subscriber [`init_logging`] installed, to change it once settings are
+/// known.
+static LOG_FILTER: std::sync::OnceLock<
+    tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, tracing_subscriber::Registry>,
+> = std::sync::OnceLock::new();
+
+/// Filter the logging [`init_logging`] set up by `level` (a `log_level` setting: see
+/// [`log_level_filter`]). Whether it could: `false` when logging was set up some other way,
+/// or `level` is not a valid filter.
+pub fn set_log_level(level: &str) -> bool {
+    let Some(handle) = LOG_FILTER.get() else {
+        return false;
+    };
+    match tracing_subscriber::EnvFilter::try_new(log_level_filter(level)) {
+        Ok(filter) => handle.reload(filter).is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// The crates whose logs a plain level (`debug`) is about: the framework's.
+const OUR_CRATES: &[&str] = &[
+    "crawler",
+    "crawler_core",
+    "crawler_http",
+    "crawler_sched",
+    "crawler_store",
+    "crawler_cli",
+    "crawler_lab",
+];
+
+/// A `log_level` setting as a `RUST_LOG`-style filter: a plain level (`debug`) applies to
+/// the framework and the running program's own crate, with every other crate at `warn` (at
+/// `debug`, the HTML parser and the CSS engine alone write hundreds of lines a page);
+/// anything else (`info,sled=debug`) is a filter of its own and is taken as written.
+pub fn log_level_filter(level: &str) -> String {
+    let plain = matches!(
+        level.trim().to_ascii_lowercase().as_str(),
+        "error" | "warn" | "info" | "debug" | "trace"
+    );
+    if !plain {
+        return level.to_owned();
+    }
+    let level = level.trim().to_ascii_lowercase();
+    let own = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().replace('-', "_")));
+    let others = if level == "error" { "error" } else { "warn" };
+    let mut directives = vec![others.to_owned()];
+    directives.extend(OUR_CRATES.iter().map(|c| format!("{c}={level}")));
+    directives.extend(own.map(|c| format!("{c}={level}")));
+    directives.join(",")
 }
 
 /// Whether log lines to a destination get colour codes: only when it is a terminal

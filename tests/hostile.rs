@@ -31,6 +31,9 @@ const CASES: &[(&str, Option<&str>)] = &[
     ("/headers", Some("too_large")),
     // 20 MiB declared and sent, over the 16 MiB cap of this crawl.
     ("/huge", Some("too_large")),
+    // No Content-Length, 20 MiB until the connection closes: aborted at the cap while
+    // streaming, and what was read is counted as received.
+    ("/endless", Some("too_large")),
     // A redirect to itself.
     ("/loop", Some("too_many_redirects")),
     // Headers, then a byte every 200 ms: past download_timeout.
@@ -77,7 +80,7 @@ async fn answer(
     stream: &mut TcpStream,
     path: &str,
     host: &str,
-    index: &str,
+    site: &Site,
 ) -> std::io::Result<()> {
     let page = |status: &str, content_type: &str, body: &[u8]| {
         let mut r = format!(
@@ -96,7 +99,11 @@ async fn answer(
         )
     };
     let bytes = match path {
-        "/" => page("200 OK", "text/html; charset=utf-8", index.as_bytes()),
+        "/" => page("200 OK", "text/html; charset=utf-8", site.index.as_bytes()),
+        "/robots.txt" if site.garbage_robots => {
+            let body: Vec<u8> = (0..2048u32).map(|i| (i * 7919 % 251) as u8).collect();
+            page("200 OK", "text/plain", &body)
+        }
         "/robots.txt" => page("404 Not Found", "text/plain", b"no robots here"),
         p if p.starts_with("/product/") => {
             let body = product(&format!("Product {}", &p["/product/".len()..]));
@@ -150,6 +157,15 @@ async fn answer(
             }
             return Ok(());
         }
+        "/endless" => {
+            let head = "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nConnection: close\r\n\r\n";
+            stream.write_all(head.as_bytes()).await?;
+            let chunk = vec![b'a'; 64 * 1024];
+            for _ in 0..320 {
+                stream.write_all(&chunk).await?;
+            }
+            return Ok(());
+        }
         "/loop" => format!(
             "HTTP/1.1 302 Found\r\nLocation: http://{host}/loop\r\nContent-Length: 0\r\n\
              Connection: close\r\n\r\n"
@@ -172,8 +188,17 @@ async fn answer(
     stream.shutdown().await
 }
 
+/// What one listener serves besides the cases.
+#[derive(Default)]
+struct Site {
+    /// Its `/`.
+    index: String,
+    /// Whether its robots.txt is binary garbage.
+    garbage_robots: bool,
+}
+
 /// Read one request's head and answer it.
-async fn serve(mut stream: TcpStream, index: std::sync::Arc<String>) {
+async fn serve(mut stream: TcpStream, site: std::sync::Arc<Site>) {
     let mut head = Vec::new();
     let mut buf = [0u8; 4096];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 64 * 1024 {
@@ -193,16 +218,17 @@ async fn serve(mut stream: TcpStream, index: std::sync::Arc<String>) {
         .unwrap_or("")
         .trim()
         .to_owned();
-    let _ = answer(&mut stream, &target, &host, &index).await;
+    let _ = answer(&mut stream, &target, &host, &site).await;
 }
 
-/// Start a listener on `ip` (port 0) serving every path, `index` as its `/`.
-async fn listen(ip: &str, index: std::sync::Arc<String>) -> SocketAddr {
+/// Start a listener on `ip` (port 0) serving every path and `site`.
+async fn listen(ip: &str, site: Site) -> SocketAddr {
+    let site = std::sync::Arc::new(site);
     let listener = TcpListener::bind((ip, 0)).await.expect("bind on loopback");
     let addr = listener.local_addr().expect("local addr");
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(serve(stream, std::sync::Arc::clone(&index)));
+            tokio::spawn(serve(stream, std::sync::Arc::clone(&site)));
         }
     });
     addr
@@ -214,7 +240,12 @@ async fn one_crawl_of_a_hostile_site_keeps_every_good_item_and_names_every_failu
     let mut links = Vec::new();
     let mut expected = BTreeMap::new();
     for (i, (path, class)) in CASES.iter().enumerate() {
-        let addr = listen(&format!("127.0.0.{}", i + 2), Default::default()).await;
+        // The page labelled UTF-16 also sits behind a robots.txt of binary garbage.
+        let site = Site {
+            garbage_robots: *path == "/utf16-lie",
+            ..Site::default()
+        };
+        let addr = listen(&format!("127.0.0.{}", i + 2), site).await;
         let url = format!("http://{addr}{path}");
         if let Some(class) = class {
             expected.insert(url.clone(), (*class).to_owned());
@@ -232,7 +263,10 @@ async fn one_crawl_of_a_hostile_site_keeps_every_good_item_and_names_every_failu
         .collect();
     let good = listen(
         "127.0.0.1",
-        std::sync::Arc::new(format!("<html><body>{index}</body></html>")),
+        Site {
+            index: format!("<html><body>{index}</body></html>"),
+            garbage_robots: false,
+        },
     )
     .await;
 
@@ -295,6 +329,12 @@ async fn one_crawl_of_a_hostile_site_keeps_every_good_item_and_names_every_failu
         "{stats}"
     );
     assert!(stats.requests_enqueued < 200, "{stats}");
+    // The endless body was read up to the 16 MiB cap before it was aborted: bytes the
+    // network carried, in the stats.
+    assert!(stats.response_bytes > 16 << 20, "{stats}");
+    // The robots.txt of binary garbage was read as no rules (the page behind it gave its
+    // item), and counted.
+    assert_eq!(stats.robots_not_text, 1, "{stats}");
     assert!(stats.reconciles(), "{stats:?}");
 }
 
@@ -323,7 +363,14 @@ async fn a_page_of_200000_links_queues_no_more_than_max_queued_requests() {
     let index: String = (0..WIDE_LINKS)
         .map(|i| format!("<a href=\"/wide-target/{i}\">{i}</a>"))
         .collect();
-    let addr = listen("127.0.0.1", std::sync::Arc::new(index)).await;
+    let addr = listen(
+        "127.0.0.1",
+        Site {
+            index,
+            garbage_robots: false,
+        },
+    )
+    .await;
     let stats = Crawl::new(Follower {
         start: format!("http://{addr}/"),
     })

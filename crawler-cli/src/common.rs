@@ -94,7 +94,7 @@ pub fn init_logging(settings: &Settings) -> Result<(), Error> {
         .as_deref()
         .map(str::trim)
         .filter(|f| !f.is_empty());
-    let _ = match (file, settings.log_format) {
+    let installed = match (file, settings.log_format) {
         (Some(path), format) => {
             let writer = crate::log_file::LogFile::open(path)?;
             let builder = builder.with_ansi(false).with_writer(writer);
@@ -113,42 +113,17 @@ pub fn init_logging(settings: &Settings) -> Result<(), Error> {
             }
         }
     };
+    if installed.is_err() {
+        // The program set up logging itself (`crawler::init_logging()` in its `main`)
+        // before the settings were read: the level they give is applied to that.
+        crawler::set_log_level(&settings.log_level);
+    }
     Ok(())
 }
 
-/// The crates whose logs a plain level (`-L debug`) is about: the framework's and the
-/// running program's own (a project's spiders).
-const OUR_CRATES: &[&str] = &[
-    "crawler",
-    "crawler_core",
-    "crawler_http",
-    "crawler_sched",
-    "crawler_store",
-    "crawler_cli",
-    "crawler_lab",
-];
-
-/// A `log_level` as an `EnvFilter`: a plain level (`debug`) applies to the framework and the
-/// program's own crate, with every other crate at `warn` (at `debug`, the HTML parser and
-/// the CSS engine alone write hundreds of lines a page); anything else (`info,sled=debug`)
-/// is a filter of its own and is taken as written.
+/// A `log_level` as an `EnvFilter` (see [`crawler::log_level_filter`]).
 fn level_filter(level: &str) -> String {
-    let plain = matches!(
-        level.trim().to_ascii_lowercase().as_str(),
-        "error" | "warn" | "info" | "debug" | "trace"
-    );
-    if !plain {
-        return level.to_owned();
-    }
-    let level = level.trim().to_ascii_lowercase();
-    let own = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().replace('-', "_")));
-    let others = if level == "error" { "error" } else { "warn" };
-    let mut directives = vec![others.to_owned()];
-    directives.extend(OUR_CRATES.iter().map(|c| format!("{c}={level}")));
-    directives.extend(own.map(|c| format!("{c}={level}")));
-    directives.join(",")
+    crawler::log_level_filter(level)
 }
 
 /// Run a built engine with Ctrl-C handling, the progress display (unless `quiet`) and the

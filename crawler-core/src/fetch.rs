@@ -89,6 +89,10 @@ pub struct Failure {
     pub message: String,
     /// The last HTTP status seen, if any.
     pub status: Option<u16>,
+    /// Body bytes received before the request failed (a body aborted at `max_body_size`,
+    /// cut off, or a challenge page): they crossed the network, so the stats' bytes
+    /// received count them.
+    pub bytes: u64,
 }
 
 impl Failure {
@@ -98,6 +102,7 @@ impl Failure {
             kind,
             message: message.into(),
             status: None,
+            bytes: 0,
         }
     }
 }
@@ -148,6 +153,9 @@ pub struct Feedback {
     /// `retry_after` when the robots.txt response carried one, else by a growing backoff)
     /// and skipped once the outage outlasts `robots_outage_max`.
     pub robots_unavailable: bool,
+    /// This send fetched a robots.txt that is not text (binary data): read as having no
+    /// rules, as before, but warned about and counted (`robots_not_text` in the stats).
+    pub robots_not_text: bool,
     /// How far the server's clock (its `Date` header) is ahead of ours, negative when
     /// behind; `None` without a usable `Date` or when the offset is implausible (over 24 h).
     /// Waits above are already corrected with it; this is for logs and diagnostics.

@@ -36,7 +36,8 @@ pub struct Stats {
     pub pending: u64,
     /// HTTP responses by status code.
     pub status: BTreeMap<u16, u64>,
-    /// Body bytes received (after decompression).
+    /// Body bytes received (after decompression), those of bodies aborted at
+    /// `max_body_size` or cut off included.
     pub response_bytes: u64,
     /// Items written to the feeds.
     pub items_scraped: u64,
@@ -57,6 +58,8 @@ pub struct Stats {
     /// Links dropped because their page had more than `max_links_per_page` (never offered
     /// to the frontier, so not in `requests_enqueued`).
     pub links_dropped: u64,
+    /// robots.txt files fetched that were not text (binary data), read as having no rules.
+    pub robots_not_text: u64,
     /// Per-host figures of the busiest hosts: the 50 busiest while the crawl runs
     /// (`PROGRESS_HOSTS`), the 1,000 busiest in the final stats (`FINAL_HOSTS`).
     pub hosts: Vec<crate::fetch::HostStats>,
@@ -185,6 +188,9 @@ impl fmt::Display for Stats {
         )?;
         writeln!(f, "  spider errors      {}", self.spider_errors)?;
         writeln!(f, "  invalid links      {}", self.invalid_links)?;
+        if self.robots_not_text > 0 {
+            writeln!(f, "  robots not text    {}", self.robots_not_text)?;
+        }
         if self.links_dropped > 0 {
             writeln!(f, "  links dropped      {}", self.links_dropped)?;
         }

@@ -98,6 +98,7 @@ fn failure(kind: FailureKind, status: u16, message: String) -> Failure {
         kind,
         message,
         status: Some(status),
+        bytes: 0,
     }
 }
 

@@ -235,6 +235,7 @@ fn account<Q: Scheduler>(
     stats.items_dropped += done.dropped;
     stats.invalid_links += done.invalid_links;
     stats.links_dropped += done.links_dropped;
+    stats.robots_not_text += u64::from(done.feedback.robots_not_text);
     stats.spider_errors += u64::from(done.spider_error);
     let now = Instant::now();
     let before = scheduler.queued();

@@ -163,10 +163,12 @@ pub(super) async fn work<S: Spider, D: Downloader>(
             kind,
             message,
             status,
+            bytes,
         }) => {
             tracing::debug!(url = %req.url, %kind, "request failed: {message}");
             let mut c = Completion::new(feedback, Terminal::Failed(kind));
             c.status = status;
+            c.bytes = bytes;
             c.request = Some(req);
             c.message = message;
             return c;

@@ -308,6 +308,7 @@ impl<D: Downloader> Downloader for Middlewares<D> {
                     kind: FailureKind::SoftBlock,
                     message: format!("retry asked by middleware {name}: {why}"),
                     status: Some(status),
+                    bytes: 0,
                 }),
                 feedback,
             },

@@ -40,13 +40,18 @@ impl HttpDownloader {
         // A body that fails after the head arrived carries the status it came with (as
         // `too_large` does): the server answered, and its slot reads it as an answer, not as
         // a refused connection; the page is retried as a connection failure.
-        let cut = |e| Failure {
+        // What was read before a failure is counted as received (the stats' bytes): a
+        // 10 MiB body aborted at the cap cost 10 MiB of the network.
+        while let Some(chunk) = resp.chunk().await.map_err(|e| Failure {
             status: Some(status),
+            bytes: body.len() as u64,
             ..classify(e)
-        };
-        while let Some(chunk) = resp.chunk().await.map_err(cut)? {
+        })? {
             if body.len() as u64 + chunk.len() as u64 > max_body {
-                return Err(too_large(max_body, status));
+                return Err(Failure {
+                    bytes: (body.len() + chunk.len()) as u64,
+                    ..too_large(max_body, status)
+                });
             }
             body.extend_from_slice(&chunk);
         }
@@ -75,6 +80,7 @@ fn too_large(cap: u64, status: u16) -> Failure {
         kind: FailureKind::TooLarge,
         message: format!("body larger than max_body_size ({cap} bytes)"),
         status: Some(status),
+        bytes: 0,
     }
 }
 
@@ -156,6 +162,7 @@ pub(super) fn classify(e: reqwest::Error) -> Failure {
             kind: FailureKind::TooLarge,
             message: format!("response headers over the HTTP client's limits: {chain}"),
             status: None,
+            bytes: 0,
         };
     } else if cut_off(&e) {
         // A connection reset or closed mid-exchange (a body shorter than its
@@ -188,5 +195,6 @@ pub(super) fn classify(e: reqwest::Error) -> Failure {
         kind,
         message: chain,
         status: e.status().map(|s| s.as_u16()),
+        bytes: 0,
     }
 }

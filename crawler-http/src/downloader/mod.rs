@@ -355,6 +355,7 @@ impl Downloader for HttpDownloader {
                         kind: FailureKind::SoftBlock,
                         message: "challenge page instead of content".to_owned(),
                         status: Some(status),
+                        bytes: body.len() as u64,
                     })
                 } else {
                     // What the response teaches about its URL is recorded once the engine

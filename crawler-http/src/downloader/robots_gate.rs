@@ -72,6 +72,7 @@ impl HttpDownloader {
             )
             .await;
         feedback.sent = fetched;
+        feedback.robots_not_text = fetched && rules.not_text();
         if fetched {
             feedback.latency = started.elapsed();
             feedback.sent_at = Some(started);

@@ -188,6 +188,7 @@ pub(super) fn verdict(
         )
     };
     let mut was_truncated = false;
+    let mut not_text = false;
     let mut asked_wait = None;
     let (access, status, ttl) = match got {
         Retrieved::Body {
@@ -197,6 +198,16 @@ pub(super) fn verdict(
             ..
         } if (200..300).contains(&status) => {
             was_truncated = truncated;
+            not_text = !looks_like_text(&body);
+            if not_text {
+                // Read as before (no line parses, so no rules), but not in silence: a
+                // server that answers robots.txt with binary data is broken, and whoever
+                // runs the crawl should hear of it.
+                tracing::warn!(
+                    url = robots_url,
+                    "robots.txt is not text (binary data): read as having no rules"
+                );
+            }
             (
                 Access::Parsed(Box::new(RobotsTxt::parse(agent, &body))),
                 RobotsStatus::Fetched { status },
@@ -223,7 +234,19 @@ pub(super) fn verdict(
             status,
             expires: now + ttl,
             retry_after: asked_wait,
+            not_text,
         },
         was_truncated,
     )
+}
+
+/// Whether the start of a robots.txt reads as text: a zero byte, or more than one byte in
+/// sixteen a control character other than whitespace, says binary data.
+fn looks_like_text(body: &[u8]) -> bool {
+    let head = &body[..body.len().min(1024)];
+    let controls = head
+        .iter()
+        .filter(|&&b| b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r' | 0x0c))
+        .count();
+    controls * 16 <= head.len()
 }

@@ -112,6 +112,8 @@ pub struct RobotsRules {
     expires: Instant,
     /// The Retry-After of an unreachable robots.txt's response, if it sent one.
     retry_after: Option<Duration>,
+    /// The file was fetched but is not text (binary data): read as having no rules.
+    not_text: bool,
 }
 
 /// What an origin lets us fetch: everything (no usable robots.txt), nothing (robots.txt
@@ -125,6 +127,11 @@ enum Access {
 }
 
 impl RobotsRules {
+    /// Whether the fetched file was not text (binary data), and so gave no rules.
+    pub fn not_text(&self) -> bool {
+        self.not_text
+    }
+
     /// Whether `url` may be fetched.
     pub fn allowed(&self, url: &Url) -> bool {
         match &self.access {

@@ -16,6 +16,7 @@ fn rules_of(agent: &str, txt: &[u8]) -> RobotsRules {
         status: RobotsStatus::Fetched { status: 200 },
         expires: Instant::now(),
         retry_after: None,
+        not_text: false,
     }
 }
 
@@ -163,4 +164,34 @@ fn a_rule_too_big_for_texting_robots_regex_is_applied() {
             .allowed
     );
     assert!(ours.decide(&Url::parse("http://h/public").unwrap()).allowed);
+}
+
+#[test]
+fn binary_robots_txt_is_no_rules_and_flagged() {
+    let garbage: Vec<u8> = (0..2048u32).map(|i| (i * 7919 % 251) as u8).collect();
+    let got = super::fetch::Retrieved::Body {
+        status: 200,
+        body: garbage,
+        truncated: false,
+        retry_after: None,
+    };
+    let options = RobotsOptions::default();
+    let (rules, _) = super::fetch::verdict("http://h/robots.txt", got, "crawler", &options);
+    assert!(rules.not_text());
+    assert!(rules.allowed(&Url::parse("http://h/anything").unwrap()));
+    // A real file, and one with a stray control character, are text.
+    for text in [
+        &b"User-agent: *\nDisallow: /x\n"[..],
+        b"# a stray \x1b escape\nUser-agent: *\nDisallow: /x\n",
+    ] {
+        let got = super::fetch::Retrieved::Body {
+            status: 200,
+            body: text.to_vec(),
+            truncated: false,
+            retry_after: None,
+        };
+        let (rules, _) = super::fetch::verdict("http://h/robots.txt", got, "crawler", &options);
+        assert!(!rules.not_text());
+        assert!(!rules.allowed(&Url::parse("http://h/x").unwrap()));
+    }
 }
