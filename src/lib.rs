@@ -50,6 +50,10 @@ pub mod sitemaps;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// Rendering in chromium (the `browser` feature): [`browser::BrowserConfig`] and the
+/// [`browser::Rendering`] download handler a [`Crawl`] puts under its middlewares.
+#[cfg(feature = "browser")]
+pub use crawler_browser as browser;
 pub use crawler_core as core;
 pub use crawler_http as http;
 pub use crawler_sched as sched;
@@ -117,11 +121,45 @@ pub mod prelude {
 /// The spider and the downloader come wrapped in their middleware stacks
 /// ([`Crawl::spider_middleware`], [`Crawl::downloader_middleware`] and the
 /// `spider_middlewares` / `downloader_middlewares` settings).
-pub type HttpEngine<S> = Engine<
-    SpiderWithMiddlewares<S>,
-    Middlewares<HttpDownloader>,
-    FleetFrontier<Box<dyn QueueStore>>,
->;
+pub type HttpEngine<S> =
+    Engine<SpiderWithMiddlewares<S>, Middlewares<Fetcher>, FleetFrontier<Box<dyn QueueStore>>>;
+
+/// What a [`Crawl`]'s middlewares wrap: the HTTP downloader, under the browser's download
+/// handler with the `browser` feature (which renders the pages that ask for it and leaves
+/// every other request to HTTP).
+#[cfg(feature = "browser")]
+pub type Fetcher = crawler_browser::Rendering<HttpDownloader>;
+/// What a [`Crawl`]'s middlewares wrap: the HTTP downloader.
+#[cfg(not(feature = "browser"))]
+pub type Fetcher = HttpDownloader;
+
+/// The HTTP downloader under the browser's download handler.
+#[cfg(feature = "browser")]
+fn fetcher(http: HttpDownloader, settings: &Settings) -> Result<Fetcher, Error> {
+    let config = crawler_browser::BrowserConfig::from_settings(settings);
+    // A crawl that renders finds out at once when there is no browser to render with, not
+    // at its first page.
+    if config.render_all || config.hosts.iter().any(|r| r.render == Some(true)) {
+        config
+            .find_executable()
+            .map_err(|e| Error::new(ErrorKind::Settings, e.to_string()))?;
+    }
+    Ok(crawler_browser::Rendering::new(http, config))
+}
+
+/// Without the `browser` feature, the `render` settings are refused, never ignored
+/// (requests that ask for rendering in code are fetched without it).
+#[cfg(not(feature = "browser"))]
+fn fetcher(http: HttpDownloader, settings: &Settings) -> Result<Fetcher, Error> {
+    if settings.render || settings.hosts.iter().any(|r| r.render == Some(true)) {
+        return Err(Error::new(
+            ErrorKind::Settings,
+            "render is set, but this program was built without the `browser` feature of \
+             the crawler crate (in Cargo.toml: crawler = { ..., features = [\"browser\"] })",
+        ));
+    }
+    Ok(http)
+}
 
 /// Open (or resume) the job directory's persistent frontier. Settings that change what the
 /// frontier holds (allowed domains, depth and URL-length limits) are part of the job's
@@ -446,6 +484,7 @@ impl<S: Spider> Crawl<S> {
         check_guard(&settings)?;
         let downloader =
             conditional::attach(HttpDownloader::new(&settings)?, &settings, self.conditional)?;
+        let downloader = fetcher(downloader, &settings)?;
         let downloader = Middlewares::new(
             downloader,
             crawler_http::downloader_stack(&settings, self.downloader_middlewares)?,
@@ -655,6 +694,37 @@ pub fn warn_default_user_agent(settings: &Settings) {
 #[cfg(test)]
 mod tests {
     use std::ffi::OsStr;
+
+    /// Without the `browser` feature, asking for rendering in the settings is an error that
+    /// names the feature, for the whole crawl and for a host.
+    #[cfg(not(feature = "browser"))]
+    #[test]
+    fn render_without_the_browser_feature_is_refused() {
+        use crawler_core::{Output, Response, Spider};
+        struct Nothing;
+        impl Spider for Nothing {
+            type Item = ();
+            fn name(&self) -> &str {
+                "nothing"
+            }
+            async fn parse(&self, _: Response, _: &mut Output<()>) -> crawler_core::Result<()> {
+                Ok(())
+            }
+        }
+        let e = super::Crawl::new(Nothing)
+            .set("render", "true")
+            .build()
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("`browser` feature"), "{e}");
+        let e = super::Crawl::new(Nothing)
+            .set("hosts", r#"[{"match":"js.example","render":true}]"#)
+            .build()
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("`browser` feature"), "{e}");
+        assert!(super::Crawl::new(Nothing).build().is_ok());
+    }
 
     #[test]
     fn colour_only_on_a_terminal_without_no_color() {

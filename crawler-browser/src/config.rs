@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crawler_core::{Request, Settings};
+use crawler_core::{HostRule, Request, Settings};
 
 use crate::error::{Error, Result};
 
@@ -33,10 +33,11 @@ pub struct BrowserConfig {
     /// `Stylesheet`, `Script`, `XHR`, `Fetch`, …, case-insensitive) answered as blocked
     /// without a request. Default: images, media and fonts.
     pub block: Vec<String>,
-    /// Render every page, not only the requests that ask for it.
+    /// Render every page, not only the requests that ask for it (the `render` setting).
     pub render_all: bool,
-    /// Render every page of these hosts (exact names, or `*.example.com` for subdomains).
-    pub render_hosts: Vec<String>,
+    /// The `[[hosts]]` rules: the first that matches a page's host decides, with its
+    /// `render`, whether the host's pages are rendered (as for every per-host setting).
+    pub hosts: Vec<HostRule>,
     /// The User-Agent the browser presents to the pages' scripts (its requests carry the
     /// crawl's own, set by the downloader).
     pub user_agent: Option<String>,
@@ -54,7 +55,7 @@ impl Default for BrowserConfig {
             launch_timeout: Duration::from_secs(20),
             block: vec!["image".into(), "media".into(), "font".into()],
             render_all: false,
-            render_hosts: Vec::new(),
+            hosts: Vec::new(),
             user_agent: None,
             crash_retries: 2,
         }
@@ -62,12 +63,18 @@ impl Default for BrowserConfig {
 }
 
 impl BrowserConfig {
-    /// The defaults, with the crawl's User-Agent and its `download_timeout` as the page
-    /// deadline.
+    /// From the crawl's settings: `render`, the `browser_*` settings, the `[[hosts]]`
+    /// rules, and the crawl's User-Agent for the browser to present.
     pub fn from_settings(settings: &Settings) -> Self {
         Self {
+            executable: (!settings.browser_executable.trim().is_empty())
+                .then(|| PathBuf::from(settings.browser_executable.trim())),
+            tabs: settings.browser_tabs.max(1),
+            page_timeout: settings.browser_page_timeout,
+            block: settings.browser_block.clone(),
+            render_all: settings.render,
+            hosts: settings.hosts.clone(),
             user_agent: Some(settings.user_agent.clone()),
-            page_timeout: settings.download_timeout,
             ..Self::default()
         }
     }
@@ -102,9 +109,14 @@ impl BrowserConfig {
         self
     }
 
-    /// Render every page of `host` (or `*.domain` for its subdomains).
-    pub fn render_host(mut self, host: impl Into<String>) -> Self {
-        self.render_hosts.push(host.into());
+    /// Render every page of the hosts matching `pattern` (a `[[hosts]]` glob:
+    /// `*.example.com`, `127.0.0.1:*`), ahead of the rules already given.
+    pub fn render_host(mut self, pattern: impl Into<String>) -> Self {
+        let rule = serde_json::json!({ "match": pattern.into(), "render": true });
+        // A rule of a string and a boolean always reads.
+        if let Ok(rule) = serde_json::from_value::<HostRule>(rule) {
+            self.hosts.insert(0, rule);
+        }
         self
     }
 
@@ -115,29 +127,21 @@ impl BrowserConfig {
             .any(|b| b.eq_ignore_ascii_case(resource_type))
     }
 
-    /// Whether every page of `request`'s host is rendered by this configuration.
+    /// Whether every page of `request`'s host is rendered by this configuration: the first
+    /// `[[hosts]]` rule matching the host decides when it says, else `render_all`.
     pub fn renders_host(&self, request: &Request) -> bool {
-        if self.render_all {
-            return true;
-        }
         let Some(host) = request.url.host_str() else {
             return false;
         };
-        self.render_hosts
+        let key = match request.url.port() {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_owned(),
+        };
+        self.hosts
             .iter()
-            .any(|rule| match rule.strip_prefix("*.") {
-                Some(domain) => {
-                    host.eq_ignore_ascii_case(domain)
-                        || host
-                            .len()
-                            .checked_sub(domain.len() + 1)
-                            .and_then(|cut| host.get(cut..))
-                            .is_some_and(|tail| {
-                                tail.starts_with('.') && tail[1..].eq_ignore_ascii_case(domain)
-                            })
-                }
-                None => host.eq_ignore_ascii_case(rule),
-            })
+            .find(|rule| rule.matches(&key))
+            .and_then(|rule| rule.render)
+            .unwrap_or(self.render_all)
     }
 
     /// The executable to run: the configured one, else the first of chromium's usual names
@@ -186,15 +190,32 @@ mod tests {
             .render_host("*.js.example");
         let r = |u: &str| Request::get(u).expect("url");
         assert!(c.renders_host(&r("http://shop.example/a")));
+        assert!(c.renders_host(&r("http://shop.example:8080/a")));
         assert!(!c.renders_host(&r("http://other.example/a")));
         assert!(c.renders_host(&r("http://a.js.example/")));
-        assert!(c.renders_host(&r("http://js.example/")));
         assert!(!c.renders_host(&r("http://notjs.example/")));
         assert!(
             BrowserConfig::default()
                 .render_all(true)
                 .renders_host(&r("http://x.example/"))
         );
+    }
+
+    #[test]
+    fn settings_render_all_but_where_a_host_rule_says_otherwise() {
+        let mut s = Settings::default();
+        s.set("render", "true").expect("render");
+        s.set("browser_tabs", "3").expect("tabs");
+        s.set("hosts", r#"[{"match":"static.example","render":false}]"#)
+            .expect("hosts");
+        let c = BrowserConfig::from_settings(&s);
+        assert_eq!(c.tabs, 3);
+        let r = |u: &str| Request::get(u).expect("url");
+        assert!(c.renders_host(&r("http://shop.example/")));
+        assert!(!c.renders_host(&r("http://static.example/")));
+        let off = BrowserConfig::from_settings(&Settings::default());
+        assert!(!off.renders_host(&r("http://shop.example/")));
+        assert_eq!(off.executable, None);
     }
 
     #[test]

@@ -148,16 +148,23 @@ impl<D: Downloader> Downloader for Rendering<D> {
             let _ = timeout(CLOSE_TIMEOUT, tab.close()).await;
             match result {
                 Ok(Ok(html)) => return Fetched::Response(rendered(request, &response, html)),
-                Ok(Err(Failed::Page(failure))) => return Fetched::Failed(failure),
-                Ok(Err(Failed::Browser(why))) => {
+                Ok(Err(failed)) => {
+                    // Whatever the page made of it (a wait or a script that failed), a
+                    // browser that died under it is the cause: a new one, another try.
                     if alive(&browser).await {
-                        // The browser is fine: the page itself broke it (a navigation that
-                        // was a download, an aborted load).
-                        return Fetched::Failed(Failure::new(
-                            FailureKind::Other,
-                            format!("render failed: {why}"),
-                        ));
+                        return Fetched::Failed(match failed {
+                            Failed::Page(failure) => failure,
+                            // The browser is fine: the page itself broke the render (a
+                            // navigation that was a download, an aborted load).
+                            Failed::Browser(why) => {
+                                Failure::new(FailureKind::Other, format!("render failed: {why}"))
+                            }
+                        });
                     }
+                    let why = match failed {
+                        Failed::Page(f) => f.message,
+                        Failed::Browser(why) => why,
+                    };
                     tracing::warn!(url = %request.url, attempt, "the browser died under the page: {why}");
                     last = why;
                     self.pool.discard(browser.generation).await;

@@ -243,3 +243,55 @@ async fn a_429_on_a_subrequest_holds_its_host_and_nothing_is_sent_inside_the_hol
     site.shutdown().await;
     assets.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_killed_mid_crawl_is_replaced_and_every_book_still_comes() {
+    let (site, assets) = labs(Scenario::open()).await;
+    let http = HttpDownloader::new(&settings()).expect("http client");
+    let rendering = Rendering::new(http, BrowserConfig::from_settings(&settings()).tabs(1));
+    let monitor = rendering.monitor();
+    let frontier = Frontier::new(FrontierConfig::from_settings(&settings(), vec![]));
+    let items = Collect::default();
+    let spider = JsBooks {
+        start: site.url_for("/js/page-1.html"),
+    };
+    let engine = Engine::new(spider, rendering, frontier, settings()).pipeline(items.clone());
+    let crawl = tokio::spawn(engine.run());
+    // Kill the browser once it is rendering the first page (its script asked the API).
+    let first = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let asked = site
+                .recorder()
+                .requests()
+                .iter()
+                .any(|r| r.path.starts_with("/api/books"));
+            if let (true, Some(pid)) = (asked, monitor.browser_pid().await) {
+                return pid;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the browser renders the first page");
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &first.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let stats = tokio::time::timeout(Duration::from_secs(90), crawl)
+        .await
+        .expect("the crawl ends")
+        .expect("the crawl task")
+        .expect("the crawl runs");
+    let mut books = items.0.lock().expect("lock").clone();
+    books.sort();
+    assert_eq!(
+        books,
+        expected(&site),
+        "every book despite the kill: {stats:?}"
+    );
+    assert!(monitor.browser_restarts() >= 1, "a new browser was started");
+    assert_ne!(monitor.browser_pid().await, Some(first));
+    site.shutdown().await;
+    assets.shutdown().await;
+}

@@ -172,6 +172,9 @@ impl fmt::Display for Stats {
             writeln!(f, "  skipped (host)     {}", self.skipped_host)?;
         }
         writeln!(f, "  retries            {}", self.retries)?;
+        if !self.subrequests.is_empty() {
+            writeln!(f, "  sub-requests       {}", join(&self.subrequests))?;
+        }
         if self.pending > 0 {
             writeln!(f, "  pending (stopped)  {}", self.pending)?;
         }

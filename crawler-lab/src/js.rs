@@ -8,7 +8,8 @@
 //! `/api/books?page=N` (`<li class="book"><a class="title" href=URL>TITLE</a> <span
 //! class="price">£P</span></li>`, then `data-loaded="1"` on the list) and, only once the
 //! button is clicked or the page scrolled to its end, shows the link to the next page
-//! (`<a class="next" href="/js/page-N+1.html">`). The asset host is the lab itself unless
+//! (`<a class="next" href="/js/page-N+1.html">`; each book is 120 px high, so a page
+//! of books is taller than a browser's window and has an end to scroll to). The asset host is the lab itself unless
 //! [`LabBuilder::js_assets`](crate::LabBuilder::js_assets) names another (a second lab, so
 //! the scripts and images come from a host with its own robots.txt and budget).
 
@@ -105,6 +106,7 @@ pub(crate) fn route(shared: &Shared, path: &str, reply: &mut Reply) -> bool {
     put!(
         &mut reply.body,
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>JavaScript catalogue, page {n} of {pages}</title>\n\
+         <style>li.book {{ min-height: 120px }}</style>\n\
          <script src=\"{assets}/js/app.js\"></script>\n\
          <script src=\"/private/tracker.js\"></script>\n\
          </head><body>\n<h1>Books, page {n}</h1>\n\

@@ -269,21 +269,28 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
         // move its host's next slot (a hold, or a send that left late), and a request
         // handed out before it is read would go at the old time.
         self.take_early_reports(Instant::now());
-        // Workers parked in a render wait for sub-requests, not for the network; and while
-        // sub-requests are queued they must be handed out whatever the limit (see
-        // `subrequests`).
+        // Workers parked in a render wait for sub-requests, not for the network, so they do
+        // not count: the others finish on their own (a fetch, a parse), so a sub-request
+        // waits at most for one of them, never for a page that waits for it.
         loop {
             let parked = self.ctx.parked.load(Ordering::Relaxed);
             let active = self.tasks.len().saturating_sub(parked);
             let room = !self.stopping && active < self.settings.concurrency;
-            if !room && self.subs.queued == 0 {
+            // Stopping: no new page, but the pages still rendering need their sub-requests.
+            let subs_only = self.stopping && self.subs.queued > 0;
+            if !room && !subs_only {
                 break;
             }
             match self.scheduler.next(Instant::now()) {
                 Next::Ready(lease, req) if sub_id(&req).is_some() => {
                     self.start_sub(lease, req, Arc::clone(&self.ctx));
                 }
-                Next::Ready(lease, req) if self.stopping => self.give_back(lease, req),
+                Next::Ready(lease, req) if self.stopping => {
+                    // Unsent, so its slot gets the send back; and the loop ends here, as the
+                    // same page would come out again at once (the ticker tries again).
+                    self.give_back(lease, req);
+                    break;
+                }
                 Next::Ready(lease, req) => {
                     let report = Report {
                         lease,

@@ -6,9 +6,9 @@
 //! downloader instead of to the spider, and it is counted in `Stats::subrequests`, not
 //! among the crawl's pages.
 //!
-//! They are not counted against `concurrency`: the pages that wait for them already are
-//! (or are parked while they render), and a page's sub-requests that waited for a free
-//! worker behind other pages would deadlock a crawl of rendered pages.
+//! They are not counted against `concurrency`, and neither are the pages parked in a render
+//! waiting for them: counted, a crawl of rendered pages would fill its workers with pages
+//! whose sub-requests could never be handed out.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,9 +34,8 @@ pub(super) struct Subs {
     /// Downloaders waiting for an answer, by the id in the request's meta.
     waiting: HashMap<u64, oneshot::Sender<Download>>,
     seq: u64,
-    /// Sub-requests in the frontier and not yet handed out: while there are any, the engine
-    /// asks the scheduler for work even at its concurrency limit (pages in flight wait for
-    /// them).
+    /// Sub-requests in the frontier and not yet handed out: while there are any, a stopping
+    /// crawl still asks the scheduler for them (pages in flight wait for them).
     pub(super) queued: usize,
     pub(super) tasks: JoinSet<SubDone>,
     leases: HashMap<Id, Lease>,

@@ -85,7 +85,8 @@ pub fn settings_markdown() -> String {
          | `concurrency` | `concurrency_per_host` |\n\
          | `delay` | `download_delay` |\n\
          | `start_rate` | `start_rate` |\n\
-         | `ignore_robots` | `obey_robots = false` (hosts you own only) |\n\n\
+         | `ignore_robots` | `obey_robots = false` (hosts you own only) |\n\
+         | `render` | `render` (pages rendered in a browser; the `browser` feature) |\n\n\
          ```toml\n[[hosts]]\nmatch = \"127.0.0.1:*\"\nrate = 200\nconcurrency = 16\n\
          delay = \"0s\"\nignore_robots = true\n```\n",
     );

@@ -44,6 +44,9 @@ pub struct HostRule {
     /// hosts you own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ignore_robots: Option<bool>,
+    /// Render this host's pages in a browser (sets `render`; needs the `browser` feature).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub render: Option<bool>,
 }
 
 /// The fields of a `[[hosts]]` rule, as written in crawler.toml.
@@ -55,6 +58,7 @@ pub const HOST_RULE_KEYS: &[&str] = &[
     "delay",
     "start_rate",
     "ignore_robots",
+    "render",
 ];
 
 impl HostRule {

@@ -16,6 +16,7 @@ const PER_HOST_KEYS: &[&str] = &[
     "concurrency_per_host",
     "download_delay",
     "obey_robots",
+    "render",
 ];
 
 /// One block per rule, in the order rules are tried; empty without rules.

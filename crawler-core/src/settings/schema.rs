@@ -127,6 +127,25 @@ pub struct Settings {
     pub parse_threads: usize,
     /// Obey robots.txt. Default true.
     pub obey_robots: bool,
+    /// Render every page in a browser before the spider sees it, as if each request asked
+    /// with `.render()` (a `[[hosts]]` rule's `render` does it for some hosts). Needs the
+    /// `browser` feature of the crawler crate; a crawl that sets it without is refused.
+    /// Default false.
+    pub render: bool,
+    /// Browser: the chromium (or Chrome) executable; empty looks for `chromium`,
+    /// `chromium-browser`, `google-chrome` on `PATH`. Default empty.
+    pub browser_executable: String,
+    /// Browser: pages rendered at once, one tab each (the bound on the browser's memory).
+    /// Default 2.
+    pub browser_tabs: usize,
+    /// Browser: the longest one page's render may take, from waiting for a tab to the DOM
+    /// taken, its sub-requests (paced by their hosts' slots) included. Default 30s.
+    #[serde(with = "humantime_serde")]
+    pub browser_page_timeout: Duration,
+    /// Browser: resource types a page may not load, refused without a request (the DevTools
+    /// names: `image`, `media`, `font`, `stylesheet`, `script`, `xhr`, `fetch`, `other`).
+    /// Default image, media, font.
+    pub browser_block: Vec<String>,
     /// Deepest link depth followed; 0 means no limit. Default 0.
     pub depth_limit: u32,
     /// Longest URL accepted; longer ones are filtered as `url_too_long`. Default 2083.
@@ -395,6 +414,11 @@ impl Default for Settings {
             max_links_per_page: 10_000,
             max_queued_requests: 1_000_000,
             obey_robots: true,
+            render: false,
+            browser_executable: String::new(),
+            browser_tabs: 2,
+            browser_page_timeout: Duration::from_secs(30),
+            browser_block: vec!["image".into(), "media".into(), "font".into()],
             depth_limit: 0,
             max_url_length: 2083,
             close_item_count: 0,
@@ -513,6 +537,12 @@ impl Settings {
         }
         if self.download_timeout.is_zero() {
             return bad(&["download_timeout"], "must be longer than 0s");
+        }
+        if self.browser_tabs == 0 {
+            return bad(&["browser_tabs"], "must be at least 1");
+        }
+        if self.browser_page_timeout.is_zero() {
+            return bad(&["browser_page_timeout"], "must be longer than 0s");
         }
         if self.max_body_size == 0 {
             return bad(&["max_body_size"], "must be at least 1 byte");
@@ -670,6 +700,9 @@ impl HostRule {
         }
         if let Some(ignore) = self.ignore_robots {
             s.obey_robots = !ignore;
+        }
+        if let Some(render) = self.render {
+            s.render = render;
         }
     }
 }

@@ -130,6 +130,13 @@ pub const SECTIONS: &[Section] = &[
         prefixes: &["cookies_", "http_auth_"],
     },
     Section {
+        name: "browser",
+        about: "Rendering pages in chromium (the `browser` feature): which pages, how many \
+                at once, how long, what they may load.",
+        keys: &["render"],
+        prefixes: &["browser_"],
+    },
+    Section {
         name: "logging",
         about: "Log level and format, and progress lines.",
         keys: &["progress_interval"],

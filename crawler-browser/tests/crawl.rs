@@ -1,0 +1,80 @@
+//! The `browser` feature through the facade, as a project uses it: `render` in a spider's
+//! own settings renders every page (no `.render()` in its requests), under the crawl's
+//! downloader middlewares. Real chromium, the lab on 127.0.0.1.
+
+use crawler::prelude::*;
+use crawler_lab::Lab;
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+struct Book {
+    title: String,
+    price: String,
+}
+
+/// Plain requests: the spider's own settings ask for every page to be rendered.
+struct Rendered {
+    start: String,
+}
+
+impl Spider for Rendered {
+    type Item = Book;
+    fn name(&self) -> &str {
+        "rendered"
+    }
+    fn start_urls(&self) -> Vec<String> {
+        vec![self.start.clone()]
+    }
+    fn custom_settings(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("render", "true".into()),
+            ("browser_tabs", "2".into()),
+            ("start_rate", "8".into()),
+            ("max_rate", "20".into()),
+        ]
+    }
+    async fn parse(&self, page: Response, out: &mut Output<Book>) -> Result<()> {
+        for li in page.select("li.book").iter() {
+            out.item(Book {
+                title: li.select("a.title").text().unwrap_or_default(),
+                price: li.select("span.price").text().unwrap_or_default(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_render_setting_renders_pages_that_did_not_ask() {
+    let lab = Lab::builder().books(100).start().await.expect("lab");
+    let spider = Rendered {
+        start: lab.url_for("/js/page-1.html"),
+    };
+    let stats = Crawl::new(spider)
+        .progress(false)
+        .set("user_agent", "jsbot/1.0 (+http://127.0.0.1/)")
+        .run()
+        .await
+        .expect("crawl");
+    assert_eq!(stats.fetched, 1, "{stats:?}");
+    // The page was rendered: its script ran and asked the API, through the crawl.
+    let paths: Vec<String> = lab
+        .recorder()
+        .requests()
+        .into_iter()
+        .map(|r| r.path)
+        .collect();
+    assert!(paths.contains(&"/api/books?page=1".to_owned()), "{paths:?}");
+    assert!(
+        stats.subrequests.get("sent").copied().unwrap_or(0) >= 2,
+        "{:?}",
+        stats.subrequests
+    );
+    // Under the middlewares: the sub-requests carried the crawl's User-Agent too.
+    assert!(
+        lab.recorder()
+            .requests()
+            .iter()
+            .all(|r| r.user_agent.as_deref() == Some("jsbot/1.0 (+http://127.0.0.1/)"))
+    );
+    lab.shutdown().await;
+}
