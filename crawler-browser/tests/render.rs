@@ -26,6 +26,8 @@ struct Book {
 /// The JavaScript catalogue's spider: wait for the script's books, click for the next link.
 struct JsBooks {
     start: String,
+    /// Render options of every request; the catalogue's own by default.
+    options: RenderOptions,
 }
 
 fn options() -> RenderOptions {
@@ -40,7 +42,9 @@ impl Spider for JsBooks {
         "js_books"
     }
     fn start_requests(&self) -> Result<Vec<Request>> {
-        Ok(vec![Request::get(&self.start)?.render_with(options())])
+        Ok(vec![
+            Request::get(&self.start)?.render_with(self.options.clone()),
+        ])
     }
     async fn parse(&self, page: Response, out: &mut Output<Book>) -> Result<()> {
         for li in page.select("li.book").iter() {
@@ -50,7 +54,7 @@ impl Spider for JsBooks {
             });
         }
         for href in page.select("a.next").attrs("href") {
-            out.follow(&href).render_with(options());
+            out.follow(&href).render_with(self.options.clone());
         }
         Ok(())
     }
@@ -98,6 +102,14 @@ async fn labs(assets_scenario: Scenario) -> (Lab, Lab) {
 }
 
 async fn crawl(site: &Lab, settings: Settings) -> (Vec<Book>, Stats, Monitor) {
+    crawl_with(site, settings, options()).await
+}
+
+async fn crawl_with(
+    site: &Lab,
+    settings: Settings,
+    options: RenderOptions,
+) -> (Vec<Book>, Stats, Monitor) {
     let http = HttpDownloader::new(&settings).expect("http client");
     let config = BrowserConfig::from_settings(&settings).tabs(2);
     config
@@ -109,6 +121,7 @@ async fn crawl(site: &Lab, settings: Settings) -> (Vec<Book>, Stats, Monitor) {
     let items = Collect::default();
     let spider = JsBooks {
         start: site.url_for("/js/page-1.html"),
+        options,
     };
     let engine = Engine::new(spider, rendering, frontier, settings).pipeline(items.clone());
     let stats = tokio::time::timeout(Duration::from_secs(90), engine.run())
@@ -254,6 +267,7 @@ async fn a_browser_killed_mid_crawl_is_replaced_and_every_book_still_comes() {
     let items = Collect::default();
     let spider = JsBooks {
         start: site.url_for("/js/page-1.html"),
+        options: options(),
     };
     let engine = Engine::new(spider, rendering, frontier, settings()).pipeline(items.clone());
     let crawl = tokio::spawn(engine.run());
@@ -292,6 +306,34 @@ async fn a_browser_killed_mid_crawl_is_replaced_and_every_book_still_comes() {
     );
     assert!(monitor.browser_restarts() >= 1, "a new browser was started");
     assert_ne!(monitor.browser_pid().await, Some(first));
+    site.shutdown().await;
+    assets.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_that_never_ends_is_cut_at_the_page_deadline() {
+    let (site, assets) = labs(Scenario::open()).await;
+    let settings = Settings {
+        browser_page_timeout: Duration::from_secs(2),
+        retry_times: 0,
+        ..settings()
+    };
+    let started = std::time::Instant::now();
+    let never = RenderOptions::new().wait_for("#no-such-element");
+    let (books, stats, _) = crawl_with(&site, settings, never).await;
+    assert!(books.is_empty());
+    assert_eq!(
+        stats.failed.get("timeout").copied(),
+        Some(1),
+        "the page ends as a timeout: {stats:?}"
+    );
+    // The 2 s deadline and the crawl around it, not the 30 s default nor forever.
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(stats.reconciles(), "{stats:?}");
     site.shutdown().await;
     assets.shutdown().await;
 }
