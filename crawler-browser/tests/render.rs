@@ -337,3 +337,32 @@ async fn a_wait_that_never_ends_is_cut_at_the_page_deadline() {
     site.shutdown().await;
     assets.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subrequest_whose_page_gave_up_is_never_sent() {
+    // The asset host takes one request (robots.txt), then refuses the script with a 4 s
+    // Retry-After: the page's 1.5 s deadline ends first.
+    let (site, assets) =
+        labs(Scenario::rate_limited(0.05, 1).retry_after(RetryAfter::Seconds(4))).await;
+    let settings = Settings {
+        browser_page_timeout: Duration::from_millis(1500),
+        retry_times: 1,
+        ..settings()
+    };
+    let never_mind = RenderOptions::new().wait_for("ul#books[data-loaded]");
+    let (_, stats, _) = crawl_with(&site, settings, never_mind).await;
+    let sub = |k: &str| stats.subrequests.get(k).copied().unwrap_or(0);
+    assert!(sub("abandoned") >= 1, "{:?}", stats.subrequests);
+    let scripts = assets
+        .recorder()
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/js/app.js")
+        .count();
+    // Each attempt of the page asked once and was refused; the retries the hold delayed
+    // were dropped unsent once their page had given up.
+    assert_eq!(scripts as u64, sub("retried"), "{:?}", stats.subrequests);
+    assert_eq!(assets.recorder().report().total_violations(), 0);
+    site.shutdown().await;
+    assets.shutdown().await;
+}

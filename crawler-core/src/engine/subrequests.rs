@@ -4,7 +4,8 @@
 //! stops it like any page), goes through the downloader's gate (robots.txt) and fetch, and
 //! its feedback reaches the slot the moment it arrives. Its answer goes back to the waiting
 //! downloader instead of to the spider, and it is counted in `Stats::subrequests`, not
-//! among the crawl's pages.
+//! among the crawl's pages. One whose page stopped waiting (its render's deadline) before
+//! its host's slot let it go is dropped unsent (`abandoned`).
 //!
 //! They are not counted against `concurrency`, and neither are the pages parked in a render
 //! waiting for them: counted, a crawl of rendered pages would fill its workers with pages
@@ -122,11 +123,22 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
     pub(super) fn start_sub(&mut self, lease: Lease, request: Request, ctx: Arc<Ctx<S, D>>) {
         self.subs.queued = self.subs.queued.saturating_sub(1);
         let id = sub_id(&request).unwrap_or_default();
-        if !self.subs.waiting.contains_key(&id) {
+        // Nobody waits any more when the page's render ended first (its deadline): the
+        // request is not sent, and its slot gets the send back.
+        let waited = self
+            .subs
+            .waiting
+            .get(&id)
+            .is_some_and(|reply| !reply.is_closed());
+        if !waited {
             let now = Instant::now();
             self.scheduler.complete(lease, &Feedback::default(), now);
             self.scheduler.acknowledge(lease);
-            self.count_sub("orphaned");
+            let label = match self.subs.waiting.remove(&id) {
+                Some(_) => "abandoned",
+                None => "orphaned",
+            };
+            self.count_sub(label);
             return;
         }
         let tx = self.feedback_tx.clone();
