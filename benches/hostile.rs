@@ -4,6 +4,8 @@
 //! ```text
 //! cargo bench --bench hostile            # baseline, then with hostile pages, one line each
 //! cargo bench --bench hostile -- hostile # only the run with hostile pages
+//! cargo bench --bench hostile -- wide N   # a page of 200,000 links, max_links_per_page N:
+//!                                         # what was queued, and the peak RSS
 //! ```
 //!
 //! A raw TCP server on 127.0.0.1 answers 20 good pages after 100 ms each (the "network");
@@ -52,6 +54,9 @@ impl Spider for Mixed {
     async fn parse(&self, page: Response, out: &mut Output<usize>) -> Result<()> {
         // The heavy pages' selection work is the spider's: it runs where the spider runs.
         out.item(page.select("ul li a").len());
+        if page.url().path() == "/wide" {
+            out.follow_all(page.select("a[href]").attrs("href"));
+        }
         if page.url().path().starts_with("/good/")
             && let Some(started) = *STARTED.lock().unwrap_or_else(|p| p.into_inner())
         {
@@ -93,6 +98,8 @@ async fn serve(mut stream: TcpStream, deep: &'static str, heavy: &'static str) {
         page(deep)
     } else if path.starts_with("/heavy/") {
         page(heavy)
+    } else if path == "/wide" {
+        page(WIDE.get().map_or("", String::as_str))
     } else {
         b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec()
     };
@@ -159,8 +166,55 @@ async fn run(hostile: bool, good: SocketAddr, deep: &[SocketAddr], heavy: Socket
     );
 }
 
+/// The page of 200,000 distinct links of the `wide` mode.
+static WIDE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Peak resident set size of this process so far, in MiB (Linux).
+fn peak_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// One crawl of the wide page, stopped after it (`close_page_count = 1`): its links are what
+/// the queue holds at the end.
+async fn wide(max_links: &str) {
+    let links: String = (0..200_000)
+        .map(|i| format!("<a href=\"/t/{i}\">{i}</a>"))
+        .collect();
+    let _ = WIDE.set(format!("<html><body>{links}</body></html>"));
+    let server = listen("127.0.0.1", "", "").await;
+    let before = peak_rss_mib();
+    let stats = Crawl::new(Mixed {
+        starts: vec![format!("http://{server}/wide")],
+    })
+    .set("max_links_per_page", max_links)
+    .set("close_page_count", "1")
+    .set("obey_robots", "false")
+    .progress(false)
+    .run()
+    .await
+    .expect("crawl runs");
+    println!(
+        "wide max_links_per_page={max_links}: queued at the end {}, links dropped {} | \
+         peak RSS {:.0} MiB (before the crawl {:.0} MiB)",
+        stats.pending,
+        stats.links_dropped,
+        peak_rss_mib(),
+        before,
+    );
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "wide") {
+        wide(args.get(i + 1).map_or("10000", String::as_str)).await;
+        return;
+    }
     let only_hostile = std::env::args().any(|a| a == "hostile");
     let deep: &'static str = Box::leak(
         format!(
