@@ -304,6 +304,10 @@ async fn parse_page<S: Spider, D: Downloader>(
     let spider = Arc::clone(&ctx.spider);
     let depth = req.depth;
     let max_links = ctx.max_links;
+    // A small page is parsed where it is: its worst case is bounded by its size and the
+    // depth cap (milliseconds), and the hop to a blocking thread and back cost 70% more CPU
+    // per page on the crawl benchmark (BENCHMARKS.md, "Hostile pages").
+    let inline = response.body().len() <= INLINE_BODY;
     let job = async move {
         // Parsed up front (HTML only: a JSON body is never a tree unless the spider asks),
         // so that a page that cannot be parsed fails as what it is before the spider runs.
@@ -335,7 +339,12 @@ async fn parse_page<S: Spider, D: Downloader>(
             out: Box::new(out),
         }
     };
-    let (result, panicked, mut out) = match on_parse_pool(&ctx.parse_pool, job).await {
+    let parsed = if inline {
+        job.await
+    } else {
+        on_parse_pool(&ctx.parse_pool, job).await
+    };
+    let (result, panicked, mut out) = match parsed {
         Parsed::Called {
             result,
             panicked,
@@ -417,6 +426,11 @@ fn refused(req: Request, failure: Failure, mut done: Completion) -> Completion {
     done.request = Some(req);
     done
 }
+
+/// Bodies up to this size are parsed, and their callback run, on the runtime's thread: at
+/// most about 10,000 elements, whose parse and selection stay in milliseconds even nested
+/// to `parse_max_depth`. Larger ones go to the parse pool.
+const INLINE_BODY: usize = 32 * 1024;
 
 /// Run `job` (the parse and the spider's callback) on a blocking thread, once one of the
 /// pool's permits is free. The callback's own `.await`s still work: the thread drives it
