@@ -34,6 +34,12 @@ const CASES: &[(&str, Option<&str>)] = &[
     // No Content-Length, 20 MiB until the connection closes: aborted at the cap while
     // streaming, and what was read is counted as received.
     ("/endless", Some("too_large")),
+    // 64 MiB of zeros gzipped to 64 KiB: inflated past the cap while streaming.
+    ("/gzip-bomb", Some("too_large")),
+    // 50 redirects in a row, past max_redirects (10).
+    ("/chain/50", Some("too_many_redirects")),
+    // A status line, then a header byte every 200 ms: the head never ends.
+    ("/slowloris", Some("timeout")),
     // A redirect to itself.
     ("/loop", Some("too_many_redirects")),
     // Headers, then a byte every 200 ms: past download_timeout.
@@ -166,6 +172,38 @@ async fn answer(
             }
             return Ok(());
         }
+        "/gzip-bomb" => {
+            let mut head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Encoding: gzip\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n",
+                gzip_bomb().len()
+            )
+            .into_bytes();
+            head.extend_from_slice(gzip_bomb());
+            head
+        }
+        p if p.starts_with("/chain/") => {
+            let n: u32 = p["/chain/".len()..].parse().unwrap_or(0);
+            if n == 0 {
+                page("200 OK", "text/html", b"<p>the end</p>")
+            } else {
+                format!(
+                    "HTTP/1.1 302 Found\r\nLocation: http://{host}/chain/{}\r\n\
+                     Content-Length: 0\r\nConnection: close\r\n\r\n",
+                    n - 1
+                )
+                .into_bytes()
+            }
+        }
+        "/slowloris" => {
+            stream.write_all(b"HTTP/1.1 200 OK\r\nX-Slow: ").await?;
+            // Bounded: 50 bytes over 10 s at most, then the server gives up itself.
+            for _ in 0..50 {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                stream.write_all(b"x").await?;
+            }
+            return Ok(());
+        }
         "/loop" => format!(
             "HTTP/1.1 302 Found\r\nLocation: http://{host}/loop\r\nContent-Length: 0\r\n\
              Connection: close\r\n\r\n"
@@ -186,6 +224,20 @@ async fn answer(
     };
     stream.write_all(&bytes).await?;
     stream.shutdown().await
+}
+
+/// 64 MiB of zeros, gzipped (made once).
+fn gzip_bomb() -> &'static [u8] {
+    static BOMB: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    BOMB.get_or_init(|| {
+        use std::io::Write;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..64 {
+            gz.write_all(&zeros).expect("gzip in memory");
+        }
+        gz.finish().expect("gzip in memory")
+    })
 }
 
 /// What one listener serves besides the cases.
