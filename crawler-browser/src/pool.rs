@@ -25,12 +25,23 @@ pub(crate) struct Instance {
     _profile: tempfile::TempDir,
 }
 
+/// How long dropping a browser waits for its process to exit, so that its profile
+/// directory can be removed (a browser still running writes into it again).
+const EXIT_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 impl Drop for Instance {
     fn drop(&mut self) {
         self.handler.abort();
-        // The process was started with kill-on-drop; this only makes it prompt.
         if let Some(child) = self.browser.get_mut_child() {
-            let _ = child.as_mut_inner().start_kill();
+            let child = child.as_mut_inner();
+            let _ = child.start_kill();
+            // A short, bounded wait (a dropped browser is rare: a restart or the crawl's
+            // end): the profile is removed after this, and would stay in the temporary
+            // directory if the process were still writing to it.
+            let until = std::time::Instant::now() + EXIT_WAIT;
+            while matches!(child.try_wait(), Ok(None)) && std::time::Instant::now() < until {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
         }
     }
 }
