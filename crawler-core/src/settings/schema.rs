@@ -311,8 +311,10 @@ pub struct Settings {
     /// Share holds across host names behind one limiter: names that resolve to one address
     /// (and port) hold together when one of them is told to wait, and a refusal on one name
     /// while another of its registrable domain is held joins their groups for the rest of the
-    /// crawl. Pacing stays per slot. With a `proxy` the crawler does not resolve names, so
-    /// only the registrable-domain joins apply. Default true.
+    /// crawl. Pacing stays per slot, but a quota announced in RateLimit headers is split
+    /// between the names of a group. A fleet shares the holds too. With a `proxy` the
+    /// crawler does not resolve names, so only the registrable-domain joins apply. Default
+    /// true.
     pub limiter_groups: bool,
 }
 
