@@ -3,6 +3,9 @@
 //! requests/s with Retry-After 3 s instead of 5/s and 30 s) so CI stays short; the unscaled
 //! scenarios run in the `politeness` benchmark.
 
+#[path = "support/names.rs"]
+mod names;
+
 #[allow(dead_code)]
 #[path = "../examples/books/spider.rs"]
 mod books;
@@ -351,7 +354,6 @@ async fn retry_after_beyond_the_maximum_skips_the_host() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_names_behind_one_limiter_share_its_holds() {
-    use std::net::{Ipv4Addr, ToSocketAddrs};
     // One server, one limiter per client, reached under two host names: `127.0.0.1` and
     // `localhost` are two slots, each paced on its own at twice the limit they share.
     let scenario = Scenario::rate_limited(20.0, 10).retry_after(RetryAfter::Seconds(2));
@@ -362,14 +364,7 @@ async fn host_names_behind_one_limiter_share_its_holds() {
         .await
         .expect("lab");
     let port = lab.addr().port();
-    // The frontier groups `localhost` by the address it resolves to first; the lab listens
-    // on 127.0.0.1 only, so a machine that puts ::1 first cannot run this crawl.
-    let first = ("localhost", port)
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next());
-    if first.map(|a| a.ip()) != Some(Ipv4Addr::LOCALHOST.into()) {
-        eprintln!("skipped: localhost resolves to {first:?} first, not to the lab's 127.0.0.1");
+    if !names::localhost_reaches_the_lab(port) {
         return;
     }
 

@@ -10,6 +10,9 @@
 
 #![allow(clippy::unwrap_used)]
 
+#[path = "support/names.rs"]
+mod names;
+
 #[allow(dead_code)]
 #[path = "../examples/books/spider.rs"]
 mod books;
@@ -166,7 +169,6 @@ async fn four_workers_share_one_budget_and_respect_retry_after() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_names_behind_one_limiter_share_its_holds_across_the_fleet() {
-    use std::net::{Ipv4Addr, ToSocketAddrs};
     let _serial = SERIAL.lock().await;
     // One lab, one limiter per client, reached under two names (`127.0.0.1` and
     // `localhost`): each name is paced on its own at twice the limit they share, so a
@@ -179,14 +181,7 @@ async fn host_names_behind_one_limiter_share_its_holds_across_the_fleet() {
         .await
         .unwrap();
     let port = lab.addr().port();
-    // Names are grouped by the address they resolve to first; the lab listens on
-    // 127.0.0.1 only, so a machine that puts ::1 first cannot run this crawl.
-    let first = ("localhost", port)
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next());
-    if first.map(|a| a.ip()) != Some(Ipv4Addr::LOCALHOST.into()) {
-        eprintln!("skipped: localhost resolves to {first:?} first, not to the lab's 127.0.0.1");
+    if !names::localhost_reaches_the_lab(port) {
         return;
     }
     let redis = Redis::start();
