@@ -24,6 +24,11 @@ pub struct BrowserConfig {
     pub executable: Option<PathBuf>,
     /// Pages rendered at once (one tab each): the bound on the browser's memory.
     pub tabs: usize,
+    /// Pages fetched and waiting for a tab, at most, besides those rendering: the engine
+    /// hands out no new page while `tabs + queue` pages that render are in flight, so the
+    /// next ones wait in the frontier, unfetched, rather than in memory with their
+    /// deadline running (see [`Downloader::render_limit`](crawler_core::Downloader::render_limit)).
+    pub queue: usize,
     /// The longest a page's render may take, from waiting for a tab to the DOM taken
     /// (the page's sub-requests, held by their hosts' slots, included).
     pub page_timeout: Duration,
@@ -51,6 +56,7 @@ impl Default for BrowserConfig {
         Self {
             executable: None,
             tabs: 2,
+            queue: 2,
             page_timeout: Duration::from_secs(30),
             launch_timeout: Duration::from_secs(20),
             block: vec!["image".into(), "media".into(), "font".into()],
@@ -70,6 +76,7 @@ impl BrowserConfig {
             executable: (!settings.browser_executable.trim().is_empty())
                 .then(|| PathBuf::from(settings.browser_executable.trim())),
             tabs: settings.browser_tabs.max(1),
+            queue: settings.browser_queue,
             page_timeout: settings.browser_page_timeout,
             block: settings.browser_block.clone(),
             render_all: settings.render,
@@ -89,6 +96,18 @@ impl BrowserConfig {
     pub fn tabs(mut self, tabs: usize) -> Self {
         self.tabs = tabs.max(1);
         self
+    }
+
+    /// At most `queue` pages fetched and waiting for a tab besides those rendering.
+    pub fn queue(mut self, queue: usize) -> Self {
+        self.queue = queue;
+        self
+    }
+
+    /// Pages that render in flight at once, from their hand-out to their end: the tabs and
+    /// the queue in front of them.
+    pub fn render_limit(&self) -> usize {
+        self.tabs.max(1).saturating_add(self.queue)
     }
 
     /// The longest one page's render may take.
@@ -206,10 +225,11 @@ mod tests {
         let mut s = Settings::default();
         s.set("render", "true").expect("render");
         s.set("browser_tabs", "3").expect("tabs");
+        s.set("browser_queue", "5").expect("queue");
         s.set("hosts", r#"[{"match":"static.example","render":false}]"#)
             .expect("hosts");
         let c = BrowserConfig::from_settings(&s);
-        assert_eq!(c.tabs, 3);
+        assert_eq!((c.tabs, c.queue, c.render_limit()), (3, 5, 8));
         let r = |u: &str| Request::get(u).expect("url");
         assert!(c.renders_host(&r("http://shop.example/")));
         assert!(!c.renders_host(&r("http://static.example/")));

@@ -12,7 +12,10 @@
 //!
 //! Nothing waits without a deadline: tabs are bounded ([`BrowserConfig::tabs`]), a page's
 //! whole render is bounded ([`BrowserConfig::page_timeout`]), and a browser that crashes or
-//! is killed is replaced and the page rendered again.
+//! is killed is replaced and the page rendered again. Memory is bounded too: the engine
+//! hands out no new page while the tabs and [`BrowserConfig::queue`] pages in front of them
+//! are taken, so the rest wait in the frontier, unfetched; [`Monitor::browser_memory`]
+//! measures the browser's processes ([`ProcessTreeMemory`]).
 //!
 //! ```no_run
 //! use crawler_browser::{BrowserConfig, Rendering};
@@ -27,10 +30,12 @@
 
 mod config;
 mod error;
+mod memory;
 mod page;
 mod pool;
 mod render;
 
 pub use config::BrowserConfig;
 pub use error::{Error, Result};
+pub use memory::ProcessTreeMemory;
 pub use render::{Monitor, Rendering};

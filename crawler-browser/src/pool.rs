@@ -2,7 +2,7 @@
 //! dies; a semaphore bounds the tabs open at once.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use chromiumoxide::browser::{Browser, BrowserConfig as LaunchConfig};
 use futures_util::StreamExt;
@@ -54,6 +54,19 @@ pub(crate) struct Pool {
     generation: AtomicU64,
     /// Browsers started after the first (crashes and kills recovered from).
     pub(crate) restarts: AtomicU64,
+    /// Pages waiting for a tab now, and the most that ever did at once.
+    waiting: AtomicUsize,
+    pub(crate) peak_waiting: AtomicUsize,
+}
+
+/// Counts a page as waiting for a tab for as long as it lives (the render may be cancelled
+/// while it waits).
+pub(crate) struct Waiting<'a>(&'a Pool);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Pool {
@@ -64,7 +77,16 @@ impl Pool {
             current: Mutex::new(None),
             generation: AtomicU64::new(0),
             restarts: AtomicU64::new(0),
+            waiting: AtomicUsize::new(0),
+            peak_waiting: AtomicUsize::new(0),
         }
+    }
+
+    /// A page starts waiting for a tab: counted until the guard is dropped.
+    pub(crate) fn waiting(&self) -> Waiting<'_> {
+        let now = self.waiting.fetch_add(1, Ordering::Relaxed) + 1;
+        self.peak_waiting.fetch_max(now, Ordering::Relaxed);
+        Waiting(self)
     }
 
     pub(crate) fn config(&self) -> &BrowserConfig {

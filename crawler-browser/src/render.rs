@@ -11,6 +11,7 @@ use crawler_core::{
 use tokio::time::{Instant, timeout, timeout_at};
 
 use crate::config::BrowserConfig;
+use crate::memory::ProcessTreeMemory;
 use crate::page::{self, Failed};
 use crate::pool::Pool;
 
@@ -85,6 +86,21 @@ impl Monitor {
             .restarts
             .load(std::sync::atomic::Ordering::Relaxed)
     }
+
+    /// The most pages that waited for a tab at once, fetched, since the renderer was made
+    /// (bounded by [`BrowserConfig::queue`] under an engine).
+    pub fn peak_waiting(&self) -> usize {
+        self.pool
+            .peak_waiting
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The memory of the running browser: its process and every process under it (the
+    /// renderers of its tabs, the GPU and network services), if one is running and the
+    /// system shows it (Linux's `/proc`).
+    pub async fn browser_memory(&self) -> Option<ProcessTreeMemory> {
+        ProcessTreeMemory::of(self.pool.pid().await?)
+    }
 }
 
 impl<D: Downloader> Downloader for Rendering<D> {
@@ -107,16 +123,28 @@ impl<D: Downloader> Downloader for Rendering<D> {
             && (RenderOptions::of(request).is_some() || self.pool.config().renders_host(request))
     }
 
+    fn render_limit(&self) -> usize {
+        self.pool.config().render_limit()
+    }
+
     async fn render(&self, request: &Request, response: Response) -> Fetched {
         if !response.is_html() {
             return Fetched::Response(response);
         }
         let options = RenderOptions::of(request).unwrap_or_default();
         let deadline = Instant::now() + self.pool.config().page_timeout;
-        // The tab is held for the whole render; pages beyond the bound wait here (with the
-        // page already fetched), not in the browser.
-        let Ok(Ok(_tab)) = timeout_at(deadline, self.pool.tabs.acquire()).await else {
-            return timed_out("no browser tab came free before the page's deadline");
+        // The tab is held for the whole render; pages beyond the tabs wait here (with the
+        // page already fetched), not in the browser, and at most `queue` of them: the
+        // engine keeps the next ones in the frontier (`render_limit`).
+        let _tab = match self.pool.tabs.try_acquire() {
+            Ok(tab) => tab,
+            Err(_) => {
+                let _waiting = self.pool.waiting();
+                let Ok(Ok(tab)) = timeout_at(deadline, self.pool.tabs.acquire()).await else {
+                    return timed_out("no browser tab came free before the page's deadline");
+                };
+                tab
+            }
         };
         let attempts = self.pool.config().crash_retries.saturating_add(1);
         let mut last = String::new();

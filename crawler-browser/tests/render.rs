@@ -366,3 +366,83 @@ async fn a_subrequest_whose_page_gave_up_is_never_sent() {
     site.shutdown().await;
     assets.shutdown().await;
 }
+
+/// Every page of the catalogue asked for at once (as a crawl of listed URLs does), each
+/// render held for a while by its options.
+struct AllPages {
+    pages: Vec<String>,
+    options: RenderOptions,
+}
+
+impl Spider for AllPages {
+    type Item = Book;
+    fn name(&self) -> &str {
+        "all_pages"
+    }
+    fn start_requests(&self) -> Result<Vec<Request>> {
+        self.pages
+            .iter()
+            .map(|p| Ok(Request::get(p)?.render_with(self.options.clone())))
+            .collect()
+    }
+    async fn parse(&self, page: Response, out: &mut Output<Book>) -> Result<()> {
+        for li in page.select("li.book").iter() {
+            out.item(Book {
+                title: li.select("a.title").text().unwrap_or_default(),
+                price: li.select("span.price").text().unwrap_or_default(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_beyond_the_tabs_and_the_queue_wait_in_the_frontier_not_for_a_tab() {
+    // Ten pages, one tab, each render at least 400 ms: the pages come much faster than the
+    // tab renders them. Fetched as fast as their slot allows, most would wait for the tab
+    // past their 3 s deadline; with the queue bound, one waits at a time and none times out.
+    let assets = Lab::builder().books(200).start().await.expect("assets lab");
+    let site = Lab::builder()
+        .books(200)
+        .js_assets(format!("http://localhost:{}/", assets.addr().port()))
+        .start()
+        .await
+        .expect("site lab");
+    let settings = Settings {
+        concurrency: 8,
+        browser_page_timeout: Duration::from_secs(3),
+        retry_times: 0,
+        ..settings()
+    };
+    let http = HttpDownloader::new(&settings).expect("http client");
+    let rendering = Rendering::new(
+        http,
+        BrowserConfig::from_settings(&settings).tabs(1).queue(1),
+    );
+    let monitor = rendering.monitor();
+    let frontier = Frontier::new(FrontierConfig::from_settings(&settings, vec![]));
+    let items = Collect::default();
+    let spider = AllPages {
+        pages: (1..=10)
+            .map(|n| site.url_for(&format!("/js/page-{n}.html")))
+            .collect(),
+        options: RenderOptions::new()
+            .wait_for("ul#books[data-loaded]")
+            .wait(Duration::from_millis(400)),
+    };
+    let engine = Engine::new(spider, rendering, frontier, settings).pipeline(items.clone());
+    let stats = tokio::time::timeout(Duration::from_secs(90), engine.run())
+        .await
+        .expect("the crawl ends")
+        .expect("the crawl runs");
+    let mut books = items.0.lock().expect("lock").clone();
+    books.sort();
+    assert!(stats.failed.is_empty(), "no page timed out: {stats:?}");
+    assert_eq!(books, expected(&site), "every book of the ten pages");
+    // One page at most was fetched and waiting while the tab rendered another (and one
+    // did: the bound was reached, not merely respected by a slow crawl).
+    assert_eq!(monitor.peak_waiting(), 1, "{stats:?}");
+    assert!(stats.reconciles(), "{stats:?}");
+    site.shutdown().await;
+    assets.shutdown().await;
+}

@@ -246,6 +246,16 @@ pub trait Downloader: Send + Sync + 'static {
         false
     }
 
+    /// How many pages that [`Downloader::renders`] may be in flight at once, from their
+    /// hand-out to the end of their worker (fetched and waiting for the renderer
+    /// included). While that many are, the engine hands out no new page: the next ones
+    /// wait in the frontier, unfetched, instead of in memory with their render's deadline
+    /// running (sub-requests still go out: the pages rendering wait for them). Unbounded
+    /// by default.
+    fn render_limit(&self) -> usize {
+        usize::MAX
+    }
+
     /// Turn a fetched 2xx page into the response the spider parses, after its host's slot
     /// has learned from the fetch (a browser renders it here, its sub-requests paced by
     /// their own slots). The response as it is by default.

@@ -105,6 +105,9 @@ pub(super) struct Crawl<S: Spider, D: Downloader, Q: Scheduler> {
     deadline: Option<Instant>,
     /// Requests the downloader makes for the pages it answers (see `subrequests`).
     pub(super) subs: Subs,
+    /// Workers of pages the downloader renders, from their hand-out to their end: at
+    /// [`Downloader::render_limit`], no new page is handed out.
+    pub(super) rendering: HashSet<tokio::task::Id>,
 }
 
 /// The counters the close limits watch.
@@ -229,6 +232,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             at_start,
             deadline,
             subs,
+            rendering: HashSet::new(),
         })
     }
 
@@ -272,12 +276,19 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
         // Workers parked in a render wait for sub-requests, not for the network, so they do
         // not count: the others finish on their own (a fetch, a parse), so a sub-request
         // waits at most for one of them, never for a page that waits for it.
+        let render_limit = self.ctx.downloader.render_limit();
         loop {
             let parked = self.ctx.parked.load(Ordering::Relaxed);
             let active = self.tasks.len().saturating_sub(parked);
-            let room = !self.stopping && active < self.settings.concurrency;
-            // Stopping: no new page, but the pages still rendering need their sub-requests.
-            let subs_only = self.stopping && self.subs.queued > 0;
+            // At the renderer's bound, the next pages wait in the frontier (a page fetched
+            // now would wait for a tab in memory, its render's deadline running). Not only
+            // the pages that render: which one does is known only once it is handed out,
+            // and one handed out and given back would come out again at once.
+            let renders_full = self.rendering.len() >= render_limit;
+            let room = !self.stopping && !renders_full && active < self.settings.concurrency;
+            // Stopping, or the renderer full: no new page, but the pages still rendering
+            // need their sub-requests.
+            let subs_only = (self.stopping || renders_full) && self.subs.queued > 0;
             if !room && !subs_only {
                 break;
             }
@@ -285,19 +296,23 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
                 Next::Ready(lease, req) if sub_id(&req).is_some() => {
                     self.start_sub(lease, req, Arc::clone(&self.ctx));
                 }
-                Next::Ready(lease, req) if self.stopping => {
+                Next::Ready(lease, req) if !room => {
                     // Unsent, so its slot gets the send back; and the loop ends here, as the
                     // same page would come out again at once (the ticker tries again).
                     self.give_back(lease, req);
                     break;
                 }
                 Next::Ready(lease, req) => {
+                    let renders = self.ctx.downloader.renders(&req);
                     let report = Report {
                         lease,
                         tx: self.feedback_tx.clone(),
                     };
                     let handle = self.tasks.spawn(work(Arc::clone(&self.ctx), req, report));
                     self.leases.insert(handle.id(), lease);
+                    if renders {
+                        self.rendering.insert(handle.id());
+                    }
                 }
                 Next::NotBefore(at) => return Some(at),
                 Next::Empty => break,

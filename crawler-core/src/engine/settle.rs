@@ -18,6 +18,13 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
     /// A worker ended (`None`: there was none to wait for): settle its request, unless it
     /// was abandoned.
     pub(super) fn joined(&mut self, joined: Option<Result<(Id, Completion), JoinError>>) {
+        if let Some(id) = match &joined {
+            Some(Ok((id, _))) => Some(*id),
+            Some(Err(e)) => Some(e.id()),
+            None => None,
+        } {
+            self.rendering.remove(&id);
+        }
         let (id, mut done) = match joined {
             Some(Ok((id, done))) => (id, done),
             Some(Err(e)) if e.is_cancelled() => {

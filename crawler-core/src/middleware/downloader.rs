@@ -234,6 +234,10 @@ impl<D: Downloader> Downloader for Middlewares<D> {
         self.inner.renders(request)
     }
 
+    fn render_limit(&self) -> usize {
+        self.inner.render_limit()
+    }
+
     fn render(
         &self,
         request: &Request,

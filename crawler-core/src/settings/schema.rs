@@ -140,6 +140,11 @@ pub struct Settings {
     /// Browser: pages rendered at once, one tab each (the bound on the browser's memory).
     /// Default 2.
     pub browser_tabs: usize,
+    /// Browser: pages fetched and waiting for a tab, at most, besides those rendering;
+    /// while `browser_tabs` + this many pages that render are in flight, no new page is
+    /// handed out, and the next ones wait in the frontier, unfetched (not in memory, their
+    /// render's deadline not running). Default 2.
+    pub browser_queue: usize,
     /// Browser: the longest one page's render may take, from waiting for a tab to the DOM
     /// taken, its sub-requests (paced by their hosts' slots) included. Default 30s.
     #[serde(with = "humantime_serde")]
@@ -421,6 +426,7 @@ impl Default for Settings {
             render: false,
             browser_executable: String::new(),
             browser_tabs: 2,
+            browser_queue: 2,
             browser_page_timeout: Duration::from_secs(30),
             browser_block: vec!["image".into(), "media".into(), "font".into()],
             depth_limit: 0,
