@@ -5,6 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use chromiumoxide::browser::{Browser, BrowserConfig as LaunchConfig};
+use chromiumoxide::cdp::browser_protocol::browser::{
+    SetDownloadBehaviorBehavior, SetDownloadBehaviorParams,
+};
 use futures_util::StreamExt;
 use tokio::sync::{Mutex, Semaphore};
 use tokio::task::JoinHandle;
@@ -192,6 +195,19 @@ impl Pool {
             }
             flag.store(false, Ordering::Release);
         });
+        // A navigation that turns into a download (a link to a file, a script that sets
+        // `location`) is cancelled, not saved: a crawl writes nothing into the user's
+        // downloads folder, and the body went through the crawl as a sub-request anyway.
+        let deny = SetDownloadBehaviorParams::new(SetDownloadBehaviorBehavior::Deny);
+        match tokio::time::timeout(self.config.launch_timeout, browser.execute(deny)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(Error::with("cannot switch the browser's downloads off", e)),
+            Err(_) => {
+                return Err(Error::new(
+                    "the browser did not answer in time when its downloads were switched off",
+                ));
+            }
+        }
         let pid = browser.get_mut_child().and_then(|c| c.as_mut_inner().id());
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
         tracing::info!(?pid, executable = %executable.display(), "browser started");

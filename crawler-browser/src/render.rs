@@ -128,7 +128,11 @@ impl<D: Downloader> Downloader for Rendering<D> {
     }
 
     async fn render(&self, request: &Request, response: Response) -> Fetched {
-        if !response.is_html() {
+        // Nothing to render: a body chromium would not show. A download would also never
+        // end its navigation (chromiumoxide waits for the load event of a document that
+        // never comes), holding the tab until the page's deadline: the spider gets the
+        // body as fetched, as scrapy-playwright hands over a download.
+        if !response.is_html() || is_download(&response) {
             return Fetched::Response(response);
         }
         let options = RenderOptions::of(request).unwrap_or_default();
@@ -210,6 +214,17 @@ impl<D: Downloader> Downloader for Rendering<D> {
             format!("the browser died under the page {attempts} times: {last}"),
         ))
     }
+}
+
+/// Whether the browser would save `response` instead of showing it: a `Content-Disposition`
+/// other than `inline` (RFC 6266: an unknown type is handled as `attachment`).
+fn is_download(response: &Response) -> bool {
+    response
+        .headers()
+        .get("content-disposition")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or_default().trim())
+        .is_some_and(|kind| !kind.is_empty() && !kind.eq_ignore_ascii_case("inline"))
 }
 
 /// Whether the browser still answers.

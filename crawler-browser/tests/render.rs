@@ -446,3 +446,132 @@ async fn pages_beyond_the_tabs_and_the_queue_wait_in_the_frontier_not_for_a_tab(
     site.shutdown().await;
     assets.shutdown().await;
 }
+
+/// One item a page: its heading, and what its script made of `#state` (`served` until the
+/// script runs, `rendered` after).
+struct Downloads {
+    pages: Vec<String>,
+    options: RenderOptions,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+struct Shown {
+    page: String,
+    state: String,
+}
+
+impl Spider for Downloads {
+    type Item = Shown;
+    fn name(&self) -> &str {
+        "downloads"
+    }
+    fn start_requests(&self) -> Result<Vec<Request>> {
+        self.pages
+            .iter()
+            .map(|p| Ok(Request::get(p)?.render_with(self.options.clone())))
+            .collect()
+    }
+    async fn parse(&self, page: Response, out: &mut Output<Shown>) -> Result<()> {
+        out.item(Shown {
+            page: page.select("h1").text().unwrap_or_default(),
+            state: page.select("#state").text().unwrap_or_default(),
+        });
+        Ok(())
+    }
+}
+
+#[derive(Clone, Default)]
+struct CollectShown(Arc<Mutex<Vec<Shown>>>);
+
+impl Pipeline<Shown> for CollectShown {
+    async fn process(&self, item: Shown) -> Result<Processed<Shown>> {
+        self.0.lock().expect("lock").push(item.clone());
+        Ok(Processed::Keep(item))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_navigation_that_turns_into_a_download_is_answered_not_waited_on() {
+    // A page served as an attachment (its navigation in chromium becomes a download and
+    // never loads), and a page whose script navigates to a download once it has loaded.
+    const SCRIPT: &str = "<script>document.getElementById('state').textContent = 'rendered';";
+    // The name chromium would save the download under, in the user's downloads folder.
+    let saved = format!("crawler-browser-test-{}.csv", std::process::id());
+    let downloads = std::path::Path::new(&std::env::var("HOME").unwrap_or_default())
+        .join("Downloads")
+        .join(&saved);
+    let lab = Lab::builder()
+        .books(100)
+        .script(move |req| match req.path {
+            "/dl/report.html" => Some(
+                crawler_lab::ScriptReply::new(200)
+                    .html(format!(
+                        "<h1>report</h1><p id=state>served</p>{SCRIPT}</script>"
+                    ))
+                    .header("Content-Disposition", "attachment; filename=report.html"),
+            ),
+            "/dl/leave.html" => Some(crawler_lab::ScriptReply::new(200).html(format!(
+                "<h1>leave</h1><p id=state>served</p>{SCRIPT} addEventListener('load', \
+                 function () {{ location.href = '/dl/export.csv'; }});</script>"
+            ))),
+            "/dl/export.csv" => Some(
+                crawler_lab::ScriptReply::new(200)
+                    .html("id,title\n1,a book\n")
+                    .header(
+                        "Content-Disposition",
+                        format!("attachment; filename={saved}"),
+                    ),
+            ),
+            _ => None,
+        })
+        .start()
+        .await
+        .expect("lab");
+    // A deadline far beyond the crawl's own bound below: a render left waiting for the
+    // download's load event would hold its tab until it.
+    let settings = Settings {
+        browser_page_timeout: Duration::from_secs(120),
+        retry_times: 0,
+        ..settings()
+    };
+    let http = HttpDownloader::new(&settings).expect("http client");
+    let rendering = Rendering::new(http, BrowserConfig::from_settings(&settings).tabs(2));
+    let frontier = Frontier::new(FrontierConfig::from_settings(&settings, vec![]));
+    let items = CollectShown::default();
+    let spider = Downloads {
+        pages: vec![
+            lab.url_for("/dl/report.html"),
+            lab.url_for("/dl/leave.html"),
+        ],
+        // Long enough for the second page's navigation to happen inside the render.
+        options: RenderOptions::new().wait(Duration::from_millis(800)),
+    };
+    let engine = Engine::new(spider, rendering, frontier, settings).pipeline(items.clone());
+    let stats = tokio::time::timeout(Duration::from_secs(60), engine.run())
+        .await
+        .expect("the crawl ends well before the pages' deadline")
+        .expect("the crawl runs");
+    let mut shown = items.0.lock().expect("lock").clone();
+    shown.sort();
+    let item = |page: &str, state: &str| Shown {
+        page: page.into(),
+        state: state.into(),
+    };
+    assert_eq!(
+        shown,
+        vec![item("leave", "rendered"), item("report", "served")],
+        "the download as fetched, the other page rendered: {stats:?}"
+    );
+    assert!(stats.failed.is_empty(), "{stats:?}");
+    // The navigation to the download went through the crawl, once.
+    let exports = lab
+        .recorder()
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/dl/export.csv")
+        .count();
+    assert_eq!(exports, 1, "{:?}", stats.subrequests);
+    // And it was not saved: the browser's downloads are off.
+    assert!(!downloads.exists(), "{} was saved", downloads.display());
+    lab.shutdown().await;
+}
