@@ -49,9 +49,12 @@ async fn the_render_setting_renders_pages_that_did_not_ask() {
     let spider = Rendered {
         start: lab.url_for("/js/page-1.html"),
     };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let record = dir.path().join("politeness.jsonl");
     let stats = Crawl::new(spider)
         .progress(false)
         .set("user_agent", "jsbot/1.0 (+http://127.0.0.1/)")
+        .politeness_record(&record)
         .run()
         .await
         .expect("crawl");
@@ -78,5 +81,21 @@ async fn the_render_setting_renders_pages_that_did_not_ask() {
             .iter()
             .all(|r| r.user_agent.as_deref() == Some("jsbot/1.0 (+http://127.0.0.1/)"))
     );
+    // The politeness record (what `crawler report` draws) tells the sub-requests apart
+    // from the rest: of all it counts as handed out, all but the page and robots.txt
+    // (what the lab saw of the crawl's own requests).
+    let text = std::fs::read_to_string(&record).expect("the record");
+    let seconds: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["t"] == "second")
+        .collect();
+    let sum = |key: &str| -> u64 { seconds.iter().filter_map(|v| v[key].as_u64()).sum() };
+    let own = paths
+        .iter()
+        .filter(|p| p.starts_with("/js/page-") || *p == "/robots.txt")
+        .count() as u64;
+    assert!(sum("subrequests") >= 1, "{text}");
+    assert_eq!(sum("subrequests"), sum("sent") - own, "{text}");
     lab.shutdown().await;
 }

@@ -92,6 +92,10 @@ pub struct Second {
     /// Of those, retries of an earlier attempt.
     #[serde(skip_serializing_if = "is_zero")]
     pub retries: u32,
+    /// Of those, sub-requests: requests a page rendered in a browser made (its scripts,
+    /// XHR, fetches), sent through this host's slot like any other.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub subrequests: u32,
     /// Responses by HTTP status.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub status: BTreeMap<u16, u32>,
@@ -275,11 +279,13 @@ impl Recorder {
         );
     }
 
-    /// A request was sent to `host` at `at`; `retry` when it repeats an earlier attempt.
-    pub fn sent(&mut self, host: &str, retry: bool, at: Instant) {
+    /// A request was sent to `host` at `at`; `retry` when it repeats an earlier attempt,
+    /// `sub` when a page being rendered made it.
+    pub fn sent(&mut self, host: &str, retry: bool, sub: bool, at: Instant) {
         if let Some(s) = self.second(host, at) {
             s.sent = s.sent.saturating_add(1);
             s.retries = s.retries.saturating_add(u32::from(retry));
+            s.subrequests = s.subrequests.saturating_add(u32::from(sub));
         }
     }
 
@@ -415,8 +421,8 @@ mod tests {
             latency: Duration::from_millis(ms),
             ..Feedback::default()
         };
-        r.sent("a", false, t0);
-        r.sent("a", true, t0);
+        r.sent("a", false, false, t0);
+        r.sent("a", true, true, t0);
         r.outcome("a", &fb(200, 10), t0);
         r.outcome("a", &fb(429, 30), t0);
         r.audit(vec![AuditRecord {
@@ -436,7 +442,7 @@ mod tests {
         let Some(RecordLine::Second(s)) = got.last() else {
             panic!("{got:?}");
         };
-        assert_eq!((s.sent, s.retries), (2, 1));
+        assert_eq!((s.sent, s.retries, s.subrequests), (2, 1, 1));
         assert_eq!(s.status.get(&429), Some(&1));
         assert_eq!(s.latency_max_ms, 30.0);
         assert_eq!(s.latency_n, 2);

@@ -160,7 +160,13 @@ fn summary(s: &mut String, p: &Parts<'_>) {
             hosts.to_string()
         },
     );
-    row("Requests", format!("{} (retries: {})", t.sent, t.retries));
+    row(
+        "Requests",
+        format!(
+            "{} (retries: {}, sub-requests of rendered pages: {})",
+            t.sent, t.retries, t.subrequests
+        ),
+    );
     row("Responses", classes(&t));
     row(
         "Refused (429, 503)",
@@ -274,10 +280,11 @@ fn host_section(s: &mut String, p: &Parts<'_>, i: usize, host: &str) {
     let _ = write!(
         s,
         "<p class=\"figures\"><span>requests: {}</span><span>retries: {}</span>\
-         <span>refused: {}</span><span>holds: {} ({})</span><span>latency: mean {}, \
-         max {}</span>",
+         <span>sub-requests: {}</span><span>refused: {}</span><span>holds: {} ({})</span>\
+         <span>latency: mean {}, max {}</span>",
         t.sent,
         t.retries,
+        t.subrequests,
         t.refusals(),
         t.holds,
         duration(t.held_ms),
@@ -330,7 +337,8 @@ fn others(s: &mut String, p: &Parts<'_>) {
     }
     s.push_str(
         "<section id=\"others\">\n<h2>Other hosts</h2>\n<table>\n<tr><th>Host</th>\
-         <th class=\"n\">Requests</th><th class=\"n\">Retries</th><th class=\"n\">Refused</th>\
+         <th class=\"n\">Requests</th><th class=\"n\">Retries</th>\
+         <th class=\"n\">Sub-requests</th><th class=\"n\">Refused</th>\
          <th class=\"n\">Holds</th><th>Responses</th></tr>\n",
     );
     for host in p.others.iter().take(MAX_OTHER_ROWS) {
@@ -340,10 +348,11 @@ fn others(s: &mut String, p: &Parts<'_>) {
         let _ = writeln!(
             s,
             "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}\
-             </td><td class=\"n\">{}</td><td>{}</td></tr>",
+             </td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
             esc(host),
             t.sent,
             t.retries,
+            t.subrequests,
             t.refusals(),
             t.holds,
             classes(t)

@@ -57,6 +57,8 @@ fn after(start: i64, wait_ms: f64) -> i64 {
 pub(super) struct Totals {
     pub(super) sent: u64,
     pub(super) retries: u64,
+    /// Of the requests sent, those a page being rendered made.
+    pub(super) subrequests: u64,
     pub(super) status: BTreeMap<u16, u64>,
     pub(super) failed: BTreeMap<String, u64>,
     pub(super) latency_sum_ms: f64,
@@ -76,6 +78,7 @@ impl Totals {
     fn add(&mut self, s: &Second) {
         self.sent += u64::from(s.sent);
         self.retries += u64::from(s.retries);
+        self.subrequests += u64::from(s.subrequests);
         for (code, n) in &s.status {
             // HTTP statuses are three digits; anything else a hostile file holds is counted
             // under 0, so the table cannot grow past 501 rows.
@@ -115,6 +118,7 @@ impl Totals {
     fn merge(&mut self, o: &Totals) {
         self.sent += o.sent;
         self.retries += o.retries;
+        self.subrequests += o.subrequests;
         for (code, n) in &o.status {
             *self.status.entry(*code).or_default() += n;
         }

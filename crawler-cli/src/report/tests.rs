@@ -59,7 +59,7 @@ fn record() -> String {
         format!(r#"{{"t":"audit","host":{host},"unix_ms":1700000000500,"trigger":"Retry-After","what":{{"kind":"hold","until":3000.0,"wait_ms":3000.0}}}}"#),
         format!(r#"{{"t":"audit","host":{host},"unix_ms":1700000000500,"trigger":"429","what":{{"kind":"rate","old":10.0,"new":5.0}}}}"#),
         format!(r#"{{"t":"second","host":{host},"unix_s":1700000004,"sent":3,"retries":1,"status":{{"200":3}},"failed":{{"timeout":1}}}}"#),
-        r#"{"t":"second","host":"b.example:8080","unix_s":1700000002,"sent":2,"status":{"200":2},"quota":{"remaining":3,"limit":10,"window_ms":1000}}"#.to_owned(),
+        r#"{"t":"second","host":"b.example:8080","unix_s":1700000002,"sent":2,"subrequests":2,"status":{"200":2},"quota":{"remaining":3,"limit":10,"window_ms":1000}}"#.to_owned(),
     ]
     .join("\n")
         + "\n"
@@ -104,6 +104,10 @@ fn a_record_becomes_one_escaped_chart_per_host_with_its_holds() {
     );
     assert!(html.contains("class=\"pace\""));
     assert!(!html.contains("<script"));
+    // The sub-requests of rendered pages, per host and in the summary.
+    assert!(html.contains("<span>sub-requests: 2</span>"), "{html}");
+    assert!(html.contains("<span>sub-requests: 0</span>"));
+    assert!(html.contains("sub-requests of rendered pages: 2)"));
 }
 
 #[test]

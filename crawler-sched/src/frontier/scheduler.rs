@@ -3,7 +3,9 @@
 
 use std::cmp::Reverse;
 
-use crawler_core::{Admission, Feedback, FilterReason, HostStats, Lease, Next, Request, Scheduler};
+use crawler_core::{
+    Admission, Feedback, FilterReason, HostStats, Lease, Next, Request, SUBREQUEST_META, Scheduler,
+};
 use tokio::time::Instant;
 
 use super::hosts::sort_busiest;
@@ -76,7 +78,8 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
             host.figures.requests += 1;
             host.throttle.on_send(now);
             if let Some(r) = self.recorder.as_mut() {
-                r.sent(&host.key, request.retries > 0, now);
+                let sub = request.meta.contains_key(SUBREQUEST_META);
+                r.sent(&host.key, request.retries > 0, sub, now);
             }
             self.leases.insert(lease, id);
             self.reschedule(id, now);
