@@ -87,11 +87,12 @@ impl Monitor {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// The most pages that waited for a tab at once, fetched, since the renderer was made
-    /// (bounded by [`BrowserConfig::queue`] under an engine).
-    pub fn peak_waiting(&self) -> usize {
+    /// The most fetched pages that were in the renderer at once, rendering in a tab or
+    /// waiting for one, since it was made: under an engine, at most
+    /// [`BrowserConfig::render_limit`] (the tabs and the queue in front of them).
+    pub fn peak_pages(&self) -> usize {
         self.pool
-            .peak_waiting
+            .peak_pages
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
@@ -140,15 +141,9 @@ impl<D: Downloader> Downloader for Rendering<D> {
         // The tab is held for the whole render; pages beyond the tabs wait here (with the
         // page already fetched), not in the browser, and at most `queue` of them: the
         // engine keeps the next ones in the frontier (`render_limit`).
-        let _tab = match self.pool.tabs.try_acquire() {
-            Ok(tab) => tab,
-            Err(_) => {
-                let _waiting = self.pool.waiting();
-                let Ok(Ok(tab)) = timeout_at(deadline, self.pool.tabs.acquire()).await else {
-                    return timed_out("no browser tab came free before the page's deadline");
-                };
-                tab
-            }
+        let _in_render = self.pool.enter();
+        let Ok(Ok(_tab)) = timeout_at(deadline, self.pool.tabs.acquire()).await else {
+            return timed_out("no browser tab came free before the page's deadline");
         };
         let attempts = self.pool.config().crash_retries.saturating_add(1);
         let mut last = String::new();
