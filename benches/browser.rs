@@ -16,7 +16,7 @@
 //! concurrent requests and pages). Both run politeness off for pages (no delay; ours on the
 //! `fixed` throttle), against a lab pair in another process: the site and the asset host
 //! (`localhost`, serving the pages' script and covers). Scenario `open` (default) serves
-//! everything; `limited` has the asset host allow 5 requests a second (burst 5) and refuse
+//! everything; `limited` has the asset host allow 2 requests a second (burst 2) and refuse
 //! the rest with a 2 s Retry-After.
 //!
 //! Each crawl runs in a process of its own; the parent samples its whole process tree (the
@@ -136,7 +136,7 @@ fn serve(books: usize, scenario: &str) -> std::result::Result<(), BoxError> {
         let mut assets = crawler_lab::Lab::builder().books(books);
         if scenario == "limited" {
             assets = assets.scenario(
-                crawler_lab::Scenario::rate_limited(5.0, 5)
+                crawler_lab::Scenario::rate_limited(2.0, 2)
                     .retry_after(crawler_lab::RetryAfter::Seconds(2)),
             );
         }
