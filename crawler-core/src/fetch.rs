@@ -342,6 +342,15 @@ pub trait Scheduler: Send + 'static {
     /// `not_before`. It was admitted once, so it skips the filters; its old lease is
     /// acknowledged once the new attempt is safely queued.
     fn retry(&mut self, lease: Lease, request: Request, not_before: Instant);
+
+    /// `request`, handed out by [`Scheduler::next`] under `lease`, goes back unsent (the
+    /// engine had no room for it after all): its slot gets the send back and it is queued
+    /// again at once. A scheduler that counts hand-outs as requests sent takes this one
+    /// back. By default, completed as unsent and retried now.
+    fn give_back(&mut self, lease: Lease, request: Request, now: Instant) {
+        self.complete(lease, &Feedback::default(), now);
+        self.retry(lease, request, now);
+    }
     /// Whether the host of `url` is held for a run of failures (5xx, broken connections,
     /// timeouts): a failure answered now is the host's, not the page's, so a retry of it
     /// does not spend one of the page's attempts (the host's hold makes it wait, and a host

@@ -289,6 +289,16 @@ impl Recorder {
         }
     }
 
+    /// A request counted by [`Recorder::sent`] went back unsent (the crawl had no room for
+    /// it after all). Taken from the second of `at`: a second already written keeps it.
+    pub fn unsent(&mut self, host: &str, retry: bool, sub: bool, at: Instant) {
+        if let Some(s) = self.second(host, at) {
+            s.sent = s.sent.saturating_sub(1);
+            s.retries = s.retries.saturating_sub(u32::from(retry));
+            s.subrequests = s.subrequests.saturating_sub(u32::from(sub));
+        }
+    }
+
     /// A request to `host` ended at `at` with `feedback`.
     pub fn outcome(&mut self, host: &str, feedback: &Feedback, at: Instant) {
         let Some(s) = self.second(host, at) else {

@@ -233,9 +233,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
     /// A page was handed out while the engine only wanted the sub-requests behind it (the
     /// crawl is stopping): it goes back to its queue unsent, for a resume.
     pub(super) fn give_back(&mut self, lease: Lease, request: Request) {
-        let now = Instant::now();
-        self.scheduler.complete(lease, &Feedback::default(), now);
-        self.scheduler.retry(lease, request, now);
+        self.scheduler.give_back(lease, request, Instant::now());
     }
 
     pub(super) fn count_sub(&mut self, label: &str) {

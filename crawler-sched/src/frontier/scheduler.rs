@@ -162,6 +162,21 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
         )));
     }
 
+    fn give_back(&mut self, lease: Lease, request: Request, now: Instant) {
+        // Never sent: the hand-out counted it among the host's requests and in the record.
+        if let Some(&id) = self.leases.get(&lease.0)
+            && let Some(host) = self.hosts.get_mut(id)
+        {
+            host.figures.requests = host.figures.requests.saturating_sub(1);
+            if let Some(r) = self.recorder.as_mut() {
+                let sub = request.meta.contains_key(SUBREQUEST_META);
+                r.unsent(&host.key, request.retries > 0, sub, now);
+            }
+        }
+        self.complete(lease, &Feedback::default(), now);
+        self.retry(lease, request, now);
+    }
+
     fn checkpoint(&mut self, stats: &crawler_core::Stats) {
         let now = Instant::now();
         // Only for a store that keeps them, and only hosts with something to keep: a broad

@@ -522,6 +522,47 @@ async fn a_recorder_gets_sends_retries_outcomes_and_the_holds_they_cause() {
     assert!(seconds.iter().all(|s| s.host == "a.test"));
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_request_given_back_unsent_is_not_counted_and_comes_out_again() {
+    use crate::record::{RecordLine, Recorder};
+    let path =
+        std::env::temp_dir().join(format!("crawler-frontier-give-back-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let s = Settings {
+        throttle: ThrottleMode::Fixed,
+        download_delay: Duration::ZERO,
+        ..Default::default()
+    };
+    let mut f = frontier(&s, &[]);
+    f.record_to(Recorder::open(&path).unwrap());
+    let now = Instant::now();
+    f.enqueue(req("http://a.test/1"), now);
+    let (lease, r) = ready(&mut f, now);
+    f.give_back(lease, r, now);
+    // At once, and once: the engine had no room, the host sent nothing.
+    let (lease, r) = ready(&mut f, now);
+    assert_eq!(r.url.path(), "/1");
+    let ok = Feedback {
+        sent: true,
+        status: Some(200),
+        ..Default::default()
+    };
+    f.complete(lease, &ok, now);
+    assert_eq!(f.host_stats().first().map(|h| h.requests), Some(1));
+    f.checkpoint(&crawler_core::Stats::default());
+    drop(f);
+    let sent: u32 = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .filter_map(|l| match serde_json::from_str(l) {
+            Ok(RecordLine::Second(s)) => Some(s.sent),
+            _ => None,
+        })
+        .sum();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(sent, 1);
+}
+
 mod group_tests {
     use super::*;
     use std::collections::HashMap;

@@ -365,6 +365,10 @@ impl<S: QueueStore> Scheduler for FleetFrontier<S> {
         self.inner.retry(lease, request, not_before);
     }
 
+    fn give_back(&mut self, lease: Lease, request: Request, now: Instant) {
+        self.inner.give_back(lease, request, now);
+    }
+
     fn checkpoint(&mut self, stats: &crawler_core::Stats) {
         self.inner.checkpoint(stats);
     }
