@@ -398,19 +398,20 @@ impl Spider for AllPages {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pages_beyond_the_tabs_and_the_queue_wait_in_the_frontier_not_for_a_tab() {
-    // Ten pages, one tab, each render at least 400 ms: the pages come much faster than the
-    // tab renders them. Fetched as fast as their slot allows, most would wait for the tab
-    // past their 3 s deadline; with the queue bound, one waits at a time and none times out.
-    let assets = Lab::builder().books(200).start().await.expect("assets lab");
+    // Twenty pages, one tab, each render at least 400 ms: the pages come much faster than
+    // the tab renders them. Fetched as fast as their slot allows, the later ones would wait
+    // for the tab past their 5 s deadline (from entering the renderer); with the queue
+    // bound, one waits at a time and none times out, even on a busy machine.
+    let assets = Lab::builder().books(400).start().await.expect("assets lab");
     let site = Lab::builder()
-        .books(200)
+        .books(400)
         .js_assets(format!("http://localhost:{}/", assets.addr().port()))
         .start()
         .await
         .expect("site lab");
     let settings = Settings {
         concurrency: 8,
-        browser_page_timeout: Duration::from_secs(3),
+        browser_page_timeout: Duration::from_secs(5),
         retry_times: 0,
         ..settings()
     };
@@ -423,7 +424,7 @@ async fn pages_beyond_the_tabs_and_the_queue_wait_in_the_frontier_not_for_a_tab(
     let frontier = Frontier::new(FrontierConfig::from_settings(&settings, vec![]));
     let items = Collect::default();
     let spider = AllPages {
-        pages: (1..=10)
+        pages: (1..=20)
             .map(|n| site.url_for(&format!("/js/page-{n}.html")))
             .collect(),
         options: RenderOptions::new()
@@ -438,7 +439,7 @@ async fn pages_beyond_the_tabs_and_the_queue_wait_in_the_frontier_not_for_a_tab(
     let mut books = items.0.lock().expect("lock").clone();
     books.sort();
     assert!(stats.failed.is_empty(), "no page timed out: {stats:?}");
-    assert_eq!(books, expected(&site), "every book of the ten pages");
+    assert_eq!(books, expected(&site), "every book of the twenty pages");
     // Two pages at most were in the renderer at once, one in the tab and one fetched and
     // waiting for it (and two were: the bound was reached, not merely respected by a slow
     // crawl).
