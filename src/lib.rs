@@ -264,15 +264,12 @@ fn open_fleet(
     ))
 }
 
-/// Refuse settings the private-address guard cannot enforce (a proxy, set or in the
-/// environment, with `deny_private_addresses` on): a clear error at startup rather than a
-/// crawl that silently reaches private addresses through the proxy.
-pub fn check_guard(settings: &Settings) -> Result<(), Error> {
-    let env = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
-    match crawler_http::unchecked_proxy(settings, env) {
-        Some(why) => Err(Error::new(ErrorKind::Settings, why)),
-        None => Ok(()),
+/// Log, once at start, that the address rules stop at a proxy (the `proxy` setting, or one
+/// in the environment) unless `allow_unchecked_proxy` accepts it: the proxy resolves host
+/// names itself, so only IP literals and metadata names can be checked.
+pub fn warn_unchecked_proxy(settings: &Settings) {
+    if let Some(why) = crawler_http::unchecked_proxy(settings, crawler_http::process_env()) {
+        tracing::warn!("{why}");
     }
 }
 
@@ -481,7 +478,7 @@ impl<S: Spider> Crawl<S> {
         crawler_core::open_spider(&mut self.spider, &settings, &self.args)?;
         // Known from here on, so the crawl's logs and errors never show them.
         crawler_core::redact::register_secrets(&settings);
-        check_guard(&settings)?;
+        warn_unchecked_proxy(&settings);
         let downloader =
             conditional::attach(HttpDownloader::new(&settings)?, &settings, self.conditional)?;
         let downloader = fetcher(downloader, &settings)?;

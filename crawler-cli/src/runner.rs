@@ -252,7 +252,7 @@ async fn run_contract<S: Spider>(
     if let Some(cb) = &contract.callback {
         req = req.callback(cb.clone());
     }
-    crawler::check_guard(settings)?;
+    crawler::warn_unchecked_proxy(settings);
     let downloader = HttpDownloader::new(settings)?;
     let page = match downloader.fetch_once(&req).await.outcome {
         Fetched::Response(page) => page,

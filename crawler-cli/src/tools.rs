@@ -229,7 +229,7 @@ async fn fetch(
     no_headers: bool,
 ) -> Result<ExitCode, Failure> {
     let req = Request::get(url).map_err(usage)?;
-    crawler::check_guard(settings).map_err(usage)?;
+    crawler::warn_unchecked_proxy(settings);
     let downloader = HttpDownloader::new(settings).map_err(failed)?;
     let page = match downloader.fetch_once(&req).await.outcome {
         Fetched::Response(page) => page,

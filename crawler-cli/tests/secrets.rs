@@ -154,27 +154,23 @@ async fn a_crawl_logs_no_password_in_text_or_json() {
 }
 
 #[tokio::test]
-async fn the_guard_refuses_a_proxy_it_cannot_check() {
+async fn the_warning_about_a_proxy_the_guard_cannot_see_through_shows_no_password() {
+    let lab = Lab::builder().books(100).start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = crawler(
-        dir.path(),
-        &[
-            "fetch",
-            "http://example.invalid/",
-            "-s",
-            "deny_private_addresses=true",
-        ],
-    );
+    let mut cmd = crawler(dir.path(), &["fetch", &lab.url()]);
+    // An https proxy on a closed loopback port: the http page does not go through it (and
+    // nothing could leave loopback if it did), but the crawl must say the rules stop there.
     cmd.env(
         "HTTPS_PROXY",
-        format!("http://bob:{PROXY_PASS}@10.0.0.1:3128"),
+        format!("http://bob:{PROXY_PASS}@127.0.0.1:9"),
     );
     let out = run(cmd).await;
-    assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
     assert!(
         stderr.contains("HTTPS_PROXY") && stderr.contains("allow_unchecked_proxy"),
         "{stderr}"
     );
-    assert_clean("the guard's error", &out);
+    assert_clean("the guard's warning", &out);
+    lab.shutdown().await;
 }

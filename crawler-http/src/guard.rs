@@ -9,8 +9,10 @@
 //! bypass or defeat DNS. Requests that may not reach private space go through a client of
 //! their own, so they never reuse a pooled connection to a private address either.
 //!
-//! A proxy resolves names itself, so behind one the guard would check only literals and
-//! names: [`unchecked_proxy`] tells the crawl to refuse to start instead.
+//! A proxy resolves names itself, so behind one the guard checks only IP literals and
+//! metadata names: [`unchecked_proxy`] gives the warning the crawl logs at start, so an
+//! operator knows where the rule stops (a proxy is the operator's own choice of route, and
+//! refusing to start behind every corporate proxy would make the default unusable).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -188,31 +190,46 @@ pub const PROXY_ENV_VARS: &[&str] = &[
     "all_proxy",
 ];
 
-/// Why the crawl must not start: `deny_private_addresses` is on, but requests would go
-/// through a proxy (the `proxy` setting, or one of [`PROXY_ENV_VARS`] in `env`) that
-/// resolves host names itself, so private addresses could not be refused. `None` when the
-/// guard is off, no proxy is configured, or `allow_unchecked_proxy` accepts the risk.
+/// The warning for a crawl whose requests go through a proxy (the `proxy` setting, or one
+/// of [`PROXY_ENV_VARS`] in `env`): the proxy resolves host names itself, so the address
+/// rules see only IP literals and metadata names. `None` when no proxy is configured or
+/// `allow_unchecked_proxy` accepts it.
 pub fn unchecked_proxy(
     settings: &Settings,
     env: impl IntoIterator<Item = (String, String)>,
 ) -> Option<String> {
-    if !settings.deny_private_addresses || settings.allow_unchecked_proxy {
+    if settings.allow_unchecked_proxy {
         return None;
     }
-    let from = match settings.proxy.as_deref().filter(|p| !p.trim().is_empty()) {
+    let (proxy, source) = proxy_in_use(settings, env)?;
+    Some(format!(
+        "requests go through the proxy {} (from {source}), which resolves host names itself:          the address rules (link-local{}) are checked only on IP literals and metadata names;          set allow_unchecked_proxy = true to accept this without the warning",
+        crawler_core::redact::redact_url(&proxy),
+        if settings.deny_private_addresses {
+            ", deny_private_addresses"
+        } else {
+            ""
+        }
+    ))
+}
+
+/// The proxy requests go through, with where it was set; `None` without one.
+pub(crate) fn proxy_in_use(
+    settings: &Settings,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Option<(String, String)> {
+    match settings.proxy.as_deref().filter(|p| !p.trim().is_empty()) {
         Some(p) => Some((p.to_owned(), "the proxy setting".to_owned())),
         None => env
             .into_iter()
             .find(|(k, v)| PROXY_ENV_VARS.contains(&k.as_str()) && !v.trim().is_empty())
             .map(|(k, v)| (v, format!("the {k} environment variable"))),
-    };
-    let (proxy, source) = from?;
-    Some(format!(
-        "deny_private_addresses is on, but requests would go through the proxy {} (from {source}), \
-         which resolves host names itself, so private addresses cannot be refused; remove the \
-         proxy, or set allow_unchecked_proxy = true to crawl through it unchecked",
-        crawler_core::redact::redact_url(&proxy)
-    ))
+    }
+}
+
+/// The process environment as UTF-8 pairs (for [`unchecked_proxy`] and [`proxy_in_use`]).
+pub fn process_env() -> impl Iterator<Item = (String, String)> {
+    std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
 }
 
 /// A resolver that drops the addresses the policy refuses and fails when none are left.
@@ -443,11 +460,8 @@ mod tests {
     }
 
     #[test]
-    fn a_proxy_the_guard_cannot_see_through_is_refused_unless_allowed() {
-        let mut s = Settings {
-            deny_private_addresses: true,
-            ..Settings::default()
-        };
+    fn a_proxy_the_guard_cannot_see_through_is_warned_of_unless_accepted() {
+        let mut s = Settings::default();
         let env = |k: &str, v: &str| vec![(k.to_owned(), v.to_owned())];
         assert_eq!(unchecked_proxy(&s, env("PATH", "/bin")), None);
         let why =
@@ -465,8 +479,13 @@ mod tests {
         );
         s.allow_unchecked_proxy = true;
         assert_eq!(unchecked_proxy(&s, Vec::new()), None);
+        // Link-local checks stop at the proxy too: the warning stands without the private rule.
         s.allow_unchecked_proxy = false;
         s.deny_private_addresses = false;
-        assert_eq!(unchecked_proxy(&s, Vec::new()), None);
+        let why = unchecked_proxy(&s, Vec::new()).unwrap();
+        assert!(
+            why.contains("link-local") && !why.contains("deny_private"),
+            "{why}"
+        );
     }
 }

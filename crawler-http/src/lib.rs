@@ -34,7 +34,9 @@ mod sitemap;
 
 pub use downloader::{HttpDownloader, MAX_BODY_META, ROBOTS_SITEMAPS_META, fetch_once_with};
 pub use error::Error;
-pub use guard::{AddressPolicy, PROXY_ENV_VARS, is_private, private_ok, unchecked_proxy};
+pub use guard::{
+    AddressPolicy, PROXY_ENV_VARS, is_private, private_ok, process_env, unchecked_proxy,
+};
 pub use headers::{
     MAX_CLOCK_OFFSET, RETRY_AFTER_CEILING, parse_rate_limit, parse_retry_after, retry_after,
     server_clock_offset, server_now,

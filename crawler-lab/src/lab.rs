@@ -1,6 +1,6 @@
 //! Starting, inspecting and stopping a lab server.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,7 @@ pub const DEFAULT_GRACE: Duration = Duration::from_millis(100);
 pub struct LabBuilder {
     books: Option<usize>,
     seed: u64,
+    ip: IpAddr,
     port: u16,
     scenario: Scenario,
     by_client: Vec<(String, Scenario)>,
@@ -51,6 +52,7 @@ impl Default for LabBuilder {
         Self {
             books: None,
             seed: 1,
+            ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             port: 0,
             scenario: Scenario::open(),
             by_client: Vec::new(),
@@ -118,7 +120,14 @@ impl LabBuilder {
         self
     }
 
-    /// Port on 127.0.0.1; 0 (the default) picks a free one.
+    /// The address to listen on. Default 127.0.0.1; tests that build a network namespace of
+    /// their own give the lab a public-looking address there (the address policy's tests).
+    pub fn ip(mut self, ip: IpAddr) -> Self {
+        self.ip = ip;
+        self
+    }
+
+    /// Port to listen on; 0 (the default) picks a free one.
     pub fn port(mut self, port: u16) -> Self {
         self.port = port;
         self
@@ -173,7 +182,7 @@ impl LabBuilder {
                 "path prefix `{p}` must start with `/`"
             )));
         }
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
+        let addr = SocketAddr::from((self.ip, self.port));
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| Error::new(Kind::Bind { addr, source }))?;
@@ -258,7 +267,8 @@ impl Lab {
         LabBuilder::default()
     }
 
-    /// `http://127.0.0.1:PORT/`, with the trailing slash.
+    /// `http://127.0.0.1:PORT/` (or the address given to [`LabBuilder::ip`]), with the
+    /// trailing slash.
     pub fn url(&self) -> String {
         self.url.clone()
     }

@@ -58,7 +58,7 @@ pub(crate) async fn run(settings: &Settings, args: &ShellArgs) -> Result<(), Fai
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| usage(Error::new(ErrorKind::Other, e)))?;
     let request = Request::get(&args.url).map_err(usage)?;
-    crawler::check_guard(settings).map_err(usage)?;
+    crawler::warn_unchecked_proxy(settings);
     let interactive = args.css.is_empty() && std::io::stdin().is_terminal();
     let limits = Limits {
         max_matches: args.max_matches,

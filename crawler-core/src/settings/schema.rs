@@ -183,19 +183,19 @@ pub struct Settings {
     /// loopback and unique-local addresses are refused when a page or redirect served from a
     /// public address leads to them (checked on every resolved address, redirect hop and
     /// robots.txt), while a crawl whose start URL is on a private or loopback host goes on
-    /// within private space. Off by default (links may lead anywhere but link-local).
-    /// Link-local and metadata addresses are refused whatever this says (see
-    /// `allow_addresses`).
+    /// within private space. Link-local and metadata addresses are refused whatever this
+    /// says (see `allow_addresses`). Behind a proxy only IP literals and metadata names can
+    /// be checked (see `allow_unchecked_proxy`). Default true.
     pub deny_private_addresses: bool,
     /// Addresses the crawl may reach whatever the address rules say: IP addresses, CIDR
     /// ranges (`10.0.0.0/8`) or host names. Link-local addresses (169.254.0.0/16,
     /// fe80::/10) and cloud metadata services (`metadata.google.internal`, 169.254.169.254)
     /// are refused as `forbidden_address` unless named here. Default empty.
     pub allow_addresses: Vec<String>,
-    /// With `deny_private_addresses`: run even though a proxy is configured (`proxy`, or
-    /// `HTTP_PROXY` / `HTTPS_PROXY` / `ALL_PROXY` in the environment). The proxy resolves
-    /// names itself, so the crawler cannot check where requests go; without this the crawl
-    /// refuses to start. Default false.
+    /// Crawl through a proxy (`proxy`, or `HTTP_PROXY` / `HTTPS_PROXY` / `ALL_PROXY` in the
+    /// environment) without the warning the crawl logs at start: the proxy resolves host
+    /// names itself, so the address rules are checked only on IP literals and metadata
+    /// names, not on where names lead. Default false.
     pub allow_unchecked_proxy: bool,
     /// The job directory: persistent frontier, seen set, validators and stats, so a crawl can
     /// be paused, resumed and survive a crash. Unset: everything is in memory.
@@ -437,7 +437,7 @@ impl Default for Settings {
             close_timeout: Duration::ZERO,
             robots_ttl: Duration::from_secs(24 * 3600),
             robots_outage_max: Duration::from_secs(600),
-            deny_private_addresses: false,
+            deny_private_addresses: true,
             allow_addresses: Vec::new(),
             allow_unchecked_proxy: false,
             job_dir: None,
