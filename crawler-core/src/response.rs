@@ -359,10 +359,14 @@ impl Response {
         check_scheme(url)
     }
 
-    /// A request for a link on this page (depth + 1, same callback unless changed).
+    /// A request for a link on this page (depth + 1, same callback unless changed). It may
+    /// lead into private space only if this page was served from there (see
+    /// [`crate::address::FROM_PRIVATE_META`]); in a crawl the engine marks every follow-up
+    /// so, and the mark here serves requests sent outside one (the shell, contracts).
     pub fn follow(&self, href: &str) -> Result<Request> {
         let mut req = Request::new(self.urljoin(href)?);
         req.depth = self.request.depth + 1;
+        crate::address::mark_from_private(&mut req.meta, self.served_from_private());
         Ok(req)
     }
 

@@ -90,6 +90,14 @@ impl HostMachine {
         let failed = is_failure(fb) && self.state.served_sent.is_none_or(|s| sent_at >= s);
         let served = fb.status.is_some() && !refused && !is_failure(fb);
         if served {
+            if self.state.failures >= self.params.tuning.failure_streak {
+                // The host answers again after a run of failures that held it: it is well,
+                // and the holds its outage grew are not what its limiter asks for. The next
+                // backoff (a refusal without Retry-After) starts from the base, not from
+                // the storm's last hold.
+                self.state.backoff_level = 0;
+                self.state.backoff_at = None;
+            }
             self.state.failures = 0;
             self.state.troubled_since = None;
             self.state.served_sent =
