@@ -31,18 +31,9 @@ use fleet::{
     wait_for_fleet_items, wait_for_items,
 };
 
-/// The lease ids outstanding in the job's Redis keys.
+/// The lease ids outstanding in the job's Redis keys (every shard).
 fn lease_ids(redis: &Redis, job: &str) -> HashSet<String> {
-    let key = format!("crawler:{{{job}}}:leases");
-    let reply = redis
-        .command(&["ZRANGE", &key, "0", "-1"])
-        .unwrap_or_default();
-    // "*N" then "$len" / value pairs.
-    reply
-        .lines()
-        .filter(|l| !l.starts_with('*') && !l.starts_with('$') && !l.is_empty())
-        .map(str::to_owned)
-        .collect()
+    redis.lease_ids(job).into_iter().collect()
 }
 
 /// The tests share two cores; running them one at a time keeps their timing honest.

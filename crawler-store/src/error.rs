@@ -58,6 +58,14 @@ pub(crate) enum Repr {
     },
     #[cfg(feature = "redis")]
     #[error(
+        "invalid Redis Cluster URL {}: {detail} (expected \
+         redis+cluster://[[user]:password@]host:port[,host:port...], or rediss+cluster:// \
+         for TLS: one or more seed nodes of the cluster, database 0 only)",
+        url.display()
+    )]
+    RedisClusterUrl { url: PathBuf, detail: String },
+    #[cfg(feature = "redis")]
+    #[error(
         "Redis at {} failed during {action} (gave up after {:.1}s of retries): {source}",
         url.display(),
         waited.as_secs_f64()
@@ -140,6 +148,7 @@ impl Error {
             self.0,
             Repr::Redis { .. }
                 | Repr::RedisConfig { .. }
+                | Repr::RedisClusterUrl { .. }
                 | Repr::RedisStopped { .. }
                 | Repr::RedisGivenUp { .. }
         );
@@ -170,6 +179,7 @@ impl Error {
             | Repr::Encode { path, .. } => path,
             #[cfg(feature = "redis")]
             Repr::RedisConfig { url, .. }
+            | Repr::RedisClusterUrl { url, .. }
             | Repr::Redis { url, .. }
             | Repr::RedisStopped { url, .. }
             | Repr::RedisGivenUp { url, .. }
@@ -220,6 +230,15 @@ impl Error {
         Repr::RedisConfig {
             url: url.into(),
             source,
+        }
+        .into()
+    }
+
+    #[cfg(feature = "redis")]
+    pub(crate) fn redis_cluster_url(url: &str, detail: impl Into<String>) -> Self {
+        Repr::RedisClusterUrl {
+            url: url.into(),
+            detail: detail.into(),
         }
         .into()
     }

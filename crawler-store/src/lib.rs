@@ -114,30 +114,57 @@
 //! # Redis
 //!
 //! [`RedisStore`] is the backend for a fleet: several worker processes (on one machine or
-//! many) that open the same job name on one Redis server crawl as one crawler. They share
-//! the frontier, the seen set, leases with a visibility timeout, and one budget per host
-//! ([`RedisStore::budget`], a `crawler_sched::SharedBudget`), so N workers together stay
-//! within what one polite crawler would send.
+//! many) that open the same job name on one Redis server, or on a Redis Cluster, crawl as
+//! one crawler. They share the frontier, the seen set, leases with a visibility timeout,
+//! and one budget per host ([`RedisStore::budget`], a `crawler_sched::SharedBudget`), so N
+//! workers together stay within what one polite crawler would send.
 //!
-//! **Keys.** Everything lives under `crawler:{JOB}:` (the braces are a cluster hash tag):
-//! `seen` (a SET of 16-byte binary fingerprints), `hosts` (a SET of hosts with work),
-//! `q:HOST` (a ZSET whose members sort in serving order: flipped priority, seq, worker
-//! run tag, request JSON), `leases` (a ZSET of lease id by expiry) and `lease` (a HASH of
-//! lease id to host and member), `b:HOST` (a HASH with the host's politeness state as JSON, its
-//! version, the fleet's requests in flight and a skip flag), `stats` (each worker's last
-//! saved stats), `meta` (worker and reclaim counters), `epoch` (the job's random identity)
-//! and `steps` (each worker's count of applied steps). Every key lives `idle_ttl` after the
-//! last step that touched it.
+//! **One server or a cluster.** `redis://` (or `rediss://`) names one server;
+//! `redis+cluster://[:password@]host:port[,host:port...]` (or `rediss+cluster://`) names a
+//! Redis Cluster by one or more seed nodes (any one reachable is enough; the cluster tells
+//! the client about the others). The same keys, scripts and code serve both; a malformed
+//! cluster URL is an error that says what is wrong ([`Error::is_redis_unavailable`]).
+//!
+//! **Keys.** A job's keys are split so that a cluster spreads them over its masters while
+//! no command or script ever touches two slots. Under `crawler:{JOB}:` (the braces are a
+//! cluster hash tag) sit only the job's global parts: `epoch` (its random identity),
+//! `ready`, `meta` (the worker counter and the job's shard count) and `stats` (each
+//! worker's last saved stats). Everything else lives in 24 *shards*, `crawler:{JOB/N}:`
+//! (a suffix on `N` places each shard's slot in its own 24th of the slot space, so the
+//! shards spread evenly over 1, 2, 3, 4, 6, 8, 12 or 24 masters). A host belongs to one
+//! shard (a stable hash of its name), which holds `q:HOST` (a ZSET whose members sort in
+//! serving order: flipped priority, seq, worker run tag, request JSON), `b:HOST` (a HASH
+//! with the host's politeness state as JSON, its version, the fleet's requests in flight
+//! and a skip flag), `hosts` (the shard's hosts with work), `seen` (a SET of the 16-byte
+//! fingerprints of its hosts' requests), `leases` (a ZSET of lease id by expiry) and
+//! `lease` (a HASH of lease id to host and member), and its own copy of the `epoch`,
+//! `steps` (each worker's count of steps applied in the shard), `gen` (a change counter)
+//! and `meta` (the reclaim counter). So a host's queue insert and its seen mark, its lease
+//! and the send it books, its acknowledgement and its release are each one script in one
+//! slot. The seen set is sharded by the request's host rather than by fingerprint for that
+//! reason: the insert stays atomic, and a huge host's seen URLs sit with its queue, on one
+//! master anyway. Every key lives `idle_ttl` after the last step that touched it (the
+//! global ones after the last stats checkpoint).
 //!
 //! **One script, one round trip.** Every exchange with Redis is one EVALSHA of a single
-//! Lua script (reloaded automatically after a Redis restart) that applies, atomically and
-//! in this order: buffered pushes (seen-set insert and queue insert together), buffered
+//! Lua script (reloaded automatically after a Redis restart or a failover) carrying one
+//! section per shard the step concerns. A section applies, atomically and in this order:
+//! buffered pushes (seen-set insert and queue insert together), buffered
 //! acknowledgements, lease renewals, politeness state commits, reclaiming expired leases of
 //! dead workers, and then, if asked, a lease (with the send it books) or a read of the
-//! fleet's state. So a handed-out request costs one round trip, and acknowledgements, new
-//! links and routine outcomes ride along with the next one. Holds (Retry-After, 429/503, an
-//! exhausted RateLimit quota, a challenge page) are committed at once, so every worker
-//! respects them from its next lease on. [`redis_round_trips`] counts them.
+//! shard's part of the fleet's state. On one server a step is one call with all its
+//! sections; on a cluster it is one call per shard, all sent at once over multiplexed
+//! connections, so it still costs one round trip of wall time. So a handed-out request
+//! costs one round trip, and acknowledgements, new links and routine outcomes ride along
+//! with the next one. (On a cluster an acknowledgement waits one more step when pushes to
+//! other shards precede it, so a page's links are always queued before its lease goes.)
+//! Holds (Retry-After, 429/503, an exhausted RateLimit quota, a challenge page) are
+//! committed at once, so every worker respects them from its next lease on.
+//! [`redis_round_trips`] counts the waits, [`redis_commands`] the calls.
+//!
+//! **Done means done.** A worker ends only when the fleet has nothing queued and nothing
+//! leased. A cluster's shards are read one call each, not at one instant, so an empty
+//! read is read again and trusted only if no shard's change counter moved in between.
 //!
 //! **Budget.** The fleet runs the same per-host machine as a local crawl
 //! (`crawler_sched::politeness::HostMachine`); the script holds no policy. A worker computes
@@ -156,7 +183,7 @@
 //! which a limiter without a burst refuses. A request still held when the worker stops goes
 //! back to its queue at once.
 //!
-//! **Seen set.** Fingerprints are stored as 16 raw bytes in a Redis SET: exact (no URL is
+//! **Seen set.** Fingerprints are stored as 16 raw bytes in Redis SETs: exact (no URL is
 //! ever wrongly dropped), about 70-90 bytes of Redis memory per URL (some 800 MB for 10
 //! million). A Bloom filter (a bitmap with k hashes, about 1.2 bytes per URL at 1% false
 //! positives) would cut that by 60x at the price of silently skipping ~1% of new URLs; it
@@ -168,14 +195,15 @@
 //!
 //! **When Redis forgets.** Durability must not depend on how Redis is configured (RDB
 //! snapshots, AOF `everysec`, failover, a restart without persistence, eviction). The first
-//! worker to join a job writes a random *job epoch*; every step checks it atomically
-//! before doing anything. Missing or different means Redis lost the job: the step changes
-//! nothing and the worker stops with an error naming the lost epoch
-//! ([`Error::is_redis_lost`]), so an empty Redis never reads as "queue empty, nothing
-//! leased", and a crawl never ends successfully with pages missing. Each step also counts
-//! itself under the worker's random token (`steps`); fewer steps than the worker last read
-//! means a rollback that lost some of its confirmed updates, and the worker forgets its
-//! seen cache (the seen set only grows, so a rollback that keeps all of a worker's steps
+//! worker to join a job writes a random *job epoch* into the job's global part and into
+//! every shard; every step checks each shard's copy it touches atomically before doing
+//! anything. Missing or different means Redis (or one master of a cluster) lost the job:
+//! the step changes nothing and the worker stops with an error naming the lost epoch and
+//! the shard ([`Error::is_redis_lost`]), so an empty Redis never reads as "queue empty,
+//! nothing leased", and a crawl never ends successfully with pages missing. Each step also
+//! counts itself, per shard, under the worker's random token (`steps`); fewer steps than
+//! the worker last read means a rollback that lost some of its confirmed updates, and the
+//! worker forgets its seen cache (the seen set only grows, so a rollback that keeps all of a worker's steps
 //! keeps every fingerprint it remembers). Lease ids are `TOKEN:N`, made by the worker, so
 //! they never repeat across workers, worker restarts or Redis restarts, and a stale
 //! acknowledgement can never delete another worker's lease; a retried step that had
@@ -190,8 +218,11 @@
 //! round trip can apply twice; every part of the script is idempotent or errs towards
 //! fetching a page again, never towards losing one.
 //!
-//! The retries run on the engine's thread (the frontier's store is synchronous) but never
-//! hold it uncontrollably: each attempt is bounded (2 s to connect, 3 s per command), the
+//! The connection is async and multiplexed (one connection per server, or per master of a
+//! cluster, through the `redis` crate's connection and cluster clients), driven by a small
+//! I/O thread of the store's own: the frontier's store is synchronous, so a call hands its
+//! scripts over and waits, whatever runtime the engine runs on. The waits and retries
+//! run on the engine's thread but never hold it uncontrollably: each attempt is bounded (2 s to connect, 3 s per command), the
 //! pauses between attempts check the crawl's stop handle ([`RedisOptions::stop`]) every
 //! 50 ms, and on a multi-threaded Tokio runtime they run in `block_in_place`, so the
 //! signal listener and the downloads in flight go on. A stop request (Ctrl-C, SIGTERM)
@@ -222,6 +253,8 @@ pub use conditional::SledConditional;
 pub use error::Error;
 pub use options::StoreOptions;
 #[cfg(feature = "redis")]
-pub use redis_store::{RedisBudget, RedisFleet, RedisOptions, RedisStore, redis_round_trips};
+pub use redis_store::{
+    RedisBudget, RedisFleet, RedisOptions, RedisStore, redis_commands, redis_round_trips,
+};
 pub use sled_store::SledStore;
 pub use validators::{ValidatorStore, Validators};

@@ -17,21 +17,9 @@ mod redis_server;
 
 use redis_server::Redis;
 
-/// The lease ids in the job's `lease` hash, sorted.
+/// The lease ids in the job's `lease` hashes, sorted.
 fn lease_ids(redis: &Redis, job: &str) -> Vec<String> {
-    let reply = redis
-        .command(&["HKEYS", &format!("crawler:{{{job}}}:lease")])
-        .unwrap();
-    // "*N", then "$len", "value" pairs.
-    let mut ids: Vec<String> = reply
-        .lines()
-        .skip(1)
-        .skip(1)
-        .step_by(2)
-        .map(str::to_owned)
-        .collect();
-    ids.sort();
-    ids
+    redis.lease_ids(job)
 }
 
 fn options(redis: &Redis, job: &str) -> RedisOptions {

@@ -19,14 +19,38 @@ use crawler_lab::Lab;
 
 use crate::books;
 
+/// The books of several catalogues (several labs: several hosts).
+struct Catalogues(Vec<String>);
+
+impl Spider for Catalogues {
+    type Item = books::Book;
+    fn name(&self) -> &str {
+        "books"
+    }
+    fn start_urls(&self) -> Vec<String> {
+        self.0.clone()
+    }
+    async fn parse(&self, page: Response, out: &mut Output<books::Book>) -> Result<()> {
+        books::Books {
+            start: String::new(),
+        }
+        .parse(page, out)
+        .await
+    }
+}
+
 /// The body of a worker process: crawls the lab's books into its own feed, then prints
 /// `CHILD_STATS ...` on success, or `CHILD_ERROR message` and exits with status 1.
 pub async fn child_worker_main() {
     crawler::init_logging();
     let env = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k}"));
-    // A worker may start on another name of the lab (`CHILD_START`).
-    let start = std::env::var("CHILD_START").unwrap_or_else(|_| env("CHILD_LAB_URL"));
-    let mut crawl = Crawl::new(books::Books { start })
+    // A worker may start on another name of the lab (`CHILD_START`), or on several labs
+    // (`CHILD_STARTS`, comma-separated).
+    let starts: Vec<String> = match std::env::var("CHILD_STARTS") {
+        Ok(list) => list.split(',').map(str::to_owned).collect(),
+        Err(_) => vec![std::env::var("CHILD_START").unwrap_or_else(|_| env("CHILD_LAB_URL"))],
+    };
+    let mut crawl = Crawl::new(Catalogues(starts))
         .set("redis_url", env("CHILD_REDIS_URL"))
         .set("job_name", env("CHILD_JOB"))
         .feed(env("CHILD_FEED"))
@@ -39,11 +63,12 @@ pub async fn child_worker_main() {
     }
     match crawl.run().await {
         Ok(stats) => println!(
-            "CHILD_STATS fetched={} items={} pending={} round_trips={}",
+            "CHILD_STATS fetched={} items={} pending={} round_trips={} commands={}",
             stats.fetched,
             stats.items_scraped,
             stats.pending,
-            crawler::store::redis_round_trips()
+            crawler::store::redis_round_trips(),
+            crawler::store::redis_commands()
         ),
         Err(e) => {
             println!("CHILD_ERROR {e}");
@@ -69,6 +94,17 @@ pub fn signal(pid: u32, name: &str) {
 
 /// The worker command: this test binary on its `child_worker` test.
 pub fn worker_command(lab: &Lab, redis: &Redis, job: &str, feed: &Path, settings: &str) -> Command {
+    worker_command_on(lab, &redis.url(), job, feed, settings)
+}
+
+/// The worker command, with Redis at `redis_url` (a server, or a cluster).
+pub fn worker_command_on(
+    lab: &Lab,
+    redis_url: &str,
+    job: &str,
+    feed: &Path,
+    settings: &str,
+) -> Command {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([
         "--exact",
@@ -78,7 +114,7 @@ pub fn worker_command(lab: &Lab, redis: &Redis, job: &str, feed: &Path, settings
         "--test-threads=1",
     ])
     .env("CHILD_LAB_URL", lab.url())
-    .env("CHILD_REDIS_URL", redis.url())
+    .env("CHILD_REDIS_URL", redis_url)
     .env("CHILD_JOB", job)
     .env("CHILD_FEED", feed)
     .env("CHILD_SETTINGS", settings)
@@ -219,16 +255,9 @@ pub fn fetches(lab: &Lab) -> HashMap<String, usize> {
     by_path
 }
 
-/// A counter of the job's `meta` hash.
+/// A counter of the job's shards' `meta` hashes, summed.
 pub fn redis_meta(redis: &Redis, job: &str, field: &str) -> u64 {
-    let key = format!("crawler:{{{job}}}:meta");
-    let reply = redis.command(&["HGET", &key, field]).unwrap_or_default();
-    // "$-1" (no such field) or "$N\r\nVALUE\r\n".
-    reply
-        .lines()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    redis.shard_counter(job, field)
 }
 
 /// The lines a child writes to stderr, as they come (the child's stderr must be piped).

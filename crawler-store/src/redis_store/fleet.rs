@@ -68,11 +68,7 @@ impl SharedBudget for RedisBudget {
 impl Fleet for RedisFleet {
     fn status(&self) -> FleetStatus {
         let mut inner = lock(&self.inner);
-        let fresh = inner.step(Ask {
-            lease: None,
-            sync: true,
-            peek: None,
-        });
+        let fresh = inner.read_fleet();
         if let Err(e) = fresh {
             // The last known state stands for this call; the engine takes the error next
             // (through `take_error`) and stops, so an idle worker never waits forever.

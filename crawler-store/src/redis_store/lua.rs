@@ -1,38 +1,46 @@
-//! The one Lua script every round trip of [`RedisStore`](crate::RedisStore) runs.
+//! The one Lua script every step of [`RedisStore`](crate::RedisStore) runs, and the join
+//! script.
 //!
 //! One script (called by EVALSHA) rather than one per operation, so that everything a
 //! worker has to tell the fleet (pushes, acknowledgements, lease renewals, budget
 //! feedback) travels with the one thing it needs back (a lease, or the fleet's state) in a
-//! single round trip, and is applied atomically: the acknowledgement of a page and the
-//! requests found on it land together or not at all.
+//! single round trip, and is applied atomically: a host's queue insert lands together with
+//! its fingerprint in the seen set, and a lease with the send it books.
 //!
-//! Arguments (all `ARGV`; key names are built from the job prefix, which carries a `{job}`
-//! hash tag so every key of a job lives in one slot):
+//! A call carries one or more *sections*, one per shard it concerns (see `layout`): on a
+//! plain Redis one call carries every shard the step touches (one command per step, all of
+//! it atomic); on a Redis Cluster each shard gets a call of its own, sent at once with the
+//! others, so no script touches keys of two slots. `KEYS[1]` is the first section's prefix,
+//! which only routes the call to the master of that shard's slot.
+//!
+//! Arguments (`ARGV`):
 //!
 //! ```text
-//! prefix, worker, lease_timeout_ms, stats_json ("" = none), idle_ttl_ms, epoch,
-//! token, steps
-//! n_push,  (host, fingerprint16 | "", member) * n_push
-//! n_ack,   lease_id * n_ack
-//! n_renew, lease_id * n_renew
-//! n_cas,   (host, expected_version, state_json, skip_reason | "") * n_cas
-//! lease_host | "", drain, budget, expected_version, ready_claim_ms, ahead_ms, state_json,
-//!   concurrency, lease_id
-//! sync
-//! peek_host | ""
+//! worker, lease_timeout_ms, idle_ttl_ms, epoch, token, n_sections,
+//! prefix * n_sections,
+//! then per section:
+//!   confirmed_steps
+//!   n_push,  (host, fingerprint16 | "", member) * n_push
+//!   n_ack,   lease_id * n_ack
+//!   n_renew, lease_id * n_renew
+//!   n_cas,   (host, expected_version, state_json, skip_reason | "") * n_cas
+//!   lease_host | "", drain, budget, expected_version, ready_claim_ms, ahead_ms, state_json,
+//!     concurrency, lease_id
+//!   sync
+//!   peek_host | ""
 //! ```
 //!
-//! Reply: `{dups, reclaimed, lease, cas, sync, now_ms, steps_before, steps, peek}`, or
-//! `{"lost", epoch}`
-//! when the job's epoch is not the one the worker joined (nothing was applied), where
-//! `lease` is
+//! Reply: `{now_ms, section*}` with each section
+//! `{dups, reclaimed, lease, cas, sync, steps_before, steps, peek}`, or
+//! `{"lost", section_number, epoch}` when a section's copy of the job's epoch is not the one
+//! the worker joined (nothing at all was applied), where `lease` is
 //! `{code, id, member, left, version, state, in_flight}` (code 1 granted, 0 queue empty,
 //! 2 not yet (the server's clock says the claimed send time is more than `ahead_ms` away, or
-//! the host has its fleet-wide concurrency in flight), 3 host skipped by the fleet, 4 the state changed
-//! since the worker read it (`version` and `state` are the current ones), -1 not asked),
-//! `cas` is `{host, committed, version, state}*`, `sync` is
-//! `{leased, host, len, skipped, ...}` or empty, and `peek` is `{version, state, skipped}`
-//! or empty.
+//! the host has its fleet-wide concurrency in flight), 3 host skipped by the fleet, 4 the
+//! state changed since the worker read it (`version` and `state` are the current ones), -1
+//! not asked), `cas` is `{host, committed, version, state}*`, `sync` is
+//! `{leased, gen, host, len, skipped, ...}` or empty, and `peek` is `{version, state,
+//! skipped}` or empty.
 //!
 //! The politeness decisions are not here: each worker runs the per-host machine of
 //! crawler-sched on the state it last read and commits the result by compare-and-set on
@@ -42,228 +50,242 @@
 //! requests in flight per host across the fleet.
 //!
 //! Times are the Redis server's clock (`TIME`), so workers on different machines share
-//! one clock; each reply carries it so workers can keep their estimate of it.
+//! one clock; each reply carries it so workers can keep their estimate of it. (In a
+//! cluster each master has its own clock; NTP keeps them within a few ms, and a host's
+//! slots are always booked and checked on its own shard's master.)
 //!
-//! **When Redis forgets.** Every step first checks the job's epoch (a random value written
-//! when the job was created, see [`JOIN`]) against the one the worker joined: missing or
-//! different means Redis lost the job (a restart without persistence, a failover, eviction,
-//! expiry), and the step changes nothing, so a worker never mistakes an empty Redis for a
-//! finished crawl nor writes into another job. Every step also counts itself in the
-//! worker's entry of `steps` (by its token) and returns the count before and after; a count
-//! below the one the worker last read means Redis lost some of this worker's confirmed
-//! writes (it restarted from an older snapshot, lost an AOF `everysec` tail, or failed
-//! over to a replica that was behind): the worker forgets its local seen cache, since
-//! fingerprints it remembers may no longer be in the shared seen set. (Every fingerprint a
-//! worker remembers was confirmed by one of its own steps, and the seen set only grows, so
-//! a rollback that keeps all of a worker's steps keeps everything it remembers.) Lease ids are
-//! `TOKEN:N` with a random 64-bit token per worker run, so they never repeat, whatever
-//! Redis forgets, and a stale acknowledgement cannot delete another worker's lease.
+//! **When Redis forgets.** Every call first checks each section's copy of the job's epoch
+//! (written when the job was created, see [`JOIN`]) against the one the worker joined:
+//! missing or different means that shard lost the job (a restart without persistence, a
+//! failover to an empty replica, eviction, expiry), and the call changes nothing, so a
+//! worker never mistakes an empty Redis for a finished crawl nor writes into another job.
+//! Every section also counts itself in the worker's entry of its shard's `steps` (by its
+//! token) and returns the count before and after; a count below the one the worker last
+//! read means that shard lost some of this worker's confirmed writes (it restarted from an
+//! older snapshot, lost an AOF `everysec` tail, or failed over to a replica that was
+//! behind). Lease ids are `TOKEN:N` with a random 64-bit token per worker run, so they never
+//! repeat, whatever Redis forgets, and a stale acknowledgement cannot delete another
+//! worker's lease.
 
-/// The script. Key layout under `prefix` (`crawler:{JOB}:`):
+/// The step script (key layout: see `layout`).
 ///
-/// - `seen`: SET of 16-byte binary fingerprints.
-/// - `hosts`: SET of hosts that may have queued work.
-/// - `q:HOST`: ZSET, all scores 0, so members sort by their bytes: flipped priority (4),
-///   seq (8), worker run tag (4), request JSON. `ZPOPMIN` is "best first".
-/// - `leases`: ZSET lease id -> expiry (ms); `lease`: HASH lease id -> `HOST \n member`.
-///   Lease ids are `TOKEN:N`, made by the worker (random token, local counter).
-/// - `epoch`: the job's random identity; `steps`: HASH worker token -> its steps applied.
-/// - `b:HOST`: HASH, the host's politeness state: `v` (version), `s` (the machine state as
-///   JSON), `skip` (why the fleet gave the host up), `fl` (requests in flight).
-/// - `stats`: HASH worker -> that worker's stats JSON; `meta`: HASH of fleet counters.
-///
-/// Every key a step touches gets `idle_ttl_ms` to live, so a job nobody works on any more
+/// Every key a section touches gets `idle_ttl_ms` to live, so a job nobody works on any more
 /// leaves nothing behind in Redis.
 pub(crate) const STEP: &str = r#"
-local P = ARGV[1]
-local wid = ARGV[2]
-local timeout = tonumber(ARGV[3])
-local stats = ARGV[4]
-local ttl = tonumber(ARGV[5])
--- 0. The job this worker joined, or nothing at all: Redis that forgot the job must not be
---    read as "nothing queued", nor be written into.
-local epoch = redis.call('GET', P .. 'epoch')
-if epoch ~= ARGV[6] then return { 'lost', epoch or '' } end
-local token, confirmed = ARGV[7], tonumber(ARGV[8])
-local had = tonumber(redis.call('HGET', P .. 'steps', token) or '0')
--- A retried step may have applied already: count on from the larger.
-local steps = math.max(had, confirmed) + 1
-redis.call('HSET', P .. 'steps', token, steps)
+local wid = ARGV[1]
+local timeout = tonumber(ARGV[2])
+local ttl = tonumber(ARGV[3])
+local epoch, token = ARGV[4], ARGV[5]
+local nsec = tonumber(ARGV[6])
+-- 0. The job this worker joined, in every shard of the call, or nothing at all: a shard
+--    that forgot the job must not be read as "nothing queued", nor be written into.
+for s = 1, nsec do
+  local e = redis.call('GET', ARGV[6 + s] .. 'epoch')
+  if e ~= epoch then return { 'lost', s, e or '' } end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-local i = 9
+local i = 7 + nsec
 local function nxt() local v = ARGV[i]; i = i + 1; return v end
 local function num() return tonumber(nxt()) end
 local function touch(key) if ttl > 0 then redis.call('PEXPIRE', key, ttl) end end
--- A lease ends (acknowledged or reclaimed): one fewer in flight for its host.
-local function release(rec)
-  local cut_at = string.find(rec, '\n', 1, true)
-  local host = string.sub(rec, 1, cut_at - 1)
-  local bkey = P .. 'b:' .. host
-  if tonumber(redis.call('HGET', bkey, 'fl') or '0') > 0 then
-    redis.call('HINCRBY', bkey, 'fl', -1)
+
+local out = { tostring(now) }
+for s = 1, nsec do
+  local P = ARGV[6 + s]
+  local changed = false
+  local confirmed = num()
+  local had = tonumber(redis.call('HGET', P .. 'steps', token) or '0')
+  -- A retried step may have applied already: count on from the larger.
+  local steps = math.max(had, confirmed) + 1
+  redis.call('HSET', P .. 'steps', token, steps)
+  -- A lease ends (acknowledged or reclaimed): one fewer in flight for its host.
+  local function release(rec)
+    local cut_at = string.find(rec, '\n', 1, true)
+    local host = string.sub(rec, 1, cut_at - 1)
+    local bkey = P .. 'b:' .. host
+    if tonumber(redis.call('HGET', bkey, 'fl') or '0') > 0 then
+      redis.call('HINCRBY', bkey, 'fl', -1)
+    end
+    return host, string.sub(rec, cut_at + 1)
   end
-  return host, string.sub(rec, cut_at + 1)
-end
 
--- 1. Pushes: the fingerprint goes into the seen set in the same step as the request into
---    its queue; a fingerprint another worker recorded first makes the push a duplicate.
-local dups = 0
-for _ = 1, num() do
-  local host, fp, member = nxt(), nxt(), nxt()
-  if fp == '' or redis.call('SADD', P .. 'seen', fp) == 1 then
-    redis.call('ZADD', P .. 'q:' .. host, 0, member)
-    touch(P .. 'q:' .. host)
-    redis.call('SADD', P .. 'hosts', host)
-  else
-    dups = dups + 1
-  end
-end
-
--- 2. Acknowledgements (after the pushes: a page's links land before its lease goes).
-for _ = 1, num() do
-  local id = nxt()
-  local rec = redis.call('HGET', P .. 'lease', id)
-  if rec then release(rec) end
-  redis.call('ZREM', P .. 'leases', id)
-  redis.call('HDEL', P .. 'lease', id)
-end
-
--- 3. Renewals of leases still being worked on.
-for _ = 1, num() do
-  redis.call('ZADD', P .. 'leases', 'XX', now + timeout, nxt())
-end
-
--- 4. Politeness state commits, each a compare-and-set on the state's version.
-local cas = {}
-for _ = 1, num() do
-  local host, expected, state, skip = nxt(), num(), nxt(), nxt()
-  local bkey = P .. 'b:' .. host
-  local v = tonumber(redis.call('HGET', bkey, 'v') or '0')
-  if v == expected then
-    redis.call('HSET', bkey, 'v', v + 1, 's', state)
-    if skip ~= '' then redis.call('HSET', bkey, 'skip', skip) end
-    touch(bkey)
-    cas[#cas + 1] = { host, 1, v + 1, '' }
-  else
-    cas[#cas + 1] = { host, 0, v, redis.call('HGET', bkey, 's') or '' }
-  end
-end
-
--- 5. Leases of dead workers: back to their queues (after this worker's own renewals).
-local reclaimed = 0
-local expired = redis.call('ZRANGEBYSCORE', P .. 'leases', '-inf', now, 'LIMIT', 0, 256)
-for _, id in ipairs(expired) do
-  local rec = redis.call('HGET', P .. 'lease', id)
-  if rec then
-    local host, member = release(rec)
-    redis.call('ZADD', P .. 'q:' .. host, 0, member)
-    redis.call('SADD', P .. 'hosts', host)
-    reclaimed = reclaimed + 1
-  end
-  redis.call('ZREM', P .. 'leases', id)
-  redis.call('HDEL', P .. 'lease', id)
-end
-if reclaimed > 0 then redis.call('HINCRBY', P .. 'meta', 'reclaimed', reclaimed) end
-
--- 6. A lease, committed together with the send it books in the host's state.
-local lease = { -1 }
-local lhost, drain, budget = nxt(), num(), num()
-local expected, claim, ahead, state, conc, lid = num(), num(), num(), nxt(), num(), nxt()
-if lhost ~= '' then
-  local qkey = P .. 'q:' .. lhost
-  local bkey = P .. 'b:' .. lhost
-  local cur = redis.call('HMGET', bkey, 'v', 's', 'skip', 'fl')
-  local v, fl = tonumber(cur[1] or '0'), tonumber(cur[4] or '0')
-  local granted = true
-  -- A retried step whose first run granted this very lease: the same request again (a
-  -- second one under the same id would overwrite the first, losing it).
-  local prior = redis.call('HGET', P .. 'lease', lid)
-  if prior then
-    local cut_at = string.find(prior, '\n', 1, true)
-    lease = { 1, lid, string.sub(prior, cut_at + 1), redis.call('ZCARD', qkey), v, '', fl }
-    granted = false
-  elseif budget == 1 and drain == 0 then
-    if cur[3] then
-      lease = { 3, 0, '', redis.call('ZCARD', qkey), v, cur[2] or '', fl }
-      granted = false
-    elseif v ~= expected then
-      lease = { 4, 0, '', redis.call('ZCARD', qkey), v, cur[2] or '', fl }
-      granted = false
-    -- A lease may come up to `ahead` ms before its slot: the worker holds the request
-    -- and sends it at the slot it booked.
-    elseif claim > now + ahead + 2 or fl >= conc then
-      lease = { 2, 0, '', redis.call('ZCARD', qkey), v, cur[2] or '', fl }
-      granted = false
+  -- 1. Pushes: the fingerprint goes into the seen set in the same step as the request into
+  --    its queue; a fingerprint another worker recorded first makes the push a duplicate.
+  local dups = 0
+  for _ = 1, num() do
+    local host, fp, member = nxt(), nxt(), nxt()
+    if fp == '' or redis.call('SADD', P .. 'seen', fp) == 1 then
+      redis.call('ZADD', P .. 'q:' .. host, 0, member)
+      touch(P .. 'q:' .. host)
+      redis.call('SADD', P .. 'hosts', host)
+      changed = true
+    else
+      dups = dups + 1
     end
   end
-  if granted then
-    local popped = redis.call('ZPOPMIN', qkey)
-    if #popped == 0 then
-      redis.call('SREM', P .. 'hosts', lhost)
-      lease = { 0, 0, '', 0, v, cur[2] or '', fl }
-    else
-      local member = popped[1]
-      local id = lid
-      redis.call('ZADD', P .. 'leases', now + timeout, id)
-      redis.call('HSET', P .. 'lease', id, lhost .. '\n' .. member)
-      redis.call('HINCRBY', bkey, 'fl', 1)
-      local left = redis.call('ZCARD', qkey)
-      if left == 0 then redis.call('SREM', P .. 'hosts', lhost) end
-      if budget == 1 and drain == 0 then
-        v = v + 1
-        redis.call('HSET', bkey, 'v', v, 's', state)
-      end
+
+  -- 2. Acknowledgements (after the pushes: a page's links land before its lease goes).
+  for _ = 1, num() do
+    local id = nxt()
+    local rec = redis.call('HGET', P .. 'lease', id)
+    if rec then release(rec); changed = true end
+    redis.call('ZREM', P .. 'leases', id)
+    redis.call('HDEL', P .. 'lease', id)
+  end
+
+  -- 3. Renewals of leases still being worked on.
+  for _ = 1, num() do
+    redis.call('ZADD', P .. 'leases', 'XX', now + timeout, nxt())
+  end
+
+  -- 4. Politeness state commits, each a compare-and-set on the state's version.
+  local cas = {}
+  for _ = 1, num() do
+    local host, expected, state, skip = nxt(), num(), nxt(), nxt()
+    local bkey = P .. 'b:' .. host
+    local v = tonumber(redis.call('HGET', bkey, 'v') or '0')
+    if v == expected then
+      redis.call('HSET', bkey, 'v', v + 1, 's', state)
+      if skip ~= '' then redis.call('HSET', bkey, 'skip', skip) end
       touch(bkey)
-      lease = { 1, id, member, left, v, '', fl + 1 }
-    end
-  end
-end
-
--- 7. The fleet's state, when asked: leases outstanding and every host with work.
-local sync = {}
-if num() == 1 then
-  sync[1] = redis.call('ZCARD', P .. 'leases')
-  for _, h in ipairs(redis.call('SMEMBERS', P .. 'hosts')) do
-    local n = redis.call('ZCARD', P .. 'q:' .. h)
-    if n == 0 then
-      redis.call('SREM', P .. 'hosts', h)
+      cas[#cas + 1] = { host, 1, v + 1, '' }
     else
-      sync[#sync + 1] = h
-      sync[#sync + 1] = n
-      sync[#sync + 1] = redis.call('HEXISTS', P .. 'b:' .. h, 'skip')
+      cas[#cas + 1] = { host, 0, v, redis.call('HGET', bkey, 's') or '' }
     end
   end
-end
 
--- 8. One host's state, when asked (a worker holding a request leased ahead of its slot
---    checks that no hold was placed since).
-local peek = {}
-local phost = nxt()
-if phost ~= '' then
-  local cur = redis.call('HMGET', P .. 'b:' .. phost, 'v', 's', 'skip')
-  peek = { tonumber(cur[1] or '0'), cur[2] or '', cur[3] and 1 or 0 }
-end
+  -- 5. Leases of dead workers: back to their queues (after this worker's own renewals).
+  local reclaimed = 0
+  local expired = redis.call('ZRANGEBYSCORE', P .. 'leases', '-inf', now, 'LIMIT', 0, 256)
+  for _, id in ipairs(expired) do
+    local rec = redis.call('HGET', P .. 'lease', id)
+    if rec then
+      local host, member = release(rec)
+      redis.call('ZADD', P .. 'q:' .. host, 0, member)
+      redis.call('SADD', P .. 'hosts', host)
+      reclaimed = reclaimed + 1
+    end
+    redis.call('ZREM', P .. 'leases', id)
+    redis.call('HDEL', P .. 'lease', id)
+    changed = true
+  end
+  if reclaimed > 0 then redis.call('HINCRBY', P .. 'meta', 'reclaimed', reclaimed) end
 
-if stats ~= '' then redis.call('HSET', P .. 'stats', wid, stats) end
-for _, k in ipairs({ 'seen', 'hosts', 'leases', 'lease', 'stats', 'meta', 'epoch', 'steps' }) do
-  touch(P .. k)
+  -- 6. A lease, committed together with the send it books in the host's state.
+  local lease = { -1 }
+  local lhost, drain, budget = nxt(), num(), num()
+  local expected, claim, ahead, state, conc, lid = num(), num(), num(), nxt(), num(), nxt()
+  if lhost ~= '' then
+    local qkey = P .. 'q:' .. lhost
+    local bkey = P .. 'b:' .. lhost
+    local cur = redis.call('HMGET', bkey, 'v', 's', 'skip', 'fl')
+    local v, fl = tonumber(cur[1] or '0'), tonumber(cur[4] or '0')
+    local granted = true
+    -- A retried step whose first run granted this very lease: the same request again (a
+    -- second one under the same id would overwrite the first, losing it).
+    local prior = redis.call('HGET', P .. 'lease', lid)
+    if prior then
+      local cut_at = string.find(prior, '\n', 1, true)
+      lease = { 1, lid, string.sub(prior, cut_at + 1), redis.call('ZCARD', qkey), v, '', fl }
+      granted = false
+    elseif budget == 1 and drain == 0 then
+      if cur[3] then
+        lease = { 3, 0, '', redis.call('ZCARD', qkey), v, cur[2] or '', fl }
+        granted = false
+      elseif v ~= expected then
+        lease = { 4, 0, '', redis.call('ZCARD', qkey), v, cur[2] or '', fl }
+        granted = false
+      -- A lease may come up to `ahead` ms before its slot: the worker holds the request
+      -- and sends it at the slot it booked.
+      elseif claim > now + ahead + 2 or fl >= conc then
+        lease = { 2, 0, '', redis.call('ZCARD', qkey), v, cur[2] or '', fl }
+        granted = false
+      end
+    end
+    if granted then
+      local popped = redis.call('ZPOPMIN', qkey)
+      if #popped == 0 then
+        redis.call('SREM', P .. 'hosts', lhost)
+        lease = { 0, 0, '', 0, v, cur[2] or '', fl }
+      else
+        local member = popped[1]
+        local id = lid
+        redis.call('ZADD', P .. 'leases', now + timeout, id)
+        redis.call('HSET', P .. 'lease', id, lhost .. '\n' .. member)
+        redis.call('HINCRBY', bkey, 'fl', 1)
+        local left = redis.call('ZCARD', qkey)
+        if left == 0 then redis.call('SREM', P .. 'hosts', lhost) end
+        if budget == 1 and drain == 0 then
+          v = v + 1
+          redis.call('HSET', bkey, 'v', v, 's', state)
+        end
+        touch(bkey)
+        changed = true
+        lease = { 1, id, member, left, v, '', fl + 1 }
+      end
+    end
+  end
+
+  -- The shard's change counter: two reads of every shard that see the same counters saw
+  -- one consistent state of the whole fleet (see `fleet`).
+  local gen = changed and redis.call('INCR', P .. 'gen') or tonumber(redis.call('GET', P .. 'gen') or '0')
+
+  -- 7. The shard's part of the fleet's state, when asked: leases outstanding and every
+  --    host with work.
+  local sync = {}
+  if num() == 1 then
+    sync[1] = redis.call('ZCARD', P .. 'leases')
+    sync[2] = gen
+    for _, h in ipairs(redis.call('SMEMBERS', P .. 'hosts')) do
+      local n = redis.call('ZCARD', P .. 'q:' .. h)
+      if n == 0 then
+        redis.call('SREM', P .. 'hosts', h)
+      else
+        sync[#sync + 1] = h
+        sync[#sync + 1] = n
+        sync[#sync + 1] = redis.call('HEXISTS', P .. 'b:' .. h, 'skip')
+      end
+    end
+  end
+
+  -- 8. One host's state, when asked (a worker holding a request leased ahead of its slot
+  --    checks that no hold was placed since).
+  local peek = {}
+  local phost = nxt()
+  if phost ~= '' then
+    local cur = redis.call('HMGET', P .. 'b:' .. phost, 'v', 's', 'skip')
+    peek = { tonumber(cur[1] or '0'), cur[2] or '', cur[3] and 1 or 0 }
+  end
+
+  for _, k in ipairs({ 'seen', 'hosts', 'leases', 'lease', 'meta', 'epoch', 'steps', 'gen' }) do
+    touch(P .. k)
+  end
+  out[#out + 1] = { dups, reclaimed, lease, cas, sync, had, steps, peek }
 end
-return { dups, reclaimed, lease, cas, sync, tostring(now), had, steps, peek }
+return out
 "#;
 
-/// Joining a job: create its epoch if the job is new (`SET NX`: the first worker to come
-/// creates it, every other joins it) and take a worker number.
+/// Joining a job, on its global slot: create its epoch if the job is new (`SET NX`: the
+/// first worker to come creates it, every other joins it), record the shard count of a new
+/// job, and take a worker number.
 ///
-/// Arguments: prefix, a fresh random epoch, idle_ttl_ms. Reply: `{epoch, worker, created}`.
+/// Arguments: global prefix, a fresh random epoch, idle_ttl_ms, shards of a new job.
+/// Reply: `{epoch, worker, created, shards, ready}`. The worker that created the job then
+/// writes the epoch into every shard and sets `ready`; the others wait for `ready`.
 pub(crate) const JOIN: &str = r#"
 local P = ARGV[1]
 local ttl = tonumber(ARGV[3])
 local created = redis.call('SET', P .. 'epoch', ARGV[2], 'NX')
 local epoch = redis.call('GET', P .. 'epoch')
+if created then
+  redis.call('DEL', P .. 'ready')
+  redis.call('HSET', P .. 'meta', 'shards', ARGV[4])
+end
+local shards = redis.call('HGET', P .. 'meta', 'shards') or ARGV[4]
 local worker = redis.call('HINCRBY', P .. 'meta', 'workers', 1)
 if ttl > 0 then
   for _, k in ipairs({ 'epoch', 'meta' }) do redis.call('PEXPIRE', P .. k, ttl) end
 end
-return { epoch, worker, created and 1 or 0 }
+return { epoch, worker, created and 1 or 0, tonumber(shards), redis.call('EXISTS', P .. 'ready') }
 "#;

@@ -15,8 +15,10 @@
 //! - `step`: one round trip: the script's arguments from what is buffered, and its reply.
 //! - `clock`: the worker's estimate of the Redis server's clock, the fleet's clock.
 //! - `job`: which job, and which run of it, a worker joined (epoch, token, steps).
-//! - `link`: one synchronous connection with retries, script loading and a round-trip
-//!   counter.
+//! - `layout`: where the job's keys live: a global part and shards, each under a hash tag
+//!   of its own (a Redis Cluster spreads them over its masters).
+//! - `link`: the connection (one server, or a cluster), driven by an I/O thread of its
+//!   own, with retries, script loading and counters of round trips and commands.
 //! - `lua`: the step and join scripts.
 //! - `reply`: decoding the scripts' replies, and the byte layout of queue members.
 //!
@@ -34,6 +36,7 @@ use crawler_sched::{Fleet, FleetStatus, SharedBudget, Versioned};
 
 use crate::error::Error;
 use job::Job;
+use layout::Layout;
 use link::Link;
 use lua::STEP;
 use reply::server_ms;
@@ -41,6 +44,7 @@ use reply::server_ms;
 mod clock;
 mod fleet;
 mod job;
+mod layout;
 mod link;
 mod lua;
 mod queue;
@@ -48,12 +52,14 @@ mod reply;
 mod state;
 mod step;
 
-pub use link::redis_round_trips;
+pub use link::{redis_commands, redis_round_trips};
 
 /// How to reach Redis and which crawl to join.
 #[derive(Debug, Clone)]
 pub struct RedisOptions {
-    /// `redis://[:password@]host[:port][/db]`, or `rediss://` for TLS.
+    /// `redis://[:password@]host[:port][/db]`, or `rediss://` for TLS: one server.
+    /// `redis+cluster://[:password@]host:port[,host:port...]` (or `rediss+cluster://`): a
+    /// Redis Cluster, reached through any of the seed nodes listed.
     pub url: String,
     /// The job name: workers that give the same name crawl as one.
     pub job: String,
@@ -112,9 +118,20 @@ struct Commit {
     folded: Vec<(Feedback, f64)>,
 }
 
+/// An acknowledgement waiting to be sent.
+struct Ack {
+    lease: u64,
+    /// The shard of the lease's host, where its record lives.
+    shard: usize,
+    /// Every push buffered before it has been confirmed: it may go in any step. (On a
+    /// cluster, pushes to other shards and this acknowledgement would land in no set order
+    /// within one step; a page's links must be queued before its lease goes.)
+    ready: bool,
+}
+
 struct Inner {
     link: Link,
-    prefix: String,
+    layout: Layout,
     /// Which job, and which run of it, this worker joined.
     job: Job,
     worker: u32,
@@ -128,12 +145,13 @@ struct Inner {
     booked: Option<(u64, f64)>,
     params: HashMap<String, Params>,
     pushes: Vec<(String, Option<[u8; 16]>, Vec<u8>)>,
-    acks: Vec<u64>,
+    acks: Vec<Ack>,
     /// The last lease number this worker handed out (its ids in Redis are `TOKEN:N`).
     next_lease: u64,
     commits: Vec<Commit>,
     stats: Option<String>,
-    open_leases: HashSet<u64>,
+    /// Leases held, with the shard of each.
+    open_leases: HashMap<u64, usize>,
     last_renew: std::time::Instant,
     lens: HashMap<String, usize>,
     /// Each host's politeness state as last heard (Redis counts requests in flight itself).
@@ -147,6 +165,8 @@ struct Inner {
     commits_sent: Vec<(String, Vec<(Feedback, f64)>)>,
     skipped_here: HashSet<String>,
     fleet: FleetStatus,
+    /// Each shard's change counter, as of the last read of the whole fleet.
+    gens: Vec<i64>,
     last_sync: Option<std::time::Instant>,
     dups: u64,
     reclaimed: u64,
@@ -237,12 +257,12 @@ impl RedisStore {
         let server = server_ms(&time).ok_or_else(|| {
             Error::redis_reply(&link.shown, "TIME did not answer seconds and microseconds")
         })?;
-        let prefix = format!("crawler:{{{}}}:", options.job);
-        let (job, worker) = Job::join(&mut link, &prefix, &options.job, options.idle_ttl)?;
+        let (job, worker, layout) = Job::join(&mut link, &options.job, options.idle_ttl)?;
         let inner = Inner {
             reconnects_seen: link.reconnects,
             link,
-            prefix,
+            gens: vec![0; layout.shards.len()],
+            layout,
             job,
             worker,
             timeout: options.lease_timeout.max(Duration::from_millis(100)),
@@ -257,7 +277,7 @@ impl RedisStore {
             next_lease: 0,
             commits: Vec::new(),
             stats: None,
-            open_leases: HashSet::new(),
+            open_leases: HashMap::new(),
             last_renew: std::time::Instant::now(),
             lens: HashMap::new(),
             states: HashMap::new(),
@@ -301,9 +321,31 @@ impl RedisStore {
         lock(&self.inner).worker
     }
 
-    /// Round trips this store made to Redis so far.
+    /// Round trips this store made to Redis so far: waits for a reply, however many
+    /// cluster masters a step's scripts went to at once.
     pub fn round_trips(&self) -> u64 {
         lock(&self.inner).link.round_trips
+    }
+
+    /// Commands this store sent to Redis so far (one per script call: on a single server
+    /// one per step, on a cluster one per shard a step touches).
+    pub fn commands(&self) -> u64 {
+        lock(&self.inner).link.commands
+    }
+
+    /// Whether this store talks to a Redis Cluster (`redis+cluster://`).
+    pub fn is_cluster(&self) -> bool {
+        lock(&self.inner).link.cluster
+    }
+
+    /// The key prefixes of this job: its global part first (epoch, worker counter,
+    /// stats), then each shard's (queues, seen set, politeness states, leases), each
+    /// under a cluster hash tag of its own. For inspecting a job with `redis-cli`.
+    pub fn key_prefixes(&self) -> Vec<String> {
+        let inner = lock(&self.inner);
+        std::iter::once(inner.layout.global.clone())
+            .chain(inner.layout.shards.iter().cloned())
+            .collect()
     }
 
     /// Leases of other (dead) workers this worker returned to their queues.
@@ -328,15 +370,22 @@ impl RedisStore {
         lock(&self.inner).job.rollbacks
     }
 
-    /// Send everything buffered (pushes, acknowledgements, reports) now.
+    /// Send everything buffered (pushes, acknowledgements, reports) now, and hear from
+    /// every shard of the job (so a Redis that forgot or rolled back is noticed at once).
     pub fn flush(&self) -> Result<(), Error> {
-        lock(&self.inner).step(Ask::default()).map(|_| ())
+        let mut inner = lock(&self.inner);
+        inner.step(Ask {
+            lease: None,
+            sync: true,
+            peek: None,
+        })?;
+        inner.drain()
     }
 
     /// Every worker's last saved stats (as saved by `QueueStore::checkpoint`), by worker.
     pub fn worker_stats(&self) -> Result<Vec<(u32, serde_json::Value)>, Error> {
         let mut inner = lock(&self.inner);
-        let key = format!("{}stats", inner.prefix);
+        let key = format!("{}stats", inner.layout.global);
         let map: HashMap<String, String> = inner
             .link
             .query(redis::cmd("HGETALL").arg(key), "read the stats")?;

@@ -154,20 +154,27 @@ impl QueueStore for RedisStore {
         inner.next_lease = leased.id;
         let request: Request = serde_json::from_slice(json)
             .map_err(|e| inner.bad(&format!("a queued request of {host} does not decode: {e}")))?;
-        inner.open_leases.insert(leased.id);
+        let shard = inner.layout.shard_of(host);
+        inner.open_leases.insert(leased.id, shard);
         Ok(Some((leased.id, request)))
     }
 
     fn send_buffered(&mut self) -> Result<(), crawler_sched::Error> {
-        lock(&self.inner).step(Ask::default())?;
+        lock(&self.inner).drain()?;
         Ok(())
     }
 
     /// Buffered: sent with the next round trip, after the pushes it follows.
     fn ack(&mut self, lease: u64) -> Result<(), crawler_sched::Error> {
         let mut inner = lock(&self.inner);
-        inner.open_leases.remove(&lease);
-        inner.acks.push(lease);
+        // A lease this worker does not hold (never, or no more) has no record to release.
+        if let Some(shard) = inner.open_leases.remove(&lease) {
+            inner.acks.push(super::Ack {
+                lease,
+                shard,
+                ready: false,
+            });
+        }
         Ok(())
     }
 
@@ -222,7 +229,7 @@ impl QueueStore for RedisStore {
             f.insert("duplicate".into(), (d + dups).into());
         }
         inner.stats = Some(stats.to_string());
-        inner.step(Ask::default())?;
+        inner.drain()?;
         Ok(())
     }
 }

@@ -9,14 +9,6 @@ use super::{Commit, Inner};
 use crate::error::Error;
 
 impl Inner {
-    pub(super) fn key_arg(&self) -> Vec<Vec<u8>> {
-        vec![
-            self.prefix.as_bytes().to_vec(),
-            self.worker.to_string().into_bytes(),
-            self.timeout.as_millis().to_string().into_bytes(),
-        ]
-    }
-
     /// Keep a failure that could not be returned, for [`Fleet::take_error`](crawler_sched::Fleet::take_error).
     pub(super) fn keep_error(&mut self, what: &str, e: Error) {
         tracing::error!("{what}: {e}");

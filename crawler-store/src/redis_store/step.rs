@@ -1,19 +1,50 @@
-//! One round trip of a [`RedisStore`](super::RedisStore): the step script's arguments
-//! from what is buffered, and its reply applied to the worker's view of the fleet.
+//! One step of a [`RedisStore`](super::RedisStore): the step script's sections (one per
+//! shard the step concerns) from what is buffered, sent as one call on a plain Redis or
+//! one call per shard at once on a cluster (one round trip either way), and the replies
+//! applied to the worker's view of the fleet.
+
+use std::collections::BTreeMap;
 
 use redis::Value;
 
+use super::link::Call;
 use super::reply::{float_at, int, int_at, text};
 use super::{Ask, Inner, Leased};
 use crate::error::Error;
 use crawler_sched::FleetStatus;
 
-/// Arguments of a step that asks for no lease (the lease block's placeholders).
+/// Arguments of a section that asks for no lease (the lease block's placeholders).
 const NO_LEASE: [&str; 9] = ["", "0", "0", "0", "0", "0", "", "0", ""];
 
+/// What one section (one shard) of a step carries, as indexes into the buffers.
+#[derive(Default)]
+struct Section {
+    pushes: Vec<usize>,
+    acks: Vec<usize>,
+    renews: Vec<u64>,
+    commits: Vec<usize>,
+    lease: bool,
+    sync: bool,
+    peek: bool,
+}
+
+/// The parts of the replies that concern the step as a whole.
+#[derive(Default)]
+struct Merged {
+    dups: i64,
+    reclaimed: i64,
+    lease: Option<Value>,
+    peek: Option<Value>,
+    /// Shards that lost some of this worker's steps.
+    rolled_back: Vec<usize>,
+    /// Per shard read: (shard, leased, gen, hosts as `host, len, skipped` triples).
+    sync: Vec<(usize, i64, i64, Vec<Value>)>,
+}
+
 impl Inner {
-    /// One round trip: send what is buffered, plus a lease or a sync if asked; apply the
-    /// answer. Buffers are cleared only after Redis confirmed, so an outage loses nothing.
+    /// One round trip: send what is buffered, plus a lease, a read of the fleet's state or
+    /// of one host's state if asked; apply the answer. Buffers are cleared only after Redis
+    /// confirmed, so an outage loses nothing.
     pub(super) fn step(&mut self, ask: Ask<'_>) -> Result<Option<Leased>, Error> {
         if let Some(detail) = &self.lost {
             return Err(Error::redis_lost(&self.link.shown, &self.job.name, detail));
@@ -21,42 +52,219 @@ impl Inner {
         let lease_host = ask.lease.as_ref().map(|l| l.host.to_owned());
         self.fold_deferred(lease_host.as_deref());
         let renew = self.last_renew.elapsed() >= self.timeout / 4 && !self.open_leases.is_empty();
-        let mut args = self.key_arg();
-        args.push(self.stats.clone().unwrap_or_default().into_bytes());
-        args.push(self.idle_ttl.as_millis().to_string().into_bytes());
-        args.push(self.job.epoch.clone().into_bytes());
-        args.push(self.job.token.clone().into_bytes());
-        args.push(self.job.steps.to_string().into_bytes());
-        args.push(self.pushes.len().to_string().into_bytes());
-        for (host, fp, member) in &self.pushes {
-            args.push(host.clone().into_bytes());
-            args.push(fp.map(|f| f.to_vec()).unwrap_or_default());
-            args.push(member.clone());
+
+        let mut sections: BTreeMap<usize, Section> = BTreeMap::new();
+        for (i, (host, _, _)) in self.pushes.iter().enumerate() {
+            let shard = self.layout.shard_of(host);
+            sections.entry(shard).or_default().pushes.push(i);
         }
-        args.push(self.acks.len().to_string().into_bytes());
-        args.extend(self.acks.iter().map(|&a| self.job.lease_id(a).into_bytes()));
+        // On a cluster, pushes to other shards and an acknowledgement would land in no
+        // set order: an acknowledgement goes with them only if they are all in its own
+        // shard (applied before it, in the same script), else in the next step.
+        let push_shards: Vec<usize> = sections.keys().copied().collect();
+        for (i, a) in self.acks.iter().enumerate() {
+            let alone = push_shards.iter().all(|&s| s == a.shard);
+            if a.ready || alone || !self.link.cluster {
+                sections.entry(a.shard).or_default().acks.push(i);
+            }
+        }
         if renew {
-            args.push(self.open_leases.len().to_string().into_bytes());
-            args.extend(
-                self.open_leases
-                    .iter()
-                    .map(|&a| self.job.lease_id(a).into_bytes()),
-            );
-        } else {
-            args.push(b"0".to_vec());
+            for (&lease, &shard) in &self.open_leases {
+                sections.entry(shard).or_default().renews.push(lease);
+            }
         }
-        args.push(self.commits.len().to_string().into_bytes());
+        for (i, c) in self.commits.iter().enumerate() {
+            let shard = self.layout.shard_of(&c.host);
+            sections.entry(shard).or_default().commits.push(i);
+        }
+        if let Some(l) = &ask.lease {
+            sections
+                .entry(self.layout.shard_of(l.host))
+                .or_default()
+                .lease = true;
+        }
+        if let Some(h) = ask.peek {
+            sections.entry(self.layout.shard_of(h)).or_default().peek = true;
+        }
+        if ask.sync {
+            for shard in 0..self.layout.shards.len() {
+                sections.entry(shard).or_default().sync = true;
+            }
+        }
+
         let mut states = Vec::with_capacity(self.commits.len());
         for c in &self.commits {
             let json = serde_json::to_string(&c.state)
                 .map_err(|e| self.bad(&format!("cannot encode a politeness state: {e}")))?;
-            args.push(c.host.clone().into_bytes());
-            args.push(c.expected.to_string().into_bytes());
-            args.push(json.clone().into_bytes());
-            args.push(c.skip.clone().into_bytes());
             states.push((c.host.clone(), c.expected, json));
         }
-        match &ask.lease {
+        let order: Vec<usize> = sections.keys().copied().collect();
+        let bodies: Vec<Vec<Vec<u8>>> = sections
+            .iter()
+            .map(|(&shard, sec)| self.section_args(shard, sec, &ask, &states))
+            .collect();
+        let calls: Vec<(Vec<usize>, Call)> = if self.link.cluster {
+            // One call per shard, each routed to the master of that shard's slot.
+            order
+                .iter()
+                .zip(bodies)
+                .map(|(&shard, body)| (vec![shard], self.call(&[shard], body)))
+                .collect()
+        } else if order.is_empty() {
+            Vec::new()
+        } else {
+            // A plain Redis holds every shard: one call, one atomic script.
+            let body = bodies.into_iter().flatten().collect();
+            vec![(order.clone(), self.call(&order, body))]
+        };
+
+        let what = if ask.lease.is_some() {
+            "lease a request"
+        } else if ask.sync {
+            "read the fleet's state"
+        } else {
+            "write buffered updates"
+        };
+        let mut sent_stats = false;
+        if let Some(stats) = self.stats.clone() {
+            self.save_stats(&stats)?;
+            sent_stats = true;
+        }
+        let before = self.origin.elapsed().as_secs_f64() * 1_000.0;
+        let replies = if calls.is_empty() {
+            Vec::new()
+        } else {
+            let only: Vec<Call> = calls.iter().map(|(_, c)| c.clone()).collect();
+            self.link.scripts(&only, what)?
+        };
+        let after = self.origin.elapsed().as_secs_f64() * 1_000.0;
+        if self.link.reconnects != self.reconnects_seen {
+            // A new connection may be to a server that restarted and forgot: the shared
+            // seen set is the truth, so the local memory of it goes.
+            self.reconnects_seen = self.link.reconnects;
+            self.seen.clear();
+        }
+        if sent_stats {
+            self.stats = None;
+        }
+        // Checked before anything buffered is dropped: a shard that lost the job applied
+        // nothing of its section.
+        for ((shards, _), reply) in calls.iter().zip(&replies) {
+            if let Value::Array(parts) = reply
+                && let Some((section, detail)) = self.job.lost(parts)
+            {
+                let shard = shards.get(section).copied().unwrap_or(0);
+                let detail = format!(
+                    "{detail}; noticed in shard {shard} of {} ({})",
+                    self.layout.shards.len(),
+                    self.layout.shards.get(shard).map_or("", String::as_str)
+                );
+                let e = Error::redis_lost(&self.link.shown, &self.job.name, &detail);
+                tracing::error!("{e}");
+                self.lost = Some(detail);
+                return Err(e);
+            }
+        }
+
+        // Everything sent is confirmed: clear what was sent.
+        let sent_acks: Vec<usize> = sections.values().flat_map(|s| s.acks.clone()).collect();
+        let mut kept = Vec::new();
+        for (i, a) in std::mem::take(&mut self.acks).into_iter().enumerate() {
+            if !sent_acks.contains(&i) {
+                // The pushes before it went in this step.
+                kept.push(super::Ack { ready: true, ..a });
+            }
+        }
+        self.acks = kept;
+        self.pushes.clear();
+        self.commits_sent = self.commits.drain(..).map(|c| (c.host, c.folded)).collect();
+        if renew {
+            self.last_renew = std::time::Instant::now();
+        }
+
+        let mut merged = Merged::default();
+        for ((shards, _), reply) in calls.iter().zip(replies) {
+            self.apply_call(shards, reply, (before, after), &states, &mut merged)?;
+        }
+        if !merged.rolled_back.is_empty() {
+            self.job.rollbacks += 1;
+            tracing::warn!(
+                redis = %self.link.shown,
+                job = %self.job.name,
+                shards = ?merged.rolled_back,
+                "Redis lost some of this worker's confirmed updates (it restarted from an \
+                 older snapshot, or failed over to a replica that was behind): forgetting \
+                 the local seen cache, so links whose queueing Redis lost are queued again"
+            );
+            self.seen.clear();
+        }
+        self.finish(ask, merged)
+    }
+
+    /// One call: the first section's prefix routes it; the sections follow.
+    fn call(&self, shards: &[usize], body: Vec<Vec<u8>>) -> Call {
+        let prefix = |s: usize| self.layout.shards.get(s).cloned().unwrap_or_default();
+        let mut args = vec![
+            self.worker.to_string().into_bytes(),
+            self.timeout.as_millis().to_string().into_bytes(),
+            self.idle_ttl.as_millis().to_string().into_bytes(),
+            self.job.epoch.clone().into_bytes(),
+            self.job.token.clone().into_bytes(),
+            shards.len().to_string().into_bytes(),
+        ];
+        args.extend(shards.iter().map(|&s| prefix(s).into_bytes()));
+        args.extend(body);
+        Call {
+            keys: vec![prefix(shards.first().copied().unwrap_or(0)).into_bytes()],
+            args,
+        }
+    }
+
+    fn section_args(
+        &self,
+        shard: usize,
+        sec: &Section,
+        ask: &Ask<'_>,
+        states: &[(String, u64, String)],
+    ) -> Vec<Vec<u8>> {
+        let n = |k: usize| k.to_string().into_bytes();
+        let mut args = vec![
+            self.job
+                .steps
+                .get(shard)
+                .copied()
+                .unwrap_or(0)
+                .to_string()
+                .into_bytes(),
+        ];
+        args.push(n(sec.pushes.len()));
+        for &i in &sec.pushes {
+            let (host, fp, member) = &self.pushes[i];
+            args.push(host.clone().into_bytes());
+            args.push(fp.map(|f| f.to_vec()).unwrap_or_default());
+            args.push(member.clone());
+        }
+        args.push(n(sec.acks.len()));
+        args.extend(
+            sec.acks
+                .iter()
+                .map(|&i| self.job.lease_id(self.acks[i].lease).into_bytes()),
+        );
+        args.push(n(sec.renews.len()));
+        args.extend(
+            sec.renews
+                .iter()
+                .map(|&l| self.job.lease_id(l).into_bytes()),
+        );
+        args.push(n(sec.commits.len()));
+        for &i in &sec.commits {
+            let c = &self.commits[i];
+            args.push(c.host.clone().into_bytes());
+            args.push(c.expected.to_string().into_bytes());
+            args.push(states[i].2.clone().into_bytes());
+            args.push(c.skip.clone().into_bytes());
+        }
+        match ask.lease.as_ref().filter(|_| sec.lease) {
             Some(l) => {
                 let drain = self.skipped_here.contains(l.host);
                 args.push(l.host.as_bytes().to_vec());
@@ -73,87 +281,142 @@ impl Inner {
                 args.push(l.concurrency.to_string().into_bytes());
                 args.push(self.job.lease_id(l.number).into_bytes());
             }
-            None => {
-                for a in NO_LEASE {
-                    args.push(a.as_bytes().to_vec());
-                }
-            }
+            None => args.extend(NO_LEASE.iter().map(|a| a.as_bytes().to_vec())),
         }
-        args.push(if ask.sync {
+        args.push(if sec.sync {
             b"1".to_vec()
         } else {
             b"0".to_vec()
         });
-        args.push(ask.peek.unwrap_or("").as_bytes().to_vec());
+        args.push(
+            ask.peek
+                .filter(|_| sec.peek)
+                .unwrap_or("")
+                .as_bytes()
+                .to_vec(),
+        );
+        args
+    }
 
-        let what = if ask.lease.is_some() {
-            "lease a request"
-        } else if ask.sync {
-            "read the fleet's state"
-        } else {
-            "write buffered updates"
-        };
-        let before = self.origin.elapsed().as_secs_f64() * 1_000.0;
-        let reply = self.link.step(&args, what)?;
-        let after = self.origin.elapsed().as_secs_f64() * 1_000.0;
-        if self.link.reconnects != self.reconnects_seen {
-            // A new connection may be to a server that restarted and forgot: the shared
-            // seen set is the truth, so the local memory of it goes.
-            self.reconnects_seen = self.link.reconnects;
-            self.seen.clear();
-        }
-        self.pushes.clear();
-        self.acks.clear();
-        self.commits_sent = self.commits.drain(..).map(|c| (c.host, c.folded)).collect();
-        self.stats = None;
-        if renew {
-            self.last_renew = std::time::Instant::now();
-        }
-        self.apply(reply, ask, (before, after), &states)
+    /// Each worker's last stats go to the job's global part (with the time-to-live of its
+    /// keys renewed): one command, at checkpoints only.
+    fn save_stats(&mut self, stats: &str) -> Result<(), Error> {
+        const SAVE: &str = r"
+local P = KEYS[1]
+redis.call('HSET', P .. 'stats', ARGV[1], ARGV[2])
+local ttl = tonumber(ARGV[3])
+if ttl > 0 then
+  for _, k in ipairs({ 'stats', 'epoch', 'meta', 'ready' }) do redis.call('PEXPIRE', P .. k, ttl) end
+end
+return 1";
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(SAVE)
+            .arg(1)
+            .arg(&self.layout.global)
+            .arg(self.worker)
+            .arg(stats)
+            .arg(self.idle_ttl.as_millis().to_string());
+        self.link.query::<Value>(&cmd, "save the stats")?;
+        Ok(())
     }
 
     pub(super) fn bad(&self, detail: &str) -> Error {
         Error::redis_reply(&self.link.shown, detail)
     }
 
-    fn apply(
+    /// One call's reply: `{now, section*}`, the sections in the order of `shards`.
+    fn apply_call(
         &mut self,
+        shards: &[usize],
         reply: Value,
-        ask: Ask<'_>,
         (before, after): (f64, f64),
         sent_states: &[(String, u64, String)],
-    ) -> Result<Option<Leased>, Error> {
+        merged: &mut Merged,
+    ) -> Result<(), Error> {
         let Value::Array(parts) = reply else {
             return Err(self.bad("the step script did not return an array"));
         };
-        if let Some(detail) = self.job.lost(&parts) {
-            // Nothing was applied; nothing more will be.
-            let e = Error::redis_lost(&self.link.shown, &self.job.name, &detail);
-            tracing::error!("{e}");
-            self.lost = Some(detail);
-            return Err(e);
+        if parts.len() != shards.len() + 1 {
+            return Err(self.bad("the step script returned the wrong number of sections"));
         }
-        let [dups, reclaimed, lease, cas, sync, now, had, steps, peek] =
-            <[Value; 9]>::try_from(parts)
-                .map_err(|_| self.bad("the step script returned the wrong number of parts"))?;
-        if self.job.rolled_back(int(&had), int(&steps)) {
-            tracing::warn!(
-                redis = %self.link.shown,
-                job = %self.job.name,
-                "Redis lost some of this worker's confirmed updates (it restarted from an \
-                 older snapshot, or failed over to a replica that was behind): forgetting the \
-                 local seen cache, so links whose queueing Redis lost are queued again"
-            );
-            self.seen.clear();
-        }
+        let mut parts = parts.into_iter();
         // The server's clock, read somewhere in the round trip: it narrows the estimate of
         // its offset from ours (see `clock`).
+        let now = parts.next().unwrap_or_default();
         let server_now = float_at(std::slice::from_ref(&now), 0);
         if server_now > 0.0 {
             self.clock.sample(before, after, server_now);
         }
-        self.dups += int(&dups).unsigned_abs();
-        let reclaimed = int(&reclaimed).unsigned_abs();
+        for (&shard, section) in shards.iter().zip(parts) {
+            let Value::Array(section) = section else {
+                return Err(self.bad("a section of the step's reply is not an array"));
+            };
+            let [dups, reclaimed, lease, cas, sync, had, steps, peek] =
+                <[Value; 8]>::try_from(section)
+                    .map_err(|_| self.bad("a section of the step's reply has the wrong size"))?;
+            if self.job.rolled_back(shard, int(&had), int(&steps)) {
+                merged.rolled_back.push(shard);
+            }
+            merged.dups += int(&dups);
+            merged.reclaimed += int(&reclaimed);
+            self.apply_cas(cas, sent_states);
+            if let Value::Array(l) = &lease
+                && int_at(l, 0) != -1
+            {
+                merged.lease = Some(lease);
+            }
+            if let Value::Array(p) = &peek
+                && !p.is_empty()
+            {
+                merged.peek = Some(peek);
+            }
+            if let Value::Array(s) = sync
+                && !s.is_empty()
+            {
+                let leased = int_at(&s, 0);
+                let generation = int_at(&s, 1);
+                merged
+                    .sync
+                    .push((shard, leased, generation, s.into_iter().skip(2).collect()));
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_cas(&mut self, cas: Value, sent_states: &[(String, u64, String)]) {
+        let Value::Array(results) = cas else { return };
+        for r in results {
+            let Value::Array(f) = r else { continue };
+            let host = text(f.first());
+            let ok = int_at(&f, 1) == 1;
+            let version = int_at(&f, 2).unsigned_abs();
+            if ok {
+                if let Some((_, _, json)) = sent_states.iter().rev().find(|(h, _, _)| *h == host) {
+                    let json = json.clone();
+                    self.remember(&host, version, &json);
+                }
+            } else {
+                let state = text(f.get(3));
+                self.remember(&host, version, &state);
+            }
+            if !ok && let Some(pos) = self.commits_sent.iter().position(|(h, _)| *h == host) {
+                let (_, folded) = self.commits_sent.swap_remove(pos);
+                if !folded.is_empty() {
+                    // Lost the race: fold them into the fresher state next time.
+                    self.deferred
+                        .entry(host.clone())
+                        .or_default()
+                        .extend(folded);
+                }
+            }
+            self.committed.insert(host, ok);
+        }
+    }
+
+    /// The step's answer from every call's sections.
+    fn finish(&mut self, ask: Ask<'_>, merged: Merged) -> Result<Option<Leased>, Error> {
+        self.dups += merged.dups.unsigned_abs();
+        let reclaimed = merged.reclaimed.unsigned_abs();
         if reclaimed > 0 {
             tracing::info!(
                 reclaimed,
@@ -161,53 +424,25 @@ impl Inner {
             );
             self.reclaimed += reclaimed;
         }
-        self.committed.clear();
-        if let Value::Array(results) = cas {
-            for r in results {
-                let Value::Array(f) = r else { continue };
-                let host = text(f.first());
-                let ok = int_at(&f, 1) == 1;
-                let version = int_at(&f, 2).unsigned_abs();
-                if ok {
-                    if let Some((_, _, json)) =
-                        sent_states.iter().rev().find(|(h, _, _)| *h == host)
-                    {
-                        let json = json.clone();
-                        self.remember(&host, version, &json);
-                    }
-                } else {
-                    let state = text(f.get(3));
-                    self.remember(&host, version, &state);
-                }
-                if !ok && let Some(pos) = self.commits_sent.iter().position(|(h, _)| *h == host) {
-                    let (_, folded) = self.commits_sent.swap_remove(pos);
-                    if !folded.is_empty() {
-                        // Lost the race: fold them into the fresher state next time.
-                        self.deferred
-                            .entry(host.clone())
-                            .or_default()
-                            .extend(folded);
-                    }
-                }
-                self.committed.insert(host, ok);
-            }
-        }
-        if ask.sync
-            && let Value::Array(s) = sync
-        {
+        if ask.sync {
             self.last_sync = Some(std::time::Instant::now());
-            let leased = usize::try_from(int_at(&s, 0)).unwrap_or(0);
             for n in self.lens.values_mut() {
                 *n = 0;
             }
-            let mut queued = 0;
-            for chunk in s.get(1..).unwrap_or_default().chunks(3) {
-                let host = text(chunk.first());
-                let n = usize::try_from(int_at(chunk, 1)).unwrap_or(0);
-                if int_at(chunk, 2) == 0 {
-                    queued += n;
+            let (mut queued, mut leased) = (0, 0);
+            for (shard, shard_leased, generation, hosts) in merged.sync {
+                leased += usize::try_from(shard_leased).unwrap_or(0);
+                if let Some(g) = self.gens.get_mut(shard) {
+                    *g = generation;
                 }
-                self.lens.insert(host, n);
+                for chunk in hosts.chunks(3) {
+                    let host = text(chunk.first());
+                    let n = usize::try_from(int_at(chunk, 1)).unwrap_or(0);
+                    if int_at(chunk, 2) == 0 {
+                        queued += n;
+                    }
+                    self.lens.insert(host, n);
+                }
             }
             // Pushes still buffered here are work too.
             for (host, _, _) in &self.pushes {
@@ -215,9 +450,7 @@ impl Inner {
             }
             self.fleet = FleetStatus { queued, leased };
         }
-        if let (Some(host), Value::Array(p)) = (ask.peek, &peek)
-            && !p.is_empty()
-        {
+        if let (Some(host), Some(Value::Array(p))) = (ask.peek, &merged.peek) {
             let version = int_at(p, 0).unsigned_abs();
             let state = text(p.get(1));
             self.remember(host, version, &state);
@@ -229,8 +462,8 @@ impl Inner {
             return Ok(None);
         };
         let host = ask.host;
-        let Value::Array(l) = lease else {
-            return Err(self.bad("the lease answer is not an array"));
+        let Some(Value::Array(l)) = merged.lease else {
+            return Err(self.bad("the lease answer is missing"));
         };
         let code = int_at(&l, 0);
         let left = usize::try_from(int_at(&l, 3)).unwrap_or(0);
@@ -265,6 +498,16 @@ impl Inner {
         }))
     }
 
+    /// Send everything buffered: one step, and a second for acknowledgements that had to
+    /// wait for the pushes before them (cluster only).
+    pub(super) fn drain(&mut self) -> Result<(), Error> {
+        self.step(Ask::default())?;
+        if !self.acks.is_empty() {
+            self.step(Ask::default())?;
+        }
+        Ok(())
+    }
+
     pub(super) fn sync_if_due(&mut self) -> Result<(), Error> {
         let due = self
             .last_sync
@@ -279,5 +522,35 @@ impl Inner {
             self.step(Ask::default())?;
         }
         Ok(())
+    }
+
+    /// The fleet's state, read so that "nothing left" is never a mix of two moments: on a
+    /// cluster the shards are read one by one (a page's links may land in one shard just
+    /// after it was read, and the page's acknowledgement in another just before), so an
+    /// empty-looking read is read again, and trusted only if no shard changed in between
+    /// (then every shard held its state through one common instant). A plain Redis reads
+    /// every shard in one script: one consistent read.
+    pub(super) fn read_fleet(&mut self) -> Result<FleetStatus, Error> {
+        self.step(Ask {
+            lease: None,
+            sync: true,
+            peek: None,
+        })?;
+        let first = self.fleet;
+        if !self.link.cluster || first.queued > 0 || first.leased > 0 {
+            return Ok(first);
+        }
+        let gens = self.gens.clone();
+        self.step(Ask {
+            lease: None,
+            sync: true,
+            peek: None,
+        })?;
+        if self.gens != gens && self.fleet.queued == 0 && self.fleet.leased == 0 {
+            // Something moved meanwhile: not done yet as far as anyone can tell; ask again
+            // at the next poll.
+            self.fleet.leased = 1;
+        }
+        Ok(self.fleet)
     }
 }

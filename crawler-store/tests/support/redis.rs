@@ -99,6 +99,38 @@ impl Redis {
         Some(String::from_utf8_lossy(&buf[..n]).into_owned())
     }
 
+    /// The keys matching `pattern` (`KEYS`: fine on a test's small server).
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        strings(&self.command(&["KEYS", pattern]).unwrap_or_default())
+    }
+
+    /// The lease ids outstanding in every shard of `job` (the `lease` hashes).
+    pub fn lease_ids(&self, job: &str) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .keys(&format!("crawler:{{{job}/*}}:lease"))
+            .iter()
+            .flat_map(|k| strings(&self.command(&["HKEYS", k]).unwrap_or_default()))
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// The sum of a counter of `job`'s shards' `meta` hashes (`reclaimed`).
+    pub fn shard_counter(&self, job: &str, field: &str) -> u64 {
+        self.keys(&format!("crawler:{{{job}/*}}:meta"))
+            .iter()
+            .map(|k| {
+                let reply = self.command(&["HGET", k, field]).unwrap_or_default();
+                // "$-1" (no such field) or "$N\r\nVALUE\r\n".
+                reply
+                    .lines()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+
     /// Kill the server (losing everything since the last `SAVE`) and start it again from
     /// that snapshot: what a restart from an old RDB file, or a failover to a replica that
     /// was behind, looks like.
@@ -132,4 +164,19 @@ impl Drop for Redis {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The bulk strings of a RESP array reply (`*N`, then `$len` and value lines); none for
+/// anything else. Test keys and values hold no line breaks.
+pub fn strings(reply: &str) -> Vec<String> {
+    if !reply.starts_with('*') {
+        return Vec::new();
+    }
+    reply
+        .lines()
+        .skip(1)
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
 }
