@@ -255,8 +255,9 @@ pub struct Settings {
     /// limit. Default 0.
     pub http_cache_max_bytes: u64,
     /// Crawl as one of a fleet of workers sharing a frontier, seen set, leases and per-host
-    /// budgets in Redis: `redis://[:password@]host:port[/db]` or `rediss://` for TLS.
-    /// Workers with the same `job_name` join the same crawl; each writes items to its own
+    /// budgets in Redis: `redis://[:password@]host:port[/db]` or `rediss://` for TLS; a
+    /// Redis Cluster by its seed nodes: `redis+cluster://[:password@]host:port,host:port`
+    /// (or `rediss+cluster://`). Workers with the same `job_name` join the same crawl; each writes items to its own
     /// feeds, and appends to them when started again. Unset: the crawl is local (in memory,
     /// or `job_dir`).
     pub redis_url: Option<String>,
