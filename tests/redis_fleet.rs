@@ -432,6 +432,86 @@ async fn a_fleet_on_a_redis_cluster_of_three_masters_gives_every_item() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_master_killed_mid_crawl_is_replaced_by_its_replica_and_nothing_is_lost() {
+    let _serial = SERIAL.lock().await;
+    // A master that stays silent for 1 s is failed over to its replica.
+    let mut cluster = redis_cluster::RedisCluster::start(3, Duration::from_millis(1000));
+    let mut labs = Vec::new();
+    for _ in 0..6 {
+        labs.push(Lab::builder().books(100).start().await.unwrap());
+    }
+    let starts: Vec<String> = labs.iter().map(Lab::url).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let feeds = feeds(dir.path(), 4);
+    // 20 pages/s per host, 120/s for the fleet: about six seconds of crawling.
+    let settings = "throttle=fixed;download_delay=50ms;concurrency_per_host=2;lease_timeout=5s";
+    let workers: Vec<Child> = feeds
+        .iter()
+        .map(|f| {
+            fleet::worker_command_on(&labs[0], &cluster.url(), "failover", f, settings)
+                .env("CHILD_STARTS", starts.join(","))
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    wait_for_fleet_items(&feeds, 120).await;
+    // The master holding the most queues: the one whose loss would hurt most.
+    let mut queues: std::collections::HashMap<u16, usize> = Default::default();
+    for (port, _) in cluster.keys("crawler:{failover/*}:q:*") {
+        *queues.entry(port).or_default() += 1;
+    }
+    let (&victim, _) = queues.iter().max_by_key(|(_, n)| **n).unwrap();
+    let fetched_before: usize = labs.iter().map(|l| l.recorder().len()).sum();
+    cluster.kill(victim);
+    let mut ends = Vec::new();
+    for w in workers {
+        ends.push(fleet::ended(w).await);
+    }
+
+    cluster.wait_ok(Duration::from_secs(20));
+    let masters = cluster.masters();
+    assert_eq!(masters.len(), 3, "a replica took the killed master's place");
+    assert!(!masters.contains(&victim));
+    let fetched_after: usize = labs.iter().map(|l| l.recorder().len()).sum();
+    let items = union(&feeds);
+    let outputs: Vec<&str> = ends.iter().map(|e| e.stdout.as_str()).collect();
+    if ends.iter().all(|e| e.success) {
+        assert!(
+            fetched_after > fetched_before + 100,
+            "the crawl went on after the failover"
+        );
+        assert_eq!(
+            items.len(),
+            600,
+            "every book of every catalogue: {outputs:?}"
+        );
+        for e in &ends {
+            assert_eq!(field(&e.stats().unwrap(), "pending"), 0, "{}", e.stdout);
+        }
+    } else {
+        // What the replica lacked could not be made good: then every worker says so.
+        for e in &ends {
+            let err = e.error().unwrap_or_default();
+            assert!(!e.success && err.contains("lost"), "{outputs:?}");
+        }
+    }
+    println!(
+        "failover: master {victim} killed after {fetched_before} requests; {} requests in \
+         all, {} items, workers {}",
+        fetched_after,
+        items.len(),
+        if ends.iter().all(|e| e.success) {
+            "all finished"
+        } else {
+            "all stopped naming what was lost"
+        }
+    );
+    for lab in labs {
+        lab.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_redis_is_a_clear_error_without_the_password() {
     // Nothing listens on this port; the crawl pauses and retries for a second, then
     // stops with a message naming the server but not its password.

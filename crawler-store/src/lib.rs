@@ -203,15 +203,23 @@
 //! nothing leased", and a crawl never ends successfully with pages missing. Each step also
 //! counts itself, per shard, under the worker's random token (`steps`); fewer steps than
 //! the worker last read means a rollback that lost some of its confirmed updates, and the
-//! worker forgets its seen cache (the seen set only grows, so a rollback that keeps all of a worker's steps
-//! keeps every fingerprint it remembers). Lease ids are `TOKEN:N`, made by the worker, so
+//! worker forgets its seen cache (the seen set only grows, so a rollback that keeps all of
+//! a worker's steps keeps every fingerprint it remembers) and queues again the links it
+//! had queued in the steps that shard lost (it keeps the pushes of its last few minutes of
+//! steps, up to 32 MiB). That matters on a cluster, where each master fails over on its
+//! own: a page's links may be lost on one master while its acknowledgement survives on
+//! another, and nothing else would queue them again. A loss older than what the worker
+//! keeps stops it with an error naming the shard and what was lost. (On one server a
+//! rollback takes a page's acknowledgement back together with its links, so the page is
+//! fetched again.) Lease ids are `TOKEN:N`, made by the worker, so
 //! they never repeat across workers, worker restarts or Redis restarts, and a stale
 //! acknowledgement can never delete another worker's lease; a retried step that had
 //! already granted its lease gets the same lease back rather than a second one.
 //!
 //! **Failures.** A worker renews its leases while it runs; a killed worker's leases expire
-//! after `lease_timeout` and any worker returns them to their queues. While Redis is
-//! unreachable or restarting, every call retries with backoff (50 ms doubling to 2 s) and
+//! after `lease_timeout` and any worker returns them to their queues. While Redis (or a
+//! cluster master, until its replica takes over) is unreachable or restarting, every call
+//! retries with backoff (50 ms doubling to 2 s) and
 //! the crawl pauses; buffered pushes and acknowledgements stay in memory until Redis takes
 //! them. After `retry_for` the store gives up with an error naming the (password-redacted)
 //! URL, and the crawl stops with its leases open, to be taken back by the fleet. A retried

@@ -107,6 +107,34 @@ fn a_rolled_back_seen_set_does_not_filter_links_for_ever() {
 }
 
 #[test]
+fn links_a_rollback_lost_are_queued_again_by_the_worker_that_queued_them() {
+    let mut redis = Redis::start();
+    let mut a = RedisStore::open(options(&redis, "replay")).unwrap();
+    queue_one(&mut a, "http://h.test/kept");
+    assert!(redis.command(&["SAVE"]).unwrap().starts_with("+OK"));
+    // Confirmed by Redis, then lost with everything after the snapshot (on a cluster: a
+    // failover to a replica that was behind, while the page that linked to it was
+    // acknowledged on another master).
+    queue_one(&mut a, "http://h.test/lost");
+    redis.crash_and_restart();
+    a.flush().unwrap();
+    assert_eq!(a.rollbacks(), 1);
+    let fleet = a.fleet();
+    let status = fleet.status();
+    assert_eq!(
+        status.queued, 2,
+        "the lost link is queued again: {status:?}"
+    );
+    let mut urls = Vec::new();
+    while let Some((id, request)) = a.lease("h.test").unwrap() {
+        urls.push(request.url.to_string());
+        a.ack(id).unwrap();
+    }
+    urls.sort();
+    assert_eq!(urls, ["http://h.test/kept", "http://h.test/lost"]);
+}
+
+#[test]
 fn an_empty_redis_is_lost_state_not_an_empty_queue() {
     let mut redis = Redis::start();
     let mut a = RedisStore::open(options(&redis, "empty")).unwrap();

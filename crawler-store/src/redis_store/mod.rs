@@ -13,6 +13,7 @@
 //!   the send they book, acknowledgements).
 //! - `fleet`: [`SharedBudget`] for [`RedisBudget`], [`Fleet`] for [`RedisFleet`].
 //! - `step`: one round trip: the script's arguments from what is buffered, and its reply.
+//! - `replay`: the pushes of the worker's recent steps, queued again when a shard lost them.
 //! - `clock`: the worker's estimate of the Redis server's clock, the fleet's clock.
 //! - `job`: which job, and which run of it, a worker joined (epoch, token, steps).
 //! - `layout`: where the job's keys live: a global part and shards, each under a hash tag
@@ -48,6 +49,7 @@ mod layout;
 mod link;
 mod lua;
 mod queue;
+mod replay;
 mod reply;
 mod state;
 mod step;
@@ -129,9 +131,15 @@ struct Ack {
     ready: bool,
 }
 
+/// A buffered push: host, fingerprint (absent: the request skips the seen set), member.
+type Push = (String, Option<[u8; 16]>, Vec<u8>);
+
 struct Inner {
     link: Link,
     layout: Layout,
+    /// The pushes of this worker's recent steps, per shard, to queue again what a shard
+    /// that rolled back lost (see `replay`).
+    pushed: replay::PushLog,
     /// Which job, and which run of it, this worker joined.
     job: Job,
     worker: u32,
@@ -144,7 +152,7 @@ struct Inner {
     /// The last lease granted and the fleet time its send was booked for.
     booked: Option<(u64, f64)>,
     params: HashMap<String, Params>,
-    pushes: Vec<(String, Option<[u8; 16]>, Vec<u8>)>,
+    pushes: Vec<Push>,
     acks: Vec<Ack>,
     /// The last lease number this worker handed out (its ids in Redis are `TOKEN:N`).
     next_lease: u64,
@@ -260,6 +268,7 @@ impl RedisStore {
         let (job, worker, layout) = Job::join(&mut link, &options.job, options.idle_ttl)?;
         let inner = Inner {
             reconnects_seen: link.reconnects,
+            pushed: replay::PushLog::new(layout.shards.len()),
             link,
             gens: vec![0; layout.shards.len()],
             layout,

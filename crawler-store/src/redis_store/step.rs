@@ -37,6 +37,10 @@ struct Merged {
     peek: Option<Value>,
     /// Shards that lost some of this worker's steps.
     rolled_back: Vec<usize>,
+    /// The pushes of those steps, to send again.
+    replay: Vec<super::Push>,
+    /// Shards that lost steps older than the push log.
+    beyond: Vec<(usize, super::replay::Beyond)>,
     /// Per shard read: (shard, leased, gen, hosts as `host, len, skipped` triples).
     sync: Vec<(usize, i64, i64, Vec<Value>)>,
 }
@@ -176,7 +180,11 @@ impl Inner {
             }
         }
         self.acks = kept;
-        self.pushes.clear();
+        let mut sent_pushes: BTreeMap<usize, Vec<super::Push>> = BTreeMap::new();
+        for push in std::mem::take(&mut self.pushes) {
+            let shard = self.layout.shard_of(&push.0);
+            sent_pushes.entry(shard).or_default().push(push);
+        }
         self.commits_sent = self.commits.drain(..).map(|c| (c.host, c.folded)).collect();
         if renew {
             self.last_renew = std::time::Instant::now();
@@ -184,7 +192,47 @@ impl Inner {
 
         let mut merged = Merged::default();
         for ((shards, _), reply) in calls.iter().zip(replies) {
-            self.apply_call(shards, reply, (before, after), &states, &mut merged)?;
+            self.apply_call(
+                shards,
+                reply,
+                (before, after),
+                &states,
+                &mut sent_pushes,
+                &mut merged,
+            )?;
+        }
+        if !merged.beyond.is_empty() && self.link.cluster {
+            // A page whose links that shard lost may be acknowledged in another: nothing
+            // would queue them again. Stop, saying so, rather than end a partial crawl.
+            let detail = merged
+                .beyond
+                .iter()
+                .map(|(shard, b)| {
+                    format!(
+                        "shard {shard} ({}) lost {} of this worker's confirmed steps (a \
+                         failover to a replica that was behind), {} of them older than the \
+                         pushes this worker keeps to queue such losses again, so links it \
+                         queued there may be gone",
+                        self.layout.shards.get(*shard).map_or("", String::as_str),
+                        b.steps,
+                        b.steps - b.kept as i64
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ");
+            let e = Error::redis_lost(&self.link.shown, &self.job.name, &detail);
+            tracing::error!("{e}");
+            self.lost = Some(detail);
+            return Err(e);
+        }
+        if !merged.replay.is_empty() {
+            tracing::warn!(
+                redis = %self.link.shown,
+                job = %self.job.name,
+                links = merged.replay.len(),
+                "queueing again the links a Redis rollback lost"
+            );
+            self.pushes.append(&mut merged.replay);
         }
         if !merged.rolled_back.is_empty() {
             self.job.rollbacks += 1;
@@ -331,6 +379,7 @@ return 1";
         reply: Value,
         (before, after): (f64, f64),
         sent_states: &[(String, u64, String)],
+        sent_pushes: &mut BTreeMap<usize, Vec<super::Push>>,
         merged: &mut Merged,
     ) -> Result<(), Error> {
         let Value::Array(parts) = reply else {
@@ -354,9 +403,18 @@ return 1";
             let [dups, reclaimed, lease, cas, sync, had, steps, peek] =
                 <[Value; 8]>::try_from(section)
                     .map_err(|_| self.bad("a section of the step's reply has the wrong size"))?;
-            if self.job.rolled_back(shard, int(&had), int(&steps)) {
+            let (had, steps) = (int(&had), int(&steps));
+            let last = self.job.steps.get(shard).copied().unwrap_or(0);
+            if self.job.rolled_back(shard, had, steps) {
                 merged.rolled_back.push(shard);
+                let (pushes, beyond) = self.pushed.lost(shard, had, last);
+                merged.replay.extend(pushes);
+                if let Some(b) = beyond {
+                    merged.beyond.push((shard, b));
+                }
             }
+            self.pushed
+                .record(shard, steps, sent_pushes.remove(&shard).unwrap_or_default());
             merged.dups += int(&dups);
             merged.reclaimed += int(&reclaimed);
             self.apply_cas(cas, sent_states);
@@ -444,9 +502,11 @@ return 1";
                     self.lens.insert(host, n);
                 }
             }
-            // Pushes still buffered here are work too.
+            // Pushes still buffered here (links a rollback lost, to be queued again) are
+            // work too.
             for (host, _, _) in &self.pushes {
                 *self.lens.entry(host.clone()).or_default() += 1;
+                queued += 1;
             }
             self.fleet = FleetStatus { queued, leased };
         }

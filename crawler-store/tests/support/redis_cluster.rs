@@ -103,6 +103,19 @@ impl RedisCluster {
             String::from_utf8_lossy(&out.stdout)
         );
         c.wait_ok(Duration::from_secs(20));
+        // Every replica in sync with its master, or a failover finds none fit to take over.
+        wait_for(Duration::from_secs(20), || {
+            c.nodes.iter().all(|n| {
+                let info = command_on(n.port, &["INFO", "replication"]).unwrap_or_default();
+                match info_field(&info, "role").as_deref() {
+                    Some("master") => true,
+                    Some("slave") => {
+                        info_field(&info, "master_link_status").as_deref() == Some("up")
+                    }
+                    _ => false,
+                }
+            })
+        });
         c
     }
 
@@ -210,6 +223,9 @@ fn spawn(port: u16, dir: &Path, node_timeout: Duration) -> Child {
             &node_timeout.as_millis().to_string(),
         ])
         .args(["--save", "", "--appendonly", "no"])
+        // A replica's first sync starts at once (Redis waits 5 s by default for more
+        // replicas to share it); until it has synced, it cannot take over.
+        .args(["--repl-diskless-sync-delay", "0"])
         .arg("--dir")
         .arg(&own)
         .stdout(Stdio::null())
