@@ -1,20 +1,27 @@
 //! Coordination cost of a Redis-shared crawl: pages/s of 1 and of 4 worker processes on an
-//! open lab with many hosts, and Redis round trips per fetched page.
+//! open lab with many hosts, against one Redis server and against a Redis Cluster of
+//! three masters; Redis round trips and commands per fetched page, and Redis memory per
+//! URL seen.
 //!
 //! ```text
 //! cargo bench --bench redis                    # 50 hosts x 100 books
-//! REDIS_BENCH_HOSTS=20 REDIS_BENCH_BOOKS=50 cargo bench --bench redis
+//! REDIS_BENCH_HOSTS=20 REDIS_BENCH_BOOKS=100 cargo bench --bench redis
+//! REDIS_BENCH_RUNS=1,2 cargo bench --bench redis   # only the four-worker runs
 //! ```
 //!
-//! Needs `redis-server` on the PATH; starts its own on a free loopback port. Workers are
-//! this binary re-run as child processes. Prints a markdown table.
+//! Needs `redis-server` and `redis-cli` on the PATH; starts its own server and cluster
+//! (three masters, no replicas) on free loopback ports. Workers are this binary re-run as
+//! child processes. Prints a markdown table.
 
 #![allow(clippy::unwrap_used)]
 
-// The one redis-server helper of the workspace's tests.
+// The one redis-server helper of the workspace's tests, and its cluster helper.
 #[path = "../crawler-store/tests/support/redis.rs"]
 mod redis_server;
 use redis_server::Redis;
+#[path = "../crawler-store/tests/support/redis_cluster.rs"]
+mod redis_cluster;
+use redis_cluster::{RedisCluster, command_on, info_field};
 
 #[allow(dead_code)]
 #[path = "../examples/books/spider.rs"]
@@ -46,6 +53,9 @@ impl Spider for Many {
     }
 }
 
+/// The purposes of round trips, as the workers print them.
+const PURPOSES: [&str; 5] = ["lease", "fleet_read", "host_read", "write", "other"];
+
 fn env_or(key: &str, default: usize) -> usize {
     std::env::var(key)
         .ok()
@@ -74,20 +84,46 @@ fn main() {
     });
     let urls: Vec<String> = labs.iter().map(Lab::url).collect();
     let redis = Redis::start();
+    let cluster = RedisCluster::start_with(3, 0, std::time::Duration::from_secs(5));
     println!("Redis-shared crawl, open lab: {hosts} hosts x {books} books, workers as processes\n");
-    println!("| workers | pages | seconds | pages/s | Redis round trips | round trips/page |");
-    println!("|---:|---:|---:|---:|---:|---:|");
-    for (run, workers) in [1usize, 4].into_iter().enumerate() {
+    println!(
+        "| Redis | workers | pages | seconds | pages/s | round trips/page | commands/page | Redis bytes/page |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let runs = [
+        ("one server", redis.url(), vec![redis.port], 1usize),
+        ("one server", redis.url(), vec![redis.port], 4),
+        ("cluster, 3 masters", cluster.url(), cluster.masters(), 4),
+    ];
+    // `REDIS_BENCH_RUNS=2` runs the third configuration only.
+    let only: Option<Vec<usize>> = std::env::var("REDIS_BENCH_RUNS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.parse().ok()).collect());
+    let mut breakdown = Vec::new();
+    for (run, (name, url, masters, workers)) in runs.into_iter().enumerate() {
+        if only.as_ref().is_some_and(|o| !o.contains(&run)) {
+            continue;
+        }
         for lab in &labs {
             lab.reset();
         }
         let job = format!("bench-{run}");
+        let memory = || -> u64 {
+            masters
+                .iter()
+                .filter_map(|&p| info_field(&command_on(p, &["INFO", "memory"])?, "used_memory"))
+                .filter_map(|v| v.parse::<u64>().ok())
+                .sum()
+        };
+        let memory_before = memory();
         let started = Instant::now();
-        let children: Vec<Child> = (0..workers).map(|_| spawn(&redis, &job, &urls)).collect();
+        let children: Vec<Child> = (0..workers).map(|_| spawn(&url, &job, &urls)).collect();
         let mut pages = 0u64;
         let mut trips = 0u64;
+        let mut commands = 0u64;
+        let mut by_purpose = [0u64; PURPOSES.len()];
         for c in children {
-            let out = c.wait_with_output().unwrap();
+            let out = finish(c, started);
             let text = String::from_utf8_lossy(&out.stdout);
             assert!(out.status.success(), "a worker failed: {text}");
             let line = text.lines().find(|l| l.starts_with("BENCH")).unwrap();
@@ -99,15 +135,37 @@ fn main() {
             };
             pages += field("pages");
             trips += field("trips");
+            commands += field("commands");
+            for (i, p) in PURPOSES.iter().enumerate() {
+                by_purpose[i] += field(p);
+            }
         }
         let secs = started.elapsed().as_secs_f64();
+        // What the job leaves once done: its seen sets, host states and stats.
+        let kept = memory().saturating_sub(memory_before);
         println!(
-            "| {workers} | {pages} | {secs:.1} | {:.0} | {trips} | {:.2} |",
+            "| {name} | {workers} | {pages} | {secs:.1} | {:.0} | {:.2} | {:.2} | {:.0} |",
             pages as f64 / secs,
-            trips as f64 / pages.max(1) as f64
+            trips as f64 / pages.max(1) as f64,
+            commands as f64 / pages.max(1) as f64,
+            kept as f64 / pages.max(1) as f64,
         );
+        let per_page: Vec<String> = PURPOSES
+            .iter()
+            .zip(by_purpose)
+            .map(|(p, n)| format!("{p} {:.2}", n as f64 / pages.max(1) as f64))
+            .collect();
+        breakdown.push(format!(
+            "{name}, {workers} workers: {}",
+            per_page.join(", ")
+        ));
+    }
+    println!("\nRound trips per page by purpose:\n");
+    for b in breakdown {
+        println!("- {b}");
     }
     drop(redis);
+    drop(cluster);
     rt.block_on(async {
         for lab in labs {
             lab.shutdown().await;
@@ -115,13 +173,25 @@ fn main() {
     });
 }
 
-fn spawn(redis: &Redis, job: &str, urls: &[String]) -> Child {
+/// Wait for a worker, at most `RUN_LIMIT` after the run started (then it is killed, and
+/// the benchmark fails).
+fn finish(mut c: Child, started: Instant) -> std::process::Output {
+    const RUN_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+    while c.try_wait().unwrap().is_none() {
+        if started.elapsed() > RUN_LIMIT {
+            let _ = c.kill();
+            let _ = c.wait();
+            panic!("a worker did not finish within {RUN_LIMIT:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    c.wait_with_output().unwrap()
+}
+
+fn spawn(url: &str, job: &str, urls: &[String]) -> Child {
     Command::new(std::env::current_exe().unwrap())
         .env("REDIS_BENCH_CHILD", "1")
-        .env(
-            "REDIS_BENCH_URL",
-            format!("redis://127.0.0.1:{}/", redis.port),
-        )
+        .env("REDIS_BENCH_URL", url)
         .env("REDIS_BENCH_JOB", job)
         .env("REDIS_BENCH_STARTS", urls.join(" "))
         .stdout(Stdio::piped())
@@ -156,9 +226,15 @@ fn child() {
                 .run(),
         )
         .unwrap();
+    let purposes: Vec<String> = crawler::store::redis_round_trips_by_purpose()
+        .iter()
+        .map(|(what, n)| format!("{}={n}", what.replace(' ', "_")))
+        .collect();
     println!(
-        "BENCH pages={} trips={}",
+        "BENCH pages={} trips={} commands={} {}",
         stats.fetched,
-        crawler::store::redis_round_trips()
+        crawler::store::redis_round_trips(),
+        crawler::store::redis_commands(),
+        purposes.join(" ")
     );
 }

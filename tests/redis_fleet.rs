@@ -145,8 +145,10 @@ async fn four_workers_share_one_budget_and_respect_retry_after() {
     let pages: u64 = lines.iter().map(|l| field(l, "fetched")).sum();
     let trips: u64 = lines.iter().map(|l| field(l, "round_trips")).sum();
     println!(
-        "fleet: {pages} pages, {trips} Redis round trips ({:.2} per page), mean rate {:.1}/s, {} refusals",
+        "fleet: {pages} pages, {trips} Redis round trips ({:.2} per page: {}), mean rate \
+         {:.1}/s, {} refusals",
         trips as f64 / pages as f64,
+        fleet::trips_by_purpose(&lines),
         fleet.mean_rate,
         fleet.status_429
     );
@@ -415,9 +417,10 @@ async fn a_fleet_on_a_redis_cluster_of_three_masters_gives_every_item() {
     let trips: u64 = lines.iter().map(|l| field(l, "round_trips")).sum();
     let commands: u64 = lines.iter().map(|l| field(l, "commands")).sum();
     println!(
-        "cluster fleet: {pages} pages, {trips} round trips ({:.2} per page), {commands} \
+        "cluster fleet: {pages} pages, {trips} round trips ({:.2} per page: {}), {commands} \
          commands ({:.2} per page), scripts per master {ran:?}, {refused} refusals",
         trips as f64 / pages as f64,
+        fleet::trips_by_purpose(&lines),
         commands as f64 / pages as f64,
     );
     // 6.9 on two cores when this test came: as on one server, plus the second read of

@@ -263,6 +263,7 @@ pub use options::StoreOptions;
 #[cfg(feature = "redis")]
 pub use redis_store::{
     RedisBudget, RedisFleet, RedisOptions, RedisStore, redis_commands, redis_round_trips,
+    redis_round_trips_by_purpose,
 };
 pub use sled_store::SledStore;
 pub use validators::{ValidatorStore, Validators};

@@ -63,12 +63,17 @@ pub async fn child_worker_main() {
     }
     match crawl.run().await {
         Ok(stats) => println!(
-            "CHILD_STATS fetched={} items={} pending={} round_trips={} commands={}",
+            "CHILD_STATS fetched={} items={} pending={} round_trips={} commands={} {}",
             stats.fetched,
             stats.items_scraped,
             stats.pending,
             crawler::store::redis_round_trips(),
-            crawler::store::redis_commands()
+            crawler::store::redis_commands(),
+            crawler::store::redis_round_trips_by_purpose()
+                .iter()
+                .map(|(what, n)| format!("trips_{}={n}", what.replace(' ', "_")))
+                .collect::<Vec<_>>()
+                .join(" ")
         ),
         Err(e) => {
             println!("CHILD_ERROR {e}");
@@ -189,6 +194,19 @@ pub fn field(stats: &str, name: &str) -> u64 {
         .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no {name} in {stats}"))
+}
+
+/// Round trips per page by purpose, summed over the workers' stats lines.
+pub fn trips_by_purpose(lines: &[String]) -> String {
+    let pages: u64 = lines.iter().map(|l| field(l, "fetched")).sum();
+    ["lease", "fleet_read", "host_read", "write", "other"]
+        .iter()
+        .map(|p| {
+            let n: u64 = lines.iter().map(|l| field(l, &format!("trips_{p}"))).sum();
+            format!("{p} {:.2}", n as f64 / pages.max(1) as f64)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Items per book URL across every worker's feed.

@@ -65,6 +65,10 @@ impl SharedBudget for RedisBudget {
     }
 }
 
+/// The least time ahead a missed slot is booked again (ms): the frontier's confirming
+/// read starts 10 ms before a slot, and the send may leave 2 ms late.
+const REBOOK_LEAD_MS: f64 = 12.0;
+
 impl Fleet for RedisFleet {
     fn status(&self) -> FleetStatus {
         let mut inner = lock(&self.inner);
@@ -131,10 +135,23 @@ impl Fleet for RedisFleet {
         if inner.now_ms() - at <= params.tuning.late_send_ms {
             return Missed::OnTime;
         }
+        // A request already booked again once goes at its new slot, however late: that
+        // slot was booked a confirming read ahead, so what made it late is the worker's own
+        // wake-up delay (a starved machine, a millisecond timer), and booking again would
+        // cost two more round trips each time while the starvation lasts; on a fast pace
+        // (1,000 r/s) the worker did little else.
+        if inner.rebooked.get(host) == Some(&at) {
+            inner.rebooked.remove(host);
+            return Missed::OnTime;
+        }
         for _ in 0..8 {
             let (mut m, expected) = inner.machine(host, &params);
             let now = inner.now_ms();
-            if now - at <= m.late_limit_ms() {
+            // A host without a pace (an open host) has no gap to keep: never late. (Booked
+            // again "now", such a request was late again after the next round trip on a
+            // busy machine, and again, without end.)
+            let unpaced = m.interval_ms() <= 0.0;
+            if unpaced || now - at <= m.late_limit_ms() {
                 return Missed::OnTime;
             }
             let folded = inner.deferred.remove(host).unwrap_or_default();
@@ -144,7 +161,10 @@ impl Fleet for RedisFleet {
             crawler_sched::log_changes(host, m.take_audit(), &mut Default::default());
             // Booked as a lease books: never sooner than the look-ahead from now, so the
             // request leaves on its own timer whatever this round trip's delay.
-            let ahead = crawler_sched::lease_ahead(&m, inner.lease_ahead_ms);
+            // And far enough ahead that the re-read of the host's state before the send
+            // (`FleetFrontier`'s confirmation, a round trip) fits before it, or a fast pace
+            // (a look-ahead of a ms or two) makes it late again each time.
+            let ahead = crawler_sched::lease_ahead(&m, inner.lease_ahead_ms).max(REBOOK_LEAD_MS);
             let slot = m.rebook(m.ready_at().max(now + ahead));
             inner.commits.push(Commit {
                 host: host.to_owned(),
@@ -158,6 +178,7 @@ impl Fleet for RedisFleet {
                 return Missed::Unknown;
             }
             if inner.committed.get(host).copied().unwrap_or(false) {
+                inner.rebooked.insert(host.to_owned(), slot);
                 return Missed::Rebooked(slot);
             }
         }

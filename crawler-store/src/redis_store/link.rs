@@ -54,6 +54,32 @@ pub fn redis_commands() -> u64 {
     PROCESS_COMMANDS.load(Ordering::Relaxed)
 }
 
+/// Why a round trip was made.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Purpose {
+    /// A lease (with whatever was buffered).
+    Lease = 0,
+    /// A read of the whole fleet's state (an idle worker's poll).
+    FleetRead = 1,
+    /// A read of one host's state (a held request's check before its send).
+    HostRead = 2,
+    /// Buffered writes alone (politeness commits, acknowledgements, pushes, renewals).
+    Write = 3,
+    /// Joining, stats, anything else.
+    Other = 4,
+}
+
+const PURPOSES: [&str; 5] = ["lease", "fleet read", "host read", "write", "other"];
+static BY_PURPOSE: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
+
+/// Round trips to Redis made by this process so far, by purpose: `lease`, `fleet read`
+/// (an idle worker's poll of every shard), `host read` (a held request's check of its
+/// host's state just before its send), `write` (buffered updates sent alone: politeness
+/// commits, acknowledgements, pushes) and `other` (joining, stats).
+pub fn redis_round_trips_by_purpose() -> [(&'static str, u64); 5] {
+    std::array::from_fn(|i| (PURPOSES[i], BY_PURPOSE[i].load(Ordering::Relaxed)))
+}
+
 /// How long one command may take before the connection is judged broken. Every step is one
 /// short script, so this is generous, and it bounds how long a stop request can wait on a
 /// server that hangs rather than refuses.
@@ -343,9 +369,10 @@ impl Link {
         Ok(c)
     }
 
-    fn count(&mut self, trips: u64, commands: u64) {
+    fn count(&mut self, trips: u64, commands: u64, purpose: Purpose) {
         self.round_trips += trips;
         self.commands += commands;
+        BY_PURPOSE[purpose as usize].fetch_add(trips, Ordering::Relaxed);
         PROCESS_ROUND_TRIPS.fetch_add(trips, Ordering::Relaxed);
         PROCESS_COMMANDS.fetch_add(commands, Ordering::Relaxed);
     }
@@ -360,7 +387,7 @@ impl Link {
         let value = self.retrying(what, |link| {
             let mut conn = link.conn()?;
             let cmd = cmd.clone();
-            link.count(1, 1);
+            link.count(1, 1, Purpose::Other);
             link.io
                 .run(async move { conn.send(&cmd).await })
                 .ok_or_else(io_thread_gone)?
@@ -375,6 +402,7 @@ impl Link {
         &mut self,
         calls: &[Call],
         what: &'static str,
+        purpose: Purpose,
     ) -> Result<Vec<Value>, Error> {
         let mut done: Vec<Option<Value>> = vec![None; calls.len()];
         self.retrying(what, |link| {
@@ -405,7 +433,11 @@ impl Link {
                 })
                 .ok_or_else(io_thread_gone)?;
             let reloads = replies.iter().filter(|(_, _, r)| *r).count() as u64;
-            link.count(1 + u64::from(reloads > 0), pending.len() as u64 + reloads);
+            link.count(
+                1 + u64::from(reloads > 0),
+                pending.len() as u64 + reloads,
+                purpose,
+            );
             let mut first_error = None;
             for (i, r, _) in replies {
                 match r {

@@ -54,7 +54,7 @@ mod reply;
 mod state;
 mod step;
 
-pub use link::{redis_commands, redis_round_trips};
+pub use link::{redis_commands, redis_round_trips, redis_round_trips_by_purpose};
 
 /// How to reach Redis and which crawl to join.
 #[derive(Debug, Clone)]
@@ -149,6 +149,11 @@ struct Inner {
     default_params: Option<Params>,
     /// [`RedisOptions::lease_ahead`], ms.
     lease_ahead_ms: f64,
+    /// Hosts whose fleet-wide concurrency was full at the last lease asked: until when no
+    /// lease is asked for them again, and the wait that was (see `queue`).
+    full: HashMap<String, (std::time::Instant, Duration)>,
+    /// Per host, the slot a late held request was booked again for (see `Fleet::missed`).
+    rebooked: HashMap<String, f64>,
     /// The last lease granted and the fleet time its send was booked for.
     booked: Option<(u64, f64)>,
     params: HashMap<String, Params>,
@@ -227,6 +232,8 @@ struct Leased {
     /// The lease number (granted leases only).
     id: u64,
     member: Vec<u8>,
+    /// The host's requests in flight fleet-wide, as the answer counted them.
+    in_flight: u64,
 }
 
 /// A [`QueueStore`](crawler_sched::QueueStore) in Redis shared by a fleet of workers, and (through
@@ -280,6 +287,8 @@ impl RedisStore {
             default_params: options.budget,
             lease_ahead_ms: options.lease_ahead.as_secs_f64() * 1_000.0,
             booked: None,
+            rebooked: HashMap::new(),
+            full: HashMap::new(),
             params: HashMap::new(),
             pushes: Vec::new(),
             acks: Vec::new(),

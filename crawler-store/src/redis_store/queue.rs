@@ -9,6 +9,18 @@ use super::reply::{MEMBER_HEADER, member};
 use super::{Ask, LeaseAsk, RedisStore, lock};
 use crate::error::Error;
 
+/// How long a host whose fleet-wide concurrency was full is not asked for a lease again:
+/// first about the time a page on a fast server takes, so a slot freed by another worker is
+/// used soon, then doubling while the host stays full (its pages are slow, or many workers
+/// share it), up to the cap.
+const FULL_BACKOFF_FIRST: std::time::Duration = std::time::Duration::from_millis(5);
+const FULL_BACKOFF_CAP: std::time::Duration = std::time::Duration::from_millis(80);
+
+/// The fleet-wide concurrency a lease asks Redis to keep (`None`: no budget, no cap).
+fn concurrency_of(params: &Option<crawler_sched::politeness::Params>) -> u32 {
+    params.as_ref().map_or(u32::MAX, |p| p.concurrency.max(1))
+}
+
 /// Pushes buffered before they are sent without waiting for the next lease.
 const PUSH_BATCH: usize = 256;
 /// Fingerprints remembered locally as seen; past this the memory is cleared (the shared
@@ -56,6 +68,17 @@ impl QueueStore for RedisStore {
     /// worker decides again).
     fn lease(&mut self, host: &str) -> Result<Option<(u64, Request)>, crawler_sched::Error> {
         let mut inner = lock(&self.inner);
+        // The host had its fleet-wide concurrency in flight a moment ago: the frontier
+        // offers it again at every turn (its own count knows nothing of the others'), and
+        // asking each time cost a round trip per turn, a hundred per page with four
+        // workers on open hosts.
+        if inner
+            .full
+            .get(host)
+            .is_some_and(|(until, _)| std::time::Instant::now() < *until)
+        {
+            return Ok(None);
+        }
         let mut leased = None;
         // The changes of the outcomes this lease carries; logged once it is committed.
         let mut audit = Vec::new();
@@ -134,6 +157,21 @@ impl QueueStore for RedisStore {
                     std::mem::take(&mut audit),
                     &mut Default::default(),
                 );
+            }
+            if let Some(l) = &answer
+                && l.code == 2
+                && l.in_flight >= u64::from(concurrency_of(&params))
+            {
+                // Doubling while the host stays full, from the first wait to the cap.
+                let wait = inner
+                    .full
+                    .get(host)
+                    .map_or(FULL_BACKOFF_FIRST, |(_, w)| (*w * 2).min(FULL_BACKOFF_CAP));
+                inner
+                    .full
+                    .insert(host.to_owned(), (std::time::Instant::now() + wait, wait));
+            } else {
+                inner.full.remove(host);
             }
             match answer {
                 Some(l) if l.code == 4 => continue,

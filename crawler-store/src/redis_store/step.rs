@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use redis::Value;
 
-use super::link::Call;
+use super::link::{Call, Purpose};
 use super::reply::{float_at, int, int_at, text};
 use super::{Ask, Inner, Leased};
 use crate::error::Error;
@@ -122,12 +122,14 @@ impl Inner {
             vec![(order.clone(), self.call(&order, body))]
         };
 
-        let what = if ask.lease.is_some() {
-            "lease a request"
+        let (what, purpose) = if ask.lease.is_some() {
+            ("lease a request", Purpose::Lease)
         } else if ask.sync {
-            "read the fleet's state"
+            ("read the fleet's state", Purpose::FleetRead)
+        } else if ask.peek.is_some() {
+            ("read a host's state", Purpose::HostRead)
         } else {
-            "write buffered updates"
+            ("write buffered updates", Purpose::Write)
         };
         let mut sent_stats = false;
         if let Some(stats) = self.stats.clone() {
@@ -139,7 +141,7 @@ impl Inner {
             Vec::new()
         } else {
             let only: Vec<Call> = calls.iter().map(|(_, c)| c.clone()).collect();
-            self.link.scripts(&only, what)?
+            self.link.scripts(&only, what, purpose)?
         };
         let after = self.origin.elapsed().as_secs_f64() * 1_000.0;
         if self.link.reconnects != self.reconnects_seen {
@@ -191,6 +193,7 @@ impl Inner {
         }
 
         let mut merged = Merged::default();
+        self.committed.clear();
         for ((shards, _), reply) in calls.iter().zip(replies) {
             self.apply_call(
                 shards,
@@ -555,6 +558,7 @@ return 1";
             // Redis echoes `TOKEN:N`; N is ours.
             id: ask.number,
             member,
+            in_flight,
         }))
     }
 

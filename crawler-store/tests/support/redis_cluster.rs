@@ -62,6 +62,7 @@ struct Node {
 /// A running cluster.
 pub struct RedisCluster {
     nodes: Vec<Node>,
+    masters: usize,
     dir: tempfile::TempDir,
 }
 
@@ -69,9 +70,15 @@ impl RedisCluster {
     /// `masters` masters with one replica each, every slot covered, `cluster_state:ok` on
     /// every node. A master stays down for `node_timeout` before its replica takes over.
     pub fn start(masters: usize, node_timeout: Duration) -> Self {
+        Self::start_with(masters, 1, node_timeout)
+    }
+
+    /// `masters` masters with `replicas` replicas each (at least three masters: what
+    /// `redis-cli --cluster create` accepts).
+    pub fn start_with(masters: usize, replicas: usize, node_timeout: Duration) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut nodes = Vec::new();
-        for _ in 0..masters * 2 {
+        for _ in 0..masters * (1 + replicas) {
             let port = free_cluster_port();
             let child = spawn(port, dir.path(), node_timeout);
             nodes.push(Node {
@@ -79,7 +86,11 @@ impl RedisCluster {
                 child: Some(child),
             });
         }
-        let c = Self { nodes, dir };
+        let c = Self {
+            nodes,
+            masters,
+            dir,
+        };
         for n in &c.nodes {
             wait_for(Duration::from_secs(10), || {
                 command_on(n.port, &["PING"]).is_some_and(|r| r.starts_with("+PONG"))
@@ -93,7 +104,7 @@ impl RedisCluster {
         let out = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addrs)
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdin(Stdio::null())
             .output()
             .expect("redis-cli must be installed (it comes with redis-server)");
@@ -122,7 +133,7 @@ impl RedisCluster {
     /// Wait until every live node says `cluster_state:ok` and knows `masters` masters
     /// holding every slot.
     pub fn wait_ok(&self, within: Duration) {
-        let want = self.nodes.len() / 2;
+        let want = self.masters;
         wait_for(within, || {
             self.live_ports().iter().all(|&p| {
                 let info = command_on(p, &["CLUSTER", "INFO"]).unwrap_or_default();

@@ -188,6 +188,12 @@ impl HostMachine {
         s.delivery.shift(delta);
     }
 
+    /// The gap the host's pace keeps between sends (ms): 0 for a host without a pace
+    /// (fixed mode without a delay, and no Crawl-delay), whose sends need no spacing.
+    pub fn interval_ms(&self) -> f64 {
+        self.interval()
+    }
+
     /// The pacing rate, requests/s (for a fixed delay of zero: unlimited, reported as the
     /// ceiling).
     pub fn rate(&self) -> f64 {
