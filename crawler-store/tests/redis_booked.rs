@@ -453,3 +453,95 @@ fn a_late_departure_reaches_the_other_workers_at_once() {
         tat - departed
     );
 }
+
+fn open_with(redis: &Redis, job: &str, settings: &Settings) -> RedisStore {
+    RedisStore::open(RedisOptions {
+        retry_for: Duration::from_secs(10),
+        budget: Some(Params::from_settings(settings)),
+        ..RedisOptions::new(redis.url(), job)
+    })
+    .unwrap()
+}
+
+fn queue_for(store: &mut RedisStore, url: &str) {
+    let request = Request::get(url).unwrap();
+    assert!(
+        store
+            .insert_seen(crawler_sched::fingerprint(&request))
+            .unwrap()
+    );
+    store
+        .push(
+            "h.test",
+            Entry {
+                priority: 0,
+                seq: 1,
+                request,
+            },
+        )
+        .unwrap();
+}
+
+/// A host without a pace (fixed mode, no delay) has no gap to keep: a held request is
+/// never late for it. (Judged late by the 2 ms dispatch allowance on a busy machine, it was
+/// booked again "now", late again after the next round trip, and so on without end.)
+#[test]
+fn a_held_request_for_an_unpaced_host_is_never_late() {
+    let redis = Redis::start();
+    let unpaced = Settings {
+        throttle: ThrottleMode::Fixed,
+        download_delay: Duration::ZERO,
+        randomize_delay: false,
+        concurrency_per_host: 4,
+        ..Default::default()
+    };
+    let mut store = open_with(&redis, "unpaced", &unpaced);
+    queue_for(&mut store, "http://h.test/1");
+    store.flush().unwrap();
+    assert!(store.lease("h.test").unwrap().is_some());
+    let fleet = store.fleet();
+    let trips = store.round_trips();
+    assert_eq!(
+        fleet.missed("h.test", fleet.now_ms() - 500.0),
+        Missed::OnTime
+    );
+    assert_eq!(store.round_trips(), trips, "nothing booked again");
+}
+
+/// A host with its fleet-wide concurrency in flight is not asked for again at every turn
+/// of the frontier: each ask was a round trip, a hundred per page with four workers.
+#[test]
+fn a_full_host_is_not_asked_for_again_at_once() {
+    let redis = Redis::start();
+    let one = Settings {
+        throttle: ThrottleMode::Fixed,
+        download_delay: Duration::ZERO,
+        randomize_delay: false,
+        concurrency_per_host: 1,
+        ..Default::default()
+    };
+    let mut store = open_with(&redis, "full", &one);
+    for i in 0..3 {
+        queue_for(&mut store, &format!("http://h.test/{i}"));
+    }
+    store.flush().unwrap();
+    let (first, _) = store.lease("h.test").unwrap().expect("a slot is free");
+    assert!(
+        store.lease("h.test").unwrap().is_none(),
+        "one in flight: full"
+    );
+    let trips = store.round_trips();
+    for _ in 0..50 {
+        assert!(store.lease("h.test").unwrap().is_none());
+    }
+    assert_eq!(
+        store.round_trips(),
+        trips,
+        "asked Redis again while it was full"
+    );
+    // Once the slot is free and the wait is over, the next ask gets it.
+    store.ack(first).unwrap();
+    store.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(store.lease("h.test").unwrap().is_some());
+}
