@@ -198,7 +198,8 @@ fn in_a_loopback_only_namespace_a_public_crawl_connects_to_no_private_or_metadat
     let setup = format!(
         "ip link set lo up && ip addr add {METADATA_IP}/32 dev lo && \
          ip addr add {PUBLIC_IP}/32 dev lo && ip addr add {INTRANET_IP}/32 dev lo && \
-         exec \"$0\" --exact inside_the_namespace --include-ignored --nocapture"
+         exec \"$0\" --exact {} --include-ignored --nocapture",
+        crate::test_path(module_path!(), "inside_the_namespace")
     );
     let out = std::process::Command::new("unshare")
         .args(["--net", "--map-root-user", "sh", "-c", &setup])

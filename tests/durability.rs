@@ -61,7 +61,7 @@ fn spawn_child(lab: &Lab, job: &Path, feed: &Path, set: &str) -> Child {
     Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "child_crawl",
+            &crate::test_path(module_path!(), "child_crawl"),
             "--ignored",
             "--nocapture",
             "--test-threads=1",

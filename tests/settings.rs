@@ -357,7 +357,7 @@ fn settings_reference_is_generated_from_the_code() {
     }
     assert!(
         on_disk == generated,
-        "docs/settings.md is stale: run `UPDATE_SETTINGS_DOC=1 cargo test -p crawler --test settings` \
+        "docs/settings.md is stale: run `UPDATE_SETTINGS_DOC=1 cargo test -p crawler --test all settings::` \
          (or `crawler settings --markdown > docs/settings.md`)"
     );
     for key in Settings::keys() {

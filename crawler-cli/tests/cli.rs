@@ -5,8 +5,7 @@ use std::process::Command;
 
 use crawler_lab::Lab;
 
-#[allow(dead_code)]
-mod support;
+use crate::support;
 use support::{crawler, project, run, text};
 
 #[tokio::test]

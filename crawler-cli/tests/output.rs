@@ -13,8 +13,7 @@ use crawler_lab::Lab;
 #[path = "../../examples/books/spider.rs"]
 mod books;
 
-#[allow(dead_code)]
-mod support;
+use crate::support;
 use support::{clean, crawler, project, run, text};
 /// Set for the copy of this test binary that plays a project's runner.
 const CHILD_START: &str = "RUNNER_TEST_START_URL";
@@ -44,7 +43,7 @@ async fn runner(lab: &Lab, dir: &Path, args: &[&str]) -> Output {
     let mut all = vec!["books"];
     all.extend_from_slice(args);
     cmd.args([
-        "runner_child",
+        &crate::test_path(module_path!(), "runner_child"),
         "--exact",
         "--nocapture",
         "--quiet",

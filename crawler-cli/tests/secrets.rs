@@ -5,8 +5,7 @@ use std::process::Output;
 
 use crawler_lab::Lab;
 
-#[allow(dead_code)]
-mod support;
+use crate::support;
 use support::{crawler, run};
 
 const AUTH_PASS: &str = "auth-pass-3141";

@@ -9,8 +9,7 @@ use crawler::prelude::*;
 use crawler_cli::Runner;
 use crawler_lab::Lab;
 
-#[allow(dead_code)]
-mod support;
+use crate::support;
 use support::{crawler, project, text};
 
 /// Run `cmd` with `input` on its stdin, on a blocking thread (the lab is served by this

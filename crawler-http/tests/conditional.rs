@@ -2,7 +2,7 @@
 //! sitemap answers, against a local server.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -5,8 +5,6 @@
 // there is a test failure, which is what we want.
 #![allow(clippy::unwrap_used)]
 
-mod support;
-
 use crawler_http::{SITEMAP_MAX_BYTES, SitemapErrorKind, SitemapLimits, parse_sitemap};
 
 /// One valid entry, then 1 GiB of zeros, compressed chunk by chunk so the test never holds

@@ -1,7 +1,7 @@
 //! Faults on purpose: each fault endpoint misbehaves as documented, and chaos assigns faults
 //! to about 20% of book pages, deterministically per path and seed.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::Read;

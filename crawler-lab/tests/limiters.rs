@@ -1,7 +1,7 @@
 //! The emulated nginx and HAProxy limiters, over the wire: status, Retry-After, the delayed
 //! mode's wait, and which requests count.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

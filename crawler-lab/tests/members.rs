@@ -1,7 +1,7 @@
 //! The JSON API, the login flow and its session cookie, and the extra headers the recorder
 //! keeps (Referer, Cookie, Authorization, X-Crawl-Tag).
 
-mod common;
+use crate::common;
 
 use common::{client, hrefs};
 use crawler_lab::{ACCOUNT_BOOKS, Lab, PASSWORD, Scenario, USERNAME};

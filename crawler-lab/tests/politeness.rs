@@ -1,7 +1,7 @@
 //! The politeness lab: rate limits, header dialects, the violation counter, overload, blocks,
 //! robots variants, and scenario scoping.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

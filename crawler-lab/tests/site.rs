@@ -1,6 +1,6 @@
 //! The book site: structure, pagination, validators, sitemaps, blobs, the recorder's basics.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeSet, HashSet};
 use std::io::Read;

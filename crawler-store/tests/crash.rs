@@ -88,7 +88,7 @@ fn crash_child() {
 fn run_and_kill(dir: &Path, after: Duration) -> Option<u64> {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
-            "crash_child",
+            &crate::test_path(module_path!(), "crash_child"),
             "--exact",
             "--ignored",
             "--nocapture",

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use crawler::prelude::*;
 use crawler_lab::Lab;
 
-use crate::books;
+use super::books;
 
 /// The books of several catalogues (several labs: several hosts).
 struct Catalogues(Vec<String>);
@@ -113,7 +113,8 @@ pub fn worker_command_on(
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([
         "--exact",
-        "child_worker",
+        // The test lives in the module that includes this file.
+        &crate::test_path(module_path!().trim_end_matches("::fleet"), "child_worker"),
         "--ignored",
         "--nocapture",
         "--test-threads=1",
