@@ -79,17 +79,33 @@ async fn practice_test_scaled_no_violations_few_refusals_near_full_rate() {
         (1..=3).contains(&episodes),
         "refusal episodes: {episodes} ({refusals:?})"
     );
-    // Steady state: from the end of the last hold to the end of the crawl.
-    let last_refusal = refusals.iter().copied().fold(0.0, f64::max);
-    let steady = rate_after(&lab, last_refusal + 4.0);
-    // No upper bound here: a probe that holds above the lowest refused pace forgets it and
-    // the next one steps further, and the burst of 200 admits more than 50/s for the
-    // seconds this measures (the server's word on overshoot is a refusal, which the episode
-    // count above bounds). The budget is used.
+    // The budget is used. No upper bound here: a probe that holds above the lowest refused
+    // pace forgets it and the next one steps further, and the burst of 200 admits more than
+    // 50/s for the seconds this measures (the server's word on overshoot is a refusal,
+    // which the episode count above bounds).
+    // After the first episode, later holds included: at least 70% of the limit.
+    let first_refusal = refusals.first().copied().unwrap_or(0.0);
+    let after_learning = rate_after(&lab, first_refusal + 4.0);
     assert!(
-        steady >= 40.0,
-        "steady-state rate {steady:.1}/s, limit 50/s"
+        after_learning >= 35.0,
+        "rate after the first episode {after_learning:.1}/s, limit 50/s"
     );
+    // Steady state, from the end of the last hold, when the crawl went on for a while after
+    // it (a last probe refused in the crawl's final seconds leaves nothing to measure).
+    let last_refusal = refusals.iter().copied().fold(0.0, f64::max);
+    let crawl_end = lab
+        .recorder()
+        .requests()
+        .iter()
+        .map(|r| r.at.as_secs_f64())
+        .fold(0.0, f64::max);
+    if crawl_end - (last_refusal + 4.0) >= 5.0 {
+        let steady = rate_after(&lab, last_refusal + 4.0);
+        assert!(
+            steady >= 40.0,
+            "steady-state rate {steady:.1}/s, limit 50/s"
+        );
+    }
     assert!(stats.reconciles());
     lab.shutdown().await;
 }
