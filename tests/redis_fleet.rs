@@ -396,19 +396,19 @@ async fn a_fleet_on_a_redis_cluster_of_three_masters_gives_every_item() {
         })
         .sum();
     assert!(refused >= 1, "starting at twice the limit meets a refusal");
-    // The fleet's scripts ran on every master.
+    // The job is not confined to one node: its scripts ran on several masters. (Which
+    // masters hold the six hosts' shards depends on the labs' random ports, so a master
+    // may hold none of them, or one host of six: the layout's even spread is over 24
+    // shards, not over six hosts.)
     let ran: Vec<u64> = masters
         .iter()
         .zip(&before)
         .map(|(&p, b)| scripts_run(p) - b)
         .collect();
-    let total: u64 = ran.iter().sum();
-    for (m, n) in masters.iter().zip(&ran) {
-        assert!(
-            *n * 8 >= total,
-            "master {m} ran {n} of {total} scripts: {ran:?}"
-        );
-    }
+    assert!(
+        ran.iter().filter(|&&n| n > 0).count() >= 2,
+        "scripts per master {masters:?}: {ran:?}"
+    );
     for l in &lines {
         assert!(field(l, "fetched") > 0, "an idle worker: {lines:?}");
         assert_eq!(field(l, "pending"), 0, "{l}");
