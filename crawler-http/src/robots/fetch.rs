@@ -208,8 +208,10 @@ pub(super) fn verdict(
                     "robots.txt is not text (binary data): read as having no rules"
                 );
             }
+            let mut file = RobotsTxt::parse(agent, &body);
+            file.sitemaps = resolve_sitemaps(robots_url, std::mem::take(&mut file.sitemaps));
             (
-                Access::Parsed(Box::new(RobotsTxt::parse(agent, &body))),
+                Access::Parsed(Box::new(file)),
                 RobotsStatus::Fetched { status },
                 options.ttl,
             )
@@ -238,6 +240,34 @@ pub(super) fn verdict(
         },
         was_truncated,
     )
+}
+
+/// The `Sitemap:` lines as absolute URLs. RFC 9309 asks for absolute ones, but sites write
+/// `Sitemap: /sitemap.xml` often enough: a relative one is resolved against the robots.txt
+/// URL. One that does not read as a URL (`http://[::1`, `http://h:99999/`), and an empty one
+/// (which would resolve to robots.txt itself), is dropped: it names no sitemap.
+fn resolve_sitemaps(robots_url: &str, written: Vec<String>) -> Vec<String> {
+    let base = Url::parse(robots_url).ok();
+    written
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| {
+            let url = match &base {
+                Some(base) => base.join(&s),
+                None => Url::parse(&s),
+            };
+            match url {
+                Ok(url) => Some(String::from(url)),
+                Err(e) => {
+                    tracing::debug!(
+                        url = robots_url,
+                        "robots.txt: unusable Sitemap line {s:?}: {e}"
+                    );
+                    None
+                }
+            }
+        })
+        .collect()
 }
 
 /// Whether the start of a robots.txt reads as text: a zero byte, or more than one byte in

@@ -1,6 +1,9 @@
 //! Deciding one URL against a parsed robots.txt, and naming the rule that decided: the
 //! verdict and its explanation come from the same rules and the same match. No I/O.
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
 use crawler_core::Url;
 use crawler_core::matching::{Wildcard, wildcard_match};
 
@@ -19,8 +22,10 @@ impl RobotsTxt {
     /// The verdict on `url`: the longest matching pattern decides, Allow winning a tie
     /// (RFC 9309 §2.2.2); no match allows. `/robots.txt` itself is always allowed.
     pub(super) fn decide(&self, url: &Url) -> Decision<'_> {
-        // Path, query and fragment, as the URL crate writes them (percent-encoded).
-        let path = &url[url::Position::BeforePath..];
+        // Path, query and fragment, as the URL crate writes them (percent-encoded), in the
+        // form the patterns were put in.
+        let path = normalise(&url[url::Position::BeforePath..]);
+        let path = path.as_ref();
         let mut best: Option<&Rule> = None;
         for rule in self.rules.iter().filter(|r| rule_matches(&r.pattern, path)) {
             // Longer first, then Allow, then a written rule over an implied one; the first
@@ -40,6 +45,66 @@ impl RobotsTxt {
             allowed: best.is_none_or(|r| r.allow),
             rule: best.and_then(|r| r.shown.as_deref()),
         }
+    }
+}
+
+/// The one form both a rule's pattern and a URL's path are compared in, so that two spellings
+/// of one path match alike (RFC 9309 §2.2.2):
+///
+/// - what the URL crate percent-encodes in a path and a file may write raw is encoded:
+///   controls, space, `"`, `<`, `>`, `` ` `` and every non-ASCII byte (`/ä` is `/%C3%A4`);
+/// - an escaped unreserved character (ALPHA, DIGIT, `-`, `.`, `_`, `~`) is decoded, as the
+///   RFC asks: `/%61dmin` is `/admin`;
+/// - any other escape stays one, with upper-case hex digits (`%2f` is `%2F`): decoding it
+///   could change what the path means (`%2F` is not a `/`, nor `%2A` a wildcard `*`).
+///
+/// A `%` not followed by two hex digits stays as written. Borrowed when nothing changes (the
+/// common path, one per request).
+pub(super) fn normalise(text: &str) -> Cow<'_, str> {
+    let bytes = text.as_bytes();
+    if !bytes.iter().any(|&b| b == b'%' || needs_escape(b)) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        let escaped = (b == b'%')
+            .then(|| Some((hex(*bytes.get(i + 1)?)? << 4) | hex(*bytes.get(i + 2)?)?))
+            .flatten();
+        match escaped {
+            Some(c) if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~') => {
+                out.push(char::from(c));
+                i += 3;
+            }
+            Some(c) => {
+                let _ = write!(out, "%{c:02X}");
+                i += 3;
+            }
+            None if needs_escape(b) => {
+                let _ = write!(out, "%{b:02X}");
+                i += 1;
+            }
+            None => {
+                out.push(char::from(b));
+                i += 1;
+            }
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Whether `b` is written percent-encoded in a normalised path (see [`normalise`]).
+fn needs_escape(b: u8) -> bool {
+    !(0x20..0x7F).contains(&b) || matches!(b, b' ' | b'"' | b'<' | b'>' | b'`')
+}
+
+/// The value of one hex digit, either case.
+fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
     }
 }
 

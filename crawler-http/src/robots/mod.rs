@@ -192,7 +192,8 @@ impl RobotsRules {
         }
     }
 
-    /// Sitemap URLs listed in the file, as written.
+    /// Sitemap URLs listed in the file, absolute: a relative `Sitemap:` line is resolved
+    /// against the robots.txt URL, and one that is not a URL is left out.
     pub fn sitemaps(&self) -> &[String] {
         match &self.access {
             Access::Parsed(r) => &r.sitemaps,

@@ -2,7 +2,8 @@
 //! the file's `Sitemap:` lines. Bytes in, a [`RobotsTxt`] out: no I/O, no clock.
 //!
 //! The reading is the lenient one real files need, and the one texting_robots 0.2 (which
-//! decided before this parser replaced it) applies, so verdicts did not change with it:
+//! decided before this parser replaced it) applies, so verdicts did not change with it, but
+//! for two points of RFC 9309 it missed (the last paragraph):
 //!
 //! - a line ends at `\n` or `\r` (a NUL byte counts as a line break), a `#` starts a comment,
 //!   and a leading byte-order mark is skipped;
@@ -12,11 +13,18 @@
 //! - a group is a run of `User-agent` lines (lines ignored above do not break the run) and
 //!   the lines after it; every group naming our product token applies, else every `*`
 //!   group, and a file without any `User-agent` line applies as a whole;
+//! - a `User-agent` value names the product token it starts with (RFC 9309: `[a-zA-Z_-]`,
+//!   case-insensitive), so `User-agent: mybot/1.0` is the group of `mybot`;
+//! - a pattern and a URL's path are compared with their escaped unreserved characters
+//!   decoded (RFC 9309 §2.2.2: `Disallow: /admin` covers `/%61dmin`, and the other way);
 //! - an empty `Disallow:` reads as `Allow: /`; a `Crawl-delay` that is not a number of
 //!   seconds is ignored, and one written before the first group applies when our group has
 //!   none.
+//!
+//! texting_robots compared a `User-agent` value whole and did not decode escapes: there the
+//! verdicts differ by design (and the comparison in `tests.rs` leaves those cases out).
 
-use std::fmt::Write as _;
+use super::matching::normalise;
 
 /// robots.txt as it applies to one agent.
 #[derive(Debug)]
@@ -28,7 +36,8 @@ pub(super) struct RobotsTxt {
     pub(super) rules: Vec<Rule>,
     /// The Crawl-delay, in seconds, as written (the caller bounds it).
     pub(super) delay: Option<f32>,
-    /// Every `Sitemap:` line of the file, whatever group it sits in, as written.
+    /// Every `Sitemap:` line of the file, whatever group it sits in: as written when parsed,
+    /// as absolute URLs once the fetch has resolved them against the robots.txt URL.
     pub(super) sitemaps: Vec<String>,
 }
 
@@ -37,8 +46,9 @@ pub(super) struct RobotsTxt {
 pub(super) struct Rule {
     /// Allow (true) or Disallow.
     pub(super) allow: bool,
-    /// The path pattern, percent-encoded as the URL crate encodes paths (`/a b` is `/a%20b`),
-    /// so it compares with a URL's path byte for byte. Its length ranks the rule.
+    /// The path pattern in the form URL paths are compared in
+    /// ([`normalise`](super::matching::normalise): `/a b` is `/a%20b`, `/%61` is `/a`), so it
+    /// compares with a URL's path byte for byte. Its length ranks the rule.
     pub(super) pattern: String,
     /// The line as written (`Disallow: /private/`), to explain a verdict; `None` for the rule
     /// an empty `Disallow:` implies, which names no path.
@@ -92,9 +102,16 @@ impl RobotsTxt {
             }
         }
 
-        let agent = agent.to_lowercase();
-        // `name` is lower case already: only the file's side needs folding.
-        let is = |ua: &[u8], name: &str| ua.eq_ignore_ascii_case(name.as_bytes());
+        // Both sides are cut to their product token: `User-agent: mybot/1.0` names the agent
+        // `mybot`, and our own `mybot2` is the agent `mybot` (a digit cannot be in a token,
+        // so a file cannot name it; uncut, it would match no group at all).
+        let agent = String::from_utf8_lossy(agent_token(agent.as_bytes())).to_ascii_lowercase();
+        // `name` is lower case already: only the file's side needs folding. An empty token
+        // (`User-agent: /x`, or an agent that starts with no letter) names no one.
+        let is = |ua: &[u8], name: &str| {
+            let token = agent_token(ua);
+            !token.is_empty() && token.eq_ignore_ascii_case(name.as_bytes())
+        };
         let agents = || {
             lines.iter().filter_map(|l| match l {
                 Line::Agent(ua) => Some(*ua),
@@ -167,13 +184,27 @@ impl Rule {
         }
         Some(Self {
             allow,
-            pattern: percent_encode(value),
+            pattern: normalise(value).into_owned(),
             shown: Some(format!(
                 "{}: {value}",
                 if allow { "Allow" } else { "Disallow" }
             )),
         })
     }
+}
+
+/// The product token a `User-agent` value names: up to the first byte that cannot be in one
+/// (RFC 9309 §2.2.1: `[a-zA-Z_-]`), so `mybot/1.0` and `MyBot (+https://…)` name `mybot`.
+/// `*` alone is kept (the group for everyone); `*bot` names no one.
+fn agent_token(value: &[u8]) -> &[u8] {
+    if value == b"*" {
+        return value;
+    }
+    let end = value
+        .iter()
+        .position(|&b| !(b.is_ascii_alphabetic() || b == b'_' || b == b'-'))
+        .unwrap_or(value.len());
+    value.get(..end).unwrap_or_default()
 }
 
 /// Read one line (without its line break); `None` for a line that says nothing we use.
@@ -240,20 +271,6 @@ fn trim(s: &[u8]) -> &[u8] {
     }
 }
 
-/// Percent-encode what the URL crate encodes in a path and a file may write raw: controls,
-/// space, `"`, `<`, `>`, `` ` `` and every non-ASCII byte (`/ä` is `/%C3%A4`).
-fn percent_encode(pattern: &str) -> String {
-    let mut out = String::with_capacity(pattern.len());
-    for &b in pattern.as_bytes() {
-        if !(0x20..0x7F).contains(&b) || matches!(b, b' ' | b'"' | b'<' | b'>' | b'`') {
-            let _ = write!(out, "%{b:02X}");
-        } else {
-            out.push(char::from(b));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -312,7 +329,7 @@ mod tests {
     #[test]
     fn patterns_are_percent_encoded() {
         let txt = RobotsTxt::parse("a", "Disallow: /ä b\"<>`\x7f/%41".as_bytes());
-        assert_eq!(txt.rules[0].pattern, "/%C3%A4%20b%22%3C%3E%60%7F/%41");
+        assert_eq!(txt.rules[0].pattern, "/%C3%A4%20b%22%3C%3E%60%7F/A");
         assert_eq!(
             txt.rules[0].shown.as_deref(),
             Some("Disallow: /ä b\"<>`\x7f/%41")
