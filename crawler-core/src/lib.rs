@@ -29,6 +29,9 @@
 pub mod address;
 mod charset;
 mod conditional;
+// docs/retries.md checked against the code.
+#[cfg(test)]
+mod docs_check;
 mod engine;
 mod error;
 mod failures;
