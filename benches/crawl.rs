@@ -41,7 +41,7 @@ use crawler::prelude::*;
 
 // The allocator is the binary's choice, as in a user's project: mimalloc with the default
 // `mimalloc` feature, the system allocator with `--no-default-features` (BENCHMARKS.md,
-// "Speed (issue 16)", compares the two).
+// "Crawl speed", "The allocator and the build", compares the two).
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: crawler::MiMalloc = crawler::MiMalloc;

@@ -1,5 +1,6 @@
-"""Baseline for BENCHMARKS.md: Scrapy crawling the same lab site with the same logic as
-examples/books.rs (follow every link; book pages give one item), politeness off.
+"""Baseline for BENCHMARKS.md ("Crawl speed", "Against nginx and Scrapy"): Scrapy crawling
+the same lab site with the same logic as examples/books.rs (follow every link; book pages
+give one item), politeness off.
 
     python3 benches/scrapy_books.py http://127.0.0.1:18080/
 

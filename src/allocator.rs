@@ -11,12 +11,12 @@ const MI_OPTION_PURGE_DELAY: mi_option_t = 15;
 /// The purge delay the crawler runs with, in milliseconds: mimalloc 2's default. Measured
 /// against 0 (the same peak RSS and CPU within noise, but 1.4 to 1.5 times the page faults
 /// and up to 2.4 times the `madvise` calls) and mimalloc 3's 1,000 (0.5 to 0.9 MiB more
-/// peak RSS): BENCHMARKS.md, "Speed (issue 16)", "Session 4, allocator option".
+/// peak RSS): BENCHMARKS.md, "Crawl speed".
 const PURGE_DELAY_MS: c_long = 10;
 
 /// Makes mimalloc return freed memory to the OS promptly: sets its purge delay to 10 ms
 /// instead of mimalloc 3's one second, which kept 0.5 to 0.9 MiB more resident at a crawl's
-/// peak for no CPU saved (BENCHMARKS.md, "Speed (issue 16)", "Session 4, allocator option").
+/// peak for no CPU saved (BENCHMARKS.md, "Crawl speed").
 ///
 /// Call it first thing in `main`, before the tokio runtime (or any other thread) starts, in
 /// a program whose global allocator is [`MiMalloc`](crate::MiMalloc); the `crawler` binary

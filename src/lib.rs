@@ -62,8 +62,8 @@ pub use error::{Error, ErrorKind};
 
 /// mimalloc, for a spider project that wants it as its global allocator (the `crawler`
 /// binary and the benchmarks use it): less CPU per page than the system allocator at about
-/// the same peak RSS on the crawl benchmark (BENCHMARKS.md, "Speed (issue 16)"). A library
-/// never picks the allocator, so a project opts in in its `main.rs`:
+/// the same peak RSS on the crawl benchmark (BENCHMARKS.md, "Crawl speed", "The allocator and
+/// the build"). A library never picks the allocator, so a project opts in in its `main.rs`:
 ///
 /// ```
 /// #[global_allocator]
@@ -93,7 +93,8 @@ use crawler_sched::{FleetFrontier, Frontier, FrontierConfig, MemoryStore, QueueS
 /// Run a built engine to completion as a task of the runtime rather than in the caller's
 /// future. Under `#[tokio::main]` the caller's future is polled on the main thread, outside
 /// the worker pool, so each worker's report to the engine woke that thread through a futex:
-/// measured, a fifth of the crawl's CPU per page (BENCHMARKS.md, "Speed (issue 16)").
+/// measured, a fifth of the crawl's CPU per page (BENCHMARKS.md, "Crawl speed", "The allocator
+/// and the build").
 pub async fn run_engine<S: Spider>(engine: HttpEngine<S>) -> Result<Stats, Error> {
     match tokio::spawn(engine.run()).await {
         Ok(result) => Ok(result?),

@@ -151,7 +151,8 @@ impl Pool {
                 "no-first-run",
                 // No tab of its own at start (the pages open theirs): an idle browser's
                 // processes went from 9 to 6, its footprint (PSS) from 387 to 233 MiB.
-                // Under load the renderers of the open pages set the peak (BENCHMARKS.md).
+                // Under load the renderers of the open pages set the peak (BENCHMARKS.md,
+                // "Pages built by JavaScript").
                 "no-startup-window",
                 "disable-background-networking",
                 "disable-component-update",

@@ -113,7 +113,7 @@ mod spiders;
 use crawler_cli::{Contract, Runner};
 
 // The allocator is the project's choice: mimalloc costs less CPU per page than the system
-// allocator (the framework's BENCHMARKS.md, "Speed (issue 16)"). Delete these two lines
+// allocator (the framework's BENCHMARKS.md, "Crawl speed"). Delete these two lines
 // and the `tune_allocator` call in `main` for the system allocator.
 #[global_allocator]
 static GLOBAL: crawler::MiMalloc = crawler::MiMalloc;

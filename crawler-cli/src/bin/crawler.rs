@@ -2,7 +2,8 @@
 //! fetch one page politely, serve the lab, and benchmark. Run `crawler --help`.
 
 // With the `mimalloc` feature (on by default) the binary allocates with mimalloc: less CPU
-// in malloc/free at about the same peak RSS (BENCHMARKS.md, "Speed (issue 16)").
+// in malloc/free at about the same peak RSS (BENCHMARKS.md, "Crawl speed", "The allocator and
+// the build").
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: crawler::MiMalloc = crawler::MiMalloc;

@@ -306,7 +306,8 @@ async fn parse_page<S: Spider, D: Downloader>(
     let max_links = ctx.max_links;
     // A small page is parsed where it is: its worst case is bounded by its size and the
     // depth cap (milliseconds), and the hop to a blocking thread and back cost 70% more CPU
-    // per page on the crawl benchmark (BENCHMARKS.md, "Hostile pages").
+    // per page on the crawl benchmark (BENCHMARKS.md, "Hostile pages: parsing off the
+    // runtime").
     let inline = response.body().len() <= INLINE_BODY;
     let job = async move {
         // Parsed up front (HTML only: a JSON body is never a tree unless the spider asks),
