@@ -407,17 +407,30 @@ async fn robots_sitemap_lines_start_a_walk() {
         .route(
             "/s.xml",
             get(|| async { urlset(["http://127.0.0.1/from-robots".to_owned()]) }),
+        )
+        .route(
+            "/relative.xml",
+            get(|| async { urlset(["http://127.0.0.1/from-relative".to_owned()]) }),
         );
     let server = serve(router).await;
     let robots = RobotsCache::new(robots_client(UA, Duration::from_secs(2)).unwrap(), UA);
     let roots = robots.rules(&server.url("/")).await.sitemap_urls();
     assert_eq!(
         roots,
-        [server.url("/s.xml")],
-        "relative Sitemap lines are not usable"
+        [server.url("/s.xml"), server.url("/relative.xml")],
+        "a relative Sitemap line is resolved against the robots.txt URL (RFC 9309)"
     );
     let mut walk = SitemapWalk::new(client(), roots, SitemapLimits::default());
-    let file = walk.next().await.unwrap();
-    assert_eq!(file.parse.entries[0].loc, "http://127.0.0.1/from-robots");
-    assert!(walk.next().await.is_none());
+    let mut locs = Vec::new();
+    while let Some(file) = walk.next().await {
+        locs.extend(file.parse.entries.iter().map(|e| e.loc.clone()));
+    }
+    locs.sort();
+    assert_eq!(
+        locs,
+        [
+            "http://127.0.0.1/from-relative",
+            "http://127.0.0.1/from-robots"
+        ]
+    );
 }

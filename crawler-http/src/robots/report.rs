@@ -27,7 +27,7 @@ pub struct RobotsReport {
     pub matched_rule: Option<String>,
     /// The group's Crawl-delay.
     pub crawl_delay: Option<Duration>,
-    /// The `Sitemap:` lines.
+    /// The `Sitemap:` lines, resolved against the robots.txt URL (unparsable ones left out).
     pub sitemaps: Vec<String>,
     /// Whether the file was larger than [`ROBOTS_MAX_BYTES`](super::ROBOTS_MAX_BYTES) and cut.
     pub truncated: bool,
