@@ -84,6 +84,12 @@ fn the_politeness_constants_in_the_doc_are_the_machines() {
         ),
         format!("is {} or more answers in a row", count("failure_streak")),
         format!("for {} minutes every answer", secs("give_up_ms") / 60.0),
+        format!(
+            "by a backoff ({} s doubling to {} s)",
+            secs("backoff_base_ms"),
+            secs("backoff_cap_ms")
+        ),
+        format!("one doubling per {} s of answers", secs("backoff_cap_ms")),
     ] {
         assert!(flat.contains(&stated), "{DOC} should say `{stated}`");
     }
