@@ -356,7 +356,8 @@ fn costs(params: &Params) {
 /// The cells of `cargo bench --bench politeness_matrix -- --real` (the lab and the real
 /// nginx and HAProxy), simulated with the same parameters: default settings, loopback
 /// latency, `MINUTES` long, the mean of ten draws of transit and latency. The three columns
-/// side by side are the calibration of the judge (BENCHMARKS.md).
+/// side by side are the calibration of the judge (BENCHMARKS.md, "Calibration: the judge,
+/// the lab and the real servers").
 fn calibrate(params: &Params, minutes: f64) {
     let duration = minutes * 60_000.0;
     println!(
