@@ -124,6 +124,26 @@ impl Target {
             .sum()
     }
 
+    /// `total_net_input_bytes` and `total_net_output_bytes` summed over the masters.
+    fn net(&self) -> (i64, i64) {
+        let mut sum = (0, 0);
+        for &p in &self.masters {
+            let info: String = redis::cmd("INFO")
+                .arg("stats")
+                .query(&mut connect(p))
+                .unwrap();
+            let field = |name: &str| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .and_then(|v| v.trim().parse::<i64>().ok())
+                    .expect("net bytes in INFO stats")
+            };
+            sum.0 += field("total_net_input_bytes:");
+            sum.1 += field("total_net_output_bytes:");
+        }
+        sum
+    }
+
     /// Every key matching `pattern` on every master, with its master.
     fn keys(&self, pattern: &str) -> Vec<(u16, String)> {
         let mut out = Vec::new();
@@ -216,6 +236,38 @@ fn push(store: &mut RedisStore, count: usize, hosts: usize, seen: bool, seed: u6
     json as f64 / count.max(1) as f64
 }
 
+/// What one operation of the store sends and receives, and how many waits and calls.
+struct Traffic {
+    what: &'static str,
+    count: usize,
+    input: i64,
+    output: i64,
+    trips: u64,
+    commands: u64,
+}
+
+impl Traffic {
+    fn around<'a>(
+        t: &'a Target,
+        s: &RedisStore,
+        what: &'static str,
+    ) -> impl FnOnce(&RedisStore, usize) -> Self + use<'a> {
+        let (in0, out0) = t.net();
+        let (trips, commands) = (s.round_trips(), s.commands());
+        move |s: &RedisStore, count: usize| {
+            let (in1, out1) = t.net();
+            Self {
+                what,
+                count,
+                input: in1 - in0,
+                output: out1 - out0,
+                trips: s.round_trips() - trips,
+                commands: s.commands() - commands,
+            }
+        }
+    }
+}
+
 struct Row {
     what: &'static str,
     count: usize,
@@ -223,7 +275,14 @@ struct Row {
     usage: i64,
 }
 
-fn measure(t: &Target, n: usize, m: usize, h: usize) -> (Vec<Row>, f64, f64) {
+struct Measured {
+    rows: Vec<Row>,
+    traffic: Vec<Traffic>,
+    json: f64,
+    state: f64,
+}
+
+fn measure(t: &Target, n: usize, m: usize, h: usize) -> Measured {
     let started = Instant::now();
     // The scripts loaded on every master, so that no difference below carries them.
     {
@@ -241,7 +300,9 @@ fn measure(t: &Target, n: usize, m: usize, h: usize) -> (Vec<Row>, f64, f64) {
     // Seen URLs: pushed with fingerprints, then the queues and host sets deleted.
     let mut s = t.open("seen", false);
     let base = t.used();
+    let done = Traffic::around(t, &s, "push of a new URL (with its fingerprint), batched");
     let json = push(&mut s, n, h, true, 1);
+    let pushes = done(&s, n);
     drop(s);
     t.delete("crawler:{seen/*}:q:*");
     t.delete("crawler:{seen/*}:hosts");
@@ -287,6 +348,7 @@ fn measure(t: &Target, n: usize, m: usize, h: usize) -> (Vec<Row>, f64, f64) {
     let base = t.used();
     push(&mut s, h, h, false, 4);
     let mut leased = 0;
+    let done = Traffic::around(t, &s, "lease with a budget (+ its acknowledgement)");
     for k in 0..h {
         if let Some((id, _)) = s.lease(&host(k)).unwrap() {
             s.ack(id).unwrap();
@@ -294,6 +356,7 @@ fn measure(t: &Target, n: usize, m: usize, h: usize) -> (Vec<Row>, f64, f64) {
         }
     }
     s.flush().unwrap();
+    let leases = done(&s, h);
     drop(s);
     assert_eq!(leased, h, "every host's request was leased");
     let (_, b) = t.usage("crawler:{state/*}:b:*");
@@ -322,7 +385,12 @@ fn measure(t: &Target, n: usize, m: usize, h: usize) -> (Vec<Row>, f64, f64) {
         t.name,
         started.elapsed().as_secs_f64()
     );
-    (vec![seen, queued, hosts, state], json, mean_state)
+    Measured {
+        rows: vec![seen, queued, hosts, state],
+        traffic: vec![pushes, leases],
+        json,
+        state: mean_state,
+    }
 }
 
 fn main() {
@@ -363,25 +431,45 @@ fn main() {
         u8::from(cluster)
     );
     println!("{version}");
-    if let Some((_, (_, json, state))) = results.first() {
+    if let Some((_, r)) = results.first() {
         println!(
-            "request JSON {json:.0} bytes on average (queue member: 16 more); host state JSON \
-             {state:.0} bytes"
+            "request JSON {:.0} bytes on average (queue member: 16 more); host state JSON {:.0} \
+             bytes",
+            r.json, r.state
         );
     }
     println!();
     println!("| Redis | what | count | used_memory delta | bytes each | MEMORY USAGE each |");
     println!("|---|---|---:|---:|---:|---:|");
-    for (name, (rows, _, _)) in &results {
-        for r in rows {
-            let c = r.count.max(1) as f64;
+    for (name, r) in &results {
+        for row in &r.rows {
+            let c = row.count.max(1) as f64;
             println!(
                 "| {name} | {} | {} | {} | {:.1} | {:.1} |",
-                r.what,
-                r.count,
-                r.delta,
-                r.delta as f64 / c,
-                r.usage as f64 / c
+                row.what,
+                row.count,
+                row.delta,
+                row.delta as f64 / c,
+                row.usage as f64 / c
+            );
+        }
+    }
+    println!();
+    println!(
+        "| Redis | operation | count | bytes to Redis each | bytes from Redis each | round trips each | commands each |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|");
+    for (name, r) in &results {
+        for x in &r.traffic {
+            let c = x.count.max(1) as f64;
+            println!(
+                "| {name} | {} | {} | {:.1} | {:.1} | {:.4} | {:.4} |",
+                x.what,
+                x.count,
+                x.input as f64 / c,
+                x.output as f64 / c,
+                x.trips as f64 / c,
+                x.commands as f64 / c
             );
         }
     }
