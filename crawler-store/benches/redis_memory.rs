@@ -22,6 +22,10 @@
 //!   the default settings, so the lease writes the host's state) and acknowledged: the
 //!   queues empty, what stays is each host's `b:HOST` hash.
 //!
+//! A second table gives what a push and a lease (with its acknowledgement) send to Redis
+//! and get back (`INFO stats` `total_net_*_bytes`), the store's round trips and commands
+//! (script calls), and the masters' time in scripts (`INFO commandstats`) for each.
+//!
 //! `MEMORY USAGE key SAMPLES 0` of the keys of each kind, summed, is printed beside each
 //! difference as a check. Needs `redis-server` and `redis-cli` on the PATH.
 
@@ -144,6 +148,31 @@ impl Target {
         sum
     }
 
+    /// Microseconds the masters spent in scripts (`INFO commandstats`, `evalsha` and
+    /// `eval`), summed.
+    fn script_usec(&self) -> i64 {
+        let mut sum = 0;
+        for &p in &self.masters {
+            let info: String = redis::cmd("INFO")
+                .arg("commandstats")
+                .query(&mut connect(p))
+                .unwrap();
+            for l in info.lines() {
+                if let Some(rest) = l
+                    .strip_prefix("cmdstat_evalsha:")
+                    .or_else(|| l.strip_prefix("cmdstat_eval:"))
+                {
+                    sum += rest
+                        .split(',')
+                        .find_map(|f| f.strip_prefix("usec="))
+                        .and_then(|v| v.parse::<i64>().ok())
+                        .unwrap_or(0);
+                }
+            }
+        }
+        sum
+    }
+
     /// Every key matching `pattern` on every master, with its master.
     fn keys(&self, pattern: &str) -> Vec<(u16, String)> {
         let mut out = Vec::new();
@@ -244,6 +273,7 @@ struct Traffic {
     output: i64,
     trips: u64,
     commands: u64,
+    usec: i64,
 }
 
 impl Traffic {
@@ -253,9 +283,11 @@ impl Traffic {
         what: &'static str,
     ) -> impl FnOnce(&RedisStore, usize) -> Self + use<'a> {
         let (in0, out0) = t.net();
+        let usec = t.script_usec();
         let (trips, commands) = (s.round_trips(), s.commands());
         move |s: &RedisStore, count: usize| {
             let (in1, out1) = t.net();
+            let usec = t.script_usec() - usec;
             Self {
                 what,
                 count,
@@ -263,6 +295,7 @@ impl Traffic {
                 output: out1 - out0,
                 trips: s.round_trips() - trips,
                 commands: s.commands() - commands,
+                usec,
             }
         }
     }
@@ -456,20 +489,21 @@ fn main() {
     }
     println!();
     println!(
-        "| Redis | operation | count | bytes to Redis each | bytes from Redis each | round trips each | commands each |"
+        "| Redis | operation | count | bytes to Redis each | bytes from Redis each | round trips each | commands each | script µs each |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|");
     for (name, r) in &results {
         for x in &r.traffic {
             let c = x.count.max(1) as f64;
             println!(
-                "| {name} | {} | {} | {:.1} | {:.1} | {:.4} | {:.4} |",
+                "| {name} | {} | {} | {:.1} | {:.1} | {:.4} | {:.4} | {:.1} |",
                 x.what,
                 x.count,
                 x.input as f64 / c,
                 x.output as f64 / c,
                 x.trips as f64 / c,
-                x.commands as f64 / c
+                x.commands as f64 / c,
+                x.usec as f64 / c
             );
         }
     }
