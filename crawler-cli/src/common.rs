@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crawler_core::{LogFormat, Settings, SettingsLayers, Stats, find_settings_file};
+use crawler::core::{LogFormat, Settings, SettingsLayers, Stats, find_settings_file};
 use tracing_subscriber::EnvFilter;
 
 use crawler::{Error, HttpEngine};
@@ -81,7 +81,7 @@ impl SettingsArgs {
 /// a terminal and `NO_COLOR` is not set; a log file never gets colour codes. An unwritable
 /// log file is an error.
 pub fn init_logging(settings: &Settings) -> Result<(), Error> {
-    crawler_core::redact::register_secrets(settings);
+    crawler::core::redact::register_secrets(settings);
     let default_level = settings.log_level == Settings::default().log_level;
     let filter = match std::env::var("RUST_LOG") {
         Ok(env) if default_level && !env.trim().is_empty() => EnvFilter::try_new(env),
@@ -128,7 +128,7 @@ fn level_filter(level: &str) -> String {
 
 /// Run a built engine with Ctrl-C handling, the progress display (unless `quiet`) and the
 /// metrics endpoint (when `metrics_addr` is set); return the final stats.
-pub async fn run_engine<S: crawler_core::Spider>(
+pub async fn run_engine<S: crawler::core::Spider>(
     engine: HttpEngine<S>,
     settings: &Settings,
     show_progress: bool,
@@ -152,7 +152,7 @@ pub async fn run_engine<S: crawler_core::Spider>(
 #[cfg(feature = "metrics")]
 async fn serve_metrics(
     settings: &Settings,
-    rx: &tokio::sync::watch::Receiver<crawler_core::Progress>,
+    rx: &tokio::sync::watch::Receiver<crawler::core::Progress>,
 ) -> Result<Option<tokio::task::JoinHandle<()>>, Error> {
     match settings.metrics_socket_addr() {
         Some(addr) => Ok(Some(crate::metrics::serve(addr, rx.clone()).await?)),
@@ -164,7 +164,7 @@ async fn serve_metrics(
 #[cfg(not(feature = "metrics"))]
 async fn serve_metrics(
     settings: &Settings,
-    _rx: &tokio::sync::watch::Receiver<crawler_core::Progress>,
+    _rx: &tokio::sync::watch::Receiver<crawler::core::Progress>,
 ) -> Result<Option<tokio::task::JoinHandle<()>>, Error> {
     match settings.metrics_socket_addr() {
         Some(addr) => Err(Error::new(
@@ -208,7 +208,7 @@ impl Failure {
             Self::Usage(e) => (EXIT_USAGE, e),
             Self::Failed(e) => (EXIT_FAILED, e),
         };
-        eprintln!("error: {}", crawler_core::redact::scrub(&e.to_string()));
+        eprintln!("error: {}", crawler::core::redact::scrub(&e.to_string()));
         ExitCode::from(code)
     }
 }

@@ -42,9 +42,9 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogFile {
 
 impl Write for LogFile {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        // The one redaction rule (crawler_core::redact) applies to files as to stderr.
+        // The one redaction rule (crawler::core::redact) applies to files as to stderr.
         let text = String::from_utf8_lossy(buf);
-        let scrubbed = crawler_core::redact::scrub(&text);
+        let scrubbed = crawler::core::redact::scrub(&text);
         let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
         file.write_all(scrubbed.as_bytes())?;
         Ok(buf.len())

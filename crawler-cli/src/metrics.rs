@@ -8,13 +8,13 @@
 //! descriptors, a connection reset before accept) is logged and retried after a short
 //! pause, and at most [`MAX_CONNECTIONS`] clients are served at once (others wait in the
 //! listen backlog). Per-host series cover the busiest hosts only (see
-//! `crawler_core::PROGRESS_HOSTS`).
+//! `crawler::core::PROGRESS_HOSTS`).
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crawler_core::Progress;
+use crawler::core::Progress;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -65,7 +65,7 @@ pub fn serve_on(listener: TcpListener, rx: watch::Receiver<Progress>) -> JoinHan
                     continue;
                 }
             };
-            let body = crawler_core::redact::scrub(&exposition(&rx.borrow().clone())).into_owned();
+            let body = crawler::core::redact::scrub(&exposition(&rx.borrow().clone())).into_owned();
             tokio::spawn(async move {
                 let _slot = slot;
                 // A client that never reads must not hold its slot for ever.
@@ -167,7 +167,7 @@ pub fn exposition(p: &Progress) -> String {
             .map(|(k, v)| (format!("{{reason=\"{}\"}}", label(k)), *v as f64))
             .collect(),
     );
-    let host = |h: &crawler_core::HostStats| format!("{{host=\"{}\"}}", label(&h.host));
+    let host = |h: &crawler::core::HostStats| format!("{{host=\"{}\"}}", label(&h.host));
     metric(
         "host_rate",
         "gauge",
@@ -239,7 +239,7 @@ mod tests {
             ..Default::default()
         };
         p.stats.status.insert(429, 3);
-        p.stats.hosts.push(crawler_core::HostStats {
+        p.stats.hosts.push(crawler::core::HostStats {
             host: "a\"b".into(),
             rate: Some(2.5),
             holds: 1,

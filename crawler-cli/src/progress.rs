@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crawler::progress::{display, follow, spawn_log_lines};
-use crawler_core::Progress;
+use crawler::core::Progress;
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -41,7 +41,7 @@ pub fn spawn(rx: watch::Receiver<Progress>, interval: Duration) -> JoinHandle<()
 }
 
 /// A `tracing-subscriber` writer to stderr that redacts secrets (see
-/// [`crawler_core::redact`]) and prints above the live display rather than through it (use
+/// [`crawler::core::redact`]) and prints above the live display rather than through it (use
 /// with `tracing_subscriber::fmt().with_writer(LogWriter::default)`).
 #[derive(Debug, Default)]
 pub struct LogWriter;

@@ -39,7 +39,7 @@
 //! ```
 //!
 //! `-a key=value` gives the spider an argument, read in
-//! [`Spider::open`](crawler_core::Spider::open) with the effective settings; an argument the
+//! [`Spider::open`](crawler::core::Spider::open) with the effective settings; an argument the
 //! spider does not read is refused. A spider that needs pipelines or middlewares is
 //! registered with [`Runner::spider_with`], which sets up its [`Crawl`] the way code would.
 //!
@@ -53,11 +53,11 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::process::ExitCode;
 
-use crawler_core::{
+use crawler::core::{
     FeedSpec, Fetched, Output, Request, Settings, SettingsLayers, Spider, Stats, parse_spider_arg,
     settings_markdown,
 };
-use crawler_http::HttpDownloader;
+use crawler::http::HttpDownloader;
 
 use crate::common::{self as cli, Failure, SettingsArgs, failed, usage};
 use crawler::{Crawl, Error, ErrorKind};
@@ -108,7 +108,7 @@ impl<S: Spider> ErasedSpider for Holder<S> {
     }
 
     fn open(&mut self, settings: &Settings, args: &[(String, String)]) -> Result<(), Error> {
-        crawler_core::open_spider(&mut self.spider, settings, args).map_err(Error::from)
+        crawler::core::open_spider(&mut self.spider, settings, args).map_err(Error::from)
     }
 
     fn crawl(self: Box<Self>, job: CrawlJob) -> Boxed<'static, Result<Stats, Failure>> {
@@ -330,7 +330,7 @@ fn contract_request<S: Spider>(spider: &S, url: &str) -> Result<Request, Error> 
 /// [`Runner::run_cli`] gives the binary Scrapy's verbs: `crawl NAME [-a KEY=VALUE]...
 /// [-o FILE]... [-O FILE]... [-s KEY=VALUE]...`, `list`, `settings [NAME]` and
 /// `check [NAME] [-a KEY=VALUE]...`. `-a` gives the spider an argument, read in
-/// [`Spider::open`](crawler_core::Spider::open); exit status 0 on success, 1 when a crawl or
+/// [`Spider::open`](crawler::core::Spider::open); exit status 0 on success, 1 when a crawl or
 /// check fails, 2 for usage, argument and settings errors.
 #[derive(Default)]
 pub struct Runner {
@@ -660,7 +660,7 @@ impl Runner {
                             Ok(summary) => println!("{sname}: ok   {summary}"),
                             Err(e) => {
                                 failures += 1;
-                                let e = crawler_core::redact::scrub(&e.to_string()).into_owned();
+                                let e = crawler::core::redact::scrub(&e.to_string()).into_owned();
                                 println!("{sname}: FAIL {e}");
                             }
                         }

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, UNIX_EPOCH};
 
-use crawler_core::{Fetched, Request, Settings, parse_http_url, settings_markdown};
-use crawler_http::{
+use crawler::core::{Fetched, Request, Settings, parse_http_url, settings_markdown};
+use crawler::http::{
     HttpDownloader, RobotsStatus, SitemapKind, SitemapLimits, SitemapWalk, fetch_robots,
     robots_client,
 };

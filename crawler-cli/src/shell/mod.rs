@@ -17,7 +17,7 @@ mod session;
 
 use std::io::{IsTerminal, Write};
 
-use crawler_core::{Request, Settings};
+use crawler::core::{Request, Settings};
 
 use crate::common::{Failure, failed, usage};
 use command::{Command, Limits};
@@ -127,7 +127,7 @@ async fn step(session: &mut Session, line: &str) -> Result<(Flow, bool), Failure
     match result {
         Ok(flow) => Ok((flow, true)),
         Err(e) => {
-            eprintln!("error: {}", crawler_core::redact::scrub(&e));
+            eprintln!("error: {}", crawler::core::redact::scrub(&e));
             Ok((Flow::Continue, false))
         }
     }
