@@ -44,6 +44,7 @@
 mod allocator;
 mod conditional;
 mod error;
+mod logging;
 pub mod progress;
 pub mod sitemaps;
 
@@ -59,6 +60,7 @@ pub use crawler_http as http;
 pub use crawler_sched as sched;
 pub use crawler_store as store;
 pub use error::{Error, ErrorKind};
+pub use logging::{init_logging, init_logging_with, log_colour, log_level_filter, set_log_level};
 
 /// mimalloc, for a spider project that wants it as its global allocator (the `crawler`
 /// binary and the benchmarks use it): less CPU per page than the system allocator at about
@@ -276,6 +278,13 @@ pub fn warn_unchecked_proxy(settings: &Settings) {
 
 type Stage<S> = Box<dyn FnOnce(HttpEngine<S>) -> HttpEngine<S> + Send>;
 
+/// Something that follows a crawl's progress snapshots while it runs (see
+/// [`Crawl::watch_progress`]).
+type Watcher = Box<
+    dyn FnOnce(tokio::sync::watch::Receiver<crawler_core::Progress>) -> tokio::task::JoinHandle<()>
+        + Send,
+>;
+
 /// Sets up a crawl of one spider: settings, feeds, pipelines.
 pub struct Crawl<S: Spider> {
     spider: S,
@@ -285,6 +294,10 @@ pub struct Crawl<S: Spider> {
     feeds: Vec<(PathBuf, bool)>,
     stages: Vec<Stage<S>>,
     progress: bool,
+    /// Draw the live display on a terminal instead of the progress log lines.
+    live_progress: bool,
+    /// Followers of the progress snapshots, stopped when the crawl ends.
+    watchers: Vec<Watcher>,
     /// Validators and HTTP cache given in code; else opened from the settings.
     conditional: Option<Arc<dyn ConditionalStore>>,
     /// Downloader middlewares added in code, in order.
@@ -309,6 +322,8 @@ impl<S: Spider> Crawl<S> {
             feeds: Vec::new(),
             stages: Vec::new(),
             progress: true,
+            live_progress: false,
+            watchers: Vec::new(),
             conditional: None,
             downloader_middlewares: Vec::new(),
             spider_middlewares: Vec::new(),
@@ -429,9 +444,33 @@ impl<S: Spider> Crawl<S> {
         self.middleware_stats.clone()
     }
 
-    /// Show progress while running (default on).
+    /// Show progress while running (default on): a `progress:` log line every
+    /// `progress_interval`.
     pub fn progress(mut self, on: bool) -> Self {
         self.progress = on;
+        self
+    }
+
+    /// With progress on, draw a live display when stderr is a terminal instead of the log
+    /// lines (default off; the `crawler` command's crawls turn it on). See
+    /// [`progress::spawn`].
+    pub fn live_progress(mut self, on: bool) -> Self {
+        self.live_progress = on;
+        self
+    }
+
+    /// Hand the crawl's progress snapshots to `watcher` when [`Crawl::run`] starts the
+    /// engine; the task it returns is aborted when the crawl ends. The `crawler` command's
+    /// metrics endpoint is one.
+    pub fn watch_progress(
+        mut self,
+        watcher: impl FnOnce(
+            tokio::sync::watch::Receiver<crawler_core::Progress>,
+        ) -> tokio::task::JoinHandle<()>
+        + Send
+        + 'static,
+    ) -> Self {
+        self.watchers.push(Box::new(watcher));
         self
     }
 
@@ -550,9 +589,12 @@ impl<S: Spider> Crawl<S> {
         Ok(engine)
     }
 
-    /// Run to completion with Ctrl-C handling and progress, returning the final stats.
-    pub async fn run(self) -> Result<Stats, Error> {
+    /// Run to completion with Ctrl-C handling and progress, returning the final stats. The
+    /// one run path: the command lines' crawls run through it too.
+    pub async fn run(mut self) -> Result<Stats, Error> {
         let show = self.progress;
+        let live = self.live_progress;
+        let watchers = std::mem::take(&mut self.watchers);
         let settings = self.effective_settings()?;
         if settings.log_level != Settings::default().log_level {
             // Logging was set up before these settings were read (`init_logging` at the top
@@ -562,16 +604,31 @@ impl<S: Spider> Crawl<S> {
         warn_default_user_agent(&settings);
         let middleware_stats = self.middleware_stats();
         let engine = self.build()?.handle_ctrl_c(true);
-        let progress =
-            show.then(|| progress::spawn_log_lines(engine.progress(), settings.progress_interval));
-        let mut stats = run_engine(engine).await?;
-        stats.middlewares = middleware_stats.snapshot();
-        for (name, counters) in &stats.middlewares {
-            tracing::info!(middleware = %name, ?counters, "middleware stats");
-        }
+        let progress = show.then(|| {
+            let rx = engine.progress();
+            if live {
+                progress::spawn(rx, settings.progress_interval)
+            } else {
+                progress::spawn_log_lines(rx, settings.progress_interval)
+            }
+        });
+        let watchers: Vec<_> = watchers.into_iter().map(|w| w(engine.progress())).collect();
+        let stats = run_engine(engine).await.map(|mut stats| {
+            stats.middlewares = middleware_stats.snapshot();
+            for (name, counters) in &stats.middlewares {
+                tracing::info!(middleware = %name, ?counters, "middleware stats");
+            }
+            stats
+        });
+        // Followed to the end, the crawl failed or not (a live display is cleared before the
+        // caller prints anything).
         if let Some(p) = progress {
             let _ = p.await;
         }
+        for w in watchers {
+            w.abort();
+        }
+        let stats = stats?;
         if stats.pending > 0 {
             match &settings.job_dir {
                 Some(dir) => tracing::warn!(
@@ -588,95 +645,6 @@ impl<S: Spider> Crawl<S> {
     }
 }
 
-/// Send a `tracing` subscriber to stderr with `RUST_LOG`-style filtering (default `info`),
-/// secrets redacted, colour only on a terminal and without `NO_COLOR` (see [`log_colour`]).
-///
-/// The filter can be changed afterwards: a crawl whose settings give a `log_level` other
-/// than the default applies it when it runs (see [`set_log_level`]), since a program sets up
-/// logging before its settings are read.
-pub fn init_logging() {
-    use std::io::IsTerminal;
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
-    let lines = tracing_subscriber::fmt::layer()
-        .with_ansi(log_colour(std::io::stderr().is_terminal()))
-        .with_writer(progress::RedactingWriter::default);
-    if tracing_subscriber::registry()
-        .with(filter)
-        .with(lines)
-        .try_init()
-        .is_ok()
-    {
-        let _ = LOG_FILTER.set(handle);
-    }
-}
-
-/// The filter of the subscriber [`init_logging`] installed, to change it once settings are
-/// known.
-static LOG_FILTER: std::sync::OnceLock<
-    tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, tracing_subscriber::Registry>,
-> = std::sync::OnceLock::new();
-
-/// Filter the logging [`init_logging`] set up by `level` (a `log_level` setting: see
-/// [`log_level_filter`]). Whether it could: `false` when logging was set up some other way,
-/// or `level` is not a valid filter.
-pub fn set_log_level(level: &str) -> bool {
-    let Some(handle) = LOG_FILTER.get() else {
-        return false;
-    };
-    match tracing_subscriber::EnvFilter::try_new(log_level_filter(level)) {
-        Ok(filter) => handle.reload(filter).is_ok(),
-        Err(_) => false,
-    }
-}
-
-/// The crates whose logs a plain level (`debug`) is about: the framework's.
-const OUR_CRATES: &[&str] = &[
-    "crawler",
-    "crawler_core",
-    "crawler_http",
-    "crawler_sched",
-    "crawler_store",
-    "crawler_cli",
-    "crawler_lab",
-];
-
-/// A `log_level` setting as a `RUST_LOG`-style filter: a plain level (`debug`) applies to
-/// the framework and the running program's own crate, with every other crate at `warn` (at
-/// `debug`, the HTML parser and the CSS engine alone write hundreds of lines a page);
-/// anything else (`info,sled=debug`) is a filter of its own and is taken as written.
-pub fn log_level_filter(level: &str) -> String {
-    let plain = matches!(
-        level.trim().to_ascii_lowercase().as_str(),
-        "error" | "warn" | "info" | "debug" | "trace"
-    );
-    if !plain {
-        return level.to_owned();
-    }
-    let level = level.trim().to_ascii_lowercase();
-    let own = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().replace('-', "_")));
-    let others = if level == "error" { "error" } else { "warn" };
-    let mut directives = vec![others.to_owned()];
-    directives.extend(OUR_CRATES.iter().map(|c| format!("{c}={level}")));
-    directives.extend(own.map(|c| format!("{c}={level}")));
-    directives.join(",")
-}
-
-/// Whether log lines to a destination get colour codes: only when it is a terminal
-/// (`is_terminal`) and `NO_COLOR` is not set to a non-empty value (<https://no-color.org>).
-pub fn log_colour(is_terminal: bool) -> bool {
-    colour_wanted(is_terminal, std::env::var_os("NO_COLOR").as_deref())
-}
-
-fn colour_wanted(is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
-    is_terminal && no_color.is_none_or(|v| v.is_empty())
-}
-
 /// Warn once, at crawl start, that the User-Agent was never set: operators who see the crawl
 /// in their logs cannot tell whose it is or how to reach them.
 pub fn warn_default_user_agent(settings: &Settings) {
@@ -691,8 +659,6 @@ pub fn warn_default_user_agent(settings: &Settings) {
 
 #[cfg(test)]
 mod tests {
-    use std::ffi::OsStr;
-
     /// Without the `browser` feature, asking for rendering in the settings is an error that
     /// names the feature, for the whole crawl and for a host.
     #[cfg(not(feature = "browser"))]
@@ -722,14 +688,5 @@ mod tests {
             .expect("refused");
         assert!(e.to_string().contains("`browser` feature"), "{e}");
         assert!(super::Crawl::new(Nothing).build().is_ok());
-    }
-
-    #[test]
-    fn colour_only_on_a_terminal_without_no_color() {
-        assert!(super::colour_wanted(true, None));
-        assert!(!super::colour_wanted(false, None));
-        assert!(!super::colour_wanted(true, Some(OsStr::new("1"))));
-        // NO_COLOR set but empty does not count (no-color.org).
-        assert!(super::colour_wanted(true, Some(OsStr::new(""))));
     }
 }

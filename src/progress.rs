@@ -3,12 +3,18 @@
 //! [`display`] is one summary line (pages, items, queue, requests/s) and the busiest hosts
 //! (their current rate, holds and queue). [`follow`] turns the engine's progress snapshots
 //! into figures with a requests/s meter; [`spawn_log_lines`] logs a `progress:` line every
-//! `progress_interval`, which is what [`Crawl::run`](crate::Crawl::run) shows. The live
-//! terminal display of the `crawler` command is crawler-cli's, built on the same pieces.
+//! `progress_interval`, which is what [`Crawl::run`](crate::Crawl::run) shows. [`spawn`]
+//! draws the same figures as a live display when stderr is a terminal (the `crawler`
+//! command's, and a crawl's with [`Crawl::live_progress`](crate::Crawl::live_progress));
+//! log lines written through [`RedactingWriter`] are printed above that display instead of
+//! through it.
 
+use std::io::{IsTerminal, Write};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crawler_core::{HostStats, Progress};
+use indicatif::{ProgressBar, ProgressStyle};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -104,23 +110,60 @@ pub fn spawn_log_lines(rx: watch::Receiver<Progress>, interval: Duration) -> Joi
     })
 }
 
+/// The live display, if one is drawn, so log lines can be printed around it.
+static ACTIVE_BAR: Mutex<Option<ProgressBar>> = Mutex::new(None);
+
+/// Follow progress snapshots until the crawl finishes. On a terminal (stderr) this draws a
+/// live display of [`display`]'s figures; otherwise it logs one `progress:` line every
+/// `interval` (and one at the end), as [`spawn_log_lines`] does.
+pub fn spawn(rx: watch::Receiver<Progress>, interval: Duration) -> JoinHandle<()> {
+    if !std::io::stderr().is_terminal() {
+        return spawn_log_lines(rx, interval);
+    }
+    tokio::spawn(async move {
+        let bar = ProgressBar::new_spinner();
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        bar.enable_steady_tick(Duration::from_millis(120));
+        if let Ok(mut active) = ACTIVE_BAR.lock() {
+            *active = Some(bar.clone());
+        }
+        follow(rx, |p, rate| bar.set_message(display(p, rate))).await;
+        if let Ok(mut active) = ACTIVE_BAR.lock() {
+            *active = None;
+        }
+        bar.finish_and_clear();
+    })
+}
+
 /// A `tracing-subscriber` writer to stderr that redacts secrets (see
-/// [`crawler_core::redact`]): use with `tracing_subscriber::fmt().with_writer(...)`.
+/// [`crawler_core::redact`]) and prints above the live display of [`spawn`] rather than
+/// through it: use with `tracing_subscriber::fmt().with_writer(...)`.
 #[derive(Debug, Default)]
 pub struct RedactingWriter;
 
-impl std::io::Write for RedactingWriter {
+impl Write for RedactingWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        // Every log line passes the one redaction rule (crawler_core::redact): URL
-        // passwords and the crawl's configured secrets never reach the logs.
-        let text = String::from_utf8_lossy(buf);
-        std::io::stderr().write_all(crawler_core::redact::scrub(&text).as_bytes())?;
-        Ok(buf.len())
+        let bar = ACTIVE_BAR.lock().ok().and_then(|b| b.clone());
+        match bar {
+            Some(bar) => bar.suspend(|| write_redacted(buf)),
+            None => write_redacted(buf),
+        }
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
         std::io::stderr().flush()
     }
+}
+
+/// Write `buf` to stderr through the one redaction rule (crawler_core::redact): URL
+/// passwords and the crawl's configured secrets never reach the logs.
+fn write_redacted(buf: &[u8]) -> std::io::Result<usize> {
+    let text = String::from_utf8_lossy(buf);
+    std::io::stderr().write_all(crawler_core::redact::scrub(&text).as_bytes())?;
+    Ok(buf.len())
 }
 
 #[cfg(test)]

@@ -45,10 +45,13 @@ pub(super) async fn bench(
     own = own.with_base(base);
     let crawl = Crawl::new(books::Books { start: lab.url() })
         .with_settings_layers(&own)
-        .map_err(usage)?;
+        .map_err(usage)?
+        .live_progress(true);
     let settings = crawl.effective_settings().map_err(usage)?;
-    let engine = crawl.build().map_err(failed)?;
-    let result = common::run_engine(engine, &settings, true).await;
+    let crawl = common::with_metrics(crawl, &settings)
+        .await
+        .map_err(failed)?;
+    let result = crawl.run().await;
     lab.shutdown().await;
     let stats = result.map_err(failed)?;
     println!("{stats}");

@@ -1,17 +1,15 @@
 //! Pieces shared by the two command lines: the project runner ([`crate::Runner`]) and the
-//! standalone `crawler` binary. Settings options, logging and the crawl-and-watch loop live
-//! here; the standalone verbs are in `tools`, the metrics endpoint in `metrics`.
+//! standalone `crawler` binary: settings options, the metrics endpoint's hook, exit
+//! statuses. Logging, progress and the crawl itself are the library's, the same for a
+//! program that runs a [`Crawl`] itself ([`crawler::init_logging_with`],
+//! [`crawler::progress`], [`Crawl::run`]); the standalone verbs are in `tools`, the metrics
+//! endpoint in `metrics`.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crawler::core::{LogFormat, Settings, SettingsLayers, Stats, find_settings_file};
-use tracing_subscriber::EnvFilter;
-
-use crawler::{Error, HttpEngine};
-
-use crate::progress;
+use crawler::core::{Settings, SettingsLayers, Spider, Stats, find_settings_file};
+use crawler::{Crawl, Error};
 
 /// The options every verb that reads settings accepts.
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -75,97 +73,28 @@ impl SettingsArgs {
     }
 }
 
-/// Send `tracing` output to stderr, or to `log_file` (appended to), at `settings.log_level`
-/// (`RUST_LOG` wins when set and the level was left at its default), as text or JSON. On
-/// stderr, lines are printed above any live progress display, in colour only when stderr is
-/// a terminal and `NO_COLOR` is not set; a log file never gets colour codes. An unwritable
-/// log file is an error.
-pub fn init_logging(settings: &Settings) -> Result<(), Error> {
-    crawler::core::redact::register_secrets(settings);
-    let default_level = settings.log_level == Settings::default().log_level;
-    let filter = match std::env::var("RUST_LOG") {
-        Ok(env) if default_level && !env.trim().is_empty() => EnvFilter::try_new(env),
-        _ => EnvFilter::try_new(level_filter(&settings.log_level)),
-    }
-    .unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    let file = settings
-        .log_file
-        .as_deref()
-        .map(str::trim)
-        .filter(|f| !f.is_empty());
-    let installed = match (file, settings.log_format) {
-        (Some(path), format) => {
-            let writer = crate::log_file::LogFile::open(path)?;
-            let builder = builder.with_ansi(false).with_writer(writer);
-            match format {
-                LogFormat::Json => builder.json().try_init(),
-                LogFormat::Text => builder.try_init(),
-            }
-        }
-        (None, format) => {
-            let builder = builder
-                .with_ansi(crawler::log_colour(std::io::stderr().is_terminal()))
-                .with_writer(progress::LogWriter::default);
-            match format {
-                LogFormat::Json => builder.json().try_init(),
-                LogFormat::Text => builder.try_init(),
-            }
-        }
-    };
-    if installed.is_err() {
-        // The program set up logging itself (`crawler::init_logging()` in its `main`)
-        // before the settings were read: the level they give is applied to that.
-        crawler::set_log_level(&settings.log_level);
-    }
-    Ok(())
-}
-
-/// A `log_level` as an `EnvFilter` (see [`crawler::log_level_filter`]).
-fn level_filter(level: &str) -> String {
-    crawler::log_level_filter(level)
-}
-
-/// Run a built engine with Ctrl-C handling, the progress display (unless `quiet`) and the
-/// metrics endpoint (when `metrics_addr` is set); return the final stats.
-pub async fn run_engine<S: crawler::core::Spider>(
-    engine: HttpEngine<S>,
-    settings: &Settings,
-    show_progress: bool,
-) -> Result<Stats, Error> {
-    crawler::warn_default_user_agent(settings);
-    let engine = engine.handle_ctrl_c(true);
-    let rx = engine.progress();
-    let display = show_progress.then(|| progress::spawn(rx.clone(), settings.progress_interval));
-    let metrics = serve_metrics(settings, &rx).await?;
-    let stats = crawler::run_engine(engine).await;
-    if let Some(d) = display {
-        let _ = d.await;
-    }
-    if let Some(m) = metrics {
-        m.abort();
-    }
-    stats
-}
-
-/// The metrics endpoint, when `metrics_addr` is set.
+/// Set `crawl` to serve the metrics endpoint while it runs, when `metrics_addr` is set (the
+/// socket is bound here, so a bad address fails before the crawl starts).
 #[cfg(feature = "metrics")]
-async fn serve_metrics(
+pub(crate) async fn with_metrics<S: Spider>(
+    crawl: Crawl<S>,
     settings: &Settings,
-    rx: &tokio::sync::watch::Receiver<crawler::core::Progress>,
-) -> Result<Option<tokio::task::JoinHandle<()>>, Error> {
-    match settings.metrics_socket_addr() {
-        Some(addr) => Ok(Some(crate::metrics::serve(addr, rx.clone()).await?)),
-        None => Ok(None),
-    }
+) -> Result<Crawl<S>, Error> {
+    Ok(match settings.metrics_socket_addr() {
+        Some(addr) => {
+            let listener = crate::metrics::bind(addr).await?;
+            crawl.watch_progress(move |rx| crate::metrics::serve_on(listener, rx))
+        }
+        None => crawl,
+    })
 }
 
 /// Without the `metrics` feature, `metrics_addr` is refused rather than ignored.
 #[cfg(not(feature = "metrics"))]
-async fn serve_metrics(
+pub(crate) async fn with_metrics<S: Spider>(
+    crawl: Crawl<S>,
     settings: &Settings,
-    _rx: &tokio::sync::watch::Receiver<crawler::core::Progress>,
-) -> Result<Option<tokio::task::JoinHandle<()>>, Error> {
+) -> Result<Crawl<S>, Error> {
     match settings.metrics_socket_addr() {
         Some(addr) => Err(Error::new(
             crawler::ErrorKind::Settings,
@@ -174,7 +103,7 @@ async fn serve_metrics(
                  `metrics` feature"
             ),
         )),
-        None => Ok(None),
+        None => Ok(crawl),
     }
 }
 
@@ -229,27 +158,4 @@ pub(crate) fn parse<P: clap::Parser>(
         let _ = e.print();
         ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(EXIT_USAGE))
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_plain_level_is_for_the_framework_and_the_program_not_its_dependencies() {
-        let f = level_filter("DEBUG");
-        assert!(f.starts_with("warn,"), "{f}");
-        for c in [
-            "crawler_core=debug",
-            "crawler_http=debug",
-            "crawler_sched=debug",
-        ] {
-            assert!(f.contains(c), "{f}");
-        }
-        assert!(!f.contains("html5ever"), "{f}");
-        assert!(EnvFilter::try_new(&f).is_ok(), "{f}");
-        assert!(level_filter("error").starts_with("error,"));
-        // A filter of its own is taken as written.
-        assert_eq!(level_filter("info,sled=debug"), "info,sled=debug");
-    }
 }

@@ -15,16 +15,14 @@
 #[cfg(feature = "lab")]
 mod bench;
 mod common;
-mod log_file;
 #[cfg(feature = "metrics")]
 pub mod metrics;
-pub mod progress;
 pub mod report;
 mod runner;
 mod scaffold;
 mod shell;
 mod tools;
 
-pub use common::{SettingsArgs, init_logging, run_engine};
+pub use common::SettingsArgs;
 pub use runner::{Contract, Runner};
 pub use tools::{run_standalone, run_standalone_args};

@@ -35,6 +35,11 @@ pub async fn serve(
     addr: SocketAddr,
     rx: watch::Receiver<Progress>,
 ) -> Result<JoinHandle<()>, Error> {
+    Ok(serve_on(bind(addr).await?, rx))
+}
+
+/// Bind the endpoint's socket at `addr` (and log where it is), to serve with [`serve_on`].
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
     let listener = TcpListener::bind(addr).await.map_err(|e| {
         Error::new(
             ErrorKind::Io,
@@ -43,7 +48,7 @@ pub async fn serve(
     })?;
     let bound = listener.local_addr().unwrap_or(addr);
     tracing::info!("metrics at http://{bound}/metrics");
-    Ok(serve_on(listener, rx))
+    Ok(listener)
 }
 
 /// Serve the snapshots of `rx` on an already bound `listener` until the returned task is

@@ -123,7 +123,7 @@ impl<S: Spider> ErasedSpider for Holder<S> {
                 .with_settings_layers(&job.layers)
                 .map_err(usage)?;
             let settings = crawl.effective_settings().map_err(usage)?;
-            cli::init_logging(&settings).map_err(usage)?;
+            crawler::init_logging_with(&settings).map_err(usage)?;
             let stdout_feed = settings
                 .feeds
                 .iter()
@@ -149,17 +149,18 @@ impl<S: Spider> ErasedSpider for Holder<S> {
             if let Some(record) = report.as_ref().and_then(|r| r.record_override()) {
                 crawl = crawl.politeness_record(record);
             }
-            let engine = crawl.build().map_err(|e| {
+            let crawl =
+                cli::with_metrics(crawl.progress(job.progress).live_progress(true), &settings)
+                    .await
+                    .map_err(failed)?;
+            let stats = crawl.run().await.map_err(|e| {
                 // A bad `-a` is a usage error, like a bad `-s`.
                 if e.kind() == ErrorKind::Argument {
                     usage(e)
                 } else {
                     failed(e)
                 }
-            })?;
-            let stats = cli::run_engine(engine, &settings, job.progress)
-                .await
-                .map_err(failed);
+            });
             // Drawn even when the crawl failed: the record shows how it went until then.
             if let Some(report) = report {
                 let drawn = report.finish();
@@ -609,7 +610,7 @@ impl Runner {
                     .resolve(custom.as_ref().map(|(n, c)| (*n, c.as_slice())))
                     .map_err(usage)?
                     .settings;
-                cli::init_logging(&settings).map_err(usage)?;
+                crawler::init_logging_with(&settings).map_err(usage)?;
                 crate::shell::run(&settings, &args).await
             }
             RunnerVerb::Check { name, arg } => {
@@ -638,7 +639,7 @@ impl Runner {
                         .resolve(Some((&sname, &custom)))
                         .map_err(usage)?
                         .settings;
-                    cli::init_logging(&settings).map_err(usage)?;
+                    crawler::init_logging_with(&settings).map_err(usage)?;
                     spider.open(&settings, &arg).map_err(|e| {
                         if e.kind() == ErrorKind::Argument {
                             usage(e)

@@ -157,7 +157,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
     let layers = cli.common.layers().map_err(usage)?;
     let resolved = layers.resolve(None).map_err(usage)?;
     let settings = resolved.settings.clone();
-    common::init_logging(&settings).map_err(usage)?;
+    crawler::init_logging_with(&settings).map_err(usage)?;
     match cli.verb {
         Verb::Settings { .. } => {
             if let Some(path) = layers.file_path() {
