@@ -452,8 +452,8 @@ impl<S: Spider> Crawl<S> {
     }
 
     /// With progress on, draw a live display when stderr is a terminal instead of the log
-    /// lines (default off; the `crawler` command's crawls turn it on). See
-    /// [`progress::spawn`].
+    /// lines (default off; the `crawler` command's crawls turn it on). It needs the
+    /// `live-progress` feature; without it the log lines are kept. See [`progress::spawn`].
     pub fn live_progress(mut self, on: bool) -> Self {
         self.live_progress = on;
         self

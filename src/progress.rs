@@ -9,11 +9,15 @@
 //! log lines written through [`RedactingWriter`] are printed above that display instead of
 //! through it.
 
-use std::io::{IsTerminal, Write};
+#[cfg(feature = "live-progress")]
+use std::io::IsTerminal;
+use std::io::Write;
+#[cfg(feature = "live-progress")]
 use std::sync::Mutex;
 use std::time::Duration;
 
 use crawler_core::{HostStats, Progress};
+#[cfg(feature = "live-progress")]
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -111,15 +115,24 @@ pub fn spawn_log_lines(rx: watch::Receiver<Progress>, interval: Duration) -> Joi
 }
 
 /// The live display, if one is drawn, so log lines can be printed around it.
+#[cfg(feature = "live-progress")]
 static ACTIVE_BAR: Mutex<Option<ProgressBar>> = Mutex::new(None);
 
 /// Follow progress snapshots until the crawl finishes. On a terminal (stderr) this draws a
-/// live display of [`display`]'s figures; otherwise it logs one `progress:` line every
-/// `interval` (and one at the end), as [`spawn_log_lines`] does.
+/// live display of [`display`]'s figures (with the `live-progress` feature, which the
+/// `crawler` command turns on); otherwise it logs one `progress:` line every `interval`
+/// (and one at the end), as [`spawn_log_lines`] does.
 pub fn spawn(rx: watch::Receiver<Progress>, interval: Duration) -> JoinHandle<()> {
-    if !std::io::stderr().is_terminal() {
-        return spawn_log_lines(rx, interval);
+    #[cfg(feature = "live-progress")]
+    if std::io::stderr().is_terminal() {
+        return spawn_live(rx);
     }
+    spawn_log_lines(rx, interval)
+}
+
+/// The live display of [`spawn`], on a terminal.
+#[cfg(feature = "live-progress")]
+fn spawn_live(rx: watch::Receiver<Progress>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let bar = ProgressBar::new_spinner();
         bar.set_style(
@@ -146,11 +159,11 @@ pub struct RedactingWriter;
 
 impl Write for RedactingWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let bar = ACTIVE_BAR.lock().ok().and_then(|b| b.clone());
-        match bar {
-            Some(bar) => bar.suspend(|| write_redacted(buf)),
-            None => write_redacted(buf),
+        #[cfg(feature = "live-progress")]
+        if let Some(bar) = ACTIVE_BAR.lock().ok().and_then(|b| b.clone()) {
+            return bar.suspend(|| write_redacted(buf));
         }
+        write_redacted(buf)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
