@@ -325,8 +325,12 @@ impl<S: QueueStore> Scheduler for FleetFrontier<S> {
                 Next::Ready(lease, request) => {
                     let booked = self.fleet.as_ref().and_then(|f| f.booked_at(lease.0));
                     let host = self.inner.lease_host(lease).map(str::to_owned);
+                    // The fleet's clock after the lease's round trip: a send booked for a
+                    // moment that has passed meanwhile goes at once, without a confirming
+                    // read.
+                    let after = self.fleet.as_ref().map_or(now_ms, |f| f.now_ms());
                     match (booked, host) {
-                        (Some(at), Some(host)) if at > now_ms => {
+                        (Some(at), Some(host)) if at > after => {
                             self.held.push(Held {
                                 lease,
                                 request,

@@ -104,8 +104,9 @@ impl Throttle for SharedThrottle {
             let verdict = super::apply_feedback(&mut m, feedback, at, at);
             // A send that left late moves the host's next slot (the spacing the server
             // sees): every worker must know before it books that slot, not with this
-            // worker's next commit.
-            if verdict == Verdict::Continue && m.state().tat <= booked {
+            // worker's next commit. A slot moved to a moment already past (a host without a
+            // pace: every send "leaves late" by its dispatch delay) holds nobody back.
+            if verdict == Verdict::Continue && (m.state().tat <= booked || m.state().tat <= at) {
                 self.budget.defer(&self.host, feedback, at);
                 return verdict;
             }

@@ -5,7 +5,7 @@ use crawler_core::Feedback;
 use crawler_sched::politeness::{HostState, Params};
 use crawler_sched::{Fleet, FleetStatus, Missed, SharedBudget, Versioned};
 
-use super::{Ask, Commit, RedisBudget, RedisFleet, lock};
+use super::{Ask, Commit, PacingOp, RedisBudget, RedisFleet, lock};
 
 impl SharedBudget for RedisBudget {
     fn register(&self, host: &str, params: &Params) {
@@ -123,8 +123,7 @@ impl Fleet for RedisFleet {
     }
 
     /// Judged on the host's state as last heard (the confirming read moments ago); a new
-    /// slot is booked by compare-and-set, carrying the host's routine outcomes waiting here,
-    /// as a lease does.
+    /// slot is booked in the host's pacing record by the step script, as a lease books.
     fn missed(&self, host: &str, at: f64) -> Missed {
         let mut inner = lock(&self.inner);
         let Some(params) = inner.params_for(host).cloned() else {
@@ -144,44 +143,40 @@ impl Fleet for RedisFleet {
             inner.rebooked.remove(host);
             return Missed::OnTime;
         }
-        for _ in 0..8 {
-            let (mut m, expected) = inner.machine(host, &params);
-            let now = inner.now_ms();
-            // A host without a pace (an open host) has no gap to keep: never late. (Booked
-            // again "now", such a request was late again after the next round trip on a
-            // busy machine, and again, without end.)
-            let unpaced = m.interval_ms() <= 0.0;
-            if unpaced || now - at <= m.late_limit_ms() {
-                return Missed::OnTime;
-            }
-            let folded = inner.deferred.remove(host).unwrap_or_default();
-            for (fb, at) in &folded {
-                let _ = crawler_sched::apply_feedback(&mut m, fb, *at, now);
-            }
-            crawler_sched::log_changes(host, m.take_audit(), &mut Default::default());
-            // Booked as a lease books: never sooner than the look-ahead from now, so the
-            // request leaves on its own timer whatever this round trip's delay.
-            // And far enough ahead that the re-read of the host's state before the send
-            // (`FleetFrontier`'s confirmation, a round trip) fits before it, or a fast pace
-            // (a look-ahead of a ms or two) makes it late again each time.
-            let ahead = crawler_sched::lease_ahead(&m, inner.lease_ahead_ms).max(REBOOK_LEAD_MS);
-            let slot = m.rebook(m.ready_at().max(now + ahead));
-            inner.commits.push(Commit {
-                host: host.to_owned(),
-                expected,
-                state: m.state().clone(),
-                skip: String::new(),
-                folded,
-            });
-            if let Err(e) = inner.step(Ask::default()) {
-                inner.keep_error("cannot book a new slot for a late request", e);
-                return Missed::Unknown;
-            }
-            if inner.committed.get(host).copied().unwrap_or(false) {
-                inner.rebooked.insert(host.to_owned(), slot);
-                return Missed::Rebooked(slot);
-            }
+        let (m, _) = inner.machine(host, &params);
+        let now = inner.now_ms();
+        // A host without a pace (an open host) has no gap to keep: never late. (Booked
+        // again "now", such a request was late again after the next round trip on a busy
+        // machine, and again, without end.)
+        let unpaced = m.interval_ms() <= 0.0;
+        if unpaced || now - at <= m.late_limit_ms() {
+            return Missed::OnTime;
         }
-        Missed::Unknown
+        // Booked as a lease books: never sooner than the look-ahead from now, so the
+        // request leaves on its own timer whatever this round trip's delay. And far enough
+        // ahead that the re-read of the host's state before the send (`FleetFrontier`'s
+        // confirmation, a round trip) fits before it, or a fast pace (a look-ahead of a ms
+        // or two) makes it late again each time. The script books it in the pacing record
+        // (`HostMachine::rebook`'s rule): no compare-and-set to lose.
+        let ahead = crawler_sched::lease_ahead(&m, inner.lease_ahead_ms).max(REBOOK_LEAD_MS);
+        let draw = inner.next_lease.wrapping_add(inner.ops.len() as u64);
+        inner.ops.push(PacingOp {
+            host: host.to_owned(),
+            kind: "b",
+            at: now + ahead,
+            factor: super::state::gap_factor(&m, draw),
+        });
+        if let Err(e) = inner.step(Ask::default()) {
+            inner.keep_error("cannot book a new slot for a late request", e);
+            return Missed::Unknown;
+        }
+        match inner.op_slots.get(host).copied() {
+            Some(slot) if slot > 0.0 => {
+                inner.rebooked.insert(host.to_owned(), slot);
+                Missed::Rebooked(slot)
+            }
+            _ => Missed::Unknown,
+        }
     }
 }
+

@@ -23,31 +23,48 @@
 //!   n_push,  (host, fingerprint16 | "", member) * n_push
 //!   n_ack,   lease_id * n_ack
 //!   n_renew, lease_id * n_renew
-//!   n_cas,   (host, expected_version, state_json, skip_reason | "") * n_cas
-//!   lease_host | "", drain, budget, expected_version, ready_claim_ms, ahead_ms, state_json,
-//!     concurrency, lease_id
+//!   n_cas,   (host, expected_version, state_json, skip_reason | "", merge) * n_cas
+//!   n_op,    (host, kind, at, factor) * n_op
+//!   lease_host | "", drain, budget, expected_version, "horizon_ms,look_ahead_ms", factor,
+//!     "interval,slack,crawl_delay", concurrency, lease_id
 //!   sync
-//!   peek_host | ""
+//!   peek_host | "", peek_expected_version
 //! ```
 //!
 //! Reply: `{now_ms, section*}` with each section
-//! `{dups, reclaimed, lease, cas, sync, steps_before, steps, peek}`, or
+//! `{dups, reclaimed, lease, cas, sync, steps_before, steps, peek, ops}`, or
 //! `{"lost", section_number, epoch}` when a section's copy of the job's epoch is not the one
 //! the worker joined (nothing at all was applied), where `lease` is
-//! `{code, id, member, left, version, state, in_flight}` (code 1 granted, 0 queue empty,
-//! 2 not yet (the server's clock says the claimed send time is more than `ahead_ms` away, or
-//! the host has its fleet-wide concurrency in flight), 3 host skipped by the fleet, 4 the
-//! state changed since the worker read it (`version` and `state` are the current ones), -1
-//! not asked), `cas` is `{host, committed, version, state}*`, `sync` is
-//! `{leased, gen, host, len, skipped, ...}` or empty, and `peek` is `{version, state,
-//! skipped}` or empty.
+//! `{code, id, member, left, version, state, in_flight, at, pacing}` (code 1 granted, 0
+//! queue empty, 2 not yet (the host's next slot is more than `ahead_ms` away on the server's
+//! clock, or the host has its fleet-wide concurrency in flight), 3 host skipped by the
+//! fleet, -1 not asked; `state` is the learning state only when its version is not the one
+//! the worker holds, else empty; `at` the send time booked), `cas` is
+//! `{host, committed, version, state, pacing}*` (`state` only when the commit lost), `ops`
+//! is `{host, slot, pacing}*`, `sync` is `{leased, gen, host, len, skipped, ...}` or empty,
+//! and `peek` is `{version, state, skipped, pacing}` (`state` as in a lease) or empty.
+//!
+//! **Two records per host** (in the hash `b:HOST`). The *learning state* (`s`, the
+//! machine's [`HostState`](crawler_sched::politeness::HostState) as JSON, about 1 KB, with
+//! its version `v`) changes only on outcomes that teach something (refusals, holds, rate
+//! changes, and routine answers folded in batches) and only by compare-and-set, computed by
+//! the worker that saw the outcome, once. The *pacing record* (a dozen numbers: `t` the next
+//! slot, `iv` the interval, `sl` the burst's slack, `cd` the Crawl-delay floor, `hu` the
+//! hold's end, the quota `ql`/`qt`/`su`, the booking's `lg`/`ba`/`sg`, a booking count `n`
+//! and `fl` in flight) is what a lease needs, and the script books a send in it itself:
+//! slot = max(next slot less the slack, hold, spent quota, now + look-ahead), next slot =
+//! max(next slot, slot) + interval. So a lease never loses a race: leases of several workers
+//! on one host take consecutive slots, and none touches the learning state's version. A
+//! learning commit rewrites the pacing fields the machine derives from what it learned (the
+//! interval, slack and floor; the hold and the next slot only forward; the quota when the
+//! worker read a new one, less the bookings since), in the same script.
 //!
 //! The politeness decisions are not here: each worker runs the per-host machine of
-//! crawler-sched on the state it last read and commits the result by compare-and-set on
-//! the state's version, so the fleet and a local crawl share one implementation. This
-//! script only makes each commit atomic with what must go with it (a lease with the send
-//! it books), checks the claimed send time against the server's clock, and counts the
-//! requests in flight per host across the fleet.
+//! crawler-sched on the state it last read (the learning state with the pacing record laid
+//! over it) and commits what it learned, so the fleet and a local crawl share one
+//! implementation. This script books the slots by the machine's own rule (the GCRA step of
+//! `HostMachine::on_send`), refuses leases while the host is held or its fleet-wide
+//! concurrency is in flight, and counts the requests in flight per host across the fleet.
 //!
 //! Times are the Redis server's clock (`TIME`), so workers on different machines share
 //! one clock; each reply carries it so workers can keep their estimate of it. (In a
@@ -89,6 +106,44 @@ local i = 7 + nsec
 local function nxt() local v = ARGV[i]; i = i + 1; return v end
 local function num() return tonumber(nxt()) end
 local function touch(key) if ttl > 0 then redis.call('PEXPIRE', key, ttl) end end
+-- The pacing record's fields, in the order `penc` writes them (absent optional ones as '').
+local PF = { 't', 'iv', 'sl', 'cd', 'hu', 'su', 'ql', 'qt', 'lg', 'ba', 'sg', 'n', 'fl' }
+local function pread(bkey)
+  local r = redis.call('HMGET', bkey, unpack(PF))
+  local p = {}
+  for k, f in ipairs(PF) do p[f] = tonumber(r[k]) end
+  return p
+end
+-- Milliseconds to the microsecond; the optional fields absent stay empty.
+local function fmt(x) if x == nil then return '' end return string.format('%.3f', x) end
+local function penc(p)
+  local o = {}
+  for k, f in ipairs(PF) do o[k] = fmt(p[f]) end
+  return table.concat(o, ',')
+end
+local function pwrite(bkey, p)
+  local set, del = {}, {}
+  for _, f in ipairs(PF) do
+    if f ~= 'fl' then
+      if p[f] == nil then del[#del + 1] = f else set[#set + 1] = f; set[#set + 1] = fmt(p[f]) end
+    end
+  end
+  if #set > 0 then redis.call('HSET', bkey, unpack(set)) end
+  if #del > 0 then redis.call('HDEL', bkey, unpack(del)) end
+end
+-- The gap one send books: the interval, times the worker's draw in fixed mode with
+-- randomised delays (never under the Crawl-delay then), as `HostMachine::on_send`.
+local function gap_of(p, factor)
+  local iv = p.iv or 0
+  local g = iv * factor
+  if factor ~= 1 and g < (p.cd or 0) then g = p.cd or 0 end
+  return g
+end
+local function csv(text)
+  local o = {}
+  for x in string.gmatch(text .. ',', '([^,]*),') do o[#o + 1] = x end
+  return o
+end
 
 local out = { tostring(now) }
 for s = 1, nsec do
@@ -139,20 +194,59 @@ for s = 1, nsec do
     redis.call('ZADD', P .. 'leases', 'XX', now + timeout, nxt())
   end
 
-  -- 4. Politeness state commits, each a compare-and-set on the state's version.
+  -- 4. Learning state commits, each a compare-and-set on the state's version, rewriting
+  --    the pacing fields the machine derives from what it learned (`merge`:
+  --    iv, sl, cd, hu, t, quota_changed, ql, qt, su, bookings_seen).
   local cas = {}
   for _ = 1, num() do
-    local host, expected, state, skip = nxt(), num(), nxt(), nxt()
+    local host, expected, state, skip, merge = nxt(), num(), nxt(), nxt(), csv(nxt())
     local bkey = P .. 'b:' .. host
     local v = tonumber(redis.call('HGET', bkey, 'v') or '0')
+    local p = pread(bkey)
     if v == expected then
       redis.call('HSET', bkey, 'v', v + 1, 's', state)
       if skip ~= '' then redis.call('HSET', bkey, 'skip', skip) end
+      if merge[1] ~= '' then p.iv, p.sl, p.cd = tonumber(merge[1]), tonumber(merge[2]), tonumber(merge[3]) end
+      -- Holds and slots only move forward here: bookings made since the worker read the
+      -- record are in it, not in the worker's state.
+      local hu, tat = tonumber(merge[4]), tonumber(merge[5])
+      if hu and (p.hu == nil or hu > p.hu) then p.hu = hu end
+      if tat and (p.t == nil or tat > p.t) then p.t = tat end
+      if merge[6] == '1' then
+        local ql = tonumber(merge[7])
+        -- The worker counted the requests booked when it read; those booked since spend
+        -- the new reading too.
+        if ql then ql = ql - ((p.n or 0) - (tonumber(merge[10]) or 0)) end
+        p.ql, p.qt, p.su = ql, tonumber(merge[8]), tonumber(merge[9])
+        if p.ql and p.ql <= 0 and p.su == nil then p.su = p.qt end
+      end
+      pwrite(bkey, p)
       touch(bkey)
-      cas[#cas + 1] = { host, 1, v + 1, '' }
+      cas[#cas + 1] = { host, 1, v + 1, '', penc(p) }
     else
-      cas[#cas + 1] = { host, 0, v, redis.call('HGET', bkey, 's') or '' }
+      cas[#cas + 1] = { host, 0, v, redis.call('HGET', bkey, 's') or '', penc(p) }
     end
+  end
+
+  -- 4b. Pacing operations that need no compare-and-set: a late departure moves the next
+  --     slot forward (`r`), a held request that missed its slot books a new one (`b`).
+  local ops = {}
+  for _ = 1, num() do
+    local host, kind, at, factor = nxt(), nxt(), num(), num()
+    local bkey = P .. 'b:' .. host
+    local p = pread(bkey)
+    local slot = 0
+    if kind == 'r' then
+      if p.t == nil or at > p.t then p.t = at end
+    else
+      slot = math.max(p.t or at, at, p.hu or at, p.su or at)
+      local g = gap_of(p, factor)
+      p.lg = g
+      p.t = slot + g
+    end
+    pwrite(bkey, p)
+    touch(bkey)
+    ops[#ops + 1] = { host, fmt(slot), penc(p) }
   end
 
   -- 5. Leases of dead workers: back to their queues (after this worker's own renewals).
@@ -172,57 +266,83 @@ for s = 1, nsec do
   end
   if reclaimed > 0 then redis.call('HINCRBY', P .. 'meta', 'reclaimed', reclaimed) end
 
-  -- 6. A lease, committed together with the send it books in the host's state.
+  -- 6. A lease, with the send it books in the host's pacing record (see the module docs).
   local lease = { -1 }
   local lhost, drain, budget = nxt(), num(), num()
-  local expected, claim, ahead, state, conc, lid = num(), num(), num(), nxt(), num(), nxt()
+  local expected, reach, factor, init, conc, lid = num(), csv(nxt()), num(), csv(nxt()), num(), nxt()
+  -- How far off the next slot may be for a lease, and the least time ahead a send is
+  -- booked (the look-ahead: the worker holds the request and sends it on its own timer).
+  local ahead, look = tonumber(reach[1]) or 0, tonumber(reach[2]) or 0
   if lhost ~= '' then
     local qkey = P .. 'q:' .. lhost
     local bkey = P .. 'b:' .. lhost
-    local cur = redis.call('HMGET', bkey, 'v', 's', 'skip', 'fl')
-    local v, fl = tonumber(cur[1] or '0'), tonumber(cur[4] or '0')
+    local cur = redis.call('HMGET', bkey, 'v', 'skip')
+    local v = tonumber(cur[1] or '0')
+    local p = pread(bkey)
+    local fl = p.fl or 0
+    -- The learning state only when the worker's is not the current one.
+    local function learned() if v ~= expected then return redis.call('HGET', bkey, 's') or '' end return '' end
     local granted = true
+    local at = now
     -- A retried step whose first run granted this very lease: the same request again (a
     -- second one under the same id would overwrite the first, losing it).
     local prior = redis.call('HGET', P .. 'lease', lid)
     if prior then
       local cut_at = string.find(prior, '\n', 1, true)
-      lease = { 1, lid, string.sub(prior, cut_at + 1), redis.call('ZCARD', qkey), v, '', fl }
+      lease = { 1, lid, string.sub(prior, cut_at + 1), redis.call('ZCARD', qkey), v, learned(), fl, fmt(p.ba or now), penc(p) }
       granted = false
     elseif budget == 1 and drain == 0 then
-      if cur[3] then
-        lease = { 3, 0, '', redis.call('ZCARD', qkey), v, cur[2] or '', fl }
-        granted = false
-      elseif v ~= expected then
-        lease = { 4, 0, '', redis.call('ZCARD', qkey), v, cur[2] or '', fl }
+      if p.iv == nil then
+        -- The host's first lease: its pacing from the worker's fresh machine.
+        p.iv, p.sl, p.cd = tonumber(init[1]) or 0, tonumber(init[2]) or 0, tonumber(init[3]) or 0
+      end
+      local ready = math.max((p.t or now) - (p.sl or 0), p.hu or now, p.su or now)
+      if cur[2] then
+        lease = { 3, 0, '', redis.call('ZCARD', qkey), v, learned(), fl, '', penc(p) }
         granted = false
       -- A lease may come up to `ahead` ms before its slot: the worker holds the request
       -- and sends it at the slot it booked.
-      elseif claim > now + ahead + 2 or fl >= conc then
-        lease = { 2, 0, '', redis.call('ZCARD', qkey), v, cur[2] or '', fl }
+      elseif ready > now + ahead + 2 or fl >= conc then
+        lease = { 2, 0, '', redis.call('ZCARD', qkey), v, learned(), fl, '', penc(p) }
         granted = false
+      else
+        at = math.max(ready, now + look)
       end
     end
     if granted then
       local popped = redis.call('ZPOPMIN', qkey)
       if #popped == 0 then
         redis.call('SREM', P .. 'hosts', lhost)
-        lease = { 0, 0, '', 0, v, cur[2] or '', fl }
+        lease = { 0, 0, '', 0, v, learned(), fl, '', penc(p) }
       else
         local member = popped[1]
         local id = lid
         redis.call('ZADD', P .. 'leases', now + timeout, id)
         redis.call('HSET', P .. 'lease', id, lhost .. '\n' .. member)
         redis.call('HINCRBY', bkey, 'fl', 1)
+        p.fl = fl + 1
         local left = redis.call('ZCARD', qkey)
         if left == 0 then redis.call('SREM', P .. 'hosts', lhost) end
         if budget == 1 and drain == 0 then
-          v = v + 1
-          redis.call('HSET', bkey, 'v', v, 's', state)
+          -- `HostMachine::on_send(at)`: the pace actually kept, the quota spent, the slot.
+          if p.ba and p.ba >= (p.hu or 0) then
+            local g = math.max(at - p.ba, 0)
+            if (p.sg or 0) > 0 then p.sg = 0.8 * p.sg + 0.2 * g else p.sg = g end
+          end
+          p.ba = at
+          if p.ql then
+            p.ql = p.ql - 1
+            if p.ql <= 0 and p.su == nil then p.su = p.qt end
+          end
+          local g = gap_of(p, factor)
+          p.lg = g
+          p.t = math.max(p.t or at, at) + g
+          p.n = (p.n or 0) + 1
+          pwrite(bkey, p)
         end
         touch(bkey)
         changed = true
-        lease = { 1, id, member, left, v, '', fl + 1 }
+        lease = { 1, id, member, left, v, learned(), fl + 1, fmt(at), penc(p) }
       end
     end
   end
@@ -250,18 +370,22 @@ for s = 1, nsec do
   end
 
   -- 8. One host's state, when asked (a worker holding a request leased ahead of its slot
-  --    checks that no hold was placed since).
+  --    checks that no hold was placed since): the learning state only if it changed.
   local peek = {}
-  local phost = nxt()
+  local phost, pexpected = nxt(), num()
   if phost ~= '' then
-    local cur = redis.call('HMGET', P .. 'b:' .. phost, 'v', 's', 'skip')
-    peek = { tonumber(cur[1] or '0'), cur[2] or '', cur[3] and 1 or 0 }
+    local bkey = P .. 'b:' .. phost
+    local cur = redis.call('HMGET', bkey, 'v', 'skip')
+    local v = tonumber(cur[1] or '0')
+    local s = ''
+    if v ~= pexpected then s = redis.call('HGET', bkey, 's') or '' end
+    peek = { v, s, cur[2] and 1 or 0, penc(pread(bkey)) }
   end
 
   for _, k in ipairs({ 'seen', 'hosts', 'leases', 'lease', 'meta', 'epoch', 'steps', 'gen' }) do
     touch(P .. k)
   end
-  out[#out + 1] = { dups, reclaimed, lease, cas, sync, had, steps, peek }
+  out[#out + 1] = { dups, reclaimed, lease, cas, sync, had, steps, peek, ops }
 end
 return out
 "#;

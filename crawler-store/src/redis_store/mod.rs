@@ -120,6 +120,18 @@ struct Commit {
     folded: Vec<(Feedback, f64)>,
 }
 
+/// A change of a host's pacing record that needs no compare-and-set (see `lua`, step 4b).
+#[derive(Debug, Clone)]
+struct PacingOp {
+    host: String,
+    /// `r`: the next slot no sooner than `at` (a late departure); `b`: book a new slot at
+    /// `at` or the next free one after it (a held request that missed its own).
+    kind: &'static str,
+    at: f64,
+    /// The gap's share of the interval (see `state::gap_factor`).
+    factor: f64,
+}
+
 /// An acknowledgement waiting to be sent.
 struct Ack {
     lease: u64,
@@ -167,8 +179,17 @@ struct Inner {
     open_leases: HashMap<u64, usize>,
     last_renew: std::time::Instant,
     lens: HashMap<String, usize>,
-    /// Each host's politeness state as last heard (Redis counts requests in flight itself).
+    /// Each host's politeness state as last heard: its learning state with its pacing
+    /// record laid over it (Redis counts requests in flight itself).
     states: HashMap<String, Versioned>,
+    /// Each host's learning state as last heard, with its version.
+    learned: HashMap<String, (HostState, u64)>,
+    /// Each host's pacing record as last heard.
+    pacing: HashMap<String, state::Pacing>,
+    /// Pacing operations waiting for the next step.
+    ops: Vec<PacingOp>,
+    /// The slots the last step's `b` operations booked, by host.
+    op_slots: HashMap<String, f64>,
     /// Results of the commits of the last step, by host: committed or not.
     committed: HashMap<String, bool>,
     /// Routine outcomes not yet committed, by host, with the fleet time they happened:
@@ -205,13 +226,19 @@ struct Inner {
 struct LeaseAsk<'a> {
     host: &'a str,
     budget: bool,
+    /// The learning state's version the worker holds: the reply carries the state only
+    /// when it is another.
     expected: u64,
-    claim: f64,
-    /// How far ahead of the server's clock the claim may be (ms).
+    /// How far ahead of the server's clock the host's next slot may be for the lease to be
+    /// granted (ms).
     ahead: f64,
-    /// The fleet time the send is booked for (budget leases).
-    at: f64,
-    state: String,
+    /// The least time ahead of the server's clock the send is booked (ms): the look-ahead.
+    look: f64,
+    /// The gap's share of the interval (see `state::gap_factor`).
+    factor: f64,
+    /// The host's interval, slack and floor from the worker's machine, for a host whose
+    /// pacing record does not exist yet: `iv,sl,cd`.
+    init: String,
     concurrency: u32,
     /// The lease number this lease gets if granted.
     number: u64,
@@ -234,6 +261,8 @@ struct Leased {
     member: Vec<u8>,
     /// The host's requests in flight fleet-wide, as the answer counted them.
     in_flight: u64,
+    /// The send time Redis booked (granted leases with a budget).
+    at: f64,
 }
 
 /// A [`QueueStore`](crawler_sched::QueueStore) in Redis shared by a fleet of workers, and (through
@@ -299,6 +328,10 @@ impl RedisStore {
             last_renew: std::time::Instant::now(),
             lens: HashMap::new(),
             states: HashMap::new(),
+            learned: HashMap::new(),
+            pacing: HashMap::new(),
+            ops: Vec::new(),
+            op_slots: HashMap::new(),
             committed: HashMap::new(),
             deferred: HashMap::new(),
             commits_sent: Vec::new(),
@@ -392,6 +425,8 @@ impl RedisStore {
     /// every shard of the job (so a Redis that forgot or rolled back is noticed at once).
     pub fn flush(&self) -> Result<(), Error> {
         let mut inner = lock(&self.inner);
+        // Everything learned so far goes too.
+        inner.fold_deferred(true);
         inner.step(Ask {
             lease: None,
             sync: true,

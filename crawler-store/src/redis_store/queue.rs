@@ -16,6 +16,24 @@ use crate::error::Error;
 const FULL_BACKOFF_FIRST: std::time::Duration = std::time::Duration::from_millis(5);
 const FULL_BACKOFF_CAP: std::time::Duration = std::time::Duration::from_millis(80);
 
+/// How many of the host's intervals ahead a lease may take a slot (see [`lease_horizon`]).
+const HORIZON_SLOTS: f64 = 4.0;
+/// ... and at most this far ahead (ms), so a slow host's lease is not held for long.
+const HORIZON_CAP_MS: f64 = 2_000.0;
+
+/// How far ahead of the host's next slot a lease is asked for (ms): the look-ahead the
+/// budget allows ([`crawler_sched::lease_ahead`]), or a few of the host's intervals. The
+/// wider horizon is what keeps workers sharing a host from being refused: each of them
+/// last heard the slot the others have since booked, and Redis gives it the next free one
+/// (held by the frontier until its time) rather than send it away to ask again.
+fn lease_horizon(m: &crawler_sched::politeness::HostMachine, ahead_ms: f64) -> f64 {
+    let ahead = crawler_sched::lease_ahead(m, ahead_ms);
+    if ahead <= 0.0 {
+        return ahead;
+    }
+    ahead.max((HORIZON_SLOTS * m.interval_ms()).min(HORIZON_CAP_MS))
+}
+
 /// The fleet-wide concurrency a lease asks Redis to keep (`None`: no budget, no cap).
 fn concurrency_of(params: &Option<crawler_sched::politeness::Params>) -> u32 {
     params.as_ref().map_or(u32::MAX, |p| p.concurrency.max(1))
@@ -61,11 +79,11 @@ impl QueueStore for RedisStore {
         Ok(())
     }
 
-    /// With a budget, the send is booked in the host's shared state in the same atomic
-    /// step as the lease: the worker runs the host's machine on the state it last heard,
-    /// and Redis commits the result only if nobody changed the state in between and its
-    /// own clock agrees the send is due (otherwise the fresher state comes back and the
-    /// worker decides again).
+    /// With a budget, the send is booked in the host's pacing record in the same atomic
+    /// step as the lease, by the step script itself (see `lua`): the worker only says how
+    /// far ahead of the host's next slot it will take a lease. So a lease never loses a
+    /// race with another worker's: it takes the next free slot, or is refused while the host
+    /// is held, its next slot is further off, or its fleet-wide concurrency is in flight.
     fn lease(&mut self, host: &str) -> Result<Option<(u64, Request)>, crawler_sched::Error> {
         let mut inner = lock(&self.inner);
         // The host had its fleet-wide concurrency in flight a moment ago: the frontier
@@ -79,108 +97,79 @@ impl QueueStore for RedisStore {
         {
             return Ok(None);
         }
-        let mut leased = None;
-        // The changes of the outcomes this lease carries; logged once it is committed.
-        let mut audit = Vec::new();
-        for _ in 0..8 {
-            let params = inner.params_for(host).cloned();
-            let ask = match &params {
-                Some(params) if !inner.skipped_here.contains(host) => {
-                    let (mut m, expected) = inner.machine(host, params);
-                    let now = inner.now_ms();
-                    // Routine outcomes waiting for this host ride with the lease.
-                    for (fb, at) in inner.deferred.get(host).into_iter().flatten() {
-                        let _ = crawler_sched::apply_feedback(&mut m, fb, *at, now);
-                    }
-                    audit = m.take_audit();
-                    let claim = m.ready_at();
-                    let ahead = crawler_sched::lease_ahead(&m, inner.lease_ahead_ms);
+        let params = inner.params_for(host).cloned();
+        let number = inner.next_lease + 1;
+        let ask = match &params {
+            Some(params) if !inner.skipped_here.contains(host) => {
+                let (m, expected) = inner.machine(host, params);
+                let now = inner.now_ms();
+                let claim = m.ready_at();
+                let look = crawler_sched::lease_ahead(&m, inner.lease_ahead_ms);
+                let ahead = lease_horizon(&m, inner.lease_ahead_ms);
+                if claim > now + ahead + 1.0 {
+                    // Not due (less the look-ahead) by what this worker last heard; the
+                    // throttle's ready time says when to come back.
+                    return Ok(None);
+                }
+                let (iv, sl, cd) = super::state::pace_of(&m);
+                LeaseAsk {
+                    host,
+                    budget: true,
+                    expected,
+                    ahead,
+                    look,
+                    factor: super::state::gap_factor(&m, number),
+                    init: format!("{iv:.3},{sl:.3},{cd:.3}"),
                     // The configured cap, fleet-wide: pacing keeps the rate, and every
                     // worker gets a share of the host's requests to parse.
-                    let concurrency = params.concurrency.max(1);
-                    if claim > now + ahead + 1.0 {
-                        // Not due (less the look-ahead) by what this worker last heard; the
-                        // throttle's ready time says when to come back. (Requests in flight fleet-wide are
-                        // counted by Redis, which also gets this worker's acknowledgements
-                        // in the same step.)
-                        return Ok(None);
-                    }
-                    // Booked at the slot, and never sooner than the look-ahead from now, even
-                    // when the slot has passed: the worker holds the request until then
-                    // (FleetFrontier), so it leaves on time whatever the reply's delay. A
-                    // send booked for now would leave late by that delay, and the next
-                    // worker's, on time, would follow it closer than the interval.
-                    let at = claim.max(now + ahead);
-                    m.on_send(at);
-                    let state = serde_json::to_string(m.state()).map_err(|e| {
-                        inner.bad(&format!("cannot encode a politeness state: {e}"))
-                    })?;
-                    LeaseAsk {
-                        host,
-                        budget: true,
-                        expected,
-                        claim,
-                        ahead,
-                        at,
-                        state,
-                        concurrency,
-                        number: inner.next_lease + 1,
-                    }
-                }
-                _ => LeaseAsk {
-                    host,
-                    budget: false,
-                    expected: 0,
-                    claim: 0.0,
-                    ahead: 0.0,
-                    at: 0.0,
-                    state: String::new(),
-                    concurrency: u32::MAX,
-                    number: inner.next_lease + 1,
-                },
-            };
-            let booked = ask.budget.then_some(ask.at);
-            let answer = inner.step(Ask {
-                lease: Some(ask),
-                sync: false,
-                peek: None,
-            })?;
-            inner.booked = match (&answer, booked) {
-                (Some(l), Some(at)) if l.code == 1 => Some((l.id, at)),
-                _ => None,
-            };
-            if answer.as_ref().is_some_and(|l| l.code == 1) {
-                // The lease's commit carried them.
-                inner.deferred.remove(host);
-                crawler_sched::log_changes(
-                    host,
-                    std::mem::take(&mut audit),
-                    &mut Default::default(),
-                );
-            }
-            if let Some(l) = &answer
-                && l.code == 2
-                && l.in_flight >= u64::from(concurrency_of(&params))
-            {
-                // Doubling while the host stays full, from the first wait to the cap.
-                let wait = inner
-                    .full
-                    .get(host)
-                    .map_or(FULL_BACKOFF_FIRST, |(_, w)| (*w * 2).min(FULL_BACKOFF_CAP));
-                inner
-                    .full
-                    .insert(host.to_owned(), (std::time::Instant::now() + wait, wait));
-            } else {
-                inner.full.remove(host);
-            }
-            match answer {
-                Some(l) if l.code == 4 => continue,
-                other => {
-                    leased = other;
-                    break;
+                    concurrency: params.concurrency.max(1),
+                    number,
                 }
             }
+            _ => LeaseAsk {
+                host,
+                budget: false,
+                expected: 0,
+                ahead: 0.0,
+                look: 0.0,
+                factor: 1.0,
+                init: String::new(),
+                concurrency: u32::MAX,
+                number,
+            },
+        };
+        let budget = ask.budget;
+        let answer = inner.step(Ask {
+            lease: Some(ask),
+            sync: false,
+            peek: None,
+        })?;
+        // A send booked for later than now is held by the frontier until its time; a host
+        // without a pace has no time to keep (its request goes at once).
+        let paced = inner
+            .pacing
+            .get(host)
+            .is_some_and(|p| p.interval.unwrap_or(0.0) > 0.0);
+        inner.booked = match &answer {
+            Some(l) if l.code == 1 && budget && paced => Some((l.id, l.at)),
+            _ => None,
+        };
+        if let Some(l) = &answer
+            && l.code == 2
+            && l.in_flight >= u64::from(concurrency_of(&params))
+        {
+            // Doubling while the host stays full, from the first wait to the cap.
+            let wait = inner
+                .full
+                .get(host)
+                .map_or(FULL_BACKOFF_FIRST, |(_, w)| (*w * 2).min(FULL_BACKOFF_CAP));
+            inner
+                .full
+                .insert(host.to_owned(), (std::time::Instant::now() + wait, wait));
+        } else {
+            inner.full.remove(host);
         }
+        let leased = answer;
         let Some(leased) = leased else {
             return Ok(None);
         };

@@ -10,11 +10,16 @@ use redis::Value;
 use super::link::{Call, Purpose};
 use super::reply::{float_at, int, int_at, text};
 use super::{Ask, Inner, Leased};
+use crawler_sched::politeness::HostMachine;
 use crate::error::Error;
 use crawler_sched::FleetStatus;
 
 /// Arguments of a section that asks for no lease (the lease block's placeholders).
-const NO_LEASE: [&str; 9] = ["", "0", "0", "0", "0", "0", "", "0", ""];
+const NO_LEASE: [&str; 9] = ["", "0", "0", "0", "0", "1", "", "0", ""];
+
+/// A learning commit as sent: host, expected version, state JSON, pacing merge (see
+/// `state::merge_arg`).
+type SentState = (String, u64, String, String);
 
 /// What one section (one shard) of a step carries, as indexes into the buffers.
 #[derive(Default)]
@@ -23,6 +28,7 @@ struct Section {
     acks: Vec<usize>,
     renews: Vec<u64>,
     commits: Vec<usize>,
+    ops: Vec<usize>,
     lease: bool,
     sync: bool,
     peek: bool,
@@ -53,8 +59,7 @@ impl Inner {
         if let Some(detail) = &self.lost {
             return Err(Error::redis_lost(&self.link.shown, &self.job.name, detail));
         }
-        let lease_host = ask.lease.as_ref().map(|l| l.host.to_owned());
-        self.fold_deferred(lease_host.as_deref());
+        self.fold_deferred(false);
         let renew = self.last_renew.elapsed() >= self.timeout / 4 && !self.open_leases.is_empty();
 
         let mut sections: BTreeMap<usize, Section> = BTreeMap::new();
@@ -81,6 +86,10 @@ impl Inner {
             let shard = self.layout.shard_of(&c.host);
             sections.entry(shard).or_default().commits.push(i);
         }
+        for (i, op) in self.ops.iter().enumerate() {
+            let shard = self.layout.shard_of(&op.host);
+            sections.entry(shard).or_default().ops.push(i);
+        }
         if let Some(l) = &ask.lease {
             sections
                 .entry(self.layout.shard_of(l.host))
@@ -96,11 +105,18 @@ impl Inner {
             }
         }
 
-        let mut states = Vec::with_capacity(self.commits.len());
+        let mut states: Vec<SentState> = Vec::with_capacity(self.commits.len());
         for c in &self.commits {
             let json = serde_json::to_string(&c.state)
                 .map_err(|e| self.bad(&format!("cannot encode a politeness state: {e}")))?;
-            states.push((c.host.clone(), c.expected, json));
+            let merge = match self.params_for(&c.host) {
+                Some(params) => {
+                    let m = HostMachine::with_state(params.clone(), c.state.clone());
+                    super::state::merge_arg(&m, self.heard(&c.host).as_ref())
+                }
+                None => String::new(),
+            };
+            states.push((c.host.clone(), c.expected, json, merge));
         }
         let order: Vec<usize> = sections.keys().copied().collect();
         let bodies: Vec<Vec<Vec<u8>>> = sections
@@ -188,6 +204,13 @@ impl Inner {
             sent_pushes.entry(shard).or_default().push(push);
         }
         self.commits_sent = self.commits.drain(..).map(|c| (c.host, c.folded)).collect();
+        let sent_ops: Vec<usize> = sections.values().flat_map(|s| s.ops.clone()).collect();
+        let mut i = 0;
+        self.ops.retain(|_| {
+            i += 1;
+            !sent_ops.contains(&(i - 1))
+        });
+        self.op_slots.clear();
         if renew {
             self.last_renew = std::time::Instant::now();
         }
@@ -276,7 +299,7 @@ impl Inner {
         shard: usize,
         sec: &Section,
         ask: &Ask<'_>,
-        states: &[(String, u64, String)],
+        states: &[SentState],
     ) -> Vec<Vec<u8>> {
         let n = |k: usize| k.to_string().into_bytes();
         let mut args = vec![
@@ -314,6 +337,15 @@ impl Inner {
             args.push(c.expected.to_string().into_bytes());
             args.push(states[i].2.clone().into_bytes());
             args.push(c.skip.clone().into_bytes());
+            args.push(states[i].3.clone().into_bytes());
+        }
+        args.push(n(sec.ops.len()));
+        for &i in &sec.ops {
+            let op = &self.ops[i];
+            args.push(op.host.clone().into_bytes());
+            args.push(op.kind.as_bytes().to_vec());
+            args.push(format!("{:.3}", op.at).into_bytes());
+            args.push(format!("{:.6}", op.factor).into_bytes());
         }
         match ask.lease.as_ref().filter(|_| sec.lease) {
             Some(l) => {
@@ -326,9 +358,9 @@ impl Inner {
                     b"0".to_vec()
                 });
                 args.push(l.expected.to_string().into_bytes());
-                args.push(format!("{:.3}", l.claim).into_bytes());
-                args.push(format!("{:.3}", l.ahead).into_bytes());
-                args.push(l.state.clone().into_bytes());
+                args.push(format!("{:.3},{:.3}", l.ahead, l.look).into_bytes());
+                args.push(format!("{:.6}", l.factor).into_bytes());
+                args.push(l.init.clone().into_bytes());
                 args.push(l.concurrency.to_string().into_bytes());
                 args.push(self.job.lease_id(l.number).into_bytes());
             }
@@ -339,13 +371,12 @@ impl Inner {
         } else {
             b"0".to_vec()
         });
-        args.push(
-            ask.peek
-                .filter(|_| sec.peek)
-                .unwrap_or("")
-                .as_bytes()
-                .to_vec(),
-        );
+        let peek = ask.peek.filter(|_| sec.peek);
+        args.push(peek.unwrap_or("").as_bytes().to_vec());
+        let known = peek
+            .and_then(|h| self.learned.get(h))
+            .map_or(0, |(_, v)| *v);
+        args.push(known.to_string().into_bytes());
         args
     }
 
@@ -381,7 +412,7 @@ return 1";
         shards: &[usize],
         reply: Value,
         (before, after): (f64, f64),
-        sent_states: &[(String, u64, String)],
+        sent_states: &[SentState],
         sent_pushes: &mut BTreeMap<usize, Vec<super::Push>>,
         merged: &mut Merged,
     ) -> Result<(), Error> {
@@ -403,8 +434,8 @@ return 1";
             let Value::Array(section) = section else {
                 return Err(self.bad("a section of the step's reply is not an array"));
             };
-            let [dups, reclaimed, lease, cas, sync, had, steps, peek] =
-                <[Value; 8]>::try_from(section)
+            let [dups, reclaimed, lease, cas, sync, had, steps, peek, ops] =
+                <[Value; 9]>::try_from(section)
                     .map_err(|_| self.bad("a section of the step's reply has the wrong size"))?;
             let (had, steps) = (int(&had), int(&steps));
             let last = self.job.steps.get(shard).copied().unwrap_or(0);
@@ -421,6 +452,7 @@ return 1";
             merged.dups += int(&dups);
             merged.reclaimed += int(&reclaimed);
             self.apply_cas(cas, sent_states);
+            self.apply_ops(ops);
             if let Value::Array(l) = &lease
                 && int_at(l, 0) != -1
             {
@@ -444,21 +476,36 @@ return 1";
         Ok(())
     }
 
-    fn apply_cas(&mut self, cas: Value, sent_states: &[(String, u64, String)]) {
+    fn apply_ops(&mut self, ops: Value) {
+        let Value::Array(results) = ops else { return };
+        for r in results {
+            let Value::Array(f) = r else { continue };
+            let host = text(f.first());
+            let slot = float_at(&f, 1);
+            let version = self.learned.get(&host).map_or(0, |(_, v)| *v);
+            self.remember(&host, version, "", &text(f.get(2)));
+            self.op_slots.insert(host, slot);
+        }
+    }
+
+    fn apply_cas(&mut self, cas: Value, sent_states: &[SentState]) {
         let Value::Array(results) = cas else { return };
         for r in results {
             let Value::Array(f) = r else { continue };
             let host = text(f.first());
             let ok = int_at(&f, 1) == 1;
             let version = int_at(&f, 2).unsigned_abs();
+            let pacing = text(f.get(4));
             if ok {
-                if let Some((_, _, json)) = sent_states.iter().rev().find(|(h, _, _)| *h == host) {
+                if let Some((_, _, json, _)) =
+                    sent_states.iter().rev().find(|(h, _, _, _)| *h == host)
+                {
                     let json = json.clone();
-                    self.remember(&host, version, &json);
+                    self.remember(&host, version, &json, &pacing);
                 }
             } else {
                 let state = text(f.get(3));
-                self.remember(&host, version, &state);
+                self.remember(&host, version, &state, &pacing);
             }
             if !ok && let Some(pos) = self.commits_sent.iter().position(|(h, _)| *h == host) {
                 let (_, folded) = self.commits_sent.swap_remove(pos);
@@ -516,7 +563,7 @@ return 1";
         if let (Some(host), Some(Value::Array(p))) = (ask.peek, &merged.peek) {
             let version = int_at(p, 0).unsigned_abs();
             let state = text(p.get(1));
-            self.remember(host, version, &state);
+            self.remember(host, version, &state, &text(p.get(3)));
             if int_at(p, 2) == 1 {
                 self.skipped_here.insert(host.to_owned());
             }
@@ -542,13 +589,9 @@ return 1";
         );
         self.lens.insert(host.to_owned(), left);
         if ask.budget {
-            if code == 1 {
-                self.remember(host, version, &ask.state);
-            } else {
-                let state = text(l.get(5));
-                self.remember(host, version, &state);
-            }
+            self.remember(host, version, &text(l.get(5)), &text(l.get(8)));
         }
+        let at = float_at(&l, 7);
         let member = match l.get(2) {
             Some(Value::BulkString(b)) => b.clone(),
             _ => Vec::new(),
@@ -559,6 +602,7 @@ return 1";
             id: ask.number,
             member,
             in_flight,
+            at,
         }))
     }
 
