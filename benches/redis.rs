@@ -7,7 +7,14 @@
 //! cargo bench --bench redis                    # 50 hosts x 100 books
 //! REDIS_BENCH_HOSTS=20 REDIS_BENCH_BOOKS=100 cargo bench --bench redis
 //! REDIS_BENCH_RUNS=1,2 cargo bench --bench redis   # only the four-worker runs
+//! REDIS_BENCH_HOT=4,16 REDIS_BENCH_BOOKS=300 cargo bench --bench redis  # one hot host
 //! ```
+//!
+//! `REDIS_BENCH_HOT` (worker counts) measures instead how leases contend on one paced host
+//! (a fixed 10 ms delay, four requests in flight fleet-wide) that every worker leases from:
+//! round trips per page by purpose, lease answers per page (granted, "not yet": the
+//! host's next slot was further off than the lease may reach, or its concurrency was in
+//! flight), and the bytes each lease sent and received besides the request it hands out.
 //!
 //! Needs `redis-server` and `redis-cli` on the PATH; starts its own server and cluster
 //! (three masters, no replicas) on free loopback ports. Workers are this binary re-run as
@@ -68,6 +75,10 @@ fn main() {
         child();
         return;
     }
+    if let Ok(counts) = std::env::var("REDIS_BENCH_HOT") {
+        hot(&counts, env_or("REDIS_BENCH_BOOKS", 300));
+        return;
+    }
     let hosts = env_or("REDIS_BENCH_HOSTS", 50);
     let books = env_or("REDIS_BENCH_BOOKS", 100);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -122,6 +133,7 @@ fn main() {
         let mut trips = 0u64;
         let mut commands = 0u64;
         let mut by_purpose = [0u64; PURPOSES.len()];
+        let mut lease = Leases::default();
         for c in children {
             let out = finish(c, started);
             let text = String::from_utf8_lossy(&out.stdout);
@@ -139,6 +151,7 @@ fn main() {
             for (i, p) in PURPOSES.iter().enumerate() {
                 by_purpose[i] += field(p);
             }
+            lease.add(&field);
         }
         let secs = started.elapsed().as_secs_f64();
         // What the job leaves once done: its seen sets, host states and stats.
@@ -156,8 +169,9 @@ fn main() {
             .map(|(p, n)| format!("{p} {:.2}", n as f64 / pages.max(1) as f64))
             .collect();
         breakdown.push(format!(
-            "{name}, {workers} workers: {}",
-            per_page.join(", ")
+            "{name}, {workers} workers: {}; {}",
+            per_page.join(", "),
+            lease.show(pages)
         ));
     }
     println!("\nRound trips per page by purpose:\n");
@@ -188,16 +202,121 @@ fn finish(mut c: Child, started: Instant) -> std::process::Output {
     c.wait_with_output().unwrap()
 }
 
+/// Lease answers and bytes, summed over the workers.
+#[derive(Default)]
+struct Leases {
+    granted: u64,
+    not_yet: u64,
+    asked: u64,
+    sent: u64,
+    received: u64,
+}
+
+impl Leases {
+    fn add(&mut self, field: &dyn Fn(&str) -> u64) {
+        self.granted += field("lease_granted");
+        self.not_yet += field("lease_not_yet");
+        self.asked += field("leases");
+        self.sent += field("lease_sent");
+        self.received += field("lease_received");
+    }
+
+    fn show(&self, pages: u64) -> String {
+        let pages = pages.max(1) as f64;
+        let asked = self.asked.max(1) as f64;
+        format!(
+            "lease answers per page: granted {:.2}, not yet {:.2}; bytes per lease: {:.0} \
+             sent, {:.0} received",
+            self.granted as f64 / pages,
+            self.not_yet as f64 / pages,
+            self.sent as f64 / asked,
+            self.received as f64 / asked
+        )
+    }
+}
+
+/// One hot host: every worker leases from the same paced lab host (see the module docs).
+fn hot(counts: &str, books: usize) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let lab = rt.block_on(async { Lab::builder().books(books).start().await.unwrap() });
+    let redis = Redis::start();
+    println!("One hot host: {books} books, a fixed 10 ms delay, 4 in flight fleet-wide\n");
+    println!(
+        "| workers | pages | seconds | pages/s | round trips/page | by purpose | leases |"
+    );
+    println!("|---:|---:|---:|---:|---:|---|---|");
+    for (run, workers) in counts
+        .split(',')
+        .filter_map(|n| n.trim().parse::<usize>().ok())
+        .enumerate()
+    {
+        lab.reset();
+        let job = format!("hot-{run}");
+        let started = Instant::now();
+        let children: Vec<Child> = (0..workers)
+            .map(|_| {
+                let mut c = command(&redis.url(), &job, &[lab.url()]);
+                c.env("REDIS_BENCH_PACED", "1");
+                c.spawn().unwrap()
+            })
+            .collect();
+        let (mut pages, mut trips) = (0u64, 0u64);
+        let mut by_purpose = [0u64; PURPOSES.len()];
+        let mut lease = Leases::default();
+        for c in children {
+            let out = finish(c, started);
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success(), "a worker failed: {text}");
+            let line = text.lines().find(|l| l.starts_with("BENCH")).unwrap();
+            let field = |name: &str| -> u64 {
+                line.split_whitespace()
+                    .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap()
+            };
+            pages += field("pages");
+            trips += field("trips");
+            for (i, p) in PURPOSES.iter().enumerate() {
+                by_purpose[i] += field(p);
+            }
+            lease.add(&field);
+        }
+        let secs = started.elapsed().as_secs_f64();
+        let per_page: Vec<String> = PURPOSES
+            .iter()
+            .zip(by_purpose)
+            .map(|(p, n)| format!("{p} {:.2}", n as f64 / pages.max(1) as f64))
+            .collect();
+        println!(
+            "| {workers} | {pages} | {secs:.1} | {:.0} | {:.2} | {} | {} |",
+            pages as f64 / secs,
+            trips as f64 / pages.max(1) as f64,
+            per_page.join(", "),
+            lease.show(pages)
+        );
+    }
+    drop(redis);
+    rt.block_on(lab.shutdown());
+}
+
 fn spawn(url: &str, job: &str, urls: &[String]) -> Child {
-    Command::new(std::env::current_exe().unwrap())
+    command(url, job, urls).spawn().unwrap()
+}
+
+fn command(url: &str, job: &str, urls: &[String]) -> Command {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c
         .env("REDIS_BENCH_CHILD", "1")
         .env("REDIS_BENCH_URL", url)
         .env("REDIS_BENCH_JOB", job)
         .env("REDIS_BENCH_STARTS", urls.join(" "))
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
+        .stderr(Stdio::null());
+    c
 }
 
 fn child() {
@@ -211,14 +330,17 @@ fn child() {
         .split(' ')
         .map(str::to_owned)
         .collect();
+    let paced = std::env::var_os("REDIS_BENCH_PACED").is_some();
     let stats = rt
         .block_on(
             Crawl::new(Many(starts))
                 .set("redis_url", std::env::var("REDIS_BENCH_URL").unwrap())
                 .set("job_name", std::env::var("REDIS_BENCH_JOB").unwrap())
-                // Open hosts: pacing out of the way, so coordination is what is measured.
+                // Open hosts: pacing out of the way, so coordination is what is measured;
+                // the hot host is paced, so every lease books a slot.
                 .set("throttle", "fixed")
-                .set("download_delay", "0s")
+                .set("download_delay", if paced { "10ms" } else { "0s" })
+                .set("randomize_delay", "false")
                 .set("max_rate", "1000")
                 .set("concurrency", "32")
                 .set("concurrency_per_host", "4")
@@ -230,11 +352,18 @@ fn child() {
         .iter()
         .map(|(what, n)| format!("{}={n}", what.replace(' ', "_")))
         .collect();
+    let answers: Vec<String> = crawler::store::redis_lease_answers()
+        .iter()
+        .map(|(what, n)| format!("lease_{}={n}", what.replace(' ', "_")))
+        .collect();
+    let (leases, sent, received) = crawler::store::redis_lease_bytes();
     println!(
-        "BENCH pages={} trips={} commands={} {}",
+        "BENCH pages={} trips={} commands={} {} {} leases={leases} lease_sent={sent} \
+         lease_received={received}",
         stats.fetched,
         crawler::store::redis_round_trips(),
         crawler::store::redis_commands(),
-        purposes.join(" ")
+        purposes.join(" "),
+        answers.join(" ")
     );
 }

@@ -262,8 +262,8 @@ pub use error::Error;
 pub use options::StoreOptions;
 #[cfg(feature = "redis")]
 pub use redis_store::{
-    RedisBudget, RedisFleet, RedisOptions, RedisStore, redis_commands, redis_round_trips,
-    redis_round_trips_by_purpose,
+    RedisBudget, RedisFleet, RedisOptions, RedisStore, redis_commands, redis_lease_answers,
+    redis_lease_bytes, redis_round_trips, redis_round_trips_by_purpose,
 };
 pub use sled_store::SledStore;
 pub use validators::{ValidatorStore, Validators};

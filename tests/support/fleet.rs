@@ -63,7 +63,7 @@ pub async fn child_worker_main() {
     }
     match crawl.run().await {
         Ok(stats) => println!(
-            "CHILD_STATS fetched={} items={} pending={} round_trips={} commands={} {}",
+            "CHILD_STATS fetched={} items={} pending={} round_trips={} commands={} {} {} {}",
             stats.fetched,
             stats.items_scraped,
             stats.pending,
@@ -73,7 +73,16 @@ pub async fn child_worker_main() {
                 .iter()
                 .map(|(what, n)| format!("trips_{}={n}", what.replace(' ', "_")))
                 .collect::<Vec<_>>()
-                .join(" ")
+                .join(" "),
+            crawler::store::redis_lease_answers()
+                .iter()
+                .map(|(what, n)| format!("lease_{}={n}", what.replace(' ', "_")))
+                .collect::<Vec<_>>()
+                .join(" "),
+            {
+                let (leases, sent, received) = crawler::store::redis_lease_bytes();
+                format!("leases={leases} lease_sent={sent} lease_received={received}")
+            }
         ),
         Err(e) => {
             println!("CHILD_ERROR {e}");
@@ -208,6 +217,25 @@ pub fn trips_by_purpose(lines: &[String]) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+        + &lease_costs(lines)
+}
+
+/// What the leases cost, summed over the workers' stats lines: answers by kind per page, and
+/// the politeness and lease bytes each lease sent and received (the request it hands out
+/// aside).
+fn lease_costs(lines: &[String]) -> String {
+    let sum = |name: &str| -> u64 { lines.iter().map(|l| field(l, name)).sum() };
+    let pages = sum("fetched").max(1) as f64;
+    let leases = sum("leases").max(1) as f64;
+    format!(
+        "; lease answers per page: granted {:.2}, not yet {:.2}, empty {:.2}; bytes per \
+         lease: {:.0} sent, {:.0} received",
+        sum("lease_granted") as f64 / pages,
+        sum("lease_not_yet") as f64 / pages,
+        sum("lease_empty") as f64 / pages,
+        sum("lease_sent") as f64 / leases,
+        sum("lease_received") as f64 / leases,
+    )
 }
 
 /// Items per book URL across every worker's feed.

@@ -113,8 +113,10 @@ const MAX_HELD: usize = 64;
 /// How long before a held request's slot its host's state is read again, for a hold another
 /// worker placed after the lease. Holds placed later than that are missed, as a hold placed
 /// between a lease and its send always was; the lead covers a round trip to the store, so
-/// the re-read rarely delays the send.
-const CONFIRM_LEAD_MS: f64 = 10.0;
+/// the re-read rarely delays the send. A read of the host's state that came back within
+/// this of the slot anyway (the lease's own reply, say) is as fresh: a [`Fleet`] may answer
+/// [`Fleet::still_clear`] from it without another round trip.
+pub const CONFIRM_LEAD_MS: f64 = 10.0;
 
 impl<S: QueueStore> FleetFrontier<S> {
     /// Wrap `inner`, whose store is shared; `fleet` reports on the other workers.

@@ -37,7 +37,7 @@ use crate::politeness::{HostMachine, HostState, Params, Verdict};
 mod fleet;
 mod throttle;
 
-pub use fleet::{Fleet, FleetFrontier, FleetStatus, Missed};
+pub use fleet::{CONFIRM_LEAD_MS, Fleet, FleetFrontier, FleetStatus, Missed};
 pub use throttle::SharedThrottle;
 
 /// A host's machine state as the shared store holds it.

@@ -100,6 +100,19 @@ impl Fleet for RedisFleet {
         if inner.params_for(host).is_none() {
             return true;
         }
+        // The host's record came back within the confirming lead of the slot already (this
+        // worker's own lease of it, say): as fresh as the read would be.
+        let fresh = inner
+            .heard_at
+            .get(host)
+            .is_some_and(|&t| t >= at - crawler_sched::CONFIRM_LEAD_MS);
+        if fresh {
+            return !inner.skipped_here.contains(host)
+                && inner
+                    .states
+                    .get(host)
+                    .is_none_or(|v| v.state.hold_until <= at);
+        }
         let read = inner.step(Ask {
             lease: None,
             sync: false,

@@ -80,6 +80,49 @@ pub fn redis_round_trips_by_purpose() -> [(&'static str, u64); 5] {
     std::array::from_fn(|i| (PURPOSES[i], BY_PURPOSE[i].load(Ordering::Relaxed)))
 }
 
+/// Lease answers by code: not granted because the queue was empty (0), granted (1), not
+/// yet (2: the host's next slot is further off than the lease may reach, or its fleet-wide
+/// concurrency is in flight), host skipped (3).
+const ANSWERS: [&str; 4] = ["empty", "granted", "not yet", "skipped"];
+static LEASE_ANSWERS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+/// Bytes of the lease part of the steps that asked for one: sent (the lease's arguments)
+/// and received (the answer without the request itself).
+static LEASE_BYTES: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
+
+/// Lease answers this process received so far, by kind: `empty` (nothing queued),
+/// `granted`, `not yet` (the host's next slot is further off than a lease may reach, or
+/// its fleet-wide concurrency is in flight: the worker asks again later) and `skipped`.
+/// A lease books its send in Redis itself, so there is no answer for a lost race.
+pub fn redis_lease_answers() -> [(&'static str, u64); 4] {
+    std::array::from_fn(|i| (ANSWERS[i], LEASE_ANSWERS[i].load(Ordering::Relaxed)))
+}
+
+/// Bytes of politeness and lease bookkeeping per lease asked, summed over the leases this
+/// process asked for: (leases, bytes sent, bytes received). Sent: the lease's arguments
+/// (host, versions, look-ahead, pacing defaults, lease id); received: the answer without
+/// the request itself (code, counts, the host's pacing record, and the learning state only
+/// when it changed since this worker last heard it).
+pub fn redis_lease_bytes() -> (u64, u64, u64) {
+    let asked = LEASE_ANSWERS
+        .iter()
+        .map(|a| a.load(Ordering::Relaxed))
+        .sum();
+    (
+        asked,
+        LEASE_BYTES[0].load(Ordering::Relaxed),
+        LEASE_BYTES[1].load(Ordering::Relaxed),
+    )
+}
+
+/// Count one lease answer of `code` whose lease part took `sent` and `received` bytes.
+pub(crate) fn count_lease(code: i64, sent: usize, received: usize) {
+    if let Some(a) = usize::try_from(code).ok().and_then(|c| LEASE_ANSWERS.get(c)) {
+        a.fetch_add(1, Ordering::Relaxed);
+    }
+    LEASE_BYTES[0].fetch_add(sent as u64, Ordering::Relaxed);
+    LEASE_BYTES[1].fetch_add(received as u64, Ordering::Relaxed);
+}
+
 /// How long one command may take before the connection is judged broken. Every step is one
 /// short script, so this is generous, and it bounds how long a stop request can wait on a
 /// server that hangs rather than refuses.
@@ -396,23 +439,34 @@ impl Link {
     }
 
     /// Run the step script once per call, all calls at once (each routed by its first key
-    /// in a cluster), retrying those that failed for up to `retry_for`. The replies are in
-    /// the order of `calls`.
+    /// in a cluster), with `extra` (a command whose reply does not matter) alongside,
+    /// retrying those that failed for up to `retry_for`. The replies are in the order of
+    /// `calls`.
     pub(crate) fn scripts(
         &mut self,
         calls: &[Call],
+        extra: Option<&Cmd>,
         what: &'static str,
         purpose: Purpose,
     ) -> Result<Vec<Value>, Error> {
         let mut done: Vec<Option<Value>> = vec![None; calls.len()];
+        let mut extra = extra.cloned();
         self.retrying(what, |link| {
             let conn = link.conn()?;
             let pending: Vec<usize> = (0..calls.len()).filter(|&i| done[i].is_none()).collect();
             let jobs: Vec<(usize, Call)> = pending.iter().map(|&i| (i, calls[i].clone())).collect();
             let (hash, source) = (link.hash.clone(), link.source);
-            let replies = link
+            let side = extra.clone();
+            let sent = pending.len() as u64 + u64::from(side.is_some());
+            let (replies, side) = link
                 .io
                 .run(async move {
+                    let side = async {
+                        match side {
+                            Some(cmd) => Some(conn.clone().send(&cmd).await),
+                            None => None,
+                        }
+                    };
                     let mut set = tokio::task::JoinSet::new();
                     for (i, call) in jobs {
                         let mut conn = conn.clone();
@@ -423,22 +477,26 @@ impl Link {
                             (i, r, reloaded)
                         });
                     }
+                    let side = side.await;
                     let mut out = Vec::new();
                     while let Some(joined) = set.join_next().await {
                         if let Ok(r) = joined {
                             out.push(r);
                         }
                     }
-                    out
+                    (out, side)
                 })
                 .ok_or_else(io_thread_gone)?;
             let reloads = replies.iter().filter(|(_, _, r)| *r).count() as u64;
-            link.count(
-                1 + u64::from(reloads > 0),
-                pending.len() as u64 + reloads,
-                purpose,
-            );
+            link.count(1 + u64::from(reloads > 0), sent + reloads, purpose);
             let mut first_error = None;
+            match side {
+                Some(Err(e)) => {
+                    first_error = Some(e);
+                }
+                Some(Ok(_)) => extra = None,
+                None => {}
+            }
             for (i, r, _) in replies {
                 match r {
                     Ok(v) => done[i] = Some(v),

@@ -54,7 +54,10 @@ mod reply;
 mod state;
 mod step;
 
-pub use link::{redis_commands, redis_round_trips, redis_round_trips_by_purpose};
+pub use link::{
+    redis_commands, redis_lease_answers, redis_lease_bytes, redis_round_trips,
+    redis_round_trips_by_purpose,
+};
 
 /// How to reach Redis and which crawl to join.
 #[derive(Debug, Clone)]
@@ -177,6 +180,8 @@ struct Inner {
     stats: Option<String>,
     /// Leases held, with the shard of each.
     open_leases: HashMap<u64, usize>,
+    /// The host of each lease held (budget hosts only).
+    lease_hosts: HashMap<u64, String>,
     last_renew: std::time::Instant,
     lens: HashMap<String, usize>,
     /// Each host's politeness state as last heard: its learning state with its pacing
@@ -184,8 +189,9 @@ struct Inner {
     states: HashMap<String, Versioned>,
     /// Each host's learning state as last heard, with its version.
     learned: HashMap<String, (HostState, u64)>,
-    /// Each host's pacing record as last heard.
+    /// Each host's pacing record as last heard, and when its reply came (fleet ms).
     pacing: HashMap<String, state::Pacing>,
+    heard_at: HashMap<String, f64>,
     /// Pacing operations waiting for the next step.
     ops: Vec<PacingOp>,
     /// The slots the last step's `b` operations booked, by host.
@@ -325,11 +331,13 @@ impl RedisStore {
             commits: Vec::new(),
             stats: None,
             open_leases: HashMap::new(),
+            lease_hosts: HashMap::new(),
             last_renew: std::time::Instant::now(),
             lens: HashMap::new(),
             states: HashMap::new(),
             learned: HashMap::new(),
             pacing: HashMap::new(),
+            heard_at: HashMap::new(),
             ops: Vec::new(),
             op_slots: HashMap::new(),
             committed: HashMap::new(),

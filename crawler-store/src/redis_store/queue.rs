@@ -154,9 +154,24 @@ impl QueueStore for RedisStore {
             Some(l) if l.code == 1 && budget && paced => Some((l.id, l.at)),
             _ => None,
         };
+        let cap = u64::from(concurrency_of(&params));
         if let Some(l) = &answer
+            && l.code == 1
+            && l.in_flight >= cap
+        {
+            // This lease filled the host: the next ask would be refused, unless another
+            // worker acknowledged one meanwhile; wait the first step of the backoff (or
+            // until this worker acknowledges one of its own, see `ack`).
+            inner.full.insert(
+                host.to_owned(),
+                (
+                    std::time::Instant::now() + FULL_BACKOFF_FIRST,
+                    FULL_BACKOFF_FIRST,
+                ),
+            );
+        } else if let Some(l) = &answer
             && l.code == 2
-            && l.in_flight >= u64::from(concurrency_of(&params))
+            && l.in_flight >= cap
         {
             // Doubling while the host stays full, from the first wait to the cap.
             let wait = inner
@@ -183,6 +198,9 @@ impl QueueStore for RedisStore {
             .map_err(|e| inner.bad(&format!("a queued request of {host} does not decode: {e}")))?;
         let shard = inner.layout.shard_of(host);
         inner.open_leases.insert(leased.id, shard);
+        if budget {
+            inner.lease_hosts.insert(leased.id, host.to_owned());
+        }
         Ok(Some((leased.id, request)))
     }
 
@@ -195,6 +213,11 @@ impl QueueStore for RedisStore {
     fn ack(&mut self, lease: u64) -> Result<(), crawler_sched::Error> {
         let mut inner = lock(&self.inner);
         // A lease this worker does not hold (never, or no more) has no record to release.
+        if let Some(host) = inner.lease_hosts.remove(&lease) {
+            // The acknowledgement goes with the next step, before its lease (see `lua`):
+            // a host this worker filled has room again for that lease.
+            inner.full.remove(&host);
+        }
         if let Some(shard) = inner.open_leases.remove(&lease) {
             inner.acks.push(super::Ack {
                 lease,

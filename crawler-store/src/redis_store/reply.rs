@@ -13,6 +13,17 @@ pub(crate) fn server_ms(time: &[String]) -> Option<f64> {
     Some(secs * 1_000.0 + micros / 1_000.0)
 }
 
+/// The bytes a reply value takes on the wire, near enough (RESP framing not counted).
+pub(crate) fn wire_len(v: &Value) -> usize {
+    match v {
+        Value::BulkString(b) => b.len(),
+        Value::Int(n) => n.to_string().len(),
+        Value::Array(a) => a.iter().map(wire_len).sum(),
+        Value::SimpleString(s) => s.len(),
+        _ => 1,
+    }
+}
+
 pub(crate) fn int(v: &Value) -> i64 {
     match v {
         Value::Int(n) => *n,

@@ -204,6 +204,8 @@ impl Inner {
         }
         if let Some(p) = pacing {
             self.pacing.insert(host.to_owned(), p);
+            let now = self.now_ms();
+            self.heard_at.insert(host.to_owned(), now);
         }
         if !self.learned.contains_key(host) {
             // No learning state committed yet: a fresh machine's from the first reply on,

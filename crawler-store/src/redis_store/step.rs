@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use redis::Value;
 
 use super::link::{Call, Purpose};
-use super::reply::{float_at, int, int_at, text};
+use super::reply::{float_at, int, int_at, text, wire_len};
 use super::{Ask, Inner, Leased};
 use crawler_sched::politeness::HostMachine;
 use crate::error::Error;
@@ -16,6 +16,9 @@ use crawler_sched::FleetStatus;
 
 /// Arguments of a section that asks for no lease (the lease block's placeholders).
 const NO_LEASE: [&str; 9] = ["", "0", "0", "0", "0", "1", "", "0", ""];
+
+/// How much less often a worker holding leases reads the fleet's state (see `sync_if_due`).
+const BUSY_SYNC_FACTOR: u32 = 4;
 
 /// A learning commit as sent: host, expected version, state JSON, pacing merge (see
 /// `state::merge_arg`).
@@ -147,17 +150,19 @@ impl Inner {
         } else {
             ("write buffered updates", Purpose::Write)
         };
-        let mut sent_stats = false;
-        if let Some(stats) = self.stats.clone() {
-            self.save_stats(&stats)?;
-            sent_stats = true;
-        }
+        // The stats go in the same round trip, as a command of their own (they live in the
+        // job's global slot).
+        let stats = self.stats.as_deref().map(|s| self.save_stats(s));
+        let sent_stats = stats.is_some();
         let before = self.origin.elapsed().as_secs_f64() * 1_000.0;
-        let replies = if calls.is_empty() {
-            Vec::new()
-        } else {
+        let replies = if !calls.is_empty() {
             let only: Vec<Call> = calls.iter().map(|(_, c)| c.clone()).collect();
-            self.link.scripts(&only, what, purpose)?
+            self.link.scripts(&only, stats.as_ref(), what, purpose)?
+        } else {
+            if let Some(cmd) = &stats {
+                self.link.query::<Value>(cmd, "save the stats")?;
+            }
+            Vec::new()
         };
         let after = self.origin.elapsed().as_secs_f64() * 1_000.0;
         if self.link.reconnects != self.reconnects_seen {
@@ -294,6 +299,23 @@ impl Inner {
         }
     }
 
+    /// The lease block of a section's arguments (see `lua`).
+    fn lease_args(&self, l: &super::LeaseAsk<'_>) -> Vec<Vec<u8>> {
+        let drain = self.skipped_here.contains(l.host);
+        let flag = |b: bool| if b { b"1".to_vec() } else { b"0".to_vec() };
+        vec![
+            l.host.as_bytes().to_vec(),
+            flag(drain),
+            flag(l.budget),
+            l.expected.to_string().into_bytes(),
+            format!("{:.3},{:.3}", l.ahead, l.look).into_bytes(),
+            format!("{:.6}", l.factor).into_bytes(),
+            l.init.clone().into_bytes(),
+            l.concurrency.to_string().into_bytes(),
+            self.job.lease_id(l.number).into_bytes(),
+        ]
+    }
+
     fn section_args(
         &self,
         shard: usize,
@@ -348,22 +370,7 @@ impl Inner {
             args.push(format!("{:.6}", op.factor).into_bytes());
         }
         match ask.lease.as_ref().filter(|_| sec.lease) {
-            Some(l) => {
-                let drain = self.skipped_here.contains(l.host);
-                args.push(l.host.as_bytes().to_vec());
-                args.push(if drain { b"1".to_vec() } else { b"0".to_vec() });
-                args.push(if l.budget {
-                    b"1".to_vec()
-                } else {
-                    b"0".to_vec()
-                });
-                args.push(l.expected.to_string().into_bytes());
-                args.push(format!("{:.3},{:.3}", l.ahead, l.look).into_bytes());
-                args.push(format!("{:.6}", l.factor).into_bytes());
-                args.push(l.init.clone().into_bytes());
-                args.push(l.concurrency.to_string().into_bytes());
-                args.push(self.job.lease_id(l.number).into_bytes());
-            }
+            Some(l) => args.extend(self.lease_args(l)),
             None => args.extend(NO_LEASE.iter().map(|a| a.as_bytes().to_vec())),
         }
         args.push(if sec.sync {
@@ -382,7 +389,7 @@ impl Inner {
 
     /// Each worker's last stats go to the job's global part (with the time-to-live of its
     /// keys renewed): one command, at checkpoints only.
-    fn save_stats(&mut self, stats: &str) -> Result<(), Error> {
+    fn save_stats(&self, stats: &str) -> redis::Cmd {
         const SAVE: &str = r"
 local P = KEYS[1]
 redis.call('HSET', P .. 'stats', ARGV[1], ARGV[2])
@@ -398,8 +405,7 @@ return 1";
             .arg(self.worker)
             .arg(stats)
             .arg(self.idle_ttl.as_millis().to_string());
-        self.link.query::<Value>(&cmd, "save the stats")?;
-        Ok(())
+        cmd
     }
 
     pub(super) fn bad(&self, detail: &str) -> Error {
@@ -576,6 +582,15 @@ return 1";
             return Err(self.bad("the lease answer is missing"));
         };
         let code = int_at(&l, 0);
+        // The lease's own bytes (the request it hands out aside): what a lease costs.
+        let received: usize = l
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 2)
+            .map(|(_, v)| wire_len(v))
+            .sum();
+        let sent: usize = self.lease_args(&ask).iter().map(Vec::len).sum();
+        super::link::count_lease(code, sent, received);
         let left = usize::try_from(int_at(&l, 3)).unwrap_or(0);
         let version = int_at(&l, 4).unsigned_abs();
         let in_flight = int_at(&l, 6).unsigned_abs();
@@ -617,9 +632,15 @@ return 1";
     }
 
     pub(super) fn sync_if_due(&mut self) -> Result<(), Error> {
-        let due = self
-            .last_sync
-            .is_none_or(|t| t.elapsed() >= self.sync_every);
+        // A worker with leases of its own is busy with them and the links they bring: it
+        // looks for work other workers queued less often (each read is a section per shard,
+        // and was half a round trip per page on a single rate-limited host).
+        let every = if self.open_leases.is_empty() {
+            self.sync_every
+        } else {
+            self.sync_every * BUSY_SYNC_FACTOR
+        };
+        let due = self.last_sync.is_none_or(|t| t.elapsed() >= every);
         if due {
             self.step(Ask {
                 lease: None,
