@@ -207,6 +207,7 @@ fn finish(mut c: Child, started: Instant) -> std::process::Output {
 struct Leases {
     granted: u64,
     not_yet: u64,
+    full: u64,
     asked: u64,
     sent: u64,
     received: u64,
@@ -216,6 +217,7 @@ impl Leases {
     fn add(&mut self, field: &dyn Fn(&str) -> u64) {
         self.granted += field("lease_granted");
         self.not_yet += field("lease_not_yet");
+        self.full += field("lease_full");
         self.asked += field("leases");
         self.sent += field("lease_sent");
         self.received += field("lease_received");
@@ -225,10 +227,11 @@ impl Leases {
         let pages = pages.max(1) as f64;
         let asked = self.asked.max(1) as f64;
         format!(
-            "lease answers per page: granted {:.2}, not yet {:.2}; bytes per lease: {:.0} \
-             sent, {:.0} received",
+            "lease answers per page: granted {:.2}, not yet {:.2}, full {:.2}; bytes per \
+             lease: {:.0} sent, {:.0} received",
             self.granted as f64 / pages,
             self.not_yet as f64 / pages,
+            self.full as f64 / pages,
             self.sent as f64 / asked,
             self.received as f64 / asked
         )

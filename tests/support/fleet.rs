@@ -228,10 +228,11 @@ fn lease_costs(lines: &[String]) -> String {
     let pages = sum("fetched").max(1) as f64;
     let leases = sum("leases").max(1) as f64;
     format!(
-        "; lease answers per page: granted {:.2}, not yet {:.2}, empty {:.2}; bytes per \
-         lease: {:.0} sent, {:.0} received",
+        "; lease answers per page: granted {:.2}, not yet {:.2}, full {:.2}, empty {:.2}; \
+         bytes per lease: {:.0} sent, {:.0} received",
         sum("lease_granted") as f64 / pages,
         sum("lease_not_yet") as f64 / pages,
+        sum("lease_full") as f64 / pages,
         sum("lease_empty") as f64 / pages,
         sum("lease_sent") as f64 / leases,
         sum("lease_received") as f64 / leases,

@@ -81,19 +81,20 @@ pub fn redis_round_trips_by_purpose() -> [(&'static str, u64); 5] {
 }
 
 /// Lease answers by code: not granted because the queue was empty (0), granted (1), not
-/// yet (2: the host's next slot is further off than the lease may reach, or its fleet-wide
-/// concurrency is in flight), host skipped (3).
-const ANSWERS: [&str; 4] = ["empty", "granted", "not yet", "skipped"];
-static LEASE_ANSWERS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+/// yet (2: the host's next slot is further off than the lease may reach, or it is held),
+/// host skipped (3), and code 2 with the host's fleet-wide concurrency in flight (`full`).
+const ANSWERS: [&str; 5] = ["empty", "granted", "not yet", "skipped", "full"];
+static LEASE_ANSWERS: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
 /// Bytes of the lease part of the steps that asked for one: sent (the lease's arguments)
 /// and received (the answer without the request itself).
 static LEASE_BYTES: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
 
 /// Lease answers this process received so far, by kind: `empty` (nothing queued),
-/// `granted`, `not yet` (the host's next slot is further off than a lease may reach, or
-/// its fleet-wide concurrency is in flight: the worker asks again later) and `skipped`.
-/// A lease books its send in Redis itself, so there is no answer for a lost race.
-pub fn redis_lease_answers() -> [(&'static str, u64); 4] {
+/// `granted`, `not yet` (the host's next slot is further off than a lease may reach, or it
+/// is held: the worker asks again later), `skipped` and `full` (the host's fleet-wide
+/// concurrency was in flight). A lease books its send in Redis itself, so there is no
+/// answer for a lost race.
+pub fn redis_lease_answers() -> [(&'static str, u64); 5] {
     std::array::from_fn(|i| (ANSWERS[i], LEASE_ANSWERS[i].load(Ordering::Relaxed)))
 }
 
@@ -114,8 +115,10 @@ pub fn redis_lease_bytes() -> (u64, u64, u64) {
     )
 }
 
-/// Count one lease answer of `code` whose lease part took `sent` and `received` bytes.
-pub(crate) fn count_lease(code: i64, sent: usize, received: usize) {
+/// Count one lease answer of `code` (`full`: refused for concurrency) whose lease part
+/// took `sent` and `received` bytes.
+pub(crate) fn count_lease(code: i64, full: bool, sent: usize, received: usize) {
+    let code = if full { 4 } else { code };
     if let Some(a) = usize::try_from(code).ok().and_then(|c| LEASE_ANSWERS.get(c)) {
         a.fetch_add(1, Ordering::Relaxed);
     }

@@ -144,6 +144,8 @@ struct Ack {
     /// cluster, pushes to other shards and this acknowledgement would land in no set order
     /// within one step; a page's links must be queued before its lease goes.)
     ready: bool,
+    /// The lease's host, when it has a shared budget.
+    host: Option<String>,
 }
 
 /// A buffered push: host, fingerprint (absent: the request skips the seen set), member.
@@ -182,6 +184,9 @@ struct Inner {
     open_leases: HashMap<u64, usize>,
     /// The host of each lease held (budget hosts only).
     lease_hosts: HashMap<u64, String>,
+    /// Per host, this worker's share of the host's fleet-wide concurrency, as learnt from
+    /// refusals (see `queue`).
+    shares: HashMap<String, f64>,
     last_renew: std::time::Instant,
     lens: HashMap<String, usize>,
     /// Each host's politeness state as last heard: its learning state with its pacing
@@ -332,6 +337,7 @@ impl RedisStore {
             stats: None,
             open_leases: HashMap::new(),
             lease_hosts: HashMap::new(),
+            shares: HashMap::new(),
             last_renew: std::time::Instant::now(),
             lens: HashMap::new(),
             states: HashMap::new(),

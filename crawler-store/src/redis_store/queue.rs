@@ -90,14 +90,24 @@ impl QueueStore for RedisStore {
         // offers it again at every turn (its own count knows nothing of the others'), and
         // asking each time cost a round trip per turn, a hundred per page with four
         // workers on open hosts.
-        if inner
-            .full
-            .get(host)
-            .is_some_and(|(until, _)| std::time::Instant::now() < *until)
+        // Unless this worker has an acknowledgement of the host's waiting: it goes in the
+        // lease's step, before the lease (see `lua`), so the lease has its room.
+        let freeing = inner.acks.iter().any(|a| a.host.as_deref() == Some(host));
+        if !freeing
+            && inner
+                .full
+                .get(host)
+                .is_some_and(|(until, _)| std::time::Instant::now() < *until)
         {
             return Ok(None);
         }
         let params = inner.params_for(host).cloned();
+        // This worker's share of the host's fleet-wide concurrency: asking beyond it is
+        // mostly refused (the other workers hold the rest), a round trip each time.
+        let own = inner.lease_hosts.values().filter(|h| *h == host).count() as f64;
+        if !freeing && own >= 1.0 && inner.shares.get(host).is_some_and(|s| own >= s.floor()) {
+            return Ok(None);
+        }
         let number = inner.next_lease + 1;
         let ask = match &params {
             Some(params) if !inner.skipped_here.contains(host) => {
@@ -155,6 +165,32 @@ impl QueueStore for RedisStore {
             _ => None,
         };
         let cap = u64::from(concurrency_of(&params));
+        // The first wait of a full host: about the time one of its requests in flight takes
+        // to end (its latency over the requests in flight), at least the floor.
+        let first = inner
+            .states
+            .get(host)
+            .and_then(|v| v.state.lat_fast)
+            .filter(|l| l.is_finite() && *l > 0.0)
+            .map_or(FULL_BACKOFF_FIRST, |l| {
+                std::time::Duration::from_secs_f64(l / cap.max(1) as f64)
+                    .clamp(FULL_BACKOFF_FIRST, FULL_BACKOFF_CAP)
+            });
+        // The share grows by one per `cap` shares' worth of grants (additive increase, slow:
+        // each step up is a probe the other workers' leases may refuse) and falls to
+        // what this worker holds at a refusal for concurrency: workers sharing a host settle
+        // on a share each, without a round trip spent on each refusal.
+        match &answer {
+            Some(l) if l.code == 1 && budget => {
+                if let Some(s) = inner.shares.get_mut(host) {
+                    *s = (*s + 1.0 / (s.max(1.0) * cap as f64)).min(cap as f64);
+                }
+            }
+            Some(l) if l.code == 2 && budget && l.in_flight >= cap => {
+                inner.shares.insert(host.to_owned(), own.max(1.0));
+            }
+            _ => {}
+        }
         if let Some(l) = &answer
             && l.code == 1
             && l.in_flight >= cap
@@ -164,10 +200,7 @@ impl QueueStore for RedisStore {
             // until this worker acknowledges one of its own, see `ack`).
             inner.full.insert(
                 host.to_owned(),
-                (
-                    std::time::Instant::now() + FULL_BACKOFF_FIRST,
-                    FULL_BACKOFF_FIRST,
-                ),
+                (std::time::Instant::now() + first, first),
             );
         } else if let Some(l) = &answer
             && l.code == 2
@@ -177,7 +210,7 @@ impl QueueStore for RedisStore {
             let wait = inner
                 .full
                 .get(host)
-                .map_or(FULL_BACKOFF_FIRST, |(_, w)| (*w * 2).min(FULL_BACKOFF_CAP));
+                .map_or(first, |(_, w)| (*w * 2).min(FULL_BACKOFF_CAP));
             inner
                 .full
                 .insert(host.to_owned(), (std::time::Instant::now() + wait, wait));
@@ -213,16 +246,13 @@ impl QueueStore for RedisStore {
     fn ack(&mut self, lease: u64) -> Result<(), crawler_sched::Error> {
         let mut inner = lock(&self.inner);
         // A lease this worker does not hold (never, or no more) has no record to release.
-        if let Some(host) = inner.lease_hosts.remove(&lease) {
-            // The acknowledgement goes with the next step, before its lease (see `lua`):
-            // a host this worker filled has room again for that lease.
-            inner.full.remove(&host);
-        }
+        let host = inner.lease_hosts.remove(&lease);
         if let Some(shard) = inner.open_leases.remove(&lease) {
             inner.acks.push(super::Ack {
                 lease,
                 shard,
                 ready: false,
+                host,
             });
         }
         Ok(())

@@ -590,7 +590,8 @@ return 1";
             .map(|(_, v)| wire_len(v))
             .sum();
         let sent: usize = self.lease_args(&ask).iter().map(Vec::len).sum();
-        super::link::count_lease(code, sent, received);
+        let full = code == 2 && int_at(&l, 6).unsigned_abs() >= u64::from(ask.concurrency);
+        super::link::count_lease(code, full, sent, received);
         let left = usize::try_from(int_at(&l, 3)).unwrap_or(0);
         let version = int_at(&l, 4).unsigned_abs();
         let in_flight = int_at(&l, 6).unsigned_abs();
