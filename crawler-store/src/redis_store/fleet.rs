@@ -113,9 +113,12 @@ impl Fleet for RedisFleet {
                     .get(host)
                     .is_none_or(|v| v.state.hold_until <= at);
         }
+        // The fleet's state rides along when it is due (an idle worker holding a request
+        // reads both anyway).
+        let sync = inner.sync_due();
         let read = inner.step(Ask {
             lease: None,
-            sync: false,
+            sync,
             peek: Some(host),
         });
         if let Err(e) = read {

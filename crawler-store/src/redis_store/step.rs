@@ -17,7 +17,7 @@ use crawler_sched::FleetStatus;
 /// Arguments of a section that asks for no lease (the lease block's placeholders).
 const NO_LEASE: [&str; 9] = ["", "0", "0", "0", "0", "1", "", "0", ""];
 
-/// How much less often a worker holding leases reads the fleet's state (see `sync_if_due`).
+/// How much less often a busy worker reads the fleet's state (see `sync_due`).
 const BUSY_SYNC_FACTOR: u32 = 4;
 
 /// A learning commit as sent: host, expected version, state JSON, pacing merge (see
@@ -143,10 +143,11 @@ impl Inner {
 
         let (what, purpose) = if ask.lease.is_some() {
             ("lease a request", Purpose::Lease)
+        } else if ask.peek.is_some() {
+            // With the fleet's state too, when it was due: counted as the host's read.
+            ("read a host's state", Purpose::HostRead)
         } else if ask.sync {
             ("read the fleet's state", Purpose::FleetRead)
-        } else if ask.peek.is_some() {
-            ("read a host's state", Purpose::HostRead)
         } else {
             ("write buffered updates", Purpose::Write)
         };
@@ -632,17 +633,22 @@ return 1";
         Ok(())
     }
 
-    pub(super) fn sync_if_due(&mut self) -> Result<(), Error> {
-        // A worker with leases of its own is busy with them and the links they bring: it
-        // looks for work other workers queued less often (each read is a section per shard,
-        // and was half a round trip per page on a single rate-limited host).
-        let every = if self.open_leases.is_empty() {
-            self.sync_every
-        } else {
+    /// Whether the fleet's state is due to be read again. A worker with leases of its own,
+    /// or work it knows of (a host with requests queued, waiting for its slot), is busy with
+    /// them: it looks for work other workers queued less often (each read is a section per
+    /// shard, and was half a round trip per page on a single rate-limited host).
+    pub(super) fn sync_due(&self) -> bool {
+        let busy = !self.open_leases.is_empty() || self.lens.values().any(|&n| n > 0);
+        let every = if busy {
             self.sync_every * BUSY_SYNC_FACTOR
+        } else {
+            self.sync_every
         };
-        let due = self.last_sync.is_none_or(|t| t.elapsed() >= every);
-        if due {
+        self.last_sync.is_none_or(|t| t.elapsed() >= every)
+    }
+
+    pub(super) fn sync_if_due(&mut self) -> Result<(), Error> {
+        if self.sync_due() {
             self.step(Ask {
                 lease: None,
                 sync: true,
