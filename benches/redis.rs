@@ -248,9 +248,7 @@ fn hot(counts: &str, books: usize) {
     let lab = rt.block_on(async { Lab::builder().books(books).start().await.unwrap() });
     let redis = Redis::start();
     println!("One hot host: {books} books, a fixed 10 ms delay, 4 in flight fleet-wide\n");
-    println!(
-        "| workers | pages | seconds | pages/s | round trips/page | by purpose | leases |"
-    );
+    println!("| workers | pages | seconds | pages/s | round trips/page | by purpose | leases |");
     println!("|---:|---:|---:|---:|---:|---|---|");
     for (run, workers) in counts
         .split(',')
@@ -312,8 +310,7 @@ fn spawn(url: &str, job: &str, urls: &[String]) -> Child {
 
 fn command(url: &str, job: &str, urls: &[String]) -> Command {
     let mut c = Command::new(std::env::current_exe().unwrap());
-    c
-        .env("REDIS_BENCH_CHILD", "1")
+    c.env("REDIS_BENCH_CHILD", "1")
         .env("REDIS_BENCH_URL", url)
         .env("REDIS_BENCH_JOB", job)
         .env("REDIS_BENCH_STARTS", urls.join(" "))

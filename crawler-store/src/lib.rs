@@ -150,13 +150,15 @@
 //! Lua script (reloaded automatically after a Redis restart or a failover) carrying one
 //! section per shard the step concerns. A section applies, atomically and in this order:
 //! buffered pushes (seen-set insert and queue insert together), buffered
-//! acknowledgements, lease renewals, politeness state commits, reclaiming expired leases of
-//! dead workers, and then, if asked, a lease (with the send it books) or a read of the
-//! shard's part of the fleet's state. On one server a step is one call with all its
+//! acknowledgements, lease renewals, politeness state commits, pacing updates (a late
+//! departure, a missed slot booked again), reclaiming expired leases of dead workers, and
+//! then, if asked, a lease (with the send it books) or a read of the shard's part of the
+//! fleet's state. On one server a step is one call with all its
 //! sections; on a cluster it is one call per shard, all sent at once over multiplexed
 //! connections, so it still costs one round trip of wall time. So a handed-out request
-//! costs one round trip, and acknowledgements, new links and routine outcomes ride along
-//! with the next one. (On a cluster an acknowledgement waits one more step when pushes to
+//! costs one round trip, and acknowledgements, new links, routine outcomes (folded into
+//! the host's state once a second, or at once when they move its pace) and the worker's
+//! stats ride along with the next one. (On a cluster an acknowledgement waits one more step when pushes to
 //! other shards precede it, so a page's links are always queued before its lease goes.)
 //! Holds (Retry-After, 429/503, an exhausted RateLimit quota, a challenge page) are
 //! committed at once, so every worker respects them from its next lease on.
@@ -167,12 +169,23 @@
 //! read is read again and trusted only if no shard's change counter moved in between.
 //!
 //! **Budget.** The fleet runs the same per-host machine as a local crawl
-//! (`crawler_sched::politeness::HostMachine`); the script holds no policy. A worker computes
-//! the host's next state in Rust from the version it last read and commits it by
-//! compare-and-set on that version; a lease commits the send it books in the same step, and
-//! the script checks the claimed send time against the server's clock (`TIME`) and the
-//! host's requests in flight across the fleet against `concurrency_per_host`. A worker that
-//! lost the race gets the fresher state back and decides again.
+//! (`crawler_sched::politeness::HostMachine`), and its serialised state is the contract.
+//! Redis keeps two records per host: the *learning state* (the machine's state as JSON,
+//! about 1 KB, with a version) and a *pacing record* (a dozen numbers: the next slot, the
+//! interval and burst slack, the Crawl-delay floor, the hold's end, the RateLimit quota,
+//! requests in flight). A lease books its send in the pacing record inside the script, by
+//! the machine's own GCRA step (slot = the next slot or now, whichever is later; the next
+//! slot moves on by one interval), refusing while the host is held, its next slot is more
+//! than a few intervals off, or `concurrency_per_host` requests are in flight fleet-wide;
+//! it never reads or bumps the learning state's version, so leases of several workers on
+//! one host take consecutive slots and none loses a race. The learning state changes by
+//! compare-and-set only on outcomes that teach something (refusals, holds, a Crawl-delay,
+//! rate changes, and routine answers folded in batches), computed once by the worker that
+//! saw them; such a commit rewrites the pacing fields the machine derives from it (the
+//! interval, the hold, the quota) in the same script. A worker reads the learning state
+//! with the pacing record laid over it, and a lease's answer carries the learning state only
+//! when it changed since the worker last heard it (about 80 bytes sent and 150-300 received
+//! per lease, [`redis_lease_bytes`]).
 //!
 //! **Booked send times.** A lease may come up to `lease_ahead` (50 ms, at most half the
 //! host's interval) before the host's slot; it books the send at the slot, and the worker's

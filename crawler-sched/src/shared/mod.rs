@@ -11,7 +11,10 @@
 //!   version it holds and commits it only if nobody committed in between (otherwise it
 //!   recomputes from the fresher state). The backend's clock is the fleet's clock. A send
 //!   is booked in the same atomic step as the lease that hands the request out, so no
-//!   worker can send outside the budget.
+//!   worker can send outside the budget; the backend may book it without the
+//!   compare-and-set (crawler-store books it in a small pacing record of the host's, by the
+//!   machine's rule, so leases never race), as long as what it hands back as the state
+//!   includes every send booked.
 //! - [`SharedThrottle`]: a [`Throttle`](crate::Throttle) over that state: ready time, rate and holds from
 //!   the last state heard (no round trip), every outcome committed at once.
 //! - [`FleetFrontier`]: a [`Frontier`](crate::Frontier) that knows it is one of many: it picks up hosts that

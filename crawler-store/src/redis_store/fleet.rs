@@ -195,4 +195,3 @@ impl Fleet for RedisFleet {
         }
     }
 }
-

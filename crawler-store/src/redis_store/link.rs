@@ -119,7 +119,10 @@ pub fn redis_lease_bytes() -> (u64, u64, u64) {
 /// took `sent` and `received` bytes.
 pub(crate) fn count_lease(code: i64, full: bool, sent: usize, received: usize) {
     let code = if full { 4 } else { code };
-    if let Some(a) = usize::try_from(code).ok().and_then(|c| LEASE_ANSWERS.get(c)) {
+    if let Some(a) = usize::try_from(code)
+        .ok()
+        .and_then(|c| LEASE_ANSWERS.get(c))
+    {
         a.fetch_add(1, Ordering::Relaxed);
     }
     LEASE_BYTES[0].fetch_add(sent as u64, Ordering::Relaxed);

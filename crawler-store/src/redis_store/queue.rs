@@ -198,10 +198,9 @@ impl QueueStore for RedisStore {
             // This lease filled the host: the next ask would be refused, unless another
             // worker acknowledged one meanwhile; wait the first step of the backoff (or
             // until this worker acknowledges one of its own, see `ack`).
-            inner.full.insert(
-                host.to_owned(),
-                (std::time::Instant::now() + first, first),
-            );
+            inner
+                .full
+                .insert(host.to_owned(), (std::time::Instant::now() + first, first));
         } else if let Some(l) = &answer
             && l.code == 2
             && l.in_flight >= cap

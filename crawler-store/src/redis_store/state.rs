@@ -234,7 +234,10 @@ impl Inner {
     /// The state and pacing record last heard of `host`, for a commit's merge.
     pub(super) fn heard(&self, host: &str) -> Option<(HostState, Pacing)> {
         let v = self.states.get(host)?;
-        Some((v.state.clone(), self.pacing.get(host).cloned().unwrap_or_default()))
+        Some((
+            v.state.clone(),
+            self.pacing.get(host).cloned().unwrap_or_default(),
+        ))
     }
 
     /// Turn the routine outcomes waiting for each host into learning commits for this step,

@@ -10,9 +10,9 @@ use redis::Value;
 use super::link::{Call, Purpose};
 use super::reply::{float_at, int, int_at, text, wire_len};
 use super::{Ask, Inner, Leased};
-use crawler_sched::politeness::HostMachine;
 use crate::error::Error;
 use crawler_sched::FleetStatus;
+use crawler_sched::politeness::HostMachine;
 
 /// Arguments of a section that asks for no lease (the lease block's placeholders).
 const NO_LEASE: [&str; 9] = ["", "0", "0", "0", "0", "1", "", "0", ""];
