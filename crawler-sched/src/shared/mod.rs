@@ -71,6 +71,16 @@ pub trait SharedBudget: Send + Sync + 'static {
     fn lease_ahead_ms(&self) -> f64 {
         0.0
     }
+    /// How long after the host's next slot this worker's turn to lease comes (ms): the
+    /// slots between are the other workers' (a backend that learns how many of the host's
+    /// slots the others book between two of this worker's). Asking for a lease then finds
+    /// the next free slot about one look-ahead off, so the lease's own answer is as fresh as
+    /// the read before the send would be ([`CONFIRM_LEAD_MS`]); asking at the next slot
+    /// finds it taken, and the request is held for a later one and read again. 0 (the
+    /// default): no turns.
+    fn turn_ms(&self, _host: &str) -> f64 {
+        0.0
+    }
     /// Queue a routine outcome (nothing every worker must know at once) that happened at
     /// fleet time `at`: the backend folds it into the host's state with its next commit
     /// (the next lease of the host, typically), saving a round trip per request.

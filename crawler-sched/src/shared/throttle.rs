@@ -76,11 +76,12 @@ impl Throttle for SharedThrottle {
     }
 
     /// When the next request may be leased: the slot, less the look-ahead the budget
-    /// allows (the request then waits for its slot in [`FleetFrontier`](super::FleetFrontier)).
+    /// allows (the request then waits for its slot in [`FleetFrontier`](super::FleetFrontier)),
+    /// plus this worker's turn among those sharing the host ([`SharedBudget::turn_ms`]).
     fn ready_at(&self) -> Instant {
         let (m, _) = self.machine();
         let ahead = lease_ahead(&m, self.budget.lease_ahead_ms());
-        let wait = m.ready_at() - ahead - self.budget.now_ms();
+        let wait = m.ready_at() - ahead + self.budget.turn_ms(&self.host) - self.budget.now_ms();
         let now = Instant::now();
         if wait > 0.0 {
             now + Duration::from_secs_f64(wait / 1_000.0)

@@ -27,6 +27,10 @@ impl SharedBudget for RedisBudget {
         lock(&self.inner).lease_ahead_ms
     }
 
+    fn turn_ms(&self, host: &str) -> f64 {
+        lock(&self.inner).turns.get(host).map_or(0.0, |(_, t)| *t)
+    }
+
     fn defer(&self, host: &str, feedback: &Feedback, at: f64) {
         let mut inner = lock(&self.inner);
         if inner.params_for(host).is_some() {

@@ -187,6 +187,9 @@ struct Inner {
     /// Per host, this worker's share of the host's fleet-wide concurrency, as learnt from
     /// refusals (see `queue`).
     shares: HashMap<String, f64>,
+    /// Per paced host, the slot of this worker's last lease and its turn (see
+    /// [`SharedBudget::turn_ms`]), ms.
+    turns: HashMap<String, (f64, f64)>,
     last_renew: std::time::Instant,
     lens: HashMap<String, usize>,
     /// Each host's politeness state as last heard: its learning state with its pacing
@@ -338,6 +341,7 @@ impl RedisStore {
             open_leases: HashMap::new(),
             lease_hosts: HashMap::new(),
             shares: HashMap::new(),
+            turns: HashMap::new(),
             last_renew: std::time::Instant::now(),
             lens: HashMap::new(),
             states: HashMap::new(),

@@ -39,6 +39,19 @@ fn concurrency_of(params: &Option<crawler_sched::politeness::Params>) -> u32 {
     params.as_ref().map_or(u32::MAX, |p| p.concurrency.max(1))
 }
 
+/// This worker's turn on a paced host (ms after the host's next slot, see
+/// [`crawler_sched::SharedBudget::turn_ms`]) from the `gap` between the slots of its last two
+/// leases: the slots in between went to other workers, and will again. A gap of more than
+/// the lease horizon's slots is a pause (the host was held, or this worker busy
+/// elsewhere), not a turn: no turn then.
+fn turn_of(gap: f64, interval: f64) -> f64 {
+    if interval <= 0.0 || gap >= (HORIZON_SLOTS + 1.0) * interval {
+        return 0.0;
+    }
+    let others = ((gap / interval).round() - 1.0).clamp(0.0, HORIZON_SLOTS - 1.0);
+    others * interval
+}
+
 /// Pushes buffered before they are sent without waiting for the next lease.
 const PUSH_BATCH: usize = 256;
 /// Fingerprints remembered locally as seen; past this the memory is cleared (the shared
@@ -164,6 +177,18 @@ impl QueueStore for RedisStore {
             Some(l) if l.code == 1 && budget && paced => Some((l.id, l.at)),
             _ => None,
         };
+        if let Some((_, at)) = inner.booked {
+            let interval = inner
+                .pacing
+                .get(host)
+                .and_then(|p| p.interval)
+                .unwrap_or(0.0);
+            let turn = inner
+                .turns
+                .get(host)
+                .map_or(0.0, |(prev, _)| turn_of(at - prev, interval));
+            inner.turns.insert(host.to_owned(), (at, turn));
+        }
         let cap = u64::from(concurrency_of(&params));
         // The first wait of a full host: about the time one of its requests in flight takes
         // to end (its latency over the requests in flight), at least the floor.
