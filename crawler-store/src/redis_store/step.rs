@@ -17,9 +17,6 @@ use crawler_sched::politeness::HostMachine;
 /// Arguments of a section that asks for no lease (the lease block's placeholders).
 const NO_LEASE: [&str; 9] = ["", "0", "0", "0", "0", "1", "", "0", ""];
 
-/// How much less often a busy worker reads the fleet's state (see `sync_due`).
-const BUSY_SYNC_FACTOR: u32 = 4;
-
 /// A learning commit as sent: host, expected version, state JSON, pacing merge (see
 /// `state::merge_arg`).
 type SentState = (String, u64, String, String);
@@ -633,18 +630,13 @@ return 1";
         Ok(())
     }
 
-    /// Whether the fleet's state is due to be read again. A worker with leases of its own,
-    /// or work it knows of (a host with requests queued, waiting for its slot), is busy with
-    /// them: it looks for work other workers queued less often (each read is a section per
-    /// shard, and was half a round trip per page on a single rate-limited host).
+    /// Whether the fleet's state is due to be read again (every `sync_every`). Not less
+    /// often for a busy worker: the hosts other workers queued are how a worker learns the
+    /// other names behind a limiter it shares, and a hold spreads only to the names a
+    /// worker knows.
     pub(super) fn sync_due(&self) -> bool {
-        let busy = !self.open_leases.is_empty() || self.lens.values().any(|&n| n > 0);
-        let every = if busy {
-            self.sync_every * BUSY_SYNC_FACTOR
-        } else {
-            self.sync_every
-        };
-        self.last_sync.is_none_or(|t| t.elapsed() >= every)
+        self.last_sync
+            .is_none_or(|t| t.elapsed() >= self.sync_every)
     }
 
     pub(super) fn sync_if_due(&mut self) -> Result<(), Error> {
