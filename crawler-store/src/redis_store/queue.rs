@@ -162,9 +162,12 @@ impl QueueStore for RedisStore {
             },
         };
         let budget = ask.budget;
+        // The fleet's state rides along when it is due: a busy worker then never spends a
+        // round trip of its own on it.
+        let sync = inner.sync_due();
         let answer = inner.step(Ask {
             lease: Some(ask),
-            sync: false,
+            sync,
             peek: None,
         })?;
         // A send booked for later than now is held by the frontier until its time; a host

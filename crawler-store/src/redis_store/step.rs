@@ -639,8 +639,14 @@ return 1";
             .is_none_or(|t| t.elapsed() >= self.sync_every)
     }
 
+    /// A read of the fleet's state on its own, when one is overdue: within twice
+    /// `sync_every`, the next lease or confirming read of this worker carries it for free
+    /// (see `sync_due`), and a busy worker makes one soon.
     pub(super) fn sync_if_due(&mut self) -> Result<(), Error> {
-        if self.sync_due() {
+        let overdue = self
+            .last_sync
+            .is_none_or(|t| t.elapsed() >= self.sync_every * 2);
+        if overdue {
             self.step(Ask {
                 lease: None,
                 sync: true,
