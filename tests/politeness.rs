@@ -39,11 +39,10 @@ fn rate_after(lab: &Lab, from: f64) -> f64 {
 async fn practice_test_scaled_no_violations_few_refusals_near_full_rate() {
     // The server allows 50/s with a burst of 200 and answers refusals with Retry-After: 3.
     // We start at 100/s, twice too fast, with no headers to tell us. A burst hides how
-    // far over the limit a rate is (the recent accepted rate is inflated by it, and on a
-    // busy client the send times are too noisy for the token-bucket fit), so the limit is
-    // pinned by what the bucket refilled from one episode to the next: it takes a refusal
-    // episode or two (each answered by a hold, with the requests already in flight refused
-    // alongside); after that, no request inside a window, no more refusals, and close to the limit.
+    // far over the limit a rate is (the accepted rate is inflated by it), so it takes a
+    // refusal episode or two, each a multiplicative decrease answered by a hold (the
+    // requests already in flight refused alongside); after that, no request inside a
+    // window, few refusals, and close to the limit (docs/politeness.md).
     let scenario = Scenario::rate_limited(50.0, 200).retry_after(RetryAfter::Seconds(3));
     let lab = Lab::builder()
         .books(2000)
