@@ -129,30 +129,13 @@ fn main() {
         let memory_before = memory();
         let started = Instant::now();
         let children: Vec<Child> = (0..workers).map(|_| spawn(&url, &job, &urls)).collect();
-        let mut pages = 0u64;
-        let mut trips = 0u64;
-        let mut commands = 0u64;
-        let mut by_purpose = [0u64; PURPOSES.len()];
-        let mut lease = Leases::default();
-        for c in children {
-            let out = finish(c, started);
-            let text = String::from_utf8_lossy(&out.stdout);
-            assert!(out.status.success(), "a worker failed: {text}");
-            let line = text.lines().find(|l| l.starts_with("BENCH")).unwrap();
-            let field = |name: &str| -> u64 {
-                line.split_whitespace()
-                    .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
-                    .and_then(|v| v.parse().ok())
-                    .unwrap()
-            };
-            pages += field("pages");
-            trips += field("trips");
-            commands += field("commands");
-            for (i, p) in PURPOSES.iter().enumerate() {
-                by_purpose[i] += field(p);
-            }
-            lease.add(&field);
-        }
+        let Totals {
+            pages,
+            trips,
+            commands,
+            by_purpose,
+            lease,
+        } = Totals::of(children, started);
         let secs = started.elapsed().as_secs_f64();
         // What the job leaves once done: its seen sets, host states and stats.
         let kept = memory().saturating_sub(memory_before);
@@ -163,14 +146,9 @@ fn main() {
             commands as f64 / pages.max(1) as f64,
             kept as f64 / pages.max(1) as f64,
         );
-        let per_page: Vec<String> = PURPOSES
-            .iter()
-            .zip(by_purpose)
-            .map(|(p, n)| format!("{p} {:.2}", n as f64 / pages.max(1) as f64))
-            .collect();
         breakdown.push(format!(
             "{name}, {workers} workers: {}; {}",
-            per_page.join(", "),
+            per_purpose(&by_purpose, pages),
             lease.show(pages)
         ));
     }
@@ -200,6 +178,53 @@ fn finish(mut c: Child, started: Instant) -> std::process::Output {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     c.wait_with_output().unwrap()
+}
+
+/// What the workers of one run reported on their `BENCH` lines, summed.
+#[derive(Default)]
+struct Totals {
+    pages: u64,
+    trips: u64,
+    commands: u64,
+    by_purpose: [u64; PURPOSES.len()],
+    lease: Leases,
+}
+
+impl Totals {
+    /// Wait for every worker (see [`finish`]) and add up its figures.
+    fn of(children: Vec<Child>, started: Instant) -> Self {
+        let mut t = Self::default();
+        for c in children {
+            let out = finish(c, started);
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success(), "a worker failed: {text}");
+            let line = text.lines().find(|l| l.starts_with("BENCH")).unwrap();
+            let field = |name: &str| -> u64 {
+                line.split_whitespace()
+                    .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap()
+            };
+            t.pages += field("pages");
+            t.trips += field("trips");
+            t.commands += field("commands");
+            for (i, p) in PURPOSES.iter().enumerate() {
+                t.by_purpose[i] += field(p);
+            }
+            t.lease.add(&field);
+        }
+        t
+    }
+}
+
+/// Round trips per page by purpose, as `lease 1.02, fleet_read 0.01, ...`.
+fn per_purpose(by_purpose: &[u64; PURPOSES.len()], pages: u64) -> String {
+    PURPOSES
+        .iter()
+        .zip(by_purpose)
+        .map(|(p, n)| format!("{p} {:.2}", *n as f64 / pages.max(1) as f64))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Lease answers and bytes, summed over the workers.
@@ -265,38 +290,19 @@ fn hot(counts: &str, books: usize) {
                 c.spawn().unwrap()
             })
             .collect();
-        let (mut pages, mut trips) = (0u64, 0u64);
-        let mut by_purpose = [0u64; PURPOSES.len()];
-        let mut lease = Leases::default();
-        for c in children {
-            let out = finish(c, started);
-            let text = String::from_utf8_lossy(&out.stdout);
-            assert!(out.status.success(), "a worker failed: {text}");
-            let line = text.lines().find(|l| l.starts_with("BENCH")).unwrap();
-            let field = |name: &str| -> u64 {
-                line.split_whitespace()
-                    .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
-                    .and_then(|v| v.parse().ok())
-                    .unwrap()
-            };
-            pages += field("pages");
-            trips += field("trips");
-            for (i, p) in PURPOSES.iter().enumerate() {
-                by_purpose[i] += field(p);
-            }
-            lease.add(&field);
-        }
+        let Totals {
+            pages,
+            trips,
+            by_purpose,
+            lease,
+            ..
+        } = Totals::of(children, started);
         let secs = started.elapsed().as_secs_f64();
-        let per_page: Vec<String> = PURPOSES
-            .iter()
-            .zip(by_purpose)
-            .map(|(p, n)| format!("{p} {:.2}", n as f64 / pages.max(1) as f64))
-            .collect();
         println!(
             "| {workers} | {pages} | {secs:.1} | {:.0} | {:.2} | {} | {} |",
             pages as f64 / secs,
             trips as f64 / pages.max(1) as f64,
-            per_page.join(", "),
+            per_purpose(&by_purpose, pages),
             lease.show(pages)
         );
     }
