@@ -260,9 +260,9 @@ impl Spider for Mirror {
         }
         let file = self.root.join(path);
         if let Some(dir) = file.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| crawler::core::Error::msg(e.to_string()))?;
+            std::fs::create_dir_all(dir)?;
         }
-        std::fs::write(&file, page.body()).map_err(|e| crawler::core::Error::msg(e.to_string()))?;
+        std::fs::write(&file, page.body())?;
         out.follow_all(page.select("a").attrs("href"));
         Ok(())
     }

@@ -62,7 +62,7 @@ impl Spider for Catalogue {
                 url: page.url().to_string(),
                 title: page.text_of("div.product h1")?,
                 pence: pence(&price)
-                    .ok_or_else(|| crawler::core::Error::msg(format!("bad price {price}")))?,
+                    .ok_or_else(|| crawler::Error::msg(format!("bad price {price}")))?,
             });
             return Ok(());
         }

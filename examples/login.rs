@@ -98,7 +98,7 @@ impl Spider for Login {
             // Where the login's redirect lands: the account page, if the login worked.
             Some("account") => {
                 let Some(user) = page.select_first("span.username").map(|e| e.text()) else {
-                    return Err(crawler::core::Error::msg(format!(
+                    return Err(crawler::Error::msg(format!(
                         "login failed: landed on {} without an account",
                         page.url()
                     )));

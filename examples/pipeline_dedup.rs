@@ -108,8 +108,8 @@ impl SledStore {
     }
 }
 
-fn store_error(e: impl std::fmt::Display) -> crawler::core::Error {
-    crawler::core::Error::msg(format!("item store: {e}"))
+fn store_error(e: impl std::fmt::Display) -> crawler::Error {
+    crawler::Error::msg(format!("item store: {e}"))
 }
 
 impl Pipeline<Book> for SledStore {

@@ -43,7 +43,6 @@
 #[cfg(feature = "mimalloc")]
 mod allocator;
 mod conditional;
-mod error;
 mod logging;
 pub mod progress;
 pub mod sitemaps;
@@ -56,10 +55,10 @@ use std::sync::Arc;
 #[cfg(feature = "browser")]
 pub use crawler_browser as browser;
 pub use crawler_core as core;
+pub use crawler_core::{Context, Error, ErrorKind, Result};
 pub use crawler_http as http;
 pub use crawler_sched as sched;
 pub use crawler_store as store;
-pub use error::{Error, ErrorKind};
 pub use logging::{init_logging, init_logging_with, log_colour, log_level_filter, set_log_level};
 
 /// mimalloc, for a spider project that wants it as its global allocator (the `crawler`
@@ -489,7 +488,7 @@ impl<S: Spider> Crawl<S> {
         let mut s = self.settings.clone();
         for (k, v) in self.spider.custom_settings() {
             s.set(k, &v)
-                .map_err(|e| Error::from(e).context(&format!("spider '{}'", self.spider.name())))?;
+                .map_err(|e| e.context(format!("spider '{}'", self.spider.name())))?;
         }
         for (k, v) in &self.overrides {
             s.set(k, v)?;

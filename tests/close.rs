@@ -114,7 +114,7 @@ impl Spider for Broken {
     }
     async fn parse(&self, page: Response, out: &mut Output<Book>) -> Result<()> {
         if page.callback() == Some("book") {
-            return Err(crawler::core::Error::msg("this book page is broken"));
+            return Err(crawler::Error::msg("this book page is broken"));
         }
         self.inner.parse(page, out).await
     }

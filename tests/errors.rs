@@ -77,3 +77,46 @@ fn settings_and_io_errors_keep_their_kinds() {
         .expect("a cache directory under a file cannot be made");
     assert!(e.is_io(), "{e:?}");
 }
+
+/// A spider's callbacks and `Crawl` return the same `crawler::Error`: `?` works on the errors
+/// spider code meets most, the kind a page helper gives (a bad selector, a missing element)
+/// survives to the caller, and the typed cause stays reachable.
+#[test]
+fn callbacks_and_crawls_share_one_error_and_its_kinds() {
+    fn price(text: &str) -> crawler::Result<u32> {
+        Ok(text.trim().parse::<u32>()?)
+    }
+    let e = price("x").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Other);
+    assert!(
+        e.source()
+            .is_some_and(|s| s.is::<std::num::ParseIntError>()),
+        "{e:?}"
+    );
+
+    fn read(path: &std::path::Path) -> crawler::Result<String> {
+        Ok(std::fs::read_to_string(path)?)
+    }
+    let dir = tempfile::tempdir().unwrap();
+    assert!(read(&dir.path().join("absent")).unwrap_err().is_io());
+
+    let url = crawler::core::Url::parse("http://127.0.0.1:9/book").unwrap();
+    let page = Response::new(
+        Request::get(url.as_str()).unwrap(),
+        url,
+        200,
+        Default::default(),
+        "<html><body><h1>A Book</h1></body></html>".into(),
+    );
+    let e: Error = page.text_of("p.price").unwrap_err();
+    assert!(e.is_missing(), "{e:?}");
+    let e: Error = page.try_select("h1[").err().expect("a bad selector");
+    assert!(e.is_selector(), "{e:?}");
+    // Context keeps the kind a helper gave, and prefixes what the spider was doing.
+    let e = page
+        .text_of("p.price")
+        .context("price of 'A Book'")
+        .unwrap_err();
+    assert!(e.is_missing());
+    assert!(e.to_string().starts_with("price of 'A Book': "), "{e}");
+}

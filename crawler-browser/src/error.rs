@@ -30,3 +30,12 @@ impl Error {
 
 /// Results of this crate.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// A browser that cannot start or render is a settings problem for the crawl (no chromium
+/// where the settings point, a rendering that cannot be set up): `?` turns it into the
+/// crawl's error of kind `Settings`, this error as its source.
+impl From<Error> for crawler_core::Error {
+    fn from(e: Error) -> Self {
+        crawler_core::Error::new(crawler_core::ErrorKind::Settings, e.to_string()).with_source(e)
+    }
+}

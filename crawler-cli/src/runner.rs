@@ -108,7 +108,7 @@ impl<S: Spider> ErasedSpider for Holder<S> {
     }
 
     fn open(&mut self, settings: &Settings, args: &[(String, String)]) -> Result<(), Error> {
-        crawler::core::open_spider(&mut self.spider, settings, args).map_err(Error::from)
+        crawler::core::open_spider(&mut self.spider, settings, args)
     }
 
     fn crawl(self: Box<Self>, job: CrawlJob) -> Boxed<'static, Result<Stats, Failure>> {
@@ -323,7 +323,7 @@ fn contract_request<S: Spider>(spider: &S, url: &str) -> Result<Request, Error> 
     let joined = start.url.join(url).map_err(|e| {
         Error::new(ErrorKind::Url, format!("invalid contract URL '{url}'")).with_source(e)
     })?;
-    Ok(Request::get(joined.as_str())?)
+    Request::get(joined.as_str())
 }
 
 /// The runner a project's `main.rs` calls with its spiders: register them with

@@ -268,7 +268,7 @@ pub(super) fn genspider(name: &str, url: &str) -> Result<(), Error> {
             "'{name}' is not a valid spider name (lower case letters, digits and '_')"
         )));
     }
-    let start = parse_http_url(url).map_err(Error::from)?;
+    let start = parse_http_url(url)?;
     let cwd = std::env::current_dir().map_err(|e| err(format!("no current directory: {e}")))?;
     let root = cwd
         .ancestors()

@@ -20,3 +20,11 @@ impl Error {
         }
     }
 }
+
+/// A downloader that cannot be built is a crawl that cannot start: `?` in the facade and in
+/// spider code turns it into the crawl's error of kind `Http`, this error as its source.
+impl From<Error> for crawler_core::Error {
+    fn from(e: Error) -> Self {
+        crawler_core::Error::new(crawler_core::ErrorKind::Http, e.to_string()).with_source(e)
+    }
+}

@@ -21,3 +21,11 @@ impl Error {
         }
     }
 }
+
+/// A frontier that cannot read or write its queues fails the crawl with kind `Storage`,
+/// this error as its source.
+impl From<Error> for crawler_core::Error {
+    fn from(e: Error) -> Self {
+        crawler_core::Error::new(crawler_core::ErrorKind::Storage, e.to_string()).with_source(e)
+    }
+}

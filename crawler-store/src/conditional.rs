@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crawler_core::{CachedPage, ConditionalStore, ErrorKind, Request, Url, Validators};
+use crawler_core::{CachedPage, ConditionalStore, Request, Url, Validators};
 
 use crate::cache::{CacheStore, CachedResponse};
 use crate::error::Error;
@@ -98,17 +98,17 @@ fn key(url: &Url) -> [u8; 16] {
     crawler_sched::fingerprint(&Request::new(url.clone())).to_bytes()
 }
 
-fn core_err(e: Error) -> crawler_core::Error {
-    crawler_core::Error::new(ErrorKind::Storage, e.to_string()).with_source(e)
-}
-
 impl ConditionalStore for SledConditional {
     fn validators(&self, url: &Url) -> crawler_core::Result<Option<Validators>> {
-        self.validators.get(key(url)).map_err(core_err)
+        self.validators
+            .get(key(url))
+            .map_err(crawler_core::Error::from)
     }
 
     fn put_validators(&self, url: &Url, v: &Validators) -> crawler_core::Result<()> {
-        self.validators.put(key(url), v).map_err(core_err)
+        self.validators
+            .put(key(url), v)
+            .map_err(crawler_core::Error::from)
     }
 
     fn keeps_responses(&self) -> bool {
@@ -119,7 +119,7 @@ impl ConditionalStore for SledConditional {
         let Some(cache) = &self.cache else {
             return Ok(None);
         };
-        let page = cache.get(key(url)).map_err(core_err)?;
+        let page = cache.get(key(url)).map_err(crawler_core::Error::from)?;
         Ok(page.map(|p| CachedPage {
             url: p.url,
             status: p.status,
@@ -140,13 +140,15 @@ impl ConditionalStore for SledConditional {
             body: page.body.clone(),
             stored_at_unix: page.stored_at_unix,
         };
-        cache.put(key(url), &stored).map_err(core_err)
+        cache
+            .put(key(url), &stored)
+            .map_err(crawler_core::Error::from)
     }
 
     fn flush(&self) -> crawler_core::Result<()> {
-        self.validators.flush().map_err(core_err)?;
+        self.validators.flush().map_err(crawler_core::Error::from)?;
         if let Some(cache) = &self.cache {
-            cache.flush().map_err(core_err)?;
+            cache.flush().map_err(crawler_core::Error::from)?;
         }
         Ok(())
     }

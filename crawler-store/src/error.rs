@@ -331,6 +331,25 @@ impl Error {
     }
 }
 
+/// The crawl's error for a store failure: the kind says which (a job directory in use or
+/// belonging to another spider, Redis unreachable or lost, any other storage failure), and
+/// this error stays its source.
+impl From<Error> for crawler_core::Error {
+    fn from(e: Error) -> Self {
+        use crawler_core::ErrorKind;
+        let kind = if e.is_job_mismatch() {
+            ErrorKind::JobMismatch
+        } else if e.is_in_use() {
+            ErrorKind::JobInUse
+        } else if e.is_redis_unavailable() || e.is_redis_lost() {
+            ErrorKind::Redis
+        } else {
+            ErrorKind::Storage
+        };
+        crawler_core::Error::new(kind, e.to_string()).with_source(e)
+    }
+}
+
 impl From<Error> for crawler_sched::Error {
     fn from(e: Error) -> Self {
         crawler_sched::Error::new(e.to_string(), Some(Box::new(e)))
