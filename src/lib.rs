@@ -35,7 +35,7 @@
 //! ```
 //!
 //! The pieces live in their own crates and are re-exported here: [`core`] (spider API,
-//! engine), [`http`] (downloader, robots), [`sched`] (frontier, politeness slots), [`store`]
+//! contracts, the one [`Error`]), [`engine`] (the crawl loop), [`http`] (downloader, robots), [`sched`] (frontier, politeness slots), [`store`]
 //! (job directories, the HTTP cache, the Redis fleet). The command lines (the `crawler`
 //! binary, a project's `Runner`) are the `crawler-cli` crate; the test site is
 //! `crawler-lab`.
@@ -56,6 +56,7 @@ use std::sync::Arc;
 pub use crawler_browser as browser;
 pub use crawler_core as core;
 pub use crawler_core::{Context, Error, ErrorKind, Result};
+pub use crawler_engine as engine;
 pub use crawler_http as http;
 pub use crawler_sched as sched;
 pub use crawler_store as store;
@@ -86,8 +87,9 @@ use crawler_core::{
     Middlewares, SpiderMiddleware, SpiderWithMiddlewares,
 };
 use crawler_core::{
-    ConditionalStore, Engine, FeedSpec, Pipeline, Settings, SettingsLayers, Shutdown, Spider, Stats,
+    ConditionalStore, FeedSpec, Pipeline, Settings, SettingsLayers, Shutdown, Spider, Stats,
 };
+use crawler_engine::Engine;
 use crawler_http::HttpDownloader;
 use crawler_sched::{FleetFrontier, Frontier, FrontierConfig, MemoryStore, QueueStore};
 
@@ -280,7 +282,9 @@ type Stage<S> = Box<dyn FnOnce(HttpEngine<S>) -> HttpEngine<S> + Send>;
 /// Something that follows a crawl's progress snapshots while it runs (see
 /// [`Crawl::watch_progress`]).
 type Watcher = Box<
-    dyn FnOnce(tokio::sync::watch::Receiver<crawler_core::Progress>) -> tokio::task::JoinHandle<()>
+    dyn FnOnce(
+            tokio::sync::watch::Receiver<crawler_engine::Progress>,
+        ) -> tokio::task::JoinHandle<()>
         + Send,
 >;
 
@@ -464,7 +468,7 @@ impl<S: Spider> Crawl<S> {
     pub fn watch_progress(
         mut self,
         watcher: impl FnOnce(
-            tokio::sync::watch::Receiver<crawler_core::Progress>,
+            tokio::sync::watch::Receiver<crawler_engine::Progress>,
         ) -> tokio::task::JoinHandle<()>
         + Send
         + 'static,

@@ -16,7 +16,8 @@ use std::io::Write;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crawler_core::{HostStats, Progress};
+use crawler_core::HostStats;
+use crawler_engine::Progress;
 #[cfg(feature = "live-progress")]
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::sync::watch;

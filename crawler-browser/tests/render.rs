@@ -8,10 +8,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crawler::engine::Engine;
 use crawler_browser::{BrowserConfig, Monitor, Rendering};
 use crawler_core::{
-    Engine, Output, Pipeline, Processed, RenderOptions, Request, Response, Result, Settings,
-    Spider, Stats,
+    Output, Pipeline, Processed, RenderOptions, Request, Response, Result, Settings, Spider, Stats,
 };
 use crawler_http::HttpDownloader;
 use crawler_lab::{Lab, RetryAfter, Scenario};

@@ -8,13 +8,13 @@
 //! descriptors, a connection reset before accept) is logged and retried after a short
 //! pause, and at most [`MAX_CONNECTIONS`] clients are served at once (others wait in the
 //! listen backlog). Per-host series cover the busiest hosts only (see
-//! `crawler::core::PROGRESS_HOSTS`).
+//! `crawler::engine::PROGRESS_HOSTS`).
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crawler::core::Progress;
+use crawler::engine::Progress;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;

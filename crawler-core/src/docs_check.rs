@@ -1,7 +1,7 @@
 //! docs/retries.md against crawler-core, for what its prose states beyond the tables: the
 //! terminal states and stats it names, the example skip message's `max_retry_after`, the
 //! address policy's default and ranges. The tables, the retried statuses and the backoff
-//! ceilings are read by `engine/retry.rs`'s `doc_tests`; the politeness machine's constants
+//! ceilings are read by crawler-engine's `engine/retry.rs` `doc_tests`; the politeness machine's constants
 //! (crawler-sched's `Tuning`, which this crate cannot see) by the facade's `tests/retries.rs`.
 //!
 //! Each check finds the phrase that states a figure and compares what follows it with the

@@ -52,6 +52,26 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
+    /// Every kind, in declaration order (the docs checks walk it; a test below fails when a
+    /// new kind is missing from it).
+    pub const ALL: [FailureKind; 15] = [
+        Self::Timeout,
+        Self::Connection,
+        Self::Dns,
+        Self::Tls,
+        Self::TooLarge,
+        Self::TooManyRedirects,
+        Self::BadRedirect,
+        Self::Decode,
+        Self::TooComplex,
+        Self::Status,
+        Self::Spider,
+        Self::SoftBlock,
+        Self::Forbidden,
+        Self::HostSkipped,
+        Self::Other,
+    ];
+
     /// The short, stable name used in stats and failure files.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -382,5 +402,37 @@ pub trait Scheduler: Send + 'static {
     /// (finishing what is in flight) and reports it.
     fn take_error(&mut self) -> Option<crate::Error> {
         None
+    }
+}
+
+#[cfg(test)]
+mod failure_kind_tests {
+    use super::FailureKind::{self, *};
+
+    /// An exhaustive match: a new kind fails to compile here until it gets the next number,
+    /// and then the test fails until it is in [`FailureKind::ALL`].
+    fn ordinal(k: FailureKind) -> usize {
+        match k {
+            Timeout => 0,
+            Connection => 1,
+            Dns => 2,
+            Tls => 3,
+            TooLarge => 4,
+            TooManyRedirects => 5,
+            BadRedirect => 6,
+            Decode => 7,
+            TooComplex => 8,
+            Status => 9,
+            Spider => 10,
+            SoftBlock => 11,
+            Forbidden => 12,
+            HostSkipped => 13,
+            Other => 14,
+        }
+    }
+
+    #[test]
+    fn all_lists_every_kind_once_in_order() {
+        assert!(FailureKind::ALL.iter().map(|&k| ordinal(k)).eq(0..15));
     }
 }

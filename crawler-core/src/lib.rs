@@ -1,10 +1,11 @@
-//! The core of the crawler framework: the vocabulary every crate shares, and the engine.
+//! The core of the crawler framework: the vocabulary and contracts every crate shares.
 //!
 //! A [`Spider`] turns [`Response`]s into items and more [`Request`]s through an [`Output`].
-//! The [`Engine`] drives a crawl: it asks a [`Scheduler`] (crawler-sched) which request may
-//! go out now, hands it to a [`Downloader`] (crawler-http), passes successful pages to the
-//! spider, runs items through [`Pipeline`]s into feeds, and accounts for every request in
-//! [`Stats`]. This crate knows no HTTP client or database; those plug in through the traits.
+//! The engine (crawler-engine) drives a crawl: it asks a [`Scheduler`] (crawler-sched) which
+//! request may go out now, hands it to a [`Downloader`] (crawler-http), passes successful
+//! pages to the spider, runs items through [`Pipeline`]s into feeds, and accounts for every
+//! request in [`Stats`]. This crate runs no crawl and knows no HTTP client or database; those
+//! plug in through the traits. Its one [`Error`] is the crawl's, spider callbacks included.
 //!
 //! ```
 //! use crawler_core::{Output, Request, Response, Result, Spider};
@@ -32,9 +33,7 @@ mod conditional;
 // docs/retries.md checked against the code.
 #[cfg(test)]
 mod docs_check;
-mod engine;
 mod error;
-mod failures;
 mod feed;
 mod fetch;
 mod links;
@@ -44,11 +43,13 @@ mod output;
 mod parse;
 mod pipeline;
 pub mod redact;
+mod redirect;
 mod render;
 mod request;
 mod response;
 mod rules;
 mod settings;
+mod shutdown;
 mod spider;
 mod spider_args;
 mod stats;
@@ -56,10 +57,6 @@ mod subrequest;
 
 pub use conditional::{
     CachedPage, ConditionalStore, MemoryConditional, Validators, canonical_url, conditional_key,
-};
-pub use engine::{
-    DONT_REDIRECT_META, Engine, FINAL_HOSTS, PROGRESS_HOSTS, Progress, REDIRECTS, Shutdown,
-    redirect,
 };
 pub use error::{Context, Error, ErrorKind, Result};
 pub use feed::{FeedFormat, FeedSpec, STDOUT_FEED, expand_feed_path, feed_problem, feed_time};
@@ -76,7 +73,8 @@ pub use middleware::{
 };
 pub use output::{Follow, Output};
 pub use parse::ParseLimits;
-pub use pipeline::{Pipeline, Processed};
+pub use pipeline::{BoxFuture, DynPipeline, Pipeline, Processed};
+pub use redirect::{DONT_REDIRECT_META, REDIRECTS, redirect};
 pub use render::{RENDER_META, RenderOptions};
 pub use request::{Request, parse_http_url};
 pub use response::{AfterAck, BodyOrigin, Element, Response, Selection};
@@ -86,10 +84,11 @@ pub use settings::{
     SettingRow, Settings, SettingsLayers, Source, ThrottleMode, find_settings_file, section_of,
     settings_markdown,
 };
+pub use shutdown::Shutdown;
 pub use spider::Spider;
 pub use spider_args::{SpiderContext, open_spider, parse_spider_arg};
-pub use stats::Stats;
-pub use subrequest::{SUBREQUEST_META, SubRequests};
+pub use stats::{CLOSE_ERROR, CLOSE_FINISHED, CLOSE_STOPPED, Stats};
+pub use subrequest::{SUBREQUEST_META, SubRequest, SubRequests};
 
 /// Re-exported so middlewares can build a [`Response`] without depending on these crates.
 pub use bytes::Bytes;

@@ -42,7 +42,7 @@ impl<I> Output<I> {
 
     /// Keep at most `max` requests from this page (the engine sets `max_links_per_page`):
     /// a page of 200,000 links would otherwise queue them all at once.
-    pub(crate) fn with_max_links(mut self, max: usize) -> Self {
+    pub fn with_max_links(mut self, max: usize) -> Self {
         self.max_links = max;
         self
     }

@@ -43,14 +43,22 @@ pub trait Pipeline<I>: Send + Sync + 'static {
     }
 }
 
-type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+/// A boxed future, as [`DynPipeline`] returns.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Object-safe form of [`Pipeline`], so stages of different types share one list.
-pub(crate) trait DynPipeline<I>: Send + Sync {
+/// The engine keeps its stages as `Box<dyn DynPipeline<Item>>`; implement [`Pipeline`],
+/// never this.
+pub trait DynPipeline<I>: Send + Sync {
+    /// [`Pipeline::open`], boxed.
     fn open(&self) -> BoxFuture<'_, Result<()>>;
+    /// [`Pipeline::process`], boxed.
     fn process(&self, item: I) -> BoxFuture<'_, Result<Processed<I>>>;
+    /// [`Pipeline::close`], boxed.
     fn close(&self) -> BoxFuture<'_, Result<()>>;
+    /// [`Pipeline::close_crawl`].
     fn close_crawl(&self) -> Option<String>;
+    /// The stage's type name, for logs.
     fn name(&self) -> &'static str;
 }
 

@@ -450,7 +450,7 @@ impl Response {
 
     /// Problems found while the spider used this response (invalid selectors), shared with the
     /// engine so they are reported after the callback returns.
-    pub(crate) fn problems(&self) -> Arc<Mutex<Vec<Error>>> {
+    pub fn problems(&self) -> Arc<Mutex<Vec<Error>>> {
         Arc::clone(&self.problems)
     }
 }

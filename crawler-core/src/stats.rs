@@ -99,12 +99,12 @@ mod secs {
 }
 
 /// The [`Stats::close_reason`] of a crawl that fetched everything it was given.
-pub(crate) const CLOSE_FINISHED: &str = "finished";
+pub const CLOSE_FINISHED: &str = "finished";
 /// The [`Stats::close_reason`] of a crawl stopped by Ctrl-C, SIGTERM or a
 /// [`Shutdown`](crate::Shutdown) request.
-pub(crate) const CLOSE_STOPPED: &str = "stopped";
+pub const CLOSE_STOPPED: &str = "stopped";
 /// The [`Stats::close_reason`] of a crawl whose frontier or feed writer failed.
-pub(crate) const CLOSE_ERROR: &str = "error";
+pub const CLOSE_ERROR: &str = "error";
 
 impl Stats {
     /// Requests that reached a terminal state.
@@ -133,7 +133,8 @@ impl Stats {
         }
     }
 
-    pub(crate) fn bump(map: &mut BTreeMap<String, u64>, key: &str) {
+    /// Add one to `key` in one of the stats' counter maps.
+    pub fn bump(map: &mut BTreeMap<String, u64>, key: &str) {
         *map.entry(key.to_owned()).or_default() += 1;
     }
 }

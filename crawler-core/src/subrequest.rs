@@ -18,9 +18,11 @@ pub const SUBREQUEST_META: &str = "subrequest";
 
 /// One sub-request on its way to the engine, with where its answer goes.
 #[derive(Debug)]
-pub(crate) struct SubRequest {
-    pub(crate) request: Request,
-    pub(crate) reply: oneshot::Sender<Download>,
+pub struct SubRequest {
+    /// The request to send through the crawl.
+    pub request: Request,
+    /// Where the engine sends its download.
+    pub reply: oneshot::Sender<Download>,
 }
 
 /// How a downloader sends its own requests through the crawl (see the module docs). Given
@@ -36,7 +38,7 @@ pub struct SubRequests {
 
 impl SubRequests {
     /// A handle and the receiving end the engine reads.
-    pub(crate) fn channel() -> (Self, mpsc::UnboundedReceiver<SubRequest>) {
+    pub fn channel() -> (Self, mpsc::UnboundedReceiver<SubRequest>) {
         let (tx, rx) = mpsc::unbounded_channel();
         (
             Self {

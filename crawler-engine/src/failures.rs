@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::error::{Error, ErrorKind, Result};
-use crate::feed::{FeedFormat, repair_tail};
+use crate::feed_writer::repair_tail;
+use crawler_core::FeedFormat;
+use crawler_core::{Error, ErrorKind, Result};
 
 /// One line of the failures file.
 #[derive(Debug, Serialize)]

@@ -1,4 +1,6 @@
-//! Redirects: the next hop of a 3xx, by Scrapy's rules.
+//! Redirects: the next hop of a 3xx, by Scrapy's rules. The engine sends it back through the
+//! frontier (robots.txt and the target host's slot apply to every hop); the downloader's
+//! one-off fetch (`crawler fetch`, the shell) follows it directly.
 
 use crate::fetch::{Failure, FailureKind};
 use crate::request::Request;

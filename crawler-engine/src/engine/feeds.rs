@@ -7,9 +7,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::error::Result;
-use crate::feed::FeedWriter;
-use crate::fetch::Lease;
+use crate::feed_writer::FeedWriter;
+use crawler_core::Lease;
+use crawler_core::Result;
 
 /// Items buffered between the workers and the feed writer; a slow disk slows the crawl
 /// instead of growing memory.

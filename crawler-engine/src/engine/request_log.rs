@@ -1,9 +1,9 @@
 //! The one debug line per answered request (`-L debug`): what was asked, what came back and
 //! what happens to it, so a crawl can be followed request by request without a proxy.
 
-use crate::fetch::Feedback;
-use crate::request::Request;
-use crate::response::{BodyOrigin, Response};
+use crawler_core::Feedback;
+use crawler_core::Request;
+use crawler_core::{BodyOrigin, Response};
 
 /// Log `response` to `req` at debug level: method, URL and status as the message; the
 /// callback that parses it, its depth, the body's size, the latency, where the body came

@@ -20,11 +20,11 @@ use tokio::time::Instant;
 
 use super::run::Crawl;
 use super::worker::Ctx;
-use crate::fetch::{Admission, Download, Downloader, Failure, FailureKind, Feedback, Fetched};
-use crate::fetch::{Lease, Scheduler};
-use crate::request::Request;
-use crate::spider::Spider;
-use crate::subrequest::{SUBREQUEST_META, SubRequest, SubRequests};
+use crawler_core::Request;
+use crawler_core::Spider;
+use crawler_core::{Admission, Download, Downloader, Failure, FailureKind, Feedback, Fetched};
+use crawler_core::{Lease, Scheduler};
+use crawler_core::{SUBREQUEST_META, SubRequest, SubRequests};
 
 /// The engine's side of the sub-request channel.
 pub(super) struct Subs {

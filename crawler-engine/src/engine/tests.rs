@@ -11,18 +11,18 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Engine;
-use crate::error::Result;
-use crate::feed::FeedSpec;
-use crate::fetch::{
+use crawler_core::FeedSpec;
+use crawler_core::Output;
+use crawler_core::Request;
+use crawler_core::Result;
+use crawler_core::Settings;
+use crawler_core::Spider;
+use crawler_core::{
     Admission, Download, Downloader, Failure, FailureKind, Feedback, Fetched, FilterReason, Lease,
     Next, Scheduler,
 };
-use crate::output::Output;
-use crate::pipeline::{Pipeline, Processed};
-use crate::request::Request;
-use crate::response::{AfterAck, Response};
-use crate::settings::Settings;
-use crate::spider::Spider;
+use crawler_core::{AfterAck, Response};
+use crawler_core::{Pipeline, Processed};
 
 const SITE: &str = "http://site.test";
 

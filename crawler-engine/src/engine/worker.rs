@@ -10,13 +10,13 @@ use tokio::sync::mpsc;
 use url::Url;
 
 use super::feeds::FeedMsg;
-use super::redirect::{DONT_REDIRECT_META, REDIRECTS, redirect};
-use crate::fetch::{Download, Downloader, Failure, FailureKind, Feedback, Fetched, Lease};
-use crate::output::Output;
-use crate::pipeline::{DynPipeline, Processed};
-use crate::request::Request;
-use crate::response::Response;
-use crate::spider::Spider;
+use crawler_core::Output;
+use crawler_core::Request;
+use crawler_core::Response;
+use crawler_core::Spider;
+use crawler_core::{DONT_REDIRECT_META, REDIRECTS, redirect};
+use crawler_core::{Download, Downloader, Failure, FailureKind, Feedback, Fetched, Lease};
+use crawler_core::{DynPipeline, Processed};
 
 /// What workers share.
 pub(super) struct Ctx<S: Spider, D> {
@@ -37,7 +37,7 @@ pub(super) struct Ctx<S: Spider, D> {
     /// on its thread and inflate the latency the slots read).
     pub(super) parse_pool: Arc<tokio::sync::Semaphore>,
     /// The bounds of one page's parse.
-    pub(super) parse_limits: crate::parse::ParseLimits,
+    pub(super) parse_limits: crawler_core::ParseLimits,
     /// Most links followed from one page (`max_links_per_page`).
     pub(super) max_links: usize,
     /// The cap on requests queued in memory (`max_queued_requests`), when the queue is
@@ -100,8 +100,8 @@ pub(super) struct Completion {
     pub(super) spider_error: bool,
     pub(super) feed_closed: bool,
     /// What the downloader deferred until the request is acknowledged (see
-    /// [`crate::AfterAck`]); set only when the page was parsed and its items all sent.
-    pub(super) after_ack: Option<crate::AfterAck>,
+    /// [`crawler_core::AfterAck`]); set only when the page was parsed and its items all sent.
+    pub(super) after_ack: Option<crawler_core::AfterAck>,
     /// Why the spider or a pipeline asked to close the crawl, if one did.
     pub(super) close: Option<String>,
 }
@@ -279,7 +279,7 @@ enum Parsed<I> {
     Refused(Failure),
     /// The callback ran: its result, whether it panicked, and what it produced.
     Called {
-        result: crate::error::Result<()>,
+        result: crawler_core::Result<()>,
         panicked: bool,
         out: Box<Output<I>>,
     },
@@ -358,7 +358,7 @@ async fn parse_page<S: Spider, D: Downloader>(
     // crossed the limits too: the page fails as too complex, not as the spider's error.
     if let Some(i) = problems
         .iter()
-        .position(|p| p.kind() == crate::error::ErrorKind::TooComplex)
+        .position(|p| p.kind() == crawler_core::ErrorKind::TooComplex)
     {
         let failure = Failure::new(FailureKind::TooComplex, problems.swap_remove(i).to_string());
         return refused(req, failure, done);
@@ -407,7 +407,7 @@ async fn parse_page<S: Spider, D: Downloader>(
         }
         // Whether the page was private decides whether its links may lead into private
         // space; the engine's word, not the spider's (which may have copied meta over).
-        crate::address::mark_from_private(&mut r.meta, from_private);
+        crawler_core::address::mark_from_private(&mut r.meta, from_private);
     }
     done.requests = requests;
 
@@ -457,14 +457,14 @@ async fn on_parse_pool<T: Send + 'static>(
 }
 
 /// The error standing for a callback's panic, with the panic's message when it has one.
-fn panicked_error(panic: &(dyn std::any::Any + Send)) -> crate::error::Error {
+fn panicked_error(panic: &(dyn std::any::Any + Send)) -> crawler_core::Error {
     let message = panic
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "no message".to_owned());
-    crate::error::Error::new(
-        crate::error::ErrorKind::Other,
+    crawler_core::Error::new(
+        crawler_core::ErrorKind::Other,
         format!("the callback panicked: {message}"),
     )
 }
@@ -474,8 +474,8 @@ fn panicked_error(panic: &(dyn std::any::Any + Send)) -> crate::error::Error {
 fn spider_errors(
     url: &Url,
     callback: &str,
-    result: &crate::error::Result<()>,
-    problems: &[crate::error::Error],
+    result: &crawler_core::Result<()>,
+    problems: &[crawler_core::Error],
 ) -> bool {
     let error = result.as_ref().err().map(ToString::to_string);
     for p in problems {
@@ -530,7 +530,7 @@ async fn deliver<S: Spider, D: Downloader>(
 }
 
 /// Threads of the parse pool: the setting, or one per core.
-pub(super) fn parse_threads(settings: &crate::settings::Settings) -> usize {
+pub(super) fn parse_threads(settings: &crawler_core::Settings) -> usize {
     match settings.parse_threads {
         0 => std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
         n => n,

@@ -8,11 +8,11 @@ use tokio::time::Instant;
 use super::run::Crawl;
 use super::worker::{Completion, Terminal};
 use crate::failures::{FailureLog, FailureRecord};
-use crate::fetch::{Admission, Downloader, FailureKind, HostStats, Lease, Scheduler};
-use crate::request::Request;
-use crate::response::AfterAck;
-use crate::spider::Spider;
-use crate::stats::Stats;
+use crawler_core::AfterAck;
+use crawler_core::Request;
+use crawler_core::Spider;
+use crawler_core::Stats;
+use crawler_core::{Admission, Downloader, FailureKind, HostStats, Lease, Scheduler};
 
 impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
     /// A worker ended (`None`: there was none to wait for): settle its request, unless it
@@ -282,7 +282,7 @@ const QUEUE_MILESTONE: usize = 100_000;
 
 /// The cap on requests queued in memory: `max_queued_requests`, when the queues are in
 /// memory (no job directory, no Redis: those keep them in their store, on disk).
-pub(super) fn queue_cap(settings: &crate::settings::Settings) -> Option<usize> {
+pub(super) fn queue_cap(settings: &crawler_core::Settings) -> Option<usize> {
     let in_memory = settings.job_dir.is_none() && settings.redis_url.is_none();
     (in_memory && settings.max_queued_requests > 0).then_some(settings.max_queued_requests)
 }

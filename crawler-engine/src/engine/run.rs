@@ -14,19 +14,21 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 use super::feeds::{FeedMsg, FeedThread};
 use super::retry::RetryPolicy;
 use super::settle::{acknowledge, busiest, offer, run_durable};
-use super::shutdown::{Shutdown, listen_for_signals, second_stop};
+use super::signals::{listen_for_signals, second_stop};
 use super::subrequests::{Subs, sub_id};
 use super::worker::{Completion, Ctx, Report, work};
 use super::{Engine, FINAL_HOSTS, PROGRESS_HOSTS, Progress};
-use crate::error::{Error, ErrorKind, Result};
 use crate::failures::FailureLog;
-use crate::feed::{FeedSpec, FeedWriter};
-use crate::fetch::{Downloader, Feedback, Lease, Next, Scheduler};
-use crate::pipeline::DynPipeline;
-use crate::response::AfterAck;
-use crate::settings::{FeedFsync, Settings};
-use crate::spider::Spider;
-use crate::stats::{CLOSE_ERROR, CLOSE_FINISHED, CLOSE_STOPPED, Stats};
+use crate::feed_writer::FeedWriter;
+use crawler_core::AfterAck;
+use crawler_core::DynPipeline;
+use crawler_core::FeedSpec;
+use crawler_core::Shutdown;
+use crawler_core::Spider;
+use crawler_core::{CLOSE_ERROR, CLOSE_FINISHED, CLOSE_STOPPED, Stats};
+use crawler_core::{Downloader, Feedback, Lease, Next, Scheduler};
+use crawler_core::{Error, ErrorKind, Result};
+use crawler_core::{FeedFsync, Settings};
 
 /// How often the progress snapshot is refreshed.
 const PROGRESS_TICK: Duration = Duration::from_millis(250);
@@ -178,7 +180,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             parse_pool: Arc::new(tokio::sync::Semaphore::new(super::worker::parse_threads(
                 &settings,
             ))),
-            parse_limits: crate::parse::ParseLimits::from_settings(&settings),
+            parse_limits: crawler_core::ParseLimits::from_settings(&settings),
             max_links: match settings.max_links_per_page {
                 0 => usize::MAX,
                 n => n,

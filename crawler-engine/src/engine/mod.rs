@@ -14,27 +14,23 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use crate::feed::FeedSpec;
-use crate::fetch::{Downloader, Scheduler};
-use crate::pipeline::{DynPipeline, Pipeline};
-use crate::settings::Settings;
-use crate::spider::Spider;
-use crate::stats::Stats;
+use crawler_core::FeedSpec;
+use crawler_core::Settings;
+use crawler_core::Spider;
+use crawler_core::{Downloader, Scheduler};
+use crawler_core::{DynPipeline, Pipeline};
+use crawler_core::{Shutdown, Stats};
 
 mod feeds;
-mod redirect;
 mod request_log;
 mod retry;
 mod run;
 mod settle;
-mod shutdown;
+mod signals;
 mod subrequests;
 #[cfg(test)]
 mod tests;
 mod worker;
-
-pub use redirect::{DONT_REDIRECT_META, REDIRECTS, redirect};
-pub use shutdown::Shutdown;
 
 /// Hosts in each progress snapshot (and so in the live display, the metrics and the saved
 /// stats): the busiest ones. A crawl touching 100,000 hosts must not copy 100,000 records
