@@ -3,9 +3,10 @@
 //!
 //! This folder owns a crawl from its first request to its final stats: what a crawl is and
 //! how it is built (here), the main loop (`run`), what happens when a worker ends
-//! (`settle`: accounting and acknowledgement), the per-request worker (`worker`), the retry
-//! policy (`retry`), redirects (`redirect`), the feed writer thread (`feeds`), the debug line
-//! per answered request (`request_log`) and stopping on request or signal (`shutdown`). It
+//! (`settle`: accounting and acknowledgement), the per-request worker (`worker`: a 3xx
+//! becomes its next hop by crawler-core's redirect rule and goes back through the frontier),
+//! the retry policy (`retry`), the feed writer thread (`feeds`), the debug line per answered
+//! request (`request_log`) and stopping on a signal (`signals`). It
 //! speaks no HTTP and keeps no frontier of its own: downloads go through the [`Downloader`],
 //! order and politeness through the [`Scheduler`];
 //! the only files it writes are the feeds and the failures file.
