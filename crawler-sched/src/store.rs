@@ -59,6 +59,13 @@ pub trait QueueStore: Send + 'static {
     fn ack(&mut self, lease: u64) -> Result<(), Error>;
     /// Requests queued for one host (not counting leased ones).
     fn host_len(&self, host: &str) -> usize;
+    /// Whether the store holds a request of `host` already leased for the next
+    /// [`QueueStore::lease`] of the host, which it hands out only soon (a shared store that
+    /// grants two requests of an open host in one round trip): the frontier serves the host
+    /// first.
+    fn leased_ahead(&self, _host: &str) -> bool {
+        false
+    }
     /// Requests queued across all hosts (not counting leased ones).
     fn queued(&self) -> usize;
     /// Hosts that have queued requests (used to rebuild scheduling state on resume).
@@ -109,6 +116,9 @@ impl QueueStore for Box<dyn QueueStore> {
     }
     fn host_len(&self, host: &str) -> usize {
         (**self).host_len(host)
+    }
+    fn leased_ahead(&self, host: &str) -> bool {
+        (**self).leased_ahead(host)
     }
     fn queued(&self) -> usize {
         (**self).queued()

@@ -275,6 +275,16 @@ impl<S: QueueStore> Frontier<S> {
             return;
         }
         host.scheduled = true;
+        if host.throttle.ready_at() <= now && self.store.leased_ahead(&host.key) {
+            // The store holds the host's next request already, for a short while: first in
+            // line.
+            let first = self
+                .ready
+                .peek()
+                .map_or(now, |Reverse((at, _, _))| (*at).min(now));
+            self.ready.push(Reverse((first, 0, id)));
+            return;
+        }
         self.seq += 1;
         self.ready
             .push(Reverse((host.throttle.ready_at().max(now), self.seq, id)));

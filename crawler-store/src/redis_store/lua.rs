@@ -26,7 +26,7 @@
 //!   n_cas,   (host, expected_version, state_json, skip_reason | "", merge) * n_cas
 //!   n_op,    (host, kind, at, factor) * n_op
 //!   lease_host | "", drain, budget, expected_version, "horizon_ms,look_ahead_ms", factor,
-//!     "interval,slack,crawl_delay", concurrency, lease_id
+//!     "interval,slack,crawl_delay", concurrency, lease_id, extra_lease_id | ""
 //!   sync
 //!   peek_host | "", peek_expected_version
 //! ```
@@ -35,11 +35,13 @@
 //! `{dups, reclaimed, lease, cas, sync, steps_before, steps, peek, ops}`, or
 //! `{"lost", section_number, epoch}` when a section's copy of the job's epoch is not the one
 //! the worker joined (nothing at all was applied), where `lease` is
-//! `{code, id, member, left, version, state, in_flight, at, pacing}` (code 1 granted, 0
+//! `{code, id, member, left, version, state, in_flight, at, pacing[, extra_member]}` (code 1 granted, 0
 //! queue empty, 2 not yet (the host's next slot is more than `ahead_ms` away on the server's
 //! clock, or the host has its fleet-wide concurrency in flight), 3 host skipped by the
 //! fleet, -1 not asked; `state` is the learning state only when its version is not the one
-//! the worker holds, else empty; `at` the send time booked), `cas` is
+//! the worker holds, else empty; `at` the send time booked; `extra_member` the host's next
+//! request under `extra_lease_id`, granted with the first when the host is open (no
+//! interval, hold or spent quota) and its fleet-wide concurrency has room), `cas` is
 //! `{host, committed, version, state, pacing}*` (`state` only when the commit lost), `ops`
 //! is `{host, slot, pacing}*`, `sync` is `{leased, gen, host, len, skipped, ...}` or empty,
 //! and `peek` is `{version, state, skipped, pacing}` (`state` as in a lease) or empty.
@@ -269,7 +271,7 @@ for s = 1, nsec do
   -- 6. A lease, with the send it books in the host's pacing record (see the module docs).
   local lease = { -1 }
   local lhost, drain, budget = nxt(), num(), num()
-  local expected, reach, factor, init, conc, lid = num(), csv(nxt()), num(), csv(nxt()), num(), nxt()
+  local expected, reach, factor, init, conc, lid, xid = num(), csv(nxt()), num(), csv(nxt()), num(), nxt(), nxt()
   -- How far off the next slot may be for a lease, and the least time ahead a send is
   -- booked (the look-ahead: the worker holds the request and sends it on its own timer).
   local ahead, look = tonumber(reach[1]) or 0, tonumber(reach[2]) or 0
@@ -290,6 +292,11 @@ for s = 1, nsec do
     if prior then
       local cut_at = string.find(prior, '\n', 1, true)
       lease = { 1, lid, string.sub(prior, cut_at + 1), redis.call('ZCARD', qkey), v, learned(), fl, fmt(p.ba or now), penc(p) }
+      local xprior = xid ~= '' and redis.call('HGET', P .. 'lease', xid)
+      if xprior then
+        local x_at = string.find(xprior, '\n', 1, true)
+        lease[10] = string.sub(xprior, x_at + 1)
+      end
       granted = false
     elseif budget == 1 and drain == 0 then
       if p.iv == nil then
@@ -340,9 +347,36 @@ for s = 1, nsec do
           p.n = (p.n or 0) + 1
           pwrite(bkey, p)
         end
+        -- A second request of an open host (no pace to keep: no interval, no hold, no
+        -- spent quota) under `xid`, while its fleet-wide concurrency has room: the worker
+        -- keeps it for its next lease of the host, a round trip saved.
+        local xmember = nil
+        if xid ~= '' and left > 0 and p.fl < conc and drain == 0
+          and (budget == 0 or ((p.iv or 0) == 0 and (p.hu or 0) <= now and p.su == nil)) then
+          local xpopped = redis.call('ZPOPMIN', qkey)
+          if #xpopped > 0 then
+            xmember = xpopped[1]
+            redis.call('ZADD', P .. 'leases', now + timeout, xid)
+            redis.call('HSET', P .. 'lease', xid, lhost .. '\n' .. xmember)
+            redis.call('HINCRBY', bkey, 'fl', 1)
+            p.fl = p.fl + 1
+            left = redis.call('ZCARD', qkey)
+            if left == 0 then redis.call('SREM', P .. 'hosts', lhost) end
+            if budget == 1 then
+              p.ba = at
+              if p.ql then
+                p.ql = p.ql - 1
+                if p.ql <= 0 and p.su == nil then p.su = p.qt end
+              end
+              p.n = (p.n or 0) + 1
+              pwrite(bkey, p)
+            end
+          end
+        end
         touch(bkey)
         changed = true
-        lease = { 1, id, member, left, v, learned(), fl + 1, fmt(at), penc(p) }
+        lease = { 1, id, member, left, v, learned(), p.fl, fmt(at), penc(p) }
+        if xmember then lease[10] = xmember end
       end
     end
   end

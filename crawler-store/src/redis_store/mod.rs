@@ -180,6 +180,8 @@ struct Inner {
     next_lease: u64,
     commits: Vec<Commit>,
     stats: Option<String>,
+    /// Requests leased before the frontier asked, by host (see `queue`).
+    kept: HashMap<String, Kept>,
     /// Leases held, with the shard of each.
     open_leases: HashMap<u64, usize>,
     /// The host of each lease held (budget hosts only).
@@ -256,6 +258,8 @@ struct LeaseAsk<'a> {
     concurrency: u32,
     /// The lease number this lease gets if granted.
     number: u64,
+    /// The number of a second lease of the host, asked when it is open (see `queue`).
+    extra: Option<u64>,
 }
 
 /// What one step asks for besides flushing.
@@ -277,6 +281,26 @@ struct Leased {
     in_flight: u64,
     /// The send time Redis booked (granted leases with a budget).
     at: f64,
+    /// A second request of an open host, granted with the first: its lease number and
+    /// queue member.
+    extra: Option<(u64, Vec<u8>)>,
+}
+
+/// A request leased before the frontier asked for it, kept for its next lease of the host:
+/// an open host's second request granted with the first (see `lua`), or a paced host's next
+/// request leased in the read of its state before a held request's send (see
+/// `Fleet::still_clear`). The first goes without a round trip within
+/// [`crawler_sched::CONFIRM_LEAD_MS`] of its grant (the host's state came with it: as fresh
+/// as the read before a held request's send) unless a hold or a skip was heard since; the
+/// second while its booked slot is ahead (the frontier holds it, and reads the host's state
+/// again before it goes). Otherwise it goes back to its queue.
+struct Kept {
+    lease: u64,
+    member: Vec<u8>,
+    /// The fleet time it was granted (ms).
+    granted: f64,
+    /// The send its lease booked, on a paced host (fleet ms).
+    at: Option<f64>,
 }
 
 /// A [`QueueStore`](crawler_sched::QueueStore) in Redis shared by a fleet of workers, and (through
@@ -338,6 +362,7 @@ impl RedisStore {
             next_lease: 0,
             commits: Vec::new(),
             stats: None,
+            kept: HashMap::new(),
             open_leases: HashMap::new(),
             lease_hosts: HashMap::new(),
             shares: HashMap::new(),
@@ -443,8 +468,11 @@ impl RedisStore {
     /// every shard of the job (so a Redis that forgot or rolled back is noticed at once).
     pub fn flush(&self) -> Result<(), Error> {
         let mut inner = lock(&self.inner);
-        // Everything learned so far goes too.
+        // Everything learned so far goes too, and requests kept for a next lease go back.
         inner.fold_deferred(true);
+        for (host, kept) in std::mem::take(&mut inner.kept) {
+            inner.give_back(&host, kept);
+        }
         inner.step(Ask {
             lease: None,
             sync: true,

@@ -58,6 +58,82 @@ const PUSH_BATCH: usize = 256;
 /// seen set stays the truth, the local set only saves round trips and batching).
 const LOCAL_SEEN_MAX: usize = 1 << 21;
 
+impl super::Inner {
+    /// The lease of `host`'s next request to fold into the read of its state before a held
+    /// request's send (see `Fleet::still_clear`): for a paced host with more queued, room
+    /// for another of this worker's requests, and its next slot within a lease's reach.
+    pub(super) fn next_lease_ask<'a>(&self, host: &'a str) -> Option<LeaseAsk<'a>> {
+        let params = self.params_for(host)?;
+        if self.skipped_here.contains(host)
+            || self.kept.contains_key(host)
+            || self.lens.get(host).is_none_or(|&n| n == 0)
+            || self.full.contains_key(host)
+        {
+            return None;
+        }
+        let own = self.lease_hosts.values().filter(|h| *h == host).count() as f64;
+        let cap = f64::from(params.concurrency.max(1));
+        if own + 1.0 > self.shares.get(host).map_or(cap, |s| s.floor()) {
+            return None;
+        }
+        let (m, expected) = self.machine(host, params);
+        let now = self.now_ms();
+        let look = crawler_sched::lease_ahead(&m, self.lease_ahead_ms);
+        let ahead = lease_horizon(&m, self.lease_ahead_ms);
+        if m.interval_ms() <= 0.0 || m.ready_at() > now + ahead + 1.0 {
+            return None;
+        }
+        let number = self.next_lease + 1;
+        let (iv, sl, cd) = super::state::pace_of(&m);
+        Some(LeaseAsk {
+            host,
+            budget: true,
+            expected,
+            ahead,
+            look,
+            factor: super::state::gap_factor(&m, number),
+            init: format!("{iv:.3},{sl:.3},{cd:.3}"),
+            concurrency: params.concurrency.max(1),
+            number,
+            extra: None,
+        })
+    }
+
+    /// A lease granted before the frontier asked for it: kept for its next lease of the host.
+    pub(super) fn keep(&mut self, host: &str, lease: u64, member: Vec<u8>, at: Option<f64>) {
+        self.next_lease = self.next_lease.max(lease);
+        let shard = self.layout.shard_of(host);
+        self.open_leases.insert(lease, shard);
+        self.lease_hosts.insert(lease, host.to_owned());
+        let granted = self.now_ms();
+        self.kept.insert(
+            host.to_owned(),
+            super::Kept {
+                lease,
+                member,
+                granted,
+                at,
+            },
+        );
+    }
+
+    /// A kept request that will not go: back to its host's queue and its lease closed, in
+    /// the next step (the push before the acknowledgement, see `lua`).
+    pub(super) fn give_back(&mut self, host: &str, kept: super::Kept) {
+        self.pushes.push((host.to_owned(), None, kept.member));
+        *self.lens.entry(host.to_owned()).or_default() += 1;
+        self.lease_hosts.remove(&kept.lease);
+        if let Some(shard) = self.open_leases.remove(&kept.lease) {
+            self.acks.push(super::Ack {
+                lease: kept.lease,
+                shard,
+                ready: false,
+                host: Some(host.to_owned()),
+            });
+        }
+    }
+}
+
 impl QueueStore for RedisStore {
     /// Answers from local memory: a fingerprint this worker has not met is taken as new,
     /// and the shared seen set decides when the push reaches Redis (in the same atomic
@@ -99,6 +175,52 @@ impl QueueStore for RedisStore {
     /// is held, its next slot is further off, or its fleet-wide concurrency is in flight.
     fn lease(&mut self, host: &str) -> Result<Option<(u64, Request)>, crawler_sched::Error> {
         let mut inner = lock(&self.inner);
+        // A request of the host granted with the last lease: no round trip, while the
+        // host's state it came with is fresh enough for a send (see `Kept`).
+        if let Some(kept) = inner.kept.remove(host) {
+            let now = inner.now_ms();
+            let usable = match kept.at {
+                // Booked for a slot still ahead: the frontier holds it and reads the host's
+                // state again before it goes, as any lease taken ahead of its slot.
+                Some(at) => at > now + 1.0,
+                None => {
+                    now - kept.granted <= crawler_sched::CONFIRM_LEAD_MS
+                        && inner
+                            .states
+                            .get(host)
+                            .is_none_or(|v| v.state.hold_until <= now)
+                }
+            } && !inner.skipped_here.contains(host);
+            if usable {
+                let json = kept.member.get(MEMBER_HEADER..).unwrap_or_default();
+                match serde_json::from_slice::<Request>(json) {
+                    Ok(request) => {
+                        inner.booked = kept.at.map(|at| (kept.lease, at));
+                        if let Some(at) = kept.at {
+                            let interval = inner
+                                .pacing
+                                .get(host)
+                                .and_then(|p| p.interval)
+                                .unwrap_or(0.0);
+                            let turn = inner
+                                .turns
+                                .get(host)
+                                .map_or(0.0, |(prev, _)| turn_of(at - prev, interval));
+                            inner.turns.insert(host.to_owned(), (at, turn));
+                        }
+                        return Ok(Some((kept.lease, request)));
+                    }
+                    Err(e) => {
+                        return Err(inner
+                            .bad(&format!("a queued request of {host} does not decode: {e}"))
+                            .into());
+                    }
+                }
+            }
+            // Too old to go unconfirmed: back to its queue, in the next step (this lease's),
+            // before the lease asked below.
+            inner.give_back(host, kept);
+        }
         // The host had its fleet-wide concurrency in flight a moment ago: the frontier
         // offers it again at every turn (its own count knows nothing of the others'), and
         // asking each time cost a round trip per turn, a hundred per page with four
@@ -135,6 +257,12 @@ impl QueueStore for RedisStore {
                     return Ok(None);
                 }
                 let (iv, sl, cd) = super::state::pace_of(&m);
+                // An open host (no pace, no hold) with more queued and room for two more
+                // of this worker's requests: its next request comes in the same answer.
+                let cap = f64::from(params.concurrency.max(1));
+                let room = own + 2.0 <= inner.shares.get(host).map_or(cap, |s| s.floor());
+                let open = m.interval_ms() <= 0.0 && claim <= now;
+                let more = inner.lens.get(host).is_some_and(|&n| n >= 2);
                 LeaseAsk {
                     host,
                     budget: true,
@@ -147,6 +275,7 @@ impl QueueStore for RedisStore {
                     // worker gets a share of the host's requests to parse.
                     concurrency: params.concurrency.max(1),
                     number,
+                    extra: (open && room && more).then_some(number + 1),
                 }
             }
             _ => LeaseAsk {
@@ -159,6 +288,7 @@ impl QueueStore for RedisStore {
                 init: String::new(),
                 concurrency: u32::MAX,
                 number,
+                extra: None,
             },
         };
         let budget = ask.budget;
@@ -261,6 +391,9 @@ impl QueueStore for RedisStore {
         if budget {
             inner.lease_hosts.insert(leased.id, host.to_owned());
         }
+        if let Some((extra, member)) = leased.extra {
+            inner.keep(host, extra, member, None);
+        }
         Ok(Some((leased.id, request)))
     }
 
@@ -286,7 +419,12 @@ impl QueueStore for RedisStore {
     }
 
     fn host_len(&self, host: &str) -> usize {
-        lock(&self.inner).lens.get(host).copied().unwrap_or(0)
+        let inner = lock(&self.inner);
+        inner.lens.get(host).copied().unwrap_or(0) + usize::from(inner.kept.contains_key(host))
+    }
+
+    fn leased_ahead(&self, host: &str) -> bool {
+        lock(&self.inner).kept.contains_key(host)
     }
 
     fn queued(&self) -> usize {
@@ -299,7 +437,7 @@ impl QueueStore for RedisStore {
         {
             inner.keep_error("cannot renew leases", e);
         }
-        inner.lens.values().sum()
+        inner.lens.values().sum::<usize>() + inner.kept.len()
     }
 
     fn hosts(&self) -> Vec<String> {
@@ -310,8 +448,9 @@ impl QueueStore for RedisStore {
         inner
             .lens
             .iter()
-            .filter(|(_, n)| **n > 0)
+            .filter(|(h, n)| **n > 0 && !inner.kept.contains_key(*h))
             .map(|(h, _)| h.clone())
+            .chain(inner.kept.keys().cloned())
             .collect()
     }
 

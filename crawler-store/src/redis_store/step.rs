@@ -15,7 +15,7 @@ use crawler_sched::FleetStatus;
 use crawler_sched::politeness::HostMachine;
 
 /// Arguments of a section that asks for no lease (the lease block's placeholders).
-const NO_LEASE: [&str; 9] = ["", "0", "0", "0", "0", "1", "", "0", ""];
+const NO_LEASE: [&str; 10] = ["", "0", "0", "0", "0", "1", "", "0", "", ""];
 
 /// A learning commit as sent: host, expected version, state JSON, pacing merge (see
 /// `state::merge_arg`).
@@ -311,6 +311,9 @@ impl Inner {
             l.init.clone().into_bytes(),
             l.concurrency.to_string().into_bytes(),
             self.job.lease_id(l.number).into_bytes(),
+            l.extra
+                .map(|n| self.job.lease_id(n).into_bytes())
+                .unwrap_or_default(),
         ]
     }
 
@@ -584,7 +587,7 @@ return 1";
         let received: usize = l
             .iter()
             .enumerate()
-            .filter(|(i, _)| *i != 2)
+            .filter(|(i, _)| *i != 2 && *i != 9)
             .map(|(_, v)| wire_len(v))
             .sum();
         let sent: usize = self.lease_args(&ask).iter().map(Vec::len).sum();
@@ -610,6 +613,10 @@ return 1";
             Some(Value::BulkString(b)) => b.clone(),
             _ => Vec::new(),
         };
+        let extra = match (ask.extra, l.get(9)) {
+            (Some(n), Some(Value::BulkString(b))) if code == 1 => Some((n, b.clone())),
+            _ => None,
+        };
         Ok(Some(Leased {
             code,
             // Redis echoes `TOKEN:N`; N is ours.
@@ -617,6 +624,7 @@ return 1";
             member,
             in_flight,
             at,
+            extra,
         }))
     }
 
