@@ -120,20 +120,11 @@ impl Fleet for RedisFleet {
         // The fleet's state rides along when it is due (an idle worker holding a request
         // reads both anyway).
         let sync = inner.sync_due();
-        // The host's next request is leased in the same round trip when it may be (the
-        // frontier's next lease of the host takes it without one).
-        let next = inner.next_lease_ask(host);
         let read = inner.step(Ask {
-            lease: next,
+            lease: None,
             sync,
             peek: Some(host),
         });
-        if let Ok(Some(l)) = &read
-            && l.code == 1
-        {
-            let (lease, member, at) = (l.id, l.member.clone(), l.at);
-            inner.keep(host, lease, member, Some(at));
-        }
         if let Err(e) = read {
             // Unknown is not clear: the request goes back to its queue, its lease open
             // until it is queued again, and the engine stops on the error.

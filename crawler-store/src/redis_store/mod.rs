@@ -286,21 +286,15 @@ struct Leased {
     extra: Option<(u64, Vec<u8>)>,
 }
 
-/// A request leased before the frontier asked for it, kept for its next lease of the host:
-/// an open host's second request granted with the first (see `lua`), or a paced host's next
-/// request leased in the read of its state before a held request's send (see
-/// `Fleet::still_clear`). The first goes without a round trip within
-/// [`crawler_sched::CONFIRM_LEAD_MS`] of its grant (the host's state came with it: as fresh
-/// as the read before a held request's send) unless a hold or a skip was heard since; the
-/// second while its booked slot is ahead (the frontier holds it, and reads the host's state
-/// again before it goes). Otherwise it goes back to its queue.
+/// A request of an open host granted with another (see `lua`), kept for the frontier's next
+/// lease of the host. It goes without a round trip within [`crawler_sched::CONFIRM_LEAD_MS`]
+/// of its grant (the host's state came with it: as fresh as the read before a held
+/// request's send), unless a hold or a skip was heard since; later, back to its queue.
 struct Kept {
     lease: u64,
     member: Vec<u8>,
     /// The fleet time it was granted (ms).
     granted: f64,
-    /// The send its lease booked, on a paced host (fleet ms).
-    at: Option<f64>,
 }
 
 /// A [`QueueStore`](crawler_sched::QueueStore) in Redis shared by a fleet of workers, and (through

@@ -59,48 +59,8 @@ const PUSH_BATCH: usize = 256;
 const LOCAL_SEEN_MAX: usize = 1 << 21;
 
 impl super::Inner {
-    /// The lease of `host`'s next request to fold into the read of its state before a held
-    /// request's send (see `Fleet::still_clear`): for a paced host with more queued, room
-    /// for another of this worker's requests, and its next slot within a lease's reach.
-    pub(super) fn next_lease_ask<'a>(&self, host: &'a str) -> Option<LeaseAsk<'a>> {
-        let params = self.params_for(host)?;
-        if self.skipped_here.contains(host)
-            || self.kept.contains_key(host)
-            || self.lens.get(host).is_none_or(|&n| n == 0)
-            || self.full.contains_key(host)
-        {
-            return None;
-        }
-        let own = self.lease_hosts.values().filter(|h| *h == host).count() as f64;
-        let cap = f64::from(params.concurrency.max(1));
-        if own + 1.0 > self.shares.get(host).map_or(cap, |s| s.floor()) {
-            return None;
-        }
-        let (m, expected) = self.machine(host, params);
-        let now = self.now_ms();
-        let look = crawler_sched::lease_ahead(&m, self.lease_ahead_ms);
-        let ahead = lease_horizon(&m, self.lease_ahead_ms);
-        if m.interval_ms() <= 0.0 || m.ready_at() > now + ahead + 1.0 {
-            return None;
-        }
-        let number = self.next_lease + 1;
-        let (iv, sl, cd) = super::state::pace_of(&m);
-        Some(LeaseAsk {
-            host,
-            budget: true,
-            expected,
-            ahead,
-            look,
-            factor: super::state::gap_factor(&m, number),
-            init: format!("{iv:.3},{sl:.3},{cd:.3}"),
-            concurrency: params.concurrency.max(1),
-            number,
-            extra: None,
-        })
-    }
-
     /// A lease granted before the frontier asked for it: kept for its next lease of the host.
-    pub(super) fn keep(&mut self, host: &str, lease: u64, member: Vec<u8>, at: Option<f64>) {
+    pub(super) fn keep(&mut self, host: &str, lease: u64, member: Vec<u8>) {
         self.next_lease = self.next_lease.max(lease);
         let shard = self.layout.shard_of(host);
         self.open_leases.insert(lease, shard);
@@ -112,7 +72,6 @@ impl super::Inner {
                 lease,
                 member,
                 granted,
-                at,
             },
         );
     }
@@ -179,35 +138,18 @@ impl QueueStore for RedisStore {
         // host's state it came with is fresh enough for a send (see `Kept`).
         if let Some(kept) = inner.kept.remove(host) {
             let now = inner.now_ms();
-            let usable = match kept.at {
-                // Booked for a slot still ahead: the frontier holds it and reads the host's
-                // state again before it goes, as any lease taken ahead of its slot.
-                Some(at) => at > now + 1.0,
-                None => {
-                    now - kept.granted <= crawler_sched::CONFIRM_LEAD_MS
-                        && inner
-                            .states
-                            .get(host)
-                            .is_none_or(|v| v.state.hold_until <= now)
-                }
-            } && !inner.skipped_here.contains(host);
+            let usable = now - kept.granted <= crawler_sched::CONFIRM_LEAD_MS
+                && !inner.skipped_here.contains(host)
+                && inner
+                    .states
+                    .get(host)
+                    .is_none_or(|v| v.state.hold_until <= now);
             if usable {
                 let json = kept.member.get(MEMBER_HEADER..).unwrap_or_default();
                 match serde_json::from_slice::<Request>(json) {
                     Ok(request) => {
-                        inner.booked = kept.at.map(|at| (kept.lease, at));
-                        if let Some(at) = kept.at {
-                            let interval = inner
-                                .pacing
-                                .get(host)
-                                .and_then(|p| p.interval)
-                                .unwrap_or(0.0);
-                            let turn = inner
-                                .turns
-                                .get(host)
-                                .map_or(0.0, |(prev, _)| turn_of(at - prev, interval));
-                            inner.turns.insert(host.to_owned(), (at, turn));
-                        }
+                        // An open host's: sent at once, no slot booked.
+                        inner.booked = None;
                         return Ok(Some((kept.lease, request)));
                     }
                     Err(e) => {
@@ -392,7 +334,7 @@ impl QueueStore for RedisStore {
             inner.lease_hosts.insert(leased.id, host.to_owned());
         }
         if let Some((extra, member)) = leased.extra {
-            inner.keep(host, extra, member, None);
+            inner.keep(host, extra, member);
         }
         Ok(Some((leased.id, request)))
     }
