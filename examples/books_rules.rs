@@ -22,8 +22,8 @@
 #[path = "books/spider.rs"]
 mod spider;
 
-use crawler::core::{LinkExtractor, Rule, Rules};
 use crawler::prelude::*;
+use crawler::spiders::{LinkExtractor, Rule, Rules};
 pub use spider::Book;
 
 /// Crawls a catalogue by rules from one start URL.

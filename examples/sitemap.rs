@@ -18,7 +18,7 @@
 //! ```
 
 use crawler::prelude::*;
-use crawler::sitemaps::{LASTMOD_META, SitemapSpider, SitemapStats};
+use crawler::spiders::{LASTMOD_META, SitemapSpider, SitemapStats};
 
 /// One book, from its detail page.
 #[derive(Debug, Serialize, serde::Deserialize)]

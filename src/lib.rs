@@ -45,7 +45,7 @@ mod allocator;
 mod conditional;
 mod logging;
 pub mod progress;
-pub mod sitemaps;
+pub mod spiders;
 
 use std::path::PathBuf;
 use std::sync::Arc;

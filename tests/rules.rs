@@ -7,8 +7,8 @@ mod books_rules;
 use std::collections::{BTreeSet, HashMap};
 
 use books_rules::{Book, BooksRules};
-use crawler::core::{LinkExtractor, Rule, Rules};
 use crawler::prelude::*;
+use crawler::spiders::{LinkExtractor, Rule, Rules};
 use crawler_lab::Lab;
 
 fn fast<S: Spider>(crawl: Crawl<S>) -> Crawl<S> {

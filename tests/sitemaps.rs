@@ -9,7 +9,7 @@ mod sitemap;
 use std::collections::{BTreeSet, HashMap};
 
 use crawler::prelude::*;
-use crawler::sitemaps::SitemapSpider;
+use crawler::spiders::SitemapSpider;
 use crawler_lab::{FaultKind, Lab, Robots, Scenario};
 use sitemap::{Book, BookSitemap, crawl};
 

@@ -36,7 +36,6 @@ mod docs_check;
 mod error;
 mod feed;
 mod fetch;
-mod links;
 pub mod matching;
 mod middleware;
 mod output;
@@ -47,7 +46,6 @@ mod redirect;
 mod render;
 mod request;
 mod response;
-mod rules;
 mod settings;
 mod shutdown;
 mod spider;
@@ -64,7 +62,6 @@ pub use fetch::{
     Admission, ClockOffset, Download, Downloader, Failure, FailureKind, Feedback, Fetched,
     FilterReason, HostStats, Lease, Next, RateLimitReading, Scheduler,
 };
-pub use links::{Extracted, IGNORED_EXTENSIONS, Link, LinkExtractor, LinkExtractorBuilder};
 pub use middleware::{
     Action, After, BoxedDownloaderMiddleware, BoxedSpiderMiddleware, DOWNLOADER_MIDDLEWARES,
     DownloaderMiddleware, DynDownloaderMiddleware, MiddlewareStats, Middlewares, Page,
@@ -78,7 +75,6 @@ pub use redirect::{DONT_REDIRECT_META, REDIRECTS, redirect};
 pub use render::{RENDER_META, RenderOptions};
 pub use request::{Request, parse_http_url};
 pub use response::{AfterAck, BodyOrigin, Element, Response, Selection};
-pub use rules::{FOLLOW_CALLBACK, RULE_META_KEY, Rule, RuleRequests, Rules};
 pub use settings::{
     FeedFsync, HOST_RULE_KEYS, HostKeyMode, HostRule, LogFormat, Resolved, SECTIONS, Section,
     SettingRow, Settings, SettingsLayers, Source, ThrottleMode, find_settings_file, section_of,

@@ -2,20 +2,20 @@
 
 use super::meta::refresh_target;
 use super::*;
-use crate::error::ErrorKind;
-use crate::request::Request;
+use crawler_core::ErrorKind;
+use crawler_core::Request;
 
 const PAGE: &str = "http://example.com/dir/page.html";
 
 fn page_at(url: &str, html: &str) -> Response {
     let req = Request::get(url).unwrap();
     let url = req.url.clone();
-    let mut headers = http::HeaderMap::new();
+    let mut headers = crawler_core::HeaderMap::new();
     headers.insert(
         "content-type",
-        http::HeaderValue::from_static("text/html; charset=utf-8"),
+        crawler_core::HeaderValue::from_static("text/html; charset=utf-8"),
     );
-    Response::new(req, url, 200, headers, bytes::Bytes::from(html.to_owned()))
+    Response::new(req, url, 200, headers, crawler_core::Bytes::from(html.to_owned()))
 }
 
 fn page(html: &str) -> Response {
@@ -360,17 +360,17 @@ fn malformed_and_non_http_hrefs_are_counted_not_fatal() {
 #[test]
 fn non_html_bodies_have_no_links() {
     let req = Request::get(PAGE).unwrap();
-    let mut headers = http::HeaderMap::new();
+    let mut headers = crawler_core::HeaderMap::new();
     headers.insert(
         "content-type",
-        http::HeaderValue::from_static("application/json"),
+        crawler_core::HeaderValue::from_static("application/json"),
     );
     let p = Response::new(
         req.clone(),
         req.url,
         200,
         headers,
-        bytes::Bytes::from_static(br#"{"html": "<a href='/x'>x</a>"}"#),
+        crawler_core::Bytes::from_static(br#"{"html": "<a href='/x'>x</a>"}"#),
     );
     assert!(LinkExtractor::default().extract(&p).is_empty());
 }

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use regex::RegexSet;
 
 use super::{IGNORED_EXTENSIONS, LinkExtractor};
-use crate::error::{Error, ErrorKind, Result};
+use crawler_core::{Error, ErrorKind, Result};
 
 /// Configures a [`LinkExtractor`]; checked by [`build`](Self::build).
 ///

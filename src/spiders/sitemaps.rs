@@ -1,6 +1,6 @@
 //! Sitemap spider mode: start from sitemaps instead of links.
 //!
-//! A [`SitemapSpider`] is a value a spider holds, like [`Rules`](crawler_core::Rules): it
+//! A [`SitemapSpider`] is a value a spider holds, like [`Rules`](super::Rules): it
 //! makes the start requests (sitemaps named in code, and the `Sitemap:` lines of sites'
 //! robots.txt), and from `parse` it turns each sitemap into requests: indexes into requests
 //! for their sitemaps (to a depth limit), urlsets into requests for their pages, each with
@@ -19,7 +19,7 @@
 //!
 //! ```no_run
 //! use crawler::prelude::*;
-//! use crawler::sitemaps::SitemapSpider;
+//! use crawler::spiders::SitemapSpider;
 //!
 //! struct Books { sitemaps: SitemapSpider }
 //!

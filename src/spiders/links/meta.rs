@@ -1,7 +1,7 @@
 //! Page-level signals from `<meta>`, and the attribute micro-syntaxes they use.
 
 use super::LinkExtractor;
-use crate::response::Response;
+use crawler_core::Response;
 
 impl LinkExtractor {
     /// Page-level signals from `<meta>`: refresh targets and a robots nofollow.

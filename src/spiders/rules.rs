@@ -2,10 +2,10 @@
 
 use std::collections::HashSet;
 
-use crate::links::LinkExtractor;
-use crate::output::Output;
-use crate::request::Request;
-use crate::response::Response;
+use crate::spiders::links::LinkExtractor;
+use crawler_core::Output;
+use crawler_core::Request;
+use crawler_core::Response;
 
 /// The callback name given to pages requested by a rule without a callback of its own.
 ///
@@ -101,7 +101,8 @@ pub struct RuleRequests {
 /// and matches on [`Response::callback`] for the pages it wants items from:
 ///
 /// ```
-/// use crawler_core::{LinkExtractor, Output, Response, Result, Rule, Rules, Spider};
+/// use crawler::core::{Output, Response, Result, Spider};
+/// use crawler::spiders::{LinkExtractor, Rule, Rules};
 ///
 /// struct Books { rules: Rules }
 ///
@@ -234,7 +235,7 @@ impl Rules {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::links::LinkExtractor;
+    use crate::spiders::links::LinkExtractor;
 
     const HTML: &str = r#"<a href="/catalogue/page-2.html">next</a>
         <a href="/catalogue/book-1.html">b1</a><a href="/catalogue/book-2.html">b2</a>
@@ -242,9 +243,9 @@ mod tests {
 
     fn page_from(req: Request, html: &str) -> Response {
         let url = req.url.clone();
-        let mut headers = http::HeaderMap::new();
-        headers.insert("content-type", http::HeaderValue::from_static("text/html"));
-        Response::new(req, url, 200, headers, bytes::Bytes::from(html.to_owned()))
+        let mut headers = crawler_core::HeaderMap::new();
+        headers.insert("content-type", crawler_core::HeaderValue::from_static("text/html"));
+        Response::new(req, url, 200, headers, crawler_core::Bytes::from(html.to_owned()))
     }
 
     fn start_page() -> Response {

@@ -4,14 +4,14 @@
 //! compiled once), the per-link decision (`filter`: resolve, canonicalise, filter,
 //! deduplicate) and the page-level `<meta>` signals (`meta`: refresh targets, robots
 //! nofollow). It reads a parsed [`Response`] only: no I/O, no clock, no shared state. The
-//! domain rule is [`crate::matching::host_in_domain`]'s, not a copy of it.
+//! domain rule is [`crawler_core::matching::host_in_domain`]'s, not a copy of it.
 
 use std::collections::HashSet;
 
 use regex::RegexSet;
 use url::Url;
 
-use crate::response::Response;
+use crawler_core::Response;
 
 mod builder;
 mod filter;
@@ -104,7 +104,8 @@ pub struct Extracted {
 /// Scrapy: anchor them (`^`, `$`) or escape dots (`\.`) where it matters.
 ///
 /// ```
-/// use crawler_core::{LinkExtractor, Request, Response};
+/// use crawler::core::{Request, Response};
+/// use crawler::spiders::LinkExtractor;
 ///
 /// let links = LinkExtractor::builder()
 ///     .allow([r"/catalogue/"])

@@ -52,14 +52,14 @@ impl LinkExtractor {
             && !self
                 .allow_domains
                 .iter()
-                .any(|d| crate::matching::host_in_domain(host, d))
+                .any(|d| crawler_core::matching::host_in_domain(host, d))
         {
             return false;
         }
         if self
             .deny_domains
             .iter()
-            .any(|d| crate::matching::host_in_domain(host, d))
+            .any(|d| crawler_core::matching::host_in_domain(host, d))
         {
             return false;
         }

@@ -1,0 +1,24 @@
+//! Scrapy's generic spiders, as values a spider holds: what `CrawlSpider` and
+//! `SitemapSpider` are in Scrapy.
+//!
+//! - [`LinkExtractor`]: which links of a page to consider (allow/deny patterns and domains,
+//!   CSS regions, tags and attributes, ignored extensions, nofollow, meta refresh).
+//! - [`Rules`]: `CrawlSpider`'s rules, extractor + callback + follow, applied from `parse`.
+//! - [`SitemapSpider`]: start from sitemaps (named in code or found in robots.txt), with a
+//!   callback per URL pattern and `<lastmod>` skipping on re-crawls.
+//!
+//! All three have one shape: built once (a builder or `new` that checks the patterns), held
+//! in the spider's struct, called from `parse` with the page and the `Output`, and every
+//! request they make goes through the engine like any other (robots.txt, the host's slot,
+//! the stats). They read pages only: no I/O of their own.
+
+mod links;
+mod rules;
+mod sitemaps;
+
+pub use links::{Extracted, IGNORED_EXTENSIONS, Link, LinkExtractor, LinkExtractorBuilder};
+pub use rules::{FOLLOW_CALLBACK, RULE_META_KEY, Rule, RuleRequests, Rules};
+pub use sitemaps::{
+    Alternate, LASTMOD_META, ROBOTS_CALLBACK, SITEMAP_CALLBACK, SITEMAP_MAX_BYTES, SitemapEntry,
+    SitemapSpider, SitemapSpiderBuilder, SitemapStats, SitemapStatsHandle,
+};
