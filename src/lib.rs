@@ -83,13 +83,13 @@ pub use mimalloc::MiMalloc;
 pub use allocator::tune_allocator;
 
 use crawler_core::{
-    BoxedDownloaderMiddleware, BoxedSpiderMiddleware, DownloaderMiddleware, MiddlewareStats,
-    Middlewares, SpiderMiddleware, SpiderWithMiddlewares,
+    BoxedDownloaderMiddleware, BoxedSpiderMiddleware, DownloaderMiddleware, SpiderMiddleware,
 };
 use crawler_core::{
     ConditionalStore, FeedSpec, Pipeline, Settings, SettingsLayers, Shutdown, Spider, Stats,
 };
 use crawler_engine::Engine;
+use crawler_engine::{MiddlewareStats, Middlewares, SpiderWithMiddlewares};
 use crawler_http::HttpDownloader;
 use crawler_sched::{FleetFrontier, Frontier, FrontierConfig, MemoryStore, QueueStore};
 

@@ -64,9 +64,8 @@ pub use fetch::{
 };
 pub use middleware::{
     Action, After, BoxedDownloaderMiddleware, BoxedSpiderMiddleware, DOWNLOADER_MIDDLEWARES,
-    DownloaderMiddleware, DynDownloaderMiddleware, MiddlewareStats, Middlewares, Page,
-    REFERER_POLICIES, RefererPolicy, SPIDER_MIDDLEWARES, SpiderMiddleware, SpiderWithMiddlewares,
-    order_stack, parse_header_line, spider_stack,
+    DownloaderMiddleware, DynDownloaderMiddleware, Page, REFERER_POLICIES, RefererPolicy,
+    SPIDER_MIDDLEWARES, SpiderMiddleware, order_stack, parse_header_line, spider_stack,
 };
 pub use output::{Follow, Output};
 pub use parse::ParseLimits;

@@ -10,11 +10,14 @@
 //!
 //! - `engine/`: the engine and its loop, workers, settling, retries, redirects, sub-requests,
 //!   the feed thread and the request log.
+//! - `middleware/`: the downloader and spider middleware stacks and their counters.
 //! - `feed_writer.rs`: writing one feed, torn tails cut on resume.
 //! - `failures.rs`: the failures file, a record per request that ended failed.
 
 mod engine;
 mod failures;
 mod feed_writer;
+mod middleware;
 
 pub use engine::{Engine, FINAL_HOSTS, PROGRESS_HOSTS, Progress};
+pub use middleware::{MiddlewareStats, Middlewares, SpiderWithMiddlewares};

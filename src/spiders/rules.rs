@@ -244,8 +244,17 @@ mod tests {
     fn page_from(req: Request, html: &str) -> Response {
         let url = req.url.clone();
         let mut headers = crawler_core::HeaderMap::new();
-        headers.insert("content-type", crawler_core::HeaderValue::from_static("text/html"));
-        Response::new(req, url, 200, headers, crawler_core::Bytes::from(html.to_owned()))
+        headers.insert(
+            "content-type",
+            crawler_core::HeaderValue::from_static("text/html"),
+        );
+        Response::new(
+            req,
+            url,
+            200,
+            headers,
+            crawler_core::Bytes::from(html.to_owned()),
+        )
     }
 
     fn start_page() -> Response {

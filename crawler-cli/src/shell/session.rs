@@ -5,9 +5,8 @@
 use std::collections::HashSet;
 use std::io::Write;
 
-use crawler::core::{
-    Bytes, Fetched, Middlewares, Request, Response, Settings, Url, parse_http_url,
-};
+use crawler::core::{Bytes, Fetched, Request, Response, Settings, Url, parse_http_url};
+use crawler::engine::Middlewares;
 use crawler::http::{HttpDownloader, downloader_stack, fetch_once_with, product_token};
 
 use super::command::{self, Command, Limits, Pick, Query};

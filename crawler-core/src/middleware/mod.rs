@@ -1,20 +1,18 @@
 //! Middlewares: small hooks around the downloader and around the spider's output.
 //!
-//! This folder owns the middleware traits and the two stacks that run them, the stacks'
-//! counters, the `referer` policy and the registry of built-in names the settings use. A stack
-//! only calls its hooks and the downloader or spider it wraps: no network, no clock, no
-//! scheduler here. The built-in downloader middlewares themselves live in crawler-http.
+//! This folder owns the middleware traits (the contracts), the `referer` policy and the
+//! registry of built-in names the settings use. The two stacks that run middlewares, and
+//! their counters, are crawler-engine's (`Middlewares`, `SpiderWithMiddlewares`); the
+//! built-in downloader middlewares live in crawler-http.
 //!
-//! - `downloader.rs`: [`DownloaderMiddleware`], its object-safe form, and [`Middlewares`].
-//! - `spider.rs`: [`SpiderMiddleware`], [`Page`] and [`SpiderWithMiddlewares`].
-//! - `stack.rs`: what both stacks share, written once: stages, names, counters.
-//! - `stats.rs`: [`MiddlewareStats`], where every stack reports its counters.
+//! - `downloader.rs`: [`DownloaderMiddleware`] and its object-safe form.
+//! - `spider.rs`: [`SpiderMiddleware`] and [`Page`].
 //! - `referer.rs`: [`RefererPolicy`], the built-in spider middleware.
 //! - `registry.rs`: the built-in names, stack ordering, and the middleware settings' checks.
 //!
-//! Both kinds are decorators, so the engine needs no knowledge of them: [`Middlewares`]
-//! wraps any [`Downloader`](crate::Downloader) and is one itself, and
-//! [`SpiderWithMiddlewares`] wraps any [`Spider`](crate::Spider) and is one itself.
+//! Both stacks are decorators, so the engine loop needs no knowledge of them: the downloader
+//! stack wraps any [`Downloader`](crate::Downloader) and is one itself, and the spider stack
+//! wraps any [`Spider`](crate::Spider) and is one itself.
 //!
 //! # Order (Scrapy's convention)
 //!
@@ -63,30 +61,13 @@ mod downloader;
 mod referer;
 mod registry;
 mod spider;
-mod stack;
-mod stats;
 
 pub use downloader::{
     Action, After, BoxedDownloaderMiddleware, DownloaderMiddleware, DynDownloaderMiddleware,
-    Middlewares,
 };
 pub use referer::{REFERER_POLICIES, RefererPolicy};
 pub(crate) use registry::settings_problem;
 pub use registry::{
     DOWNLOADER_MIDDLEWARES, SPIDER_MIDDLEWARES, order_stack, parse_header_line, spider_stack,
 };
-pub use spider::{BoxedSpiderMiddleware, Page, SpiderMiddleware, SpiderWithMiddlewares};
-pub use stats::MiddlewareStats;
-
-/// A 200 answer to `req` with an empty page, for the tests of both stacks.
-#[cfg(test)]
-fn ok(req: &crate::Request) -> crate::Response {
-    use crate::Response;
-    Response::new(
-        req.clone(),
-        req.url.clone(),
-        200,
-        http::HeaderMap::new(),
-        bytes::Bytes::from_static(b"<html></html>"),
-    )
-}
+pub use spider::{BoxedSpiderMiddleware, Page, SpiderMiddleware};

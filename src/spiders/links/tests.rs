@@ -15,7 +15,13 @@ fn page_at(url: &str, html: &str) -> Response {
         "content-type",
         crawler_core::HeaderValue::from_static("text/html; charset=utf-8"),
     );
-    Response::new(req, url, 200, headers, crawler_core::Bytes::from(html.to_owned()))
+    Response::new(
+        req,
+        url,
+        200,
+        headers,
+        crawler_core::Bytes::from(html.to_owned()),
+    )
 }
 
 fn page(html: &str) -> Response {
