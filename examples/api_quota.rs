@@ -18,7 +18,7 @@ use crawler::prelude::*;
 
 /// One book, as the API lists it.
 #[derive(Debug, Serialize, serde::Deserialize)]
-pub struct Book {
+pub(crate) struct Book {
     /// Catalogue id.
     pub id: u32,
     /// Title.
@@ -37,7 +37,7 @@ struct ApiPage {
 }
 
 /// Reads every page of a books API from its first page.
-pub struct ApiBooks {
+pub(crate) struct ApiBooks {
     /// The first page, e.g. `http://127.0.0.1:8080/api/books?page=1`.
     pub start: String,
 }
@@ -66,7 +66,7 @@ impl Spider for ApiBooks {
 }
 
 /// The rate each host was paced at when the crawl ended, for printing.
-pub fn rates(stats: &Stats) -> Vec<(String, Option<f64>)> {
+pub(crate) fn rates(stats: &Stats) -> Vec<(String, Option<f64>)> {
     stats
         .hosts
         .iter()

@@ -24,17 +24,17 @@ mod spider;
 
 use crawler::prelude::*;
 use crawler::spiders::{LinkExtractor, Rule, Rules};
-pub use spider::Book;
+pub(crate) use spider::Book;
 
 /// Crawls a catalogue by rules from one start URL.
-pub struct BooksRules {
+pub(crate) struct BooksRules {
     start: String,
     rules: Rules,
 }
 
 impl BooksRules {
     /// The spider for the catalogue at `start` (its index page).
-    pub fn new(start: impl Into<String>) -> Result<Self> {
+    pub(crate) fn new(start: impl Into<String>) -> Result<Self> {
         // Patterns are searched in the absolute URL; anchoring the end keeps
         // `page-1.html?sort=x` style variants out.
         let listings = LinkExtractor::builder()

@@ -23,7 +23,7 @@ use crawler::prelude::*;
 
 /// One book, from its detail page.
 #[derive(Debug, Serialize, serde::Deserialize)]
-pub struct Book {
+pub(crate) struct Book {
     /// The page.
     pub url: String,
     /// Its title.
@@ -33,13 +33,13 @@ pub struct Book {
 }
 
 /// Reads "£12.34" as 1234 pence.
-pub fn pence(price: &str) -> Option<u32> {
+pub(crate) fn pence(price: &str) -> Option<u32> {
     let (pounds, p) = price.trim().trim_start_matches('£').split_once('.')?;
     Some(pounds.parse::<u32>().ok()? * 100 + p.parse::<u32>().ok()?)
 }
 
 /// Crawls the catalogue listings and book pages.
-pub struct Catalogue {
+pub(crate) struct Catalogue {
     /// The site's root URL.
     pub start: String,
 }
@@ -75,7 +75,7 @@ impl Spider for Catalogue {
 }
 
 /// Adds `X-Crawl-Tag: <tag>` to every request and counts responses by status class.
-pub struct Tag {
+pub(crate) struct Tag {
     /// The tag sent.
     pub tag: String,
     ok: AtomicU64,
@@ -84,7 +84,7 @@ pub struct Tag {
 
 impl Tag {
     /// A middleware sending `tag`.
-    pub fn new(tag: &str) -> Self {
+    pub(crate) fn new(tag: &str) -> Self {
         Self {
             tag: tag.to_owned(),
             ok: AtomicU64::new(0),
@@ -127,7 +127,7 @@ impl DownloaderMiddleware for Tag {
 }
 
 /// Drops books priced over a limit.
-pub struct MaxPrice {
+pub(crate) struct MaxPrice {
     /// The highest price kept, in pence.
     pub pence: u32,
 }
@@ -143,7 +143,7 @@ impl SpiderMiddleware<Book> for MaxPrice {
 }
 
 /// The crawl this example runs: the spider with both middlewares.
-pub fn crawl(start: String, tag: &str, max_pence: u32) -> Crawl<Catalogue> {
+pub(crate) fn crawl(start: String, tag: &str, max_pence: u32) -> Crawl<Catalogue> {
     Crawl::new(Catalogue { start })
         .downloader_middleware(Tag::new(tag))
         .spider_middleware(MaxPrice { pence: max_pence })

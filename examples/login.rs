@@ -25,7 +25,7 @@ use crawler::prelude::*;
 
 /// A book on the user's account page.
 #[derive(Debug, Serialize, serde::Deserialize)]
-pub struct Book {
+pub(crate) struct Book {
     /// The page the book was read from.
     pub url: String,
     /// Its title.
@@ -37,7 +37,7 @@ pub struct Book {
 }
 
 /// Signs in at `base` + `/login` and scrapes the account's books.
-pub struct Login {
+pub(crate) struct Login {
     /// The site's root URL, with a trailing slash.
     pub base: String,
     /// The user name.

@@ -16,7 +16,7 @@ use crawler::prelude::*;
 
 /// A book as any page shows it.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
-pub struct Book {
+pub(crate) struct Book {
     /// Full title.
     pub title: String,
     /// Price as shown, e.g. "£12.34".
@@ -26,7 +26,7 @@ pub struct Book {
 }
 
 /// Reads books from listings (the full title is the link's `title`) and book pages.
-pub struct Shop {
+pub(crate) struct Shop {
     /// The site's root URL.
     pub start: String,
 }
@@ -74,14 +74,14 @@ impl Spider for Shop {
 }
 
 /// Validates items and stores each title once in a sled tree.
-pub struct SledStore {
+pub(crate) struct SledStore {
     tree: sled::Tree,
     stored: AtomicU64,
 }
 
 impl SledStore {
     /// Open (or create) the store in `dir`, with a small page cache: sled's default is 1 GiB.
-    pub fn open(dir: &std::path::Path) -> std::result::Result<Self, sled::Error> {
+    pub(crate) fn open(dir: &std::path::Path) -> std::result::Result<Self, sled::Error> {
         let db = sled::Config::new()
             .path(dir)
             .cache_capacity(8 * 1024 * 1024)
@@ -92,13 +92,15 @@ impl SledStore {
         })
     }
 
-    /// Items written so far by this store.
-    pub fn stored(&self) -> u64 {
+    /// Items written so far by this store (tests/examples.rs reads it).
+    #[allow(dead_code)]
+    pub(crate) fn stored(&self) -> u64 {
         self.stored.load(Ordering::Relaxed)
     }
 
-    /// Every stored book, by title.
-    pub fn books(&self) -> Vec<Book> {
+    /// Every stored book, by title (tests/examples.rs reads it).
+    #[allow(dead_code)]
+    pub(crate) fn books(&self) -> Vec<Book> {
         self.tree
             .iter()
             .values()

@@ -22,7 +22,7 @@ use crawler::spiders::{LASTMOD_META, SitemapSpider, SitemapStats};
 
 /// One book, from its detail page.
 #[derive(Debug, Serialize, serde::Deserialize)]
-pub struct Book {
+pub(crate) struct Book {
     /// The page the book was found on.
     pub url: String,
     /// Its title.
@@ -34,14 +34,14 @@ pub struct Book {
 }
 
 /// Crawls the books a site's sitemaps list.
-pub struct BookSitemap {
+pub(crate) struct BookSitemap {
     /// The sitemap helper: start requests, sitemap parsing, rules, lastmod skip.
     pub sitemaps: SitemapSpider,
 }
 
 impl BookSitemap {
     /// A spider for the site at `site`, starting from its robots.txt `Sitemap:` lines.
-    pub fn new(site: &str) -> Result<Self> {
+    pub(crate) fn new(site: &str) -> Result<Self> {
         Ok(Self {
             sitemaps: SitemapSpider::builder()
                 .robots(site)
@@ -80,7 +80,7 @@ impl Spider for BookSitemap {
 
 /// One crawl of `site` keeping validators in `cache_dir`: the crawl's stats and the sitemap
 /// helper's.
-pub async fn crawl(
+pub(crate) async fn crawl(
     site: &str,
     cache_dir: &std::path::Path,
     tune: impl FnOnce(Crawl<BookSitemap>) -> Crawl<BookSitemap>,

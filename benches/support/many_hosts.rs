@@ -6,7 +6,7 @@ use crawler::prelude::*;
 
 /// One page on each of `hosts` host names (`h1.hosts.test` ...). No DNS is involved: the
 /// lab is the crawl's HTTP proxy, so every name reaches it (it serves by path).
-pub struct ManyHosts {
+pub(crate) struct ManyHosts {
     /// How many host names.
     pub hosts: usize,
 }
@@ -30,7 +30,7 @@ impl Spider for ManyHosts {
 }
 
 /// Current resident set size in MiB (VmRSS).
-pub fn rss_mib() -> f64 {
+pub(crate) fn rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()

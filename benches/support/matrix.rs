@@ -14,19 +14,19 @@ use crawler_lab::{Dialect, Lab, LimitReqDelay, RetryAfter, Scenario};
 use crate::real::{self, Content, HaproxyLimit, NginxLimit, RealServer};
 
 /// Books in each cell's site: 10 minutes at 5 r/s is 3,000 pages; the site has 11,000.
-pub const BOOKS: usize = 10_000;
+pub(crate) const BOOKS: usize = 10_000;
 /// Period of the HAProxy counter and the fixed window, seconds.
-pub const PERIOD: u64 = 10;
+pub(crate) const PERIOD: u64 = 10;
 /// The span over which the aggregate rate is checked against the limit, seconds: long
 /// enough that a burst's credit and one window's quota are a small part of it.
-pub const PEAK_WINDOW_SECS: u64 = 60;
+pub(crate) const PEAK_WINDOW_SECS: u64 = 60;
 /// Requests already in flight when a wait is announced are not violations for this long
 /// (the lab's default grace).
-pub const GRACE_MS: u64 = 100;
+pub(crate) const GRACE_MS: u64 = 100;
 
 /// What limits a cell's server.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// nginx `limit_req` with this burst, `nodelay`.
     Nginx(u32),
     /// HAProxy `http_req_rate(10s)` with a deny above rate × 10 (refusals count).
@@ -39,7 +39,7 @@ pub enum Kind {
 
 /// One cell of the matrix.
 #[derive(Clone, Debug)]
-pub struct Cell {
+pub(crate) struct Cell {
     /// Short name: filters match substrings of it.
     pub name: String,
     /// The limiter.
@@ -52,7 +52,7 @@ pub struct Cell {
 
 impl Cell {
     /// A cell named from its parameters.
-    pub fn new(kind: Kind, rate: u32, retry_after: Option<u64>) -> Self {
+    pub(crate) fn new(kind: Kind, rate: u32, retry_after: Option<u64>) -> Self {
         let k = match kind {
             Kind::Nginx(b) => format!("nginx-b{b}"),
             Kind::Haproxy => "haproxy".into(),
@@ -78,7 +78,7 @@ impl Cell {
     /// whole extra quota when the span straddles its boundaries; HAProxy's sliding counter
     /// holds any span to its rate. A fleet sending more than this in some span sent more
     /// than the limit allows, whatever the server answered.
-    pub fn peak_limit(&self) -> f64 {
+    pub(crate) fn peak_limit(&self) -> f64 {
         let rate = f64::from(self.rate);
         let span = PEAK_WINDOW_SECS as f64;
         let extra = match self.kind {
@@ -90,12 +90,12 @@ impl Cell {
     }
 
     /// Whether this cell passes on the zero-refusal, 97% goals of a header gateway.
-    pub fn is_gateway(&self) -> bool {
+    pub(crate) fn is_gateway(&self) -> bool {
         matches!(self.kind, Kind::Gateway(_))
     }
 
     /// The lab scenario of the cell.
-    pub fn scenario(&self) -> Scenario {
+    pub(crate) fn scenario(&self) -> Scenario {
         let rate = f64::from(self.rate);
         let quota = self.rate * PERIOD as u32;
         let s = match self.kind {
@@ -118,7 +118,7 @@ impl Cell {
 
 /// The full matrix: nginx burst 0, 5, 20 nodelay, HAProxy, fixed window × 1, 3, 5 r/s ×
 /// Retry-After 30 s or absent; IETF and X-RateLimit gateways at 1, 3, 5 r/s.
-pub fn full_matrix() -> Vec<Cell> {
+pub(crate) fn full_matrix() -> Vec<Cell> {
     let mut cells = Vec::new();
     for kind in [
         Kind::Nginx(0),
@@ -143,7 +143,7 @@ pub fn full_matrix() -> Vec<Cell> {
 
 /// One request as a server saw it.
 #[derive(Clone, Copy, Debug)]
-pub struct Seen {
+pub(crate) struct Seen {
     /// Arrival, ms on the server's clock.
     pub at_ms: u64,
     /// Status answered.
@@ -154,7 +154,7 @@ pub struct Seen {
 
 /// What one cell's crawl did, from the server's side.
 #[derive(Clone, Debug, Default)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// The cell's name (with " (real nginx)" or " (real haproxy)" against a real server).
     pub name: String,
     /// Allowed rate, r/s.
@@ -190,19 +190,19 @@ pub struct Outcome {
 
 impl Outcome {
     /// Refusals per 1,000 pages.
-    pub fn refusals_per_1000(&self) -> f64 {
+    pub(crate) fn refusals_per_1000(&self) -> f64 {
         self.refusals as f64 * 1000.0 / self.pages.max(1) as f64
     }
 
     /// Steady rate as a share of the allowed rate, in percent.
-    pub fn steady_pct(&self) -> f64 {
+    pub(crate) fn steady_pct(&self) -> f64 {
         100.0 * self.steady / self.allowed
     }
 
     /// The goals this cell misses (empty when it passes): zero violations; at most 3
     /// refusals per 1,000 pages and a steady rate of at least 90% of the allowed rate; for
     /// header gateways zero refusals and at least 97%.
-    pub fn misses(&self) -> Vec<String> {
+    pub(crate) fn misses(&self) -> Vec<String> {
         let mut out = Vec::new();
         if let Some(e) = &self.error {
             out.push(format!("did not run: {e}"));
@@ -222,7 +222,7 @@ impl Outcome {
     }
 
     /// The refusal and rate goals this cell misses.
-    pub fn rate_misses(&self) -> Vec<String> {
+    pub(crate) fn rate_misses(&self) -> Vec<String> {
         let mut out = Vec::new();
         if self.error.is_some() {
             return out;
@@ -250,7 +250,7 @@ impl Outcome {
 
 /// Derives an outcome from what the server saw during a crawl of `secs` seconds that
 /// started at `t0_ms` on the server's clock.
-pub fn judge(cell: &Cell, seen: &[Seen], t0_ms: u64, secs: f64) -> Outcome {
+pub(crate) fn judge(cell: &Cell, seen: &[Seen], t0_ms: u64, secs: f64) -> Outcome {
     let refused = |s: u16| s == 429 || s == 503;
     let requests = seen.len() as u64;
     let refusals = seen.iter().filter(|s| refused(s.status)).count() as u64;
@@ -304,7 +304,7 @@ pub fn judge(cell: &Cell, seen: &[Seen], t0_ms: u64, secs: f64) -> Outcome {
 /// `redis_url` and `job_name` (one job per cell, so cells sharing one redis-server never see
 /// each other's frontier or host budgets).
 #[derive(Clone, Debug)]
-pub struct Fleet {
+pub(crate) struct Fleet {
     /// `redis://127.0.0.1:PORT/`.
     pub redis_url: String,
     /// Workers per cell.
@@ -402,7 +402,7 @@ async fn crawl_for(
 }
 
 /// Runs one cell against the lab for `secs` seconds.
-pub async fn run_lab(cell: Cell, secs: f64) -> Outcome {
+pub(crate) async fn run_lab(cell: Cell, secs: f64) -> Outcome {
     run_lab_fleet(cell, secs, None).await
 }
 
@@ -410,7 +410,7 @@ pub async fn run_lab(cell: Cell, secs: f64) -> Outcome {
 /// with its workers sharing one crawl (the job named after the cell). The lab sees every
 /// worker as one client (all connect from 127.0.0.1), so its limiter, its announced waits
 /// and its record are the fleet's.
-pub async fn run_lab_fleet(cell: Cell, secs: f64, fleet: Option<Fleet>) -> Outcome {
+pub(crate) async fn run_lab_fleet(cell: Cell, secs: f64, fleet: Option<Fleet>) -> Outcome {
     let failed = |e: String| Outcome {
         name: cell.name.clone(),
         allowed: f64::from(cell.rate),
@@ -484,7 +484,7 @@ pub async fn run_lab_fleet(cell: Cell, secs: f64, fleet: Option<Fleet>) -> Outco
 /// Runs an nginx or HAProxy cell against the real server, proxying to an open lab with the
 /// book site; `None` for kinds with no real counterpart here, or when the server is not
 /// installed.
-pub async fn run_real(cell: Cell, secs: f64) -> Option<Outcome> {
+pub(crate) async fn run_real(cell: Cell, secs: f64) -> Option<Outcome> {
     let kind = match cell.kind {
         Kind::Nginx(_) => "nginx",
         Kind::Haproxy => "haproxy",
@@ -558,7 +558,7 @@ pub async fn run_real(cell: Cell, secs: f64) -> Option<Outcome> {
 }
 
 /// Prints the outcomes as a markdown table, with pass/fail against the goals.
-pub fn print_table(outcomes: &[Outcome]) {
+pub(crate) fn print_table(outcomes: &[Outcome]) {
     println!(
         "| cell | allowed r/s | requests | refusals | refusals / 1,000 pages | violations | steady r/s | steady % | items | verdict |"
     );
@@ -594,7 +594,7 @@ fn verdict(ok: bool) -> &'static str {
 /// How many outcomes pass each goal: violations, refusals, steady rate, aggregate rate,
 /// and all of them.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Passing {
+pub(crate) struct Passing {
     /// Zero requests inside an announced wait.
     pub violations: usize,
     /// Refusals per 1,000 pages at most 3 (0 for gateways).
@@ -609,7 +609,7 @@ pub struct Passing {
 
 impl Outcome {
     /// Each goal on its own: (violations, refusals, steady, aggregate).
-    pub fn goals(&self) -> (bool, bool, bool, bool) {
+    pub(crate) fn goals(&self) -> (bool, bool, bool, bool) {
         if self.error.is_some() {
             return (false, false, false, false);
         }
@@ -628,7 +628,7 @@ impl Outcome {
 }
 
 /// Counts the outcomes passing each goal.
-pub fn passing(outcomes: &[Outcome]) -> Passing {
+pub(crate) fn passing(outcomes: &[Outcome]) -> Passing {
     let mut p = Passing::default();
     for o in outcomes {
         let (v, r, s, a) = o.goals();
@@ -643,7 +643,7 @@ pub fn passing(outcomes: &[Outcome]) -> Passing {
 
 /// Prints fleet outcomes as a markdown table, one pass/fail column per goal: the figures are
 /// the lab's, so fleet-wide; "pages per worker" is each worker's own count.
-pub fn print_fleet_table(outcomes: &[Outcome]) {
+pub(crate) fn print_fleet_table(outcomes: &[Outcome]) {
     println!(
         "| cell | workers | pages per worker | requests | refusals | refusals / 1,000 pages | violations | steady r/s | steady % | peak {PEAK_WINDOW_SECS} s r/s (limit) | violations goal | refusals goal | steady goal | aggregate goal |"
     );

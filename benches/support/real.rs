@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Whether a program is on PATH (or in /usr/sbin, where Debian puts both servers).
-pub fn which(program: &str) -> Option<PathBuf> {
+pub(crate) fn which(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/local/sbin")])
@@ -19,13 +19,13 @@ pub fn which(program: &str) -> Option<PathBuf> {
 }
 
 /// A port nobody listens on right now (the OS picks; the server binds it a moment later).
-pub fn free_port() -> std::io::Result<u16> {
+pub(crate) fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 /// nginx `limit_req` settings.
 #[derive(Clone, Copy, Debug)]
-pub struct NginxLimit {
+pub(crate) struct NginxLimit {
     /// Whole requests per second (`rate=Nr/s`).
     pub rate: u32,
     /// `burst=B`.
@@ -38,7 +38,7 @@ pub struct NginxLimit {
 
 /// HAProxy stick-table settings.
 #[derive(Clone, Copy, Debug)]
-pub struct HaproxyLimit {
+pub(crate) struct HaproxyLimit {
     /// Deny when `sc_http_req_rate(0) gt max`.
     pub max: u32,
     /// `http_req_rate(period)`, whole seconds.
@@ -49,7 +49,7 @@ pub struct HaproxyLimit {
 
 /// What the real server serves.
 #[derive(Clone, Debug)]
-pub enum Content {
+pub(crate) enum Content {
     /// A static `index.html` (nginx only).
     Static,
     /// Proxied to this backend (for example an open lab serving the book site).
@@ -57,7 +57,7 @@ pub enum Content {
 }
 
 /// A running server; killed on drop.
-pub struct RealServer {
+pub(crate) struct RealServer {
     child: Child,
     /// Where it listens.
     pub addr: SocketAddr,
@@ -69,7 +69,7 @@ pub struct RealServer {
 
 /// One access-log line.
 #[derive(Clone, Debug)]
-pub struct Logged {
+pub(crate) struct Logged {
     /// Arrival, milliseconds since the Unix epoch.
     pub at_ms: u64,
     /// Response status.
@@ -80,12 +80,12 @@ pub struct Logged {
 
 impl RealServer {
     /// `http://127.0.0.1:PORT`
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// The access log so far, in arrival order.
-    pub fn log(&self) -> Vec<Logged> {
+    pub(crate) fn log(&self) -> Vec<Logged> {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let mut out: Vec<Logged> = text
             .lines()
@@ -123,7 +123,7 @@ impl RealServer {
     }
 
     /// Starts nginx with `limit_req` in front of `content`.
-    pub fn nginx(limit: NginxLimit, content: &Content) -> Result<Self, String> {
+    pub(crate) fn nginx(limit: NginxLimit, content: &Content) -> Result<Self, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let d = dir.path();
         std::fs::write(d.join("index.html"), "<html><body>ok</body></html>\n")
@@ -178,7 +178,7 @@ impl RealServer {
     }
 
     /// Starts HAProxy with a stick table and a deny rule, in front of `backend`.
-    pub fn haproxy(limit: HaproxyLimit, backend: SocketAddr) -> Result<Self, String> {
+    pub(crate) fn haproxy(limit: HaproxyLimit, backend: SocketAddr) -> Result<Self, String> {
         let bin = which("haproxy").ok_or("haproxy not found")?;
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let d = dir.path();
@@ -242,7 +242,7 @@ backend be
     }
 
     /// The directory holding the config and logs (for diagnostics).
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         self._dir.path()
     }
 }
@@ -250,7 +250,7 @@ backend be
 /// Start nginx as an unprivileged foreground child with its own prefix `d` (pid, logs and
 /// temporary files under it, no access log unless `http` asks for one): `main` holds the
 /// top-level directives (workers, `events`), `http` the lines inside `http { }`.
-pub fn spawn_nginx(d: &Path, main: &str, http: &str) -> Result<Child, String> {
+pub(crate) fn spawn_nginx(d: &Path, main: &str, http: &str) -> Result<Child, String> {
     let bin = which("nginx").ok_or("nginx not found")?;
     let conf = format!(
         r#"daemon off;
@@ -284,7 +284,7 @@ http {{
 }
 
 /// Wait up to ten seconds for something to listen on `addr`.
-pub fn wait_listening(addr: SocketAddr, what: &str) -> Result<(), String> {
+pub(crate) fn wait_listening(addr: SocketAddr, what: &str) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         if std::net::TcpStream::connect(addr).is_ok() {

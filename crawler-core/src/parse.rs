@@ -56,7 +56,7 @@ impl ParseLimits {
 
 /// Parse `text` as an HTML document within `limits`; an error of kind
 /// [`ErrorKind::TooComplex`] says which limit the page crossed.
-pub fn parse_document(text: &str, limits: &ParseLimits) -> Result<Html> {
+pub(crate) fn parse_document(text: &str, limits: &ParseLimits) -> Result<Html> {
     let started = Instant::now();
     let sink = BoundedSink {
         inner: HtmlTreeSink::new(Html::new_document()),

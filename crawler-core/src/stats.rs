@@ -83,14 +83,14 @@ pub struct Stats {
 }
 
 mod secs {
-    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
         d: D,
     ) -> Result<std::time::Duration, D::Error> {
         let secs = <f64 as serde::Deserialize>::deserialize(d)?;
         Ok(std::time::Duration::try_from_secs_f64(secs).unwrap_or_default())
     }
 
-    pub fn serialize<S: serde::Serializer>(
+    pub(super) fn serialize<S: serde::Serializer>(
         d: &std::time::Duration,
         s: S,
     ) -> Result<S::Ok, S::Error> {

@@ -7,7 +7,7 @@ use crawler::prelude::*;
 
 /// One book, as scraped from its detail page.
 #[derive(Debug, Serialize, serde::Deserialize)]
-pub struct Book {
+pub(crate) struct Book {
     /// The page the book was found on.
     pub url: String,
     /// Its title.
@@ -20,7 +20,7 @@ pub struct Book {
 
 impl Book {
     /// Scrape a book's detail page.
-    pub fn from_page(page: &Response) -> Result<Self> {
+    pub(crate) fn from_page(page: &Response) -> Result<Self> {
         Ok(Self {
             url: page.url().to_string(),
             title: page.text_of("div.product h1")?,
@@ -31,7 +31,7 @@ impl Book {
 }
 
 /// Crawls a catalogue from one start URL.
-pub struct Books {
+pub(crate) struct Books {
     /// Where to start: the site root, ending in `/`.
     pub start: String,
 }

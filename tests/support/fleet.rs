@@ -41,7 +41,7 @@ impl Spider for Catalogues {
 
 /// The body of a worker process: crawls the lab's books into its own feed, then prints
 /// `CHILD_STATS ...` on success, or `CHILD_ERROR message` and exits with status 1.
-pub async fn child_worker_main() {
+pub(super) async fn child_worker_main() {
     crawler::init_logging();
     let env = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k}"));
     // A worker may start on another name of the lab (`CHILD_START`), or on several labs
@@ -95,10 +95,10 @@ pub async fn child_worker_main() {
 #[path = "../../crawler-store/tests/support/redis.rs"]
 mod redis_server;
 #[allow(unused_imports)] // not every test binary that includes this needs both
-pub use redis_server::{Redis, free_port};
+pub(crate) use redis_server::{Redis, free_port};
 
 /// Send a signal (`INT`, `TERM`, `KILL`) to a process.
-pub fn signal(pid: u32, name: &str) {
+pub(super) fn signal(pid: u32, name: &str) {
     let status = Command::new("kill")
         .args([&format!("-{name}"), &pid.to_string()])
         .status()
@@ -107,12 +107,18 @@ pub fn signal(pid: u32, name: &str) {
 }
 
 /// The worker command: this test binary on its `child_worker` test.
-pub fn worker_command(lab: &Lab, redis: &Redis, job: &str, feed: &Path, settings: &str) -> Command {
+pub(super) fn worker_command(
+    lab: &Lab,
+    redis: &Redis,
+    job: &str,
+    feed: &Path,
+    settings: &str,
+) -> Command {
     worker_command_on(lab, &redis.url(), job, feed, settings)
 }
 
 /// The worker command, with Redis at `redis_url` (a server, or a cluster).
-pub fn worker_command_on(
+pub(super) fn worker_command_on(
     lab: &Lab,
     redis_url: &str,
     job: &str,
@@ -146,28 +152,34 @@ pub fn worker_command_on(
     cmd
 }
 
-pub fn spawn_worker(lab: &Lab, redis: &Redis, job: &str, feed: &Path, settings: &str) -> Child {
+pub(super) fn spawn_worker(
+    lab: &Lab,
+    redis: &Redis,
+    job: &str,
+    feed: &Path,
+    settings: &str,
+) -> Child {
     worker_command(lab, redis, job, feed, settings)
         .spawn()
         .unwrap()
 }
 
 /// How a worker ended: whether it succeeded, and its stdout.
-pub struct Ended {
+pub(super) struct Ended {
     pub success: bool,
     pub stdout: String,
 }
 
 impl Ended {
     /// The `CHILD_STATS ...` line of a worker that succeeded.
-    pub fn stats(&self) -> Option<String> {
+    pub(super) fn stats(&self) -> Option<String> {
         self.stdout
             .lines()
             .find_map(|l| l.find("CHILD_STATS").map(|i| l[i..].to_owned()))
     }
 
     /// The error a worker that failed printed.
-    pub fn error(&self) -> Option<String> {
+    pub(super) fn error(&self) -> Option<String> {
         self.stdout
             .lines()
             .find_map(|l| l.find("CHILD_ERROR").map(|i| l[i..].to_owned()))
@@ -175,7 +187,7 @@ impl Ended {
 }
 
 /// Wait for a worker to end (bounded).
-pub async fn ended(child: Child) -> Ended {
+pub(super) async fn ended(child: Child) -> Ended {
     let out = tokio::time::timeout(
         Duration::from_secs(120),
         tokio::task::spawn_blocking(move || child.wait_with_output()),
@@ -191,14 +203,14 @@ pub async fn ended(child: Child) -> Ended {
 }
 
 /// Wait for a worker to finish successfully (bounded), returning its CHILD_STATS line.
-pub async fn finish(child: Child) -> String {
+pub(super) async fn finish(child: Child) -> String {
     let end = ended(child).await;
     assert!(end.success, "a worker failed: {}", end.stdout);
     end.stats()
         .unwrap_or_else(|| panic!("no stats line in: {}", end.stdout))
 }
 
-pub fn field(stats: &str, name: &str) -> u64 {
+pub(super) fn field(stats: &str, name: &str) -> u64 {
     stats
         .split_whitespace()
         .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
@@ -207,7 +219,7 @@ pub fn field(stats: &str, name: &str) -> u64 {
 }
 
 /// Round trips per page by purpose, summed over the workers' stats lines.
-pub fn trips_by_purpose(lines: &[String]) -> String {
+pub(super) fn trips_by_purpose(lines: &[String]) -> String {
     let pages: u64 = lines.iter().map(|l| field(l, "fetched")).sum();
     ["lease", "fleet_read", "host_read", "write", "other"]
         .iter()
@@ -240,7 +252,7 @@ fn lease_costs(lines: &[String]) -> String {
 }
 
 /// Items per book URL across every worker's feed.
-pub fn union(feeds: &[PathBuf]) -> HashMap<String, usize> {
+pub(super) fn union(feeds: &[PathBuf]) -> HashMap<String, usize> {
     let mut counts = HashMap::new();
     for feed in feeds {
         let text = std::fs::read_to_string(feed).unwrap_or_default();
@@ -255,7 +267,7 @@ pub fn union(feeds: &[PathBuf]) -> HashMap<String, usize> {
 }
 
 /// The complete (newline-terminated) lines of a feed.
-pub fn whole_lines(feed: &Path) -> Vec<String> {
+pub(super) fn whole_lines(feed: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(feed).unwrap_or_default();
     let mut lines: Vec<String> = text.split_inclusive('\n').map(str::to_owned).collect();
     if lines.last().is_some_and(|l| !l.ends_with('\n')) {
@@ -264,13 +276,13 @@ pub fn whole_lines(feed: &Path) -> Vec<String> {
     lines
 }
 
-pub fn feeds(dir: &Path, n: usize) -> Vec<PathBuf> {
+pub(super) fn feeds(dir: &Path, n: usize) -> Vec<PathBuf> {
     (0..n)
         .map(|i| dir.join(format!("worker-{i}.jsonl")))
         .collect()
 }
 
-pub async fn wait_for_items(feed: &Path, at_least: usize) {
+pub(super) async fn wait_for_items(feed: &Path, at_least: usize) {
     for _ in 0..1500 {
         if union(&[feed.to_owned()]).len() >= at_least {
             return;
@@ -282,7 +294,7 @@ pub async fn wait_for_items(feed: &Path, at_least: usize) {
 
 /// Wait until the fleet as a whole has written `at_least` items (which worker gets the
 /// fleet-wide slots is not specified, so one worker may have written none yet).
-pub async fn wait_for_fleet_items(feeds: &[PathBuf], at_least: usize) {
+pub(super) async fn wait_for_fleet_items(feeds: &[PathBuf], at_least: usize) {
     for _ in 0..1500 {
         if union(feeds).len() >= at_least {
             return;
@@ -293,7 +305,7 @@ pub async fn wait_for_fleet_items(feeds: &[PathBuf], at_least: usize) {
 }
 
 /// Successful fetches per path, from the lab's side.
-pub fn fetches(lab: &Lab) -> HashMap<String, usize> {
+pub(super) fn fetches(lab: &Lab) -> HashMap<String, usize> {
     let mut by_path = HashMap::new();
     for r in lab.recorder().requests() {
         if r.status == 200 {
@@ -304,12 +316,12 @@ pub fn fetches(lab: &Lab) -> HashMap<String, usize> {
 }
 
 /// A counter of the job's shards' `meta` hashes, summed.
-pub fn redis_meta(redis: &Redis, job: &str, field: &str) -> u64 {
+pub(super) fn redis_meta(redis: &Redis, job: &str, field: &str) -> u64 {
     redis.shard_counter(job, field)
 }
 
 /// The lines a child writes to stderr, as they come (the child's stderr must be piped).
-pub fn stderr_lines(child: &mut Child) -> mpsc::Receiver<String> {
+pub(super) fn stderr_lines(child: &mut Child) -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel();
     let err = child.stderr.take().expect("stderr piped");
     std::thread::spawn(move || {
@@ -324,7 +336,7 @@ pub fn stderr_lines(child: &mut Child) -> mpsc::Receiver<String> {
 }
 
 /// Wait (bounded) for a line containing `needle`.
-pub fn wait_for_line(lines: &mpsc::Receiver<String>, needle: &str, within: Duration) {
+pub(super) fn wait_for_line(lines: &mpsc::Receiver<String>, needle: &str, within: Duration) {
     let until = Instant::now() + within;
     while let Some(left) = until.checked_duration_since(Instant::now()) {
         match lines.recv_timeout(left) {

@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, ToSocketAddrs};
 /// Whether `localhost` resolves first to 127.0.0.1, where the lab on `port` listens. The
 /// frontier groups a name by the address it resolves to first, so a machine that puts ::1
 /// first cannot run a crawl of the lab under both names; the test says so and stops.
-pub fn localhost_reaches_the_lab(port: u16) -> bool {
+pub(super) fn localhost_reaches_the_lab(port: u16) -> bool {
     let first = ("localhost", port)
         .to_socket_addrs()
         .ok()

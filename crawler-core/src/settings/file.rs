@@ -16,7 +16,7 @@ use super::sections::{SECTIONS, SPECIAL_KEYS, section_of};
 use super::text::{Written, nearest, unknown_setting};
 
 /// The settings file looked for next to a project's Cargo.toml.
-pub const SETTINGS_FILE: &str = "crawler.toml";
+pub(super) const SETTINGS_FILE: &str = "crawler.toml";
 
 /// A value read from a settings file, with where it was written.
 #[derive(Debug, Clone)]

@@ -8,7 +8,7 @@ use super::sections::section_of;
 
 /// What a Scrapy setting is here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ours {
+pub(super) enum Ours {
     /// The same knob under another name (the note says where meaning or units differ).
     Key(&'static str),
     /// A value of one of our settings: `Value("throttle", "\"autothrottle\"")` is
@@ -20,7 +20,7 @@ pub enum Ours {
 
 /// One Scrapy setting and its counterpart here.
 #[derive(Debug, Clone, Copy)]
-pub struct ScrapyName {
+pub(super) struct ScrapyName {
     /// Scrapy's name, as Scrapy writes it (`DOWNLOAD_DELAY`).
     pub scrapy: &'static str,
     /// What it is here.
@@ -63,7 +63,7 @@ const SECONDS: &str =
 
 /// Scrapy's settings (from its settings reference) a Scrapy user is likely to type, and what
 /// each is here. Every key named exists in [`Settings`](super::Settings) (a test checks it).
-pub const SCRAPY_NAMES: &[ScrapyName] = &[
+pub(super) const SCRAPY_NAMES: &[ScrapyName] = &[
     // Concurrency and pacing.
     key("CONCURRENT_REQUESTS", "concurrency", ""),
     key(
@@ -330,7 +330,7 @@ pub const SCRAPY_NAMES: &[ScrapyName] = &[
 ];
 
 /// The Scrapy setting `name` names, in any case (`DOWNLOAD_DELAY`, `download_delay`).
-pub fn scrapy_name(name: &str) -> Option<&'static ScrapyName> {
+pub(super) fn scrapy_name(name: &str) -> Option<&'static ScrapyName> {
     SCRAPY_NAMES
         .iter()
         .find(|s| s.scrapy.eq_ignore_ascii_case(name.trim()))
@@ -386,7 +386,7 @@ pub(super) fn scrapy_env_warning(var: &str) -> Option<String> {
 
 impl ScrapyName {
     /// The key of ours it maps to, if any.
-    pub fn key(&self) -> Option<&'static str> {
+    pub(super) fn key(&self) -> Option<&'static str> {
         match self.ours {
             Ours::Key(k) | Ours::Value(k, _) => Some(k),
             Ours::Instead(_) => None,
@@ -395,7 +395,7 @@ impl ScrapyName {
 
     /// What it is here, as a phrase: "called `download_delay` (in [throttle])",
     /// "`throttle = "autothrottle"` (in [throttle])", or "no setting: WHAT INSTEAD".
-    pub fn here(&self) -> String {
+    pub(super) fn here(&self) -> String {
         match self.ours {
             Ours::Key(k) => format!("called `{k}` (in [{}])", section_of(k)),
             Ours::Value(k, v) => format!("`{k} = {v}` (in [{}])", section_of(k)),
@@ -405,7 +405,7 @@ impl ScrapyName {
 
     /// The one message for someone who typed this Scrapy name: "`DOWNLOAD_DELAY` is
     /// Scrapy's name; here it is called `download_delay` (in [throttle]); NOTE".
-    pub fn message(&self) -> String {
+    pub(super) fn message(&self) -> String {
         let here = match self.ours {
             Ours::Instead(_) => self.here(),
             _ => format!("here it is {}", self.here()),

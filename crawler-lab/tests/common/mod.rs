@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// A reqwest client for loopback: no proxy, no redirects followed, no decompression.
-pub fn client() -> reqwest::Client {
+pub(crate) fn client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .no_proxy()
@@ -22,7 +22,7 @@ pub fn client() -> reqwest::Client {
 }
 
 /// A response as bytes on the wire.
-pub struct Raw {
+pub(crate) struct Raw {
     pub status: u16,
     /// Header lines, names lowercased.
     pub headers: Vec<(String, String)>,
@@ -33,7 +33,7 @@ pub struct Raw {
 }
 
 impl Raw {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(n, _)| n == name)
@@ -43,7 +43,7 @@ impl Raw {
 
 /// Sends one GET with `Connection: close` and extra header lines; reads until EOF, an error,
 /// `limit` bytes, or 10 s.
-pub async fn raw_get(addr: SocketAddr, path: &str, extra: &str, limit: usize) -> Raw {
+pub(crate) async fn raw_get(addr: SocketAddr, path: &str, extra: &str, limit: usize) -> Raw {
     let mut s = TcpStream::connect(addr).await.expect("connect");
     let req = format!("GET {path} HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n{extra}\r\n");
     s.write_all(req.as_bytes()).await.expect("write");
@@ -89,7 +89,7 @@ fn parse(buf: Vec<u8>, read_error: bool) -> Raw {
 }
 
 /// Decodes a chunked body; `None` if the framing is incomplete.
-pub fn dechunk(mut body: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn dechunk(mut body: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     loop {
         let line_end = body.windows(2).position(|w| w == b"\r\n")?;
@@ -107,14 +107,14 @@ pub fn dechunk(mut body: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Body text of a GET through reqwest, asserting the status.
-pub async fn get_text(client: &reqwest::Client, url: &str, status: u16) -> String {
+pub(crate) async fn get_text(client: &reqwest::Client, url: &str, status: u16) -> String {
     let resp = client.get(url).send().await.expect("request");
     assert_eq!(resp.status().as_u16(), status, "{url}");
     resp.text().await.expect("body")
 }
 
 /// Every `href="..."` value in a page.
-pub fn hrefs(html: &str) -> Vec<String> {
+pub(crate) fn hrefs(html: &str) -> Vec<String> {
     html.split("href=\"")
         .skip(1)
         .filter_map(|s| s.split('"').next())
@@ -123,7 +123,7 @@ pub fn hrefs(html: &str) -> Vec<String> {
 }
 
 /// Every `<loc>` value in a sitemap.
-pub fn locs(xml: &str) -> Vec<String> {
+pub(crate) fn locs(xml: &str) -> Vec<String> {
     xml.split("<loc>")
         .skip(1)
         .filter_map(|s| s.split("</loc>").next())

@@ -11,7 +11,7 @@ use crate::throttle::{Throttle, throttle_for};
 /// two ports on one address are often two servers with separate limits.
 /// The registrable domain of a URL's host (`example.co.uk` for `a.b.example.co.uk`), from the
 /// public suffix list; IP addresses and names without one keep their host key.
-pub fn domain_key(url: &Url) -> String {
+pub(super) fn domain_key(url: &Url) -> String {
     match url.host() {
         Some(url::Host::Domain(name)) => psl::domain_str(name)
             .map(str::to_owned)

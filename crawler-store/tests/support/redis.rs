@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 /// A free TCP port on 127.0.0.1 (free when asked; the caller binds it soon after).
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -20,7 +20,7 @@ pub fn free_port() -> u16 {
 }
 
 /// A running `redis-server`, killed and waited for on drop.
-pub struct Redis {
+pub(crate) struct Redis {
     child: Child,
     pub port: u16,
     dir: tempfile::TempDir,
@@ -29,13 +29,13 @@ pub struct Redis {
 
 impl Redis {
     /// A server without persistence: a restart forgets everything but an explicit `SAVE`.
-    pub fn start() -> Self {
+    pub(crate) fn start() -> Self {
         Self::start_with(false)
     }
 
     /// A server that also keeps an fsync-always append-only file, so a restart (SIGTERM, or
     /// a crash after the write) keeps every acknowledged write.
-    pub fn start_with_aof() -> Self {
+    pub(crate) fn start_with_aof() -> Self {
         Self::start_with(true)
     }
 
@@ -80,13 +80,13 @@ impl Redis {
         panic!("redis-server did not come up on port {}", self.port);
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
     /// One command in RESP (the tests do not depend on a Redis client), its raw reply;
     /// `None` if the server is not there.
-    pub fn command(&self, args: &[&str]) -> Option<String> {
+    pub(crate) fn command(&self, args: &[&str]) -> Option<String> {
         let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
         let mut cmd = format!("*{}\r\n", args.len());
@@ -100,12 +100,12 @@ impl Redis {
     }
 
     /// The keys matching `pattern` (`KEYS`: fine on a test's small server).
-    pub fn keys(&self, pattern: &str) -> Vec<String> {
+    pub(crate) fn keys(&self, pattern: &str) -> Vec<String> {
         strings(&self.command(&["KEYS", pattern]).unwrap_or_default())
     }
 
     /// The lease ids outstanding in every shard of `job` (the `lease` hashes).
-    pub fn lease_ids(&self, job: &str) -> Vec<String> {
+    pub(crate) fn lease_ids(&self, job: &str) -> Vec<String> {
         let mut ids: Vec<String> = self
             .keys(&format!("crawler:{{{job}/*}}:lease"))
             .iter()
@@ -116,7 +116,7 @@ impl Redis {
     }
 
     /// The sum of a counter of `job`'s shards' `meta` hashes (`reclaimed`).
-    pub fn shard_counter(&self, job: &str, field: &str) -> u64 {
+    pub(crate) fn shard_counter(&self, job: &str, field: &str) -> u64 {
         self.keys(&format!("crawler:{{{job}/*}}:meta"))
             .iter()
             .map(|k| {
@@ -134,7 +134,7 @@ impl Redis {
     /// Kill the server (losing everything since the last `SAVE`) and start it again from
     /// that snapshot: what a restart from an old RDB file, or a failover to a replica that
     /// was behind, looks like.
-    pub fn crash_and_restart(&mut self) {
+    pub(crate) fn crash_and_restart(&mut self) {
         self.kill();
         self.child = Self::spawn(self.port, self.dir.path(), self.appendonly);
         self.wait_ready();
@@ -143,7 +143,7 @@ impl Redis {
     /// Stop the server the way an operator would (SIGTERM: it writes what its persistence
     /// settings say and exits), stay down for `down`, then start it again on the same port
     /// with the same data directory.
-    pub fn restart(&mut self, down: Duration) {
+    pub(crate) fn restart(&mut self, down: Duration) {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
@@ -154,7 +154,7 @@ impl Redis {
     }
 
     /// Kill the server (SIGKILL) and leave it down.
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -168,7 +168,7 @@ impl Drop for Redis {
 
 /// The bulk strings of a RESP array reply (`*N`, then `$len` and value lines); none for
 /// anything else. Test keys and values hold no line breaks.
-pub fn strings(reply: &str) -> Vec<String> {
+pub(crate) fn strings(reply: &str) -> Vec<String> {
     if !reply.starts_with('*') {
         return Vec::new();
     }

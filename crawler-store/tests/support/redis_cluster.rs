@@ -23,7 +23,7 @@ fn free_cluster_port() -> u16 {
 }
 
 /// One command in RESP to `127.0.0.1:port`, its raw reply; `None` if nothing answers.
-pub fn command_on(port: u16, args: &[&str]) -> Option<String> {
+pub(crate) fn command_on(port: u16, args: &[&str]) -> Option<String> {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     let mut cmd = format!("*{}\r\n", args.len());
@@ -46,7 +46,7 @@ pub fn command_on(port: u16, args: &[&str]) -> Option<String> {
 }
 
 /// A field of an `INFO` or `CLUSTER INFO` reply.
-pub fn info_field(reply: &str, field: &str) -> Option<String> {
+pub(crate) fn info_field(reply: &str, field: &str) -> Option<String> {
     reply.lines().find_map(|l| {
         l.strip_prefix(field)
             .and_then(|r| r.strip_prefix(':'))
@@ -60,7 +60,7 @@ struct Node {
 }
 
 /// A running cluster.
-pub struct RedisCluster {
+pub(crate) struct RedisCluster {
     nodes: Vec<Node>,
     masters: usize,
     dir: tempfile::TempDir,
@@ -69,13 +69,13 @@ pub struct RedisCluster {
 impl RedisCluster {
     /// `masters` masters with one replica each, every slot covered, `cluster_state:ok` on
     /// every node. A master stays down for `node_timeout` before its replica takes over.
-    pub fn start(masters: usize, node_timeout: Duration) -> Self {
+    pub(crate) fn start(masters: usize, node_timeout: Duration) -> Self {
         Self::start_with(masters, 1, node_timeout)
     }
 
     /// `masters` masters with `replicas` replicas each (at least three masters: what
     /// `redis-cli --cluster create` accepts).
-    pub fn start_with(masters: usize, replicas: usize, node_timeout: Duration) -> Self {
+    pub(crate) fn start_with(masters: usize, replicas: usize, node_timeout: Duration) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut nodes = Vec::new();
         for _ in 0..masters * (1 + replicas) {
@@ -132,7 +132,7 @@ impl RedisCluster {
 
     /// Wait until every live node says `cluster_state:ok` and knows `masters` masters
     /// holding every slot.
-    pub fn wait_ok(&self, within: Duration) {
+    pub(crate) fn wait_ok(&self, within: Duration) {
         let want = self.masters;
         wait_for(within, || {
             self.live_ports().iter().all(|&p| {
@@ -152,7 +152,7 @@ impl RedisCluster {
     }
 
     /// The URL the store takes: every master and replica as a seed.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         let seeds: Vec<String> = self
             .nodes
             .iter()
@@ -162,7 +162,7 @@ impl RedisCluster {
     }
 
     /// The ports of the live masters that hold slots, as the cluster sees them now.
-    pub fn masters(&self) -> Vec<u16> {
+    pub(crate) fn masters(&self) -> Vec<u16> {
         let live = self.live_ports();
         let Some(&any) = live.first() else {
             return Vec::new();
@@ -188,7 +188,7 @@ impl RedisCluster {
     }
 
     /// The keys matching `pattern` on every live master.
-    pub fn keys(&self, pattern: &str) -> Vec<(u16, String)> {
+    pub(crate) fn keys(&self, pattern: &str) -> Vec<(u16, String)> {
         self.masters()
             .into_iter()
             .flat_map(|p| {
@@ -200,7 +200,7 @@ impl RedisCluster {
     }
 
     /// Kill one node (SIGKILL: what it had not replicated is gone) and leave it down.
-    pub fn kill(&mut self, port: u16) {
+    pub(crate) fn kill(&mut self, port: u16) {
         if let Some(n) = self.nodes.iter_mut().find(|n| n.port == port)
             && let Some(mut c) = n.child.take()
         {
@@ -257,7 +257,7 @@ fn wait_for(within: Duration, mut ok: impl FnMut() -> bool) {
 }
 
 /// The bulk strings of a RESP array reply (`*N`, then `$len` and value lines).
-pub fn strings(reply: &str) -> Vec<String> {
+pub(crate) fn strings(reply: &str) -> Vec<String> {
     if !reply.starts_with('*') {
         return Vec::new();
     }
