@@ -18,7 +18,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crawler::core::{Action, After, DownloaderMiddleware, Page, SpiderMiddleware};
+use crawler::middleware::{Action, After, DownloaderMiddleware, Page, SpiderMiddleware};
 use crawler::prelude::*;
 
 /// One book, from its detail page.

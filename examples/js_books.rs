@@ -18,7 +18,7 @@
 //!
 //! Items go to `js_books.jsonl`; the stats show the sub-requests by outcome.
 
-use crawler::core::RenderOptions;
+use crawler::RenderOptions;
 use crawler::prelude::*;
 
 /// One book, as the page's script shows it.

@@ -34,9 +34,11 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The pieces live in their own crates and are re-exported here: [`core`] (spider API,
-//! contracts, the one [`Error`]), [`engine`] (the crawl loop), [`http`] (downloader, robots), [`sched`] (frontier, politeness slots), [`store`]
-//! (job directories, the HTTP cache, the Redis fleet). The command lines (the `crawler`
+//! What a project uses is here: [`Crawl`], the spider vocabulary ([`Spider`], [`Request`],
+//! [`Response`], [`Output`], [`Pipeline`], the one [`Error`]), and the modules [`settings`],
+//! [`middleware`], [`feeds`] and [`spiders`] (link extraction, CrawlSpider rules, the
+//! sitemap spider). The pieces live in crates of their own (crawler-core, crawler-engine,
+//! crawler-http, crawler-sched, crawler-store). The command lines (the `crawler`
 //! binary, a project's `Runner`) are the `crawler-cli` crate; the test site is
 //! `crawler-lab`.
 
@@ -44,23 +46,68 @@
 mod allocator;
 mod conditional;
 mod logging;
+#[doc(hidden)]
 pub mod progress;
 pub mod spiders;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+pub use crawler_core::{
+    Context, Element, Error, ErrorKind, Follow, Output, Pipeline, Processed, RenderOptions,
+    Request, Response, Result, Selection, Spider, SpiderContext, Stats, Url,
+};
+pub use crawler_engine::Progress;
+pub use logging::{init_logging, init_logging_with};
+
+/// Settings: every knob of a crawl with its polite default, the layers they come from
+/// (defaults, crawler.toml, the spider, the environment, the command line) and the
+/// `[[hosts]]` rules. docs/settings.md lists them all.
+pub mod settings {
+    pub use crawler_core::{
+        FeedFsync, HostKeyMode, HostRule, LogFormat, Resolved, SettingRow, Settings,
+        SettingsLayers, Source, ThrottleMode, find_settings_file,
+    };
+}
+
+/// Middlewares: hooks around the downloader ([`middleware::DownloaderMiddleware`]) and over a
+/// spider's output ([`middleware::SpiderMiddleware`]), added
+/// with [`Crawl::downloader_middleware`] and [`Crawl::spider_middleware`] and ordered by the
+/// `downloader_middlewares` / `spider_middlewares` settings.
+pub mod middleware {
+    pub use crawler_core::{
+        Action, After, DOWNLOADER_MIDDLEWARES, DownloaderMiddleware, Page, REFERER_POLICIES,
+        RefererPolicy, SPIDER_MIDDLEWARES, SpiderMiddleware,
+    };
+    pub use crawler_engine::MiddlewareStats;
+}
+
+/// Feeds: where items are written ([`Crawl::feed`], the `feeds` setting).
+pub mod feeds {
+    pub use crawler_core::{FeedFormat, FeedSpec, STDOUT_FEED};
+}
+
 /// Rendering in chromium (the `browser` feature): [`browser::BrowserConfig`] and the
 /// [`browser::Rendering`] download handler a [`Crawl`] puts under its middlewares.
 #[cfg(feature = "browser")]
 pub use crawler_browser as browser;
+
+// The crates underneath, whole: for the `crawler` command line (crawler-cli) and this
+// repository's tests and benchmarks, which drive parts a project never touches. Not the
+// documented API; a project uses the modules above.
+#[doc(hidden)]
 pub use crawler_core as core;
-pub use crawler_core::{Context, Error, ErrorKind, Result};
+#[doc(hidden)]
 pub use crawler_engine as engine;
+#[doc(hidden)]
 pub use crawler_http as http;
+#[doc(hidden)]
 pub use crawler_sched as sched;
+#[doc(hidden)]
 pub use crawler_store as store;
-pub use logging::{init_logging, init_logging_with, log_colour, log_level_filter, set_log_level};
+// The command line's glue: one logging and progress path for it and for `Crawl`.
+#[doc(hidden)]
+pub use logging::{log_colour, log_level_filter, set_log_level};
 
 /// mimalloc, for a spider project that wants it as its global allocator (the `crawler`
 /// binary and the benchmarks use it): less CPU per page than the system allocator at about
@@ -85,9 +132,7 @@ pub use allocator::tune_allocator;
 use crawler_core::{
     BoxedDownloaderMiddleware, BoxedSpiderMiddleware, DownloaderMiddleware, SpiderMiddleware,
 };
-use crawler_core::{
-    ConditionalStore, FeedSpec, Pipeline, Settings, SettingsLayers, Shutdown, Spider, Stats,
-};
+use crawler_core::{ConditionalStore, FeedSpec, Settings, SettingsLayers, Shutdown};
 use crawler_engine::Engine;
 use crawler_engine::{MiddlewareStats, Middlewares, SpiderWithMiddlewares};
 use crawler_http::HttpDownloader;
@@ -98,6 +143,7 @@ use crawler_sched::{FleetFrontier, Frontier, FrontierConfig, MemoryStore, QueueS
 /// the worker pool, so each worker's report to the engine woke that thread through a futex:
 /// measured, a fifth of the crawl's CPU per page (BENCHMARKS.md, "Crawl speed", "The allocator
 /// and the build").
+#[doc(hidden)]
 pub async fn run_engine<S: Spider>(engine: HttpEngine<S>) -> Result<Stats, Error> {
     match tokio::spawn(engine.run()).await {
         Ok(result) => Ok(result?),
@@ -271,6 +317,7 @@ fn open_fleet(
 /// Log, once at start, that the address rules stop at a proxy (the `proxy` setting, or one
 /// in the environment) unless `allow_unchecked_proxy` accepts it: the proxy resolves host
 /// names itself, so only IP literals and metadata names can be checked.
+#[doc(hidden)]
 pub fn warn_unchecked_proxy(settings: &Settings) {
     if let Some(why) = crawler_http::unchecked_proxy(settings, crawler_http::process_env()) {
         tracing::warn!("{why}");
@@ -650,6 +697,7 @@ impl<S: Spider> Crawl<S> {
 
 /// Warn once, at crawl start, that the User-Agent was never set: operators who see the crawl
 /// in their logs cannot tell whose it is or how to reach them.
+#[doc(hidden)]
 pub fn warn_default_user_agent(settings: &Settings) {
     if settings.has_default_user_agent() {
         tracing::warn!(
