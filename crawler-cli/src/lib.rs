@@ -21,6 +21,7 @@ pub mod report;
 mod runner;
 mod scaffold;
 mod shell;
+mod sitemap;
 mod tools;
 
 pub use common::SettingsArgs;

@@ -5,13 +5,9 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, UNIX_EPOCH};
 
 use crawler::core::{Fetched, Request, Settings, parse_http_url, settings_markdown};
-use crawler::http::{
-    HttpDownloader, RobotsStatus, SitemapKind, SitemapLimits, SitemapWalk, fetch_robots,
-    robots_client,
-};
+use crawler::http::{HttpDownloader, RobotsStatus, fetch_robots, robots_client};
 
 use crate::common::{self, EXIT_FAILED, Failure, SettingsArgs, failed, usage};
 use crawler::{Error, ErrorKind};
@@ -73,7 +69,8 @@ enum Verb {
         agent: Option<String>,
     },
     /// Stream a sitemap's entries (following indexes), one `URL<TAB>lastmod` a line. Given a
-    /// site root or robots.txt URL, walks the sitemaps robots.txt lists.
+    /// site root or robots.txt URL, walks the sitemaps robots.txt lists. Runs as a crawl:
+    /// robots.txt, the host's pacing, retries and the settings apply.
     Sitemap {
         /// A sitemap, robots.txt or site URL.
         url: String,
@@ -176,7 +173,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
             .await
             .map(|()| ExitCode::SUCCESS),
         Verb::Robots { url, agent } => robots(&settings, &url, agent.as_deref()).await,
-        Verb::Sitemap { url } => sitemap(&settings, &url).await,
+        Verb::Sitemap { url } => crate::sitemap::sitemap(&settings, &url).await,
         #[cfg(feature = "lab")]
         Verb::Bench { books, concurrency } => crate::bench::bench(&layers, books, concurrency)
             .await
@@ -393,83 +390,6 @@ async fn robots(settings: &Settings, url: &str, agent: Option<&str>) -> Result<E
         println!("note:        the file was larger than 500 KiB; the rest was ignored");
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn http_client(settings: &Settings) -> Result<reqwest::Client, Failure> {
-    // reqwest is built without a bundled provider; see HttpDownloader::new.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .user_agent(settings.user_agent.clone())
-        .connect_timeout(settings.connect_timeout)
-        .redirect(reqwest::redirect::Policy::limited(settings.max_redirects))
-        .build()
-        .map_err(|e| {
-            failed(Error::new(
-                ErrorKind::Other,
-                format!("cannot build the HTTP client: {e}"),
-            ))
-        })
-}
-
-async fn sitemap(settings: &Settings, url: &str) -> Result<ExitCode, Failure> {
-    let url = parse_http_url(url).map_err(usage)?;
-    // A site root or robots.txt: the sitemaps robots.txt lists (and robots.txt must allow
-    // them, like any other fetch).
-    let roots = if url.path() == "/" || url.path() == "/robots.txt" {
-        let client =
-            robots_client(&settings.user_agent, settings.connect_timeout).map_err(failed)?;
-        let report = fetch_robots(&client, &url, &settings.user_agent).await;
-        let roots: Vec<_> = report
-            .sitemaps
-            .iter()
-            .filter_map(|s| parse_http_url(s).ok())
-            .collect();
-        if roots.is_empty() {
-            return Err(failed(Error::new(
-                ErrorKind::Other,
-                format!("{} lists no sitemaps", report.robots_url),
-            )));
-        }
-        roots
-    } else {
-        vec![url]
-    };
-    let mut walk = SitemapWalk::new(http_client(settings)?, roots, SitemapLimits::default());
-    let mut out = std::io::stdout().lock();
-    let mut errors = 0usize;
-    // Bounded by the walk's own limits (max_sitemaps, max_depth).
-    while let Some(file) = walk.next().await {
-        if let Some(e) = &file.parse.error {
-            errors += 1;
-            eprintln!("warning: {e}");
-        }
-        if file.parse.kind == SitemapKind::Index {
-            eprintln!("index {}: {} sitemaps", file.url, file.parse.entries.len());
-            continue;
-        }
-        for entry in &file.parse.entries {
-            let lastmod = entry
-                .lastmod
-                .and_then(|t| u64::try_from(t).ok())
-                .map(|t| {
-                    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(t))
-                        .to_string()
-                })
-                .unwrap_or_default();
-            writeln!(out, "{}\t{lastmod}", entry.loc).map_err(out_err)?;
-        }
-        out.flush().map_err(out_err)?;
-    }
-    let s = walk.summary();
-    eprintln!(
-        "{} sitemaps, {} URLs, {} errors, {} skipped, {} dropped over the cap",
-        s.fetched, s.urls, s.errors, s.skipped, s.dropped
-    );
-    Ok(if errors > 0 && s.urls == 0 {
-        ExitCode::from(EXIT_FAILED)
-    } else {
-        ExitCode::SUCCESS
-    })
 }
 
 #[cfg(test)]

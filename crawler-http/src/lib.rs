@@ -52,6 +52,5 @@ pub use robots::{
 };
 pub use sitemap::{
     Alternate, SITEMAP_MAX_BYTES, SITEMAP_MAX_URLS, SitemapEntry, SitemapError, SitemapErrorKind,
-    SitemapFile, SitemapKind, SitemapLimits, SitemapParse, SitemapWalk, WalkSummary, fetch_sitemap,
-    parse_sitemap,
+    SitemapKind, SitemapLimits, SitemapParse, fetch_sitemap, parse_sitemap,
 };

@@ -1,5 +1,6 @@
 //! Sitemaps fetched from a real local server: gzipped indexes, the URL cap, broken XML, entity
-//! tricks, every lastmod form, and walks bounded by depth and count.
+//! tricks, every lastmod form. (Walks through indexes, bounded by depth and count, are the
+//! sitemap spider's: the facade's `spiders::sitemaps` tests and `tests/sitemaps.rs`.)
 
 // Helpers outside #[test] fns unwrap too (clippy.toml only covers test fns): a panic
 // there is a test failure, which is what we want.
@@ -14,8 +15,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use crawler_http::{
-    RobotsCache, SitemapErrorKind, SitemapKind, SitemapLimits, SitemapWalk, fetch_sitemap,
-    parse_lastmod, robots_client,
+    RobotsCache, SitemapErrorKind, SitemapKind, SitemapLimits, fetch_sitemap, robots_client,
 };
 use support::{UA, gzip, serve};
 
@@ -40,7 +40,7 @@ fn gz_response(body: Vec<u8>) -> impl IntoResponse {
 }
 
 #[tokio::test]
-async fn index_of_gzipped_sitemaps_is_walked() {
+async fn index_of_gzipped_sitemaps_is_read() {
     // Bound late: the index names the server's own address.
     let listener_base = std::sync::Arc::new(std::sync::OnceLock::<String>::new());
     let base = std::sync::Arc::clone(&listener_base);
@@ -72,31 +72,27 @@ async fn index_of_gzipped_sitemaps_is_walked() {
     let server = serve(router).await;
     listener_base.set(server.base.to_string()).unwrap();
 
-    let mut walk = SitemapWalk::new(
-        client(),
-        [server.url("/sitemap_index.xml")],
-        SitemapLimits::default(),
-    );
-    let mut pages = Vec::new();
+    let limits = SitemapLimits::default();
+    let index = fetch_sitemap(&client(), &server.url("/sitemap_index.xml"), &limits).await;
+    assert_eq!(index.kind, SitemapKind::Index);
+    let children: Vec<&str> = index.entries.iter().map(|e| e.loc.as_str()).collect();
+    assert_eq!(children.len(), 5, "{children:?}");
     let mut kinds = Vec::new();
+    let mut pages = Vec::new();
     let mut errors = Vec::new();
-    while let Some(file) = walk.next().await {
-        kinds.push((file.url.path().to_owned(), file.depth, file.parse.kind));
-        if let Some(e) = file.parse.error {
-            errors.push(e);
-        }
-        if file.parse.kind == SitemapKind::UrlSet {
-            pages.extend(file.parse.entries.into_iter().map(|e| e.loc));
-        }
+    for path in ["/s1.xml.gz", "/s2.xml.gz", "/s3.xml", "/missing.xml"] {
+        let file = fetch_sitemap(&client(), &server.url(path), &limits).await;
+        kinds.push((path, file.kind));
+        errors.extend(file.error);
+        pages.extend(file.entries.into_iter().map(|e| e.loc));
     }
     assert_eq!(
         kinds,
         [
-            ("/sitemap_index.xml".to_owned(), 0, SitemapKind::Index),
-            ("/s1.xml.gz".to_owned(), 1, SitemapKind::UrlSet),
-            ("/s2.xml.gz".to_owned(), 1, SitemapKind::UrlSet),
-            ("/s3.xml".to_owned(), 1, SitemapKind::UrlSet),
-            ("/missing.xml".to_owned(), 1, SitemapKind::Unknown),
+            ("/s1.xml.gz", SitemapKind::UrlSet),
+            ("/s2.xml.gz", SitemapKind::UrlSet),
+            ("/s3.xml", SitemapKind::UrlSet),
+            ("/missing.xml", SitemapKind::Unknown),
         ]
     );
     assert_eq!(pages.len(), 6);
@@ -104,80 +100,6 @@ async fn index_of_gzipped_sitemaps_is_walked() {
     assert_eq!(errors.len(), 1);
     assert_eq!(errors[0].kind, SitemapErrorKind::Status { status: 404 });
     assert!(errors[0].to_string().contains("missing.xml"));
-    let summary = walk.summary();
-    assert_eq!(summary.fetched, 5);
-    assert_eq!(summary.urls, 6);
-    assert_eq!(
-        summary.duplicates, 1,
-        "the index listing itself is not fetched again"
-    );
-    assert_eq!(server.hits.get("/sitemap_index.xml"), 1);
-}
-
-#[tokio::test]
-async fn walk_is_bounded_by_depth_count_and_filter() {
-    // /idx/N is an index listing /idx/N+1 and /leaf/N: an endless chain of indexes.
-    let router = Router::new()
-        .route(
-            "/idx/{n}",
-            get(|axum::extract::Path(n): axum::extract::Path<u32>, req: axum::extract::Request| async move {
-                let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("").to_owned();
-                format!(
-                    "<sitemapindex><sitemap><loc>http://{host}/idx/{}</loc></sitemap>\
-                     <sitemap><loc>http://{host}/leaf/{n}</loc><lastmod>2020-01-0{}</lastmod></sitemap></sitemapindex>",
-                    n + 1,
-                    n % 9 + 1
-                )
-            }),
-        )
-        .route(
-            "/leaf/{n}",
-            get(|axum::extract::Path(n): axum::extract::Path<u32>| async move {
-                urlset([format!("http://127.0.0.1/page/{n}")])
-            }),
-        );
-    let server = serve(router).await;
-    let limits = SitemapLimits {
-        max_depth: 2,
-        ..SitemapLimits::default()
-    };
-    let mut walk = SitemapWalk::new(client(), [server.url("/idx/0")], limits.clone());
-    let mut fetched = Vec::new();
-    while let Some(file) = walk.next().await {
-        fetched.push(file.url.path().to_owned());
-    }
-    // Depth 0: /idx/0; depth 1: /idx/1, /leaf/0; depth 2: /idx/2, /leaf/1; then too deep.
-    assert_eq!(
-        fetched,
-        ["/idx/0", "/idx/1", "/leaf/0", "/idx/2", "/leaf/1"]
-    );
-    assert_eq!(walk.summary().too_deep, 2);
-    assert_eq!(server.hits.get("/idx/3"), 0);
-
-    let capped = SitemapLimits {
-        max_depth: 100,
-        max_sitemaps: 4,
-        ..SitemapLimits::default()
-    };
-    let mut walk = SitemapWalk::new(client(), [server.url("/idx/0")], capped);
-    let mut n = 0;
-    while walk.next().await.is_some() {
-        n += 1;
-    }
-    assert_eq!(n, 4);
-    assert!(walk.summary().over_cap >= 1);
-
-    // Only follow children with a lastmod after 2020-01-01 (skips /leaf/0, dated 2020-01-01).
-    let since = parse_lastmod("2020-01-01").unwrap();
-    let mut walk = SitemapWalk::new(client(), [server.url("/idx/0")], limits)
-        .follow_if(move |e| e.lastmod.is_none_or(|t| t > since));
-    let mut fetched = Vec::new();
-    while let Some(file) = walk.next().await {
-        fetched.push(file.url.path().to_owned());
-    }
-    assert!(!fetched.contains(&"/leaf/0".to_owned()), "{fetched:?}");
-    assert!(fetched.contains(&"/leaf/1".to_owned()), "{fetched:?}");
-    assert_eq!(walk.summary().filtered, 1);
 }
 
 #[tokio::test]
@@ -395,7 +317,7 @@ async fn failures_are_reported_not_fatal() {
 }
 
 #[tokio::test]
-async fn robots_sitemap_lines_start_a_walk() {
+async fn robots_sitemap_lines_name_the_sitemaps() {
     let router = Router::new()
         .route(
             "/robots.txt",
@@ -420,10 +342,10 @@ async fn robots_sitemap_lines_start_a_walk() {
         [server.url("/s.xml"), server.url("/relative.xml")],
         "a relative Sitemap line is resolved against the robots.txt URL (RFC 9309)"
     );
-    let mut walk = SitemapWalk::new(client(), roots, SitemapLimits::default());
     let mut locs = Vec::new();
-    while let Some(file) = walk.next().await {
-        locs.extend(file.parse.entries.iter().map(|e| e.loc.clone()));
+    for root in &roots {
+        let file = fetch_sitemap(&client(), root, &SitemapLimits::default()).await;
+        locs.extend(file.entries.into_iter().map(|e| e.loc));
     }
     locs.sort();
     assert_eq!(

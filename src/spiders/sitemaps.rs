@@ -70,6 +70,10 @@ const DEPTH_META: &str = "sitemap_depth";
 /// Bodies smaller than this are parsed in place; larger (or gzipped, which can inflate to
 /// 50 MB) go to the blocking pool so they never stall an async worker.
 const INLINE_PARSE_BYTES: usize = 64 * 1024;
+/// Levels of sitemap indexes followed below the start sitemaps, by default.
+const DEFAULT_MAX_DEPTH: u32 = 3;
+/// Sitemap files requested in all, by default.
+const DEFAULT_MAX_SITEMAPS: usize = 1_000;
 /// Error messages kept for [`SitemapStats::errors`]; the count goes on past it.
 const MAX_ERROR_MESSAGES: usize = 100;
 
@@ -151,7 +155,7 @@ impl SitemapSpiderBuilder {
 
     /// Request at most this many sitemap files in all (start sitemaps, those robots.txt
     /// lists and those indexes list), so a site with endless sitemap indexes cannot grow the
-    /// frontier without bound. Default 1,000 (`SitemapLimits::max_sitemaps`).
+    /// frontier without bound. Default 1,000.
     pub fn max_sitemaps(mut self, n: usize) -> Self {
         self.max_sitemaps = Some(n);
         self
@@ -202,12 +206,9 @@ impl SitemapSpiderBuilder {
             .iter()
             .map(|p| compile(p))
             .collect::<Result<Vec<_>>>()?;
-        let defaults = SitemapLimits::default();
         let limits = SitemapLimits {
             alternates: self.alternates,
-            max_depth: self.max_depth.unwrap_or(defaults.max_depth),
-            max_sitemaps: self.max_sitemaps.unwrap_or(defaults.max_sitemaps),
-            ..defaults
+            ..SitemapLimits::default()
         };
         let counters = Counters::default();
         let roots = starts
@@ -223,6 +224,8 @@ impl SitemapSpiderBuilder {
             skip_unchanged: !self.keep_unchanged,
             priority: self.priority,
             limits,
+            max_depth: self.max_depth.unwrap_or(DEFAULT_MAX_DEPTH),
+            max_sitemaps: self.max_sitemaps.unwrap_or(DEFAULT_MAX_SITEMAPS),
             counters: Arc::new(counters),
         })
     }
@@ -242,7 +245,12 @@ pub struct SitemapSpider {
     filter: Option<Arc<EntryFilter>>,
     skip_unchanged: bool,
     priority: i32,
+    /// What one sitemap file may hold (the parser's limits).
     limits: SitemapLimits,
+    /// Levels of indexes followed below the start sitemaps.
+    max_depth: u32,
+    /// Sitemap requests made in all.
+    max_sitemaps: usize,
     counters: Arc<Counters>,
 }
 
@@ -252,6 +260,8 @@ impl fmt::Debug for SitemapSpider {
             .field("starts", &self.starts)
             .field("rules", &self.rules.len())
             .field("limits", &self.limits)
+            .field("max_depth", &self.max_depth)
+            .field("max_sitemaps", &self.max_sitemaps)
             .finish_non_exhaustive()
     }
 }
@@ -297,7 +307,42 @@ impl SitemapSpider {
                 Ok(true)
             }
             Some(SITEMAP_CALLBACK) => {
-                self.sitemap_page(page, out).await?;
+                self.sitemap_page(page, out, |entry, out| self.page_entry(page, entry, out))
+                    .await?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Like [`handle`](Self::handle), for a spider that lists a site's sitemap entries
+    /// rather than fetching the pages they name (the `crawler sitemap` command): robots.txt
+    /// and indexes still lead to sitemap requests (within the depth limit and
+    /// [`max_sitemaps`](SitemapSpiderBuilder::max_sitemaps)), and each page entry that a
+    /// rule matches and the filter keeps becomes the item `item(entry)` instead of a
+    /// request. Nothing is fetched for an entry, so `<lastmod>` skipping does not apply and
+    /// alternates are not requested (the entry carries them).
+    ///
+    /// As with `handle`, a sitemap that could not be read to its end still has its readable
+    /// entries turned into items before the error is returned.
+    pub async fn handle_as_items<I>(
+        &self,
+        page: &Response,
+        out: &mut Output<I>,
+        item: impl Fn(&SitemapEntry) -> I + Send + Sync,
+    ) -> Result<bool> {
+        match page.callback() {
+            Some(ROBOTS_CALLBACK) => {
+                self.robots_page(page, out);
+                Ok(true)
+            }
+            Some(SITEMAP_CALLBACK) => {
+                self.sitemap_page(page, out, |entry, out| {
+                    if self.chosen(entry).is_some() {
+                        out.item(item(entry));
+                    }
+                })
+                .await?;
                 Ok(true)
             }
             _ => Ok(false),
@@ -317,7 +362,7 @@ impl SitemapSpider {
 
     /// Take one of the `max_sitemaps` sitemap requests, if any is left.
     fn reserve_sitemap(&self) -> bool {
-        let max = self.limits.max_sitemaps as u64;
+        let max = self.max_sitemaps as u64;
         let taken = self
             .counters
             .issued
@@ -362,7 +407,15 @@ impl SitemapSpider {
         }
     }
 
-    async fn sitemap_page<I>(&self, page: &Response, out: &mut Output<I>) -> Result<()> {
+    /// Read a sitemap: an index's sitemaps are requested (the one place `max_depth` and
+    /// `max_sitemaps` are enforced, with [`Self::robots_page`]), a urlset's entries go to
+    /// `entry`.
+    async fn sitemap_page<I>(
+        &self,
+        page: &Response,
+        out: &mut Output<I>,
+        mut entry: impl FnMut(&SitemapEntry, &mut Output<I>) + Send,
+    ) -> Result<()> {
         let depth: u32 = page.meta(DEPTH_META).unwrap_or(0);
         let parse = self.parse(page).await?;
         let c = &self.counters;
@@ -371,13 +424,18 @@ impl SitemapSpider {
         c.dropped.fetch_add(parse.dropped as u64, Ordering::Relaxed);
         match parse.kind {
             SitemapKind::Index => {
+                tracing::info!(
+                    "sitemap index {}: {} sitemaps",
+                    page.url(),
+                    parse.entries.len()
+                );
                 for entry in &parse.entries {
                     self.child_sitemap(entry, depth, out);
                 }
             }
             SitemapKind::UrlSet | SitemapKind::Text => {
-                for entry in &parse.entries {
-                    self.page_entry(page, entry, out);
+                for e in &parse.entries {
+                    entry(e, out);
                 }
             }
             SitemapKind::Unknown => {}
@@ -417,7 +475,7 @@ impl SitemapSpider {
 
     fn child_sitemap<I>(&self, entry: &SitemapEntry, depth: u32, out: &mut Output<I>) {
         let c = &self.counters;
-        if depth >= self.limits.max_depth {
+        if depth >= self.max_depth {
             c.too_deep.fetch_add(1, Ordering::Relaxed);
             return;
         }
@@ -436,12 +494,14 @@ impl SitemapSpider {
         }
     }
 
-    fn page_entry<I>(&self, page: &Response, entry: &SitemapEntry, out: &mut Output<I>) {
+    /// Count a page entry, and whether the filter keeps it and a rule matches it: then its
+    /// URL and the matching rule's callback.
+    fn chosen(&self, entry: &SitemapEntry) -> Option<(Url, Option<String>)> {
         let c = &self.counters;
         c.entries.fetch_add(1, Ordering::Relaxed);
         if self.filter.as_ref().is_some_and(|keep| !keep(entry)) {
             c.filtered.fetch_add(1, Ordering::Relaxed);
-            return;
+            return None;
         }
         let callback = if self.rules.is_empty() {
             None
@@ -450,14 +510,22 @@ impl SitemapSpider {
                 Some((_, cb)) => cb.clone(),
                 None => {
                     c.unmatched.fetch_add(1, Ordering::Relaxed);
-                    return;
+                    return None;
                 }
             }
         };
         let Ok(url) = Url::parse(&entry.loc) else {
             c.invalid.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        Some((url, callback))
+    }
+
+    fn page_entry<I>(&self, page: &Response, entry: &SitemapEntry, out: &mut Output<I>) {
+        let Some((url, callback)) = self.chosen(entry) else {
             return;
         };
+        let c = &self.counters;
         if self.unchanged(page, &url, entry.lastmod) {
             c.skipped_unchanged.fetch_add(1, Ordering::Relaxed);
             return;
@@ -539,6 +607,7 @@ impl Counters {
             invalid: n(&self.invalid),
             dropped: n(&self.dropped),
             too_deep: n(&self.too_deep),
+            sitemap_requests: n(&self.issued),
             too_many: n(&self.too_many),
             errors: self
                 .messages
@@ -591,6 +660,9 @@ pub struct SitemapStats {
     pub dropped: u64,
     /// Sitemaps of indexes nested deeper than the depth limit.
     pub too_deep: u64,
+    /// Sitemap requests made (start sitemaps, robots.txt `Sitemap:` lines and the sitemaps
+    /// of indexes), at most `max_sitemaps`.
+    pub sitemap_requests: u64,
     /// Sitemaps not requested because `max_sitemaps` were requested already.
     pub too_many: u64,
     /// Sitemaps that could not be read to their end (malformed, too large, too many URLs).

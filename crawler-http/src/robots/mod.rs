@@ -201,8 +201,7 @@ impl RobotsRules {
         }
     }
 
-    /// The listed sitemaps that are absolute http(s) URLs: starting points for a
-    /// [`SitemapWalk`](crate::SitemapWalk).
+    /// The listed sitemaps that are absolute http(s) URLs.
     pub fn sitemap_urls(&self) -> Vec<Url> {
         self.sitemaps()
             .iter()

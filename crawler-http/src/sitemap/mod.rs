@@ -1,5 +1,4 @@
-//! Sitemaps (<https://www.sitemaps.org/protocol.html>): streaming parse, bounded fetch, and a
-//! bounded walk through sitemap indexes.
+//! Sitemaps (<https://www.sitemaps.org/protocol.html>): streaming parse and bounded fetch.
 //!
 //! [`parse_sitemap`] reads a `<urlset>` or `<sitemapindex>` (or a plain-text sitemap, one URL
 //! a line) with quick-xml's event reader, so memory holds the current element and the entries
@@ -34,28 +33,27 @@
 //! ```
 //!
 //! The folder: this file holds the types and limits; `parse.rs` is the bounded parse (bytes
-//! in, entries out: no I/O, no clock), `fetch.rs` one bounded download handed to the parser,
-//! `walk.rs` the queue through indexes. Only `parse.rs` reads XML and only `fetch.rs` sends
-//! requests (the walk asks it); none of them consults robots.txt or a host's pacing, which
-//! are the caller's business.
+//! in, entries out: no I/O, no clock), `fetch.rs` one bounded download handed to the parser.
+//! Only `parse.rs` reads XML and only `fetch.rs` sends requests; neither consults robots.txt
+//! or a host's pacing. Walking sitemaps (robots.txt `Sitemap:` lines, indexes, the depth and
+//! count limits) is `crawler::spiders::SitemapSpider`'s, through the engine like every
+//! request of a crawl; the `crawler sitemap` command runs it too.
 
 mod fetch;
 mod parse;
-mod walk;
 
 use std::fmt;
 use std::time::Duration;
 
 pub use fetch::fetch_sitemap;
 pub use parse::parse_sitemap;
-pub use walk::{SitemapFile, SitemapWalk, WalkSummary};
 
 /// The protocol's limit on the uncompressed size of one sitemap file: 50 MB (52,428,800 bytes).
 pub const SITEMAP_MAX_BYTES: u64 = 50 * 1024 * 1024;
 /// The protocol's limit on the URLs in one sitemap file.
 pub const SITEMAP_MAX_URLS: usize = 50_000;
 
-/// Limits for parsing, fetching and walking sitemaps. The defaults follow the protocol.
+/// Limits for parsing and fetching one sitemap file. The defaults follow the protocol.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SitemapLimits {
     /// Most bytes read from one file, after decompression (and, when fetching, before it).
@@ -66,10 +64,6 @@ pub struct SitemapLimits {
     pub max_urls: usize,
     /// Collect `<xhtml:link rel="alternate" hreflang=".." href=".."/>` links. Default false.
     pub alternates: bool,
-    /// How many levels of sitemap indexes a [`SitemapWalk`] follows below its roots. Default 3.
-    pub max_depth: u32,
-    /// Most sitemap files one [`SitemapWalk`] fetches, roots included. Default 1,000.
-    pub max_sitemaps: usize,
     /// Total time for fetching one sitemap, body included. Default 60 s.
     pub fetch_timeout: Duration,
 }
@@ -80,8 +74,6 @@ impl Default for SitemapLimits {
             max_bytes: SITEMAP_MAX_BYTES,
             max_urls: SITEMAP_MAX_URLS,
             alternates: false,
-            max_depth: 3,
-            max_sitemaps: 1_000,
             fetch_timeout: Duration::from_secs(60),
         }
     }
