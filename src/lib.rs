@@ -564,10 +564,10 @@ impl<S: Spider> Crawl<S> {
     /// Build the engine without running it (to get a shutdown handle or progress). The
     /// spider's [`Spider::open`] runs here, with its arguments and the effective settings.
     pub fn build(mut self) -> Result<HttpEngine<S>, Error> {
+        // Validated, so its secrets are registered before anything logs: the spider's
+        // `open` and the crawl's logs and errors never show them.
         let settings = self.effective_settings()?;
         crawler_core::open_spider(&mut self.spider, &settings, &self.args)?;
-        // Known from here on, so the crawl's logs and errors never show them.
-        crawler_core::redact::register_secrets(&settings);
         warn_unchecked_proxy(&settings);
         let downloader =
             conditional::attach(HttpDownloader::new(&settings)?, &settings, self.conditional)?;

@@ -31,15 +31,17 @@ pub fn init_logging() {
 }
 
 /// Send `tracing` output to stderr, or to `log_file` (appended to), at `settings.log_level`
-/// (`RUST_LOG` wins when set and the level was left at its default), as text or JSON, and
-/// register the settings' secrets for redaction first. On stderr, lines are printed above
+/// (`RUST_LOG` wins when set and the level was left at its default), as text or JSON, after
+/// checking the settings ([`Settings::validate`], which registers their secrets for
+/// redaction, so no line shows them). On stderr, lines are printed above
 /// any live progress display, in colour only when stderr is a terminal and `NO_COLOR` is not
-/// set; a log file never gets colour codes. An unwritable log file is an error.
+/// set; a log file never gets colour codes. An unwritable log file, or settings that do not
+/// validate, is an error.
 ///
 /// When the program already set up logging ([`init_logging`] at the top of its `main`), the
 /// level the settings give is applied to that instead.
 pub fn init_logging_with(settings: &Settings) -> Result<(), Error> {
-    crawler_core::redact::register_secrets(settings);
+    settings.validate()?;
     let default_level = settings.log_level == Settings::default().log_level;
     let filter = match std::env::var("RUST_LOG") {
         Ok(env) if default_level && !env.trim().is_empty() => EnvFilter::try_new(env),

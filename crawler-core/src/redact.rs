@@ -7,7 +7,9 @@
 //!   `redis+unix://` URLs carry theirs) become `***`.
 //! - Secrets the crawl was configured with ([`register_secrets`]) are replaced wherever
 //!   they appear, which catches them inside messages that do not look like URLs (an
-//!   HTTP Basic header, a library's error text).
+//!   HTTP Basic header, a library's error text). They are registered in one place,
+//!   [`Settings::validate`], which every run path passes before it logs (resolving the
+//!   settings layers, a crawl's effective settings, logging set up from settings).
 //!
 //! ```
 //! use crawler_core::redact::{redact_text, redact_url};

@@ -342,7 +342,12 @@ impl SettingsLayers {
             sources.insert(k.clone(), Source::CommandLine);
         }
         let settings = Settings::from_map(map)?;
-        if let Some((keys, why)) = settings.problem() {
+        // Checked (and its secrets registered) like every finished value; a problem is then
+        // blamed on the layer that set it.
+        if let Err(e) = settings.validate() {
+            let Some((keys, why)) = settings.problem() else {
+                return Err(e);
+            };
             let msg = format!("setting {} {why}", keys.join(", "));
             // Blame the most specific layer that set any of the keys involved.
             let culprit = keys

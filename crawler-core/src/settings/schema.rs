@@ -510,8 +510,14 @@ impl Settings {
         }
     }
 
-    /// Check ranges that types alone cannot express.
+    /// Check ranges that types alone cannot express, and register the secrets these
+    /// settings hold ([`crate::redact::register_secrets`]), so that no log line, error
+    /// message or metric shows them from here on. Every run path checks its settings here
+    /// before it logs or uses them (resolving layers, [`Settings::set`], a crawl's
+    /// effective settings, logging set up from settings, the engine's start), so this is
+    /// the one place secrets are registered.
     pub fn validate(&self) -> Result<()> {
+        crate::redact::register_secrets(self);
         match self.problem() {
             Some((keys, why)) => Err(Error::new(
                 ErrorKind::Settings,
