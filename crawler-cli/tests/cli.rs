@@ -144,6 +144,15 @@ async fn fetch_robots_and_sitemap_against_the_lab() {
         .unwrap_or_else(|| panic!("{url} not listed:\n{stdout}"));
     let lastmod = first.split('\t').nth(1).unwrap();
     assert!(lastmod.ends_with('Z') && lastmod.len() == 20, "{first}");
+
+    // sitemap runs as a crawl: robots.txt is obeyed for the sitemaps too.
+    let private = lab.url_for("/private/sitemap.xml");
+    let out = run(crawler(dir.path(), &["sitemap", &private])).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("1 disallowed by robots.txt"), "{stderr}");
+    assert!(text(&out.stdout).is_empty());
+    assert_eq!(lab.recorder().count_prefix("/private/"), 0);
     lab.shutdown().await;
 }
 
