@@ -773,6 +773,40 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn listing_turns_entries_into_items_and_still_follows_indexes() {
+        let s = spider();
+        let xml = r#"<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">
+            <url><loc>http://s.test/book-11</loc><lastmod>2024-01-01</lastmod></url>
+            <url><loc>http://s.test/book-13</loc></url>
+            <url><loc>http://s.test/about</loc></url>
+        </urlset>"#;
+        let p = page(s.start_requests().remove(0), xml);
+        let mut out: Output<String> = Output::new(p.url().clone(), 0);
+        let listed = s.handle_as_items(&p, &mut out, |e| e.loc.clone()).await;
+        assert!(listed.unwrap());
+        // The filter and the rules still choose; no page is requested.
+        assert_eq!(out.items(), ["http://s.test/book-11"]);
+        assert!(out.requests().is_empty());
+        let st = s.stats();
+        assert_eq!(
+            (st.entries, st.filtered, st.unmatched, st.requested),
+            (3, 1, 1, 0)
+        );
+
+        let index = r#"<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">
+            <sitemap><loc>http://s.test/a.xml</loc></sitemap></sitemapindex>"#;
+        let p = page(s.start_requests().remove(0), index);
+        let mut out: Output<String> = Output::new(p.url().clone(), 0);
+        assert!(
+            s.handle_as_items(&p, &mut out, |e| e.loc.clone())
+                .await
+                .unwrap()
+        );
+        assert_eq!(out.requests()[0].url.as_str(), "http://s.test/a.xml");
+        assert_eq!(s.stats().sitemap_requests, 2, "the start sitemap and a.xml");
+    }
+
+    #[tokio::test]
     async fn an_endless_index_stops_at_max_sitemaps() {
         let s = SitemapSpider::builder()
             .sitemap("http://s.test/index-0.xml")
