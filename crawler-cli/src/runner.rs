@@ -386,7 +386,7 @@ enum RunnerVerb {
 
 /// Options of `crawl`.
 #[derive(clap::Args, Debug, Clone)]
-pub struct CrawlArgs {
+pub(crate) struct CrawlArgs {
     /// The spider to run (see `list`).
     pub name: String,
     /// Give the spider an argument, e.g. `-a limit=10` (repeatable), as Scrapy's `-a`
@@ -421,7 +421,7 @@ fn spider_arg(text: &str) -> Result<(String, String), String> {
 
 /// Options of `settings`.
 #[derive(clap::Args, Debug, Clone)]
-pub struct SettingsVerb {
+pub(crate) struct SettingsVerb {
     /// Include this spider's custom settings.
     pub name: Option<String>,
     /// Print the settings reference (docs/settings.md) instead.

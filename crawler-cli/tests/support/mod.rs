@@ -5,11 +5,11 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 /// The `crawler` binary of this package.
-pub const BIN: &str = env!("CARGO_BIN_EXE_crawler");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_crawler");
 
 /// `cmd` in `dir`, with none of the developer's own logging, colour, settings, Scrapy or
 /// proxy variables: they must not leak into the checks.
-pub fn clean(mut cmd: Command, dir: &Path) -> Command {
+pub(crate) fn clean(mut cmd: Command, dir: &Path) -> Command {
     cmd.current_dir(dir)
         .env_remove("RUST_LOG")
         .env_remove("NO_COLOR")
@@ -26,26 +26,26 @@ pub fn clean(mut cmd: Command, dir: &Path) -> Command {
 }
 
 /// The `crawler` binary with `args`, in `dir`.
-pub fn crawler(dir: &Path, args: &[&str]) -> Command {
+pub(crate) fn crawler(dir: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.args(args);
     clean(cmd, dir)
 }
 
 /// Run a command on a blocking thread (the lab is served by the test's runtime).
-pub async fn run(mut cmd: Command) -> Output {
+pub(crate) async fn run(mut cmd: Command) -> Output {
     tokio::task::spawn_blocking(move || cmd.output().expect("command runs"))
         .await
         .expect("command thread")
 }
 
 /// Bytes of a command's output as text.
-pub fn text(bytes: &[u8]) -> String {
+pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// A directory that looks like a project: Cargo.toml, this crawler.toml and `src/`.
-pub fn project(toml: &str) -> tempfile::TempDir {
+pub(crate) fn project(toml: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::write(
         dir.path().join("Cargo.toml"),

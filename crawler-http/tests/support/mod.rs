@@ -13,10 +13,10 @@ use crawler_core::Url;
 
 /// Counts requests per path, so tests can prove what was (not) fetched.
 #[derive(Clone, Default)]
-pub struct Hits(Arc<Mutex<HashMap<String, usize>>>);
+pub(crate) struct Hits(Arc<Mutex<HashMap<String, usize>>>);
 
 impl Hits {
-    pub fn get(&self, path: &str) -> usize {
+    pub(crate) fn get(&self, path: &str) -> usize {
         self.0.lock().unwrap().get(path).copied().unwrap_or(0)
     }
 }
@@ -32,18 +32,18 @@ async fn count(State(hits): State<Hits>, req: Request, next: Next) -> Response {
 }
 
 /// A running server: its base URL and hit counter. The server stops with the test's runtime.
-pub struct Server {
+pub(crate) struct Server {
     pub base: Url,
     pub hits: Hits,
 }
 
 impl Server {
-    pub fn url(&self, path: &str) -> Url {
+    pub(crate) fn url(&self, path: &str) -> Url {
         self.base.join(path).unwrap()
     }
 }
 
-pub async fn serve(router: Router) -> Server {
+pub(crate) async fn serve(router: Router) -> Server {
     let hits = Hits::default();
     let app = router.layer(middleware::from_fn_with_state(hits.clone(), count));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -58,7 +58,7 @@ pub async fn serve(router: Router) -> Server {
 }
 
 /// A plain client like the downloader's: it follows up to 5 redirects itself.
-pub fn following_client() -> reqwest::Client {
+pub(crate) fn following_client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .user_agent(UA)
@@ -67,10 +67,10 @@ pub fn following_client() -> reqwest::Client {
         .unwrap()
 }
 
-pub const UA: &str = "crawler/0.1 (+https://example.invalid/crawler)";
+pub(crate) const UA: &str = "crawler/0.1 (+https://example.invalid/crawler)";
 
 /// gzip `data` in memory.
-pub fn gzip(data: &[u8]) -> Vec<u8> {
+pub(crate) fn gzip(data: &[u8]) -> Vec<u8> {
     use std::io::Write;
     let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     enc.write_all(data).unwrap();
