@@ -227,7 +227,7 @@ pub(crate) fn proxy_in_use(
     }
 }
 
-/// The process environment as UTF-8 pairs (for [`unchecked_proxy`] and [`proxy_in_use`]).
+/// The process environment as UTF-8 pairs (for [`unchecked_proxy`] and the proxy check).
 pub fn process_env() -> impl Iterator<Item = (String, String)> {
     std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
 }

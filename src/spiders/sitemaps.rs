@@ -1,51 +1,4 @@
-//! Sitemap spider mode: start from sitemaps instead of links.
-//!
-//! A [`SitemapSpider`] is a value a spider holds, like [`Rules`](super::Rules): it
-//! makes the start requests (sitemaps named in code, and the `Sitemap:` lines of sites'
-//! robots.txt), and from `parse` it turns each sitemap into requests: indexes into requests
-//! for their sitemaps (to a depth limit), urlsets into requests for their pages, each with
-//! the callback of the first [rule](SitemapSpiderBuilder::rule) its URL matches.
-//!
-//! Sitemaps travel the normal engine path: robots.txt is checked, the host's slot paces them,
-//! the stats count them. Their bodies may be up to 50 MB ([`SITEMAP_MAX_BYTES`], more than
-//! `max_body_size` lets a page be), are parsed as a stream off the async workers, and bad
-//! files (malformed XML, entity tricks, gzip bombs, more than 50,000 URLs) end in an error
-//! that names the sitemap and the position: counted as a spider error, logged, and the
-//! entries read before it are still used.
-//!
-//! **Incremental re-crawls.** When the crawl keeps validators (`cache_dir` or `job_dir`), an
-//! entry whose `<lastmod>` is not newer than the copy fetched last time is skipped without
-//! any request (see [`Validators::version_time`](crawler_core::Validators::version_time)).
-//!
-//! ```no_run
-//! use crawler::prelude::*;
-//! use crawler::spiders::SitemapSpider;
-//!
-//! struct Books { sitemaps: SitemapSpider }
-//!
-//! impl Spider for Books {
-//!     type Item = String;
-//!     fn name(&self) -> &str { "books" }
-//!     fn start_requests(&self) -> Result<Vec<Request>> { Ok(self.sitemaps.start_requests()) }
-//!     async fn parse(&self, page: Response, out: &mut Output<String>) -> Result<()> {
-//!         if self.sitemaps.handle(&page, out).await? {
-//!             return Ok(()); // a sitemap: its entries are queued
-//!         }
-//!         if page.callback() == Some("book") {
-//!             out.item(page.text_of("h1")?);
-//!         }
-//!         Ok(())
-//!     }
-//! }
-//!
-//! # fn main() -> Result<()> {
-//! let sitemaps = SitemapSpider::builder()
-//!     .robots("https://books.example/")           // its robots.txt lists the sitemaps
-//!     .rule(r"/catalogue/book-\d+\.html$", "book") // everything else is ignored
-//!     .build()?;
-//! let spider = Books { sitemaps };
-//! # Ok(()) }
-//! ```
+//! The sitemap spider: [`SitemapSpider`] and its builder, stats and the meta keys it sets.
 
 use std::fmt;
 use std::sync::Arc;
@@ -237,7 +190,54 @@ enum Start {
     Robots(Url),
 }
 
-/// Sitemap spider mode as a value a spider holds: see the [module docs](self).
+/// Sitemap spider mode: start from sitemaps instead of links.
+///
+/// A [`SitemapSpider`] is a value a spider holds, like [`Rules`](crate::spiders::Rules): it
+/// makes the start requests (sitemaps named in code, and the `Sitemap:` lines of sites'
+/// robots.txt), and from `parse` it turns each sitemap into requests: indexes into requests
+/// for their sitemaps (to a depth limit), urlsets into requests for their pages, each with
+/// the callback of the first [rule](SitemapSpiderBuilder::rule) its URL matches.
+///
+/// Sitemaps travel the normal engine path: robots.txt is checked, the host's slot paces them,
+/// the stats count them. Their bodies may be up to 50 MB ([`SITEMAP_MAX_BYTES`], more than
+/// `max_body_size` lets a page be), are parsed as a stream off the async workers, and bad
+/// files (malformed XML, entity tricks, gzip bombs, more than 50,000 URLs) end in an error
+/// that names the sitemap and the position: counted as a spider error, logged, and the
+/// entries read before it are still used.
+///
+/// **Incremental re-crawls.** When the crawl keeps validators (`cache_dir` or `job_dir`), an
+/// entry whose `<lastmod>` is not newer than the copy fetched last time is skipped without
+/// any request (see [`Validators::version_time`](crawler_core::Validators::version_time)).
+///
+/// ```no_run
+/// use crawler::prelude::*;
+/// use crawler::spiders::SitemapSpider;
+///
+/// struct Books { sitemaps: SitemapSpider }
+///
+/// impl Spider for Books {
+///     type Item = String;
+///     fn name(&self) -> &str { "books" }
+///     fn start_requests(&self) -> Result<Vec<Request>> { Ok(self.sitemaps.start_requests()) }
+///     async fn parse(&self, page: Response, out: &mut Output<String>) -> Result<()> {
+///         if self.sitemaps.handle(&page, out).await? {
+///             return Ok(()); // a sitemap: its entries are queued
+///         }
+///         if page.callback() == Some("book") {
+///             out.item(page.text_of("h1")?);
+///         }
+///         Ok(())
+///     }
+/// }
+///
+/// # fn main() -> Result<()> {
+/// let sitemaps = SitemapSpider::builder()
+///     .robots("https://books.example/")           // its robots.txt lists the sitemaps
+///     .rule(r"/catalogue/book-\d+\.html$", "book") // everything else is ignored
+///     .build()?;
+/// let spider = Books { sitemaps };
+/// # Ok(()) }
+/// ```
 pub struct SitemapSpider {
     starts: Vec<Start>,
     rules: Vec<(Regex, Option<String>)>,

@@ -59,7 +59,8 @@ impl Member for dyn DynDownloaderMiddleware {
 /// The downloader stack's stages, with what it counted at each.
 type DownloaderStages = Stages<dyn DynDownloaderMiddleware, Tally>;
 
-/// A downloader with a stack of [`DownloaderMiddleware`]s around it; a [`Downloader`] itself.
+/// A downloader with a stack of [`DownloaderMiddleware`](crawler_core::DownloaderMiddleware)s
+/// around it; a [`Downloader`] itself.
 pub struct Middlewares<D> {
     inner: D,
     stages: Arc<DownloaderStages>,
