@@ -257,21 +257,18 @@
 //! each worker's stats cover what it did and are saved under its worker number
 //! ([`RedisStore::worker_stats`]), so the fleet's totals are their sum.
 
-mod cache;
-mod conditional;
 mod db;
 mod error;
+mod http_cache;
 mod keys;
 mod options;
 #[cfg(feature = "redis")]
 mod redis_store;
 mod seen;
 mod sled_store;
-mod validators;
 
-pub use cache::{CacheStore, CachedResponse};
-pub use conditional::SledConditional;
 pub use error::Error;
+pub use http_cache::{CacheStore, CachedResponse, SledConditional, ValidatorStore, Validators};
 pub use options::StoreOptions;
 #[cfg(feature = "redis")]
 pub use redis_store::{
@@ -279,4 +276,3 @@ pub use redis_store::{
     redis_lease_bytes, redis_round_trips, redis_round_trips_by_purpose,
 };
 pub use sled_store::SledStore;
-pub use validators::{ValidatorStore, Validators};

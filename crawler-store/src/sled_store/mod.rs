@@ -19,13 +19,13 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use crawler_core::Request;
 use crawler_sched::{Entry, Fingerprint, QueueStore};
 
-use crate::cache::CacheStore;
 use crate::db::{open_db, open_tree};
 use crate::error::Error;
+use crate::http_cache::CacheStore;
+use crate::http_cache::ValidatorStore;
 use crate::keys;
 use crate::options::StoreOptions;
 use crate::seen::SeenSet;
-use crate::validators::ValidatorStore;
 use meta::{META_STATS, check_format, check_job};
 use recover::recover;
 

@@ -1,16 +1,26 @@
-//! crawler-core's [`ConditionalStore`] over sled: validators and the HTTP cache for the
-//! downloader, keyed by the fingerprint of a GET of the URL (the same key the frontier's seen
-//! set uses), so they survive between crawls.
+//! The HTTP cache's storage: crawler-core's [`ConditionalStore`] over sled, validators and
+//! whole pages for the downloader, keyed by the fingerprint of a GET of the URL (the same key
+//! the frontier's seen set uses), so they survive between crawls. The cache's rules (what is
+//! replayed, what is revalidated, which headers are sent) are the downloader's
+//! (crawler-http's `downloader/http_cache.rs`); this folder only keeps what they store.
+//!
+//! - `pages.rs`: whole responses by request fingerprint ([`CacheStore`]).
+//! - `validators.rs`: ETag / Last-Modified per URL ([`ValidatorStore`]).
+//! - here: [`SledConditional`], the two behind the trait.
 
 use std::path::Path;
 
-use crawler_core::{CachedPage, ConditionalStore, Request, Url, Validators};
+use crawler_core::{CachedPage, ConditionalStore, Request, Url};
 
-use crate::cache::{CacheStore, CachedResponse};
 use crate::error::Error;
 use crate::options::StoreOptions;
 use crate::sled_store::SledStore;
-use crate::validators::ValidatorStore;
+
+mod pages;
+mod validators;
+
+pub use pages::{CacheStore, CachedResponse};
+pub use validators::{ValidatorStore, Validators};
 
 /// Validators (and optionally the HTTP cache) in sled, for `HttpDownloader::with_store`.
 ///
