@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crawler_core::{ConditionalStore, Settings};
 use crawler_http::HttpDownloader;
+#[cfg(feature = "sled")]
 use crawler_store::SledConditional;
 
 use crate::{Error, ErrorKind};
@@ -54,7 +55,12 @@ fn open(settings: &Settings) -> Result<Option<Arc<dyn ConditionalStore>>, Error>
     if !settings.conditional_requests && !settings.http_cache {
         return Ok(None);
     }
-    std::fs::create_dir_all(&dir).map_err(|e| {
+    open_dir(settings, &dir)
+}
+
+#[cfg(feature = "sled")]
+fn open_dir(settings: &Settings, dir: &Path) -> Result<Option<Arc<dyn ConditionalStore>>, Error> {
+    std::fs::create_dir_all(dir).map_err(|e| {
         Error::new(
             ErrorKind::Io,
             format!("cannot create cache directory {}", dir.display()),
@@ -64,6 +70,28 @@ fn open(settings: &Settings) -> Result<Option<Arc<dyn ConditionalStore>>, Error>
     let cache = settings
         .http_cache
         .then_some((settings.http_cache_max_bytes > 0).then_some(settings.http_cache_max_bytes));
-    let store = SledConditional::open(&dir, cache, SledConditional::options())?;
+    let store = SledConditional::open(dir, cache, SledConditional::options())?;
     Ok(Some(Arc::new(store)))
+}
+
+/// Without the `sled` feature validators and cached pages have nowhere to live on disk: a
+/// crawl that asks for them there is refused, never run without them.
+#[cfg(not(feature = "sled"))]
+fn open_dir(settings: &Settings, dir: &Path) -> Result<Option<Arc<dyn ConditionalStore>>, Error> {
+    // A job directory is what the user set, even when its cache is what needs disk.
+    let what = if settings.job_dir.is_some() {
+        "job_dir"
+    } else if settings.http_cache {
+        "http_cache"
+    } else {
+        "conditional_requests"
+    };
+    Err(Error::new(
+        ErrorKind::Settings,
+        format!(
+            "{what} keeps its data in {}, but this program was built without {}",
+            dir.display(),
+            crate::SLED_FEATURE
+        ),
+    ))
 }

@@ -214,6 +214,7 @@ fn fetcher(http: HttpDownloader, settings: &Settings) -> Result<Fetcher, Error> 
 /// Open (or resume) the job directory's persistent frontier. Settings that change what the
 /// frontier holds (allowed domains, depth and URL-length limits) are part of the job's
 /// identity, so resuming with different ones is refused rather than silently mixed.
+#[cfg(feature = "sled")]
 fn open_job(
     dir: &str,
     spider: &str,
@@ -247,6 +248,25 @@ fn open_job(
     }
     Ok((Box::new(store), resuming))
 }
+
+/// Without the `sled` feature there is no job directory: `job_dir` is refused, never ignored.
+#[cfg(not(feature = "sled"))]
+fn open_job(
+    _dir: &str,
+    _spider: &str,
+    _allowed: &[String],
+    _settings: &Settings,
+) -> Result<(Box<dyn QueueStore>, bool), Error> {
+    Err(Error::new(
+        ErrorKind::Settings,
+        format!("job_dir is set, but this program was built without {SLED_FEATURE}"),
+    ))
+}
+
+/// How a setting that needs files on disk names the feature that brings them.
+#[cfg(not(feature = "sled"))]
+pub(crate) const SLED_FEATURE: &str = "the `sled` feature of the crawler crate (in \
+     Cargo.toml: crawler = { ..., features = [\"sled\"] })";
 
 /// The politeness parameters of a fleet's hosts: the same machine, modes and tuning as a
 /// local crawl. The host state is small (a few dozen numbers and two minutes of delivery

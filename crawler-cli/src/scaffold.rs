@@ -204,9 +204,10 @@ edition = "2024"
 publish = false
 
 [dependencies]
-# The framework. Its `redis` feature (a fleet on Redis: `redis_url`) is off here, so the
-# project compiles less; add `features = ["mimalloc", "redis"]` to crawl as a fleet.
-crawler = {{ path = "{dep_path}", default-features = false, features = ["mimalloc"] }}
+# The framework, with job directories that resume (`--job-dir`, `sled`) and mimalloc. Its
+# `redis` feature (a fleet on Redis: `redis_url`) and `browser` (pages built by JavaScript)
+# are off, so the project compiles less; add them to the list when the project needs them.
+crawler = {{ path = "{dep_path}", default-features = false, features = ["mimalloc", "sled"] }}
 # The project's command line (`cargo run -- crawl NAME`). Add `features = ["metrics"]` for
 # the Prometheus endpoint (`metrics_addr`).
 crawler-cli = {{ path = "{dep_path}/crawler-cli", default-features = false }}

@@ -432,6 +432,24 @@ async fn new_project_builds_and_its_spider_crawls_the_lab() {
         text(&out.stderr)
     );
 
+    // The scaffold leaves the fleet out: a crawl that asks for one is refused with the
+    // feature to turn on, and nothing is fetched.
+    let out = run(project_cmd(&[
+        "crawl",
+        "books",
+        "-a",
+        &url_arg,
+        "-s",
+        "redis_url=redis://127.0.0.1:9/",
+    ]))
+    .await;
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("without the `redis` feature"),
+        "{}",
+        text(&out.stderr)
+    );
+
     // genspider adds a spider file and registers its module.
     let out = run(crawler(
         &demo.join("src"),

@@ -12,6 +12,7 @@ pub struct Error(#[from] Repr);
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Repr {
+    #[cfg(feature = "sled")]
     #[error("job directory {} is in use by another crawl (sled: {source})", path.display())]
     InUse { path: PathBuf, source: sled::Error },
     #[error("job directory {} is not a directory", path.display())]
@@ -44,6 +45,7 @@ pub(crate) enum Repr {
         action: &'static str,
         source: std::io::Error,
     },
+    #[cfg(feature = "sled")]
     #[error("cannot {action} in {}: {source}", path.display())]
     Sled {
         path: PathBuf,
@@ -123,7 +125,10 @@ pub(crate) enum Repr {
 impl Error {
     /// The job directory is locked by another open store (this or another process).
     pub fn is_in_use(&self) -> bool {
-        matches!(self.0, Repr::InUse { .. })
+        #[cfg(feature = "sled")]
+        return matches!(self.0, Repr::InUse { .. });
+        #[cfg(not(feature = "sled"))]
+        false
     }
 
     /// The job directory belongs to another spider or was made with incompatible settings.
@@ -169,13 +174,13 @@ impl Error {
     /// The job directory (or store path, or redacted Redis URL) the error is about.
     pub fn path(&self) -> &Path {
         match &self.0 {
-            Repr::InUse { path, .. }
-            | Repr::NotADirectory { path }
+            #[cfg(feature = "sled")]
+            Repr::InUse { path, .. } | Repr::Sled { path, .. } => path,
+            Repr::NotADirectory { path }
             | Repr::Corrupt { path, .. }
             | Repr::SpiderMismatch { path, .. }
             | Repr::SettingsMismatch { path, .. }
             | Repr::Io { path, .. }
-            | Repr::Sled { path, .. }
             | Repr::Encode { path, .. } => path,
             #[cfg(feature = "redis")]
             Repr::RedisConfig { url, .. }
@@ -197,6 +202,7 @@ impl Error {
     }
 
     /// Classify a sled error: corruption and lock failures get their own messages.
+    #[cfg(feature = "sled")]
     pub(crate) fn sled(path: &Path, action: &'static str, source: sled::Error) -> Self {
         let path = path.to_owned();
         match source {

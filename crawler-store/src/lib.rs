@@ -257,17 +257,27 @@
 //! each worker's stats cover what it did and are saved under its worker number
 //! ([`RedisStore::worker_stats`]), so the fleet's totals are their sum.
 
+#[cfg(feature = "sled")]
 mod db;
+// Without the `sled` feature the job directory's error kinds are never made (the type keeps
+// them, so `is_job_mismatch` and friends answer the same everywhere).
+#[cfg_attr(not(feature = "sled"), allow(dead_code))]
 mod error;
+#[cfg(feature = "sled")]
 mod http_cache;
+// The sled store's key tags; the Redis store uses only some of them.
+#[cfg_attr(not(feature = "sled"), allow(dead_code))]
 mod keys;
 mod options;
 #[cfg(feature = "redis")]
 mod redis_store;
+#[cfg(feature = "sled")]
 mod seen;
+#[cfg(feature = "sled")]
 mod sled_store;
 
 pub use error::Error;
+#[cfg(feature = "sled")]
 pub use http_cache::{CacheStore, CachedResponse, SledConditional, ValidatorStore, Validators};
 pub use options::StoreOptions;
 #[cfg(feature = "redis")]
@@ -275,4 +285,5 @@ pub use redis_store::{
     RedisBudget, RedisFleet, RedisOptions, RedisStore, redis_commands, redis_lease_answers,
     redis_lease_bytes, redis_round_trips, redis_round_trips_by_purpose,
 };
+#[cfg(feature = "sled")]
 pub use sled_store::SledStore;

@@ -16,14 +16,19 @@
 #[cfg(feature = "redis")]
 #[path = "redis_cluster.rs"]
 mod cluster;
+#[cfg(feature = "sled")]
 mod crash;
+#[cfg(feature = "sled")]
 mod frontier;
+#[cfg(feature = "sled")]
 mod job;
+#[cfg(feature = "sled")]
 mod queue;
 #[cfg(feature = "redis")]
 mod redis_booked;
 #[cfg(feature = "redis")]
 mod redis_memory;
+#[cfg(feature = "sled")]
 mod shared;
 
 /// The name the test harness knows a test by (`module::name`), from the `module_path!()`
