@@ -48,6 +48,7 @@ mod conditional;
 mod logging;
 #[doc(hidden)]
 pub mod progress;
+pub mod settings;
 pub mod spiders;
 
 use std::path::PathBuf;
@@ -59,16 +60,6 @@ pub use crawler_core::{
 };
 pub use crawler_engine::Progress;
 pub use logging::{init_logging, init_logging_with};
-
-/// Settings: every knob of a crawl with its polite default, the layers they come from
-/// (defaults, crawler.toml, the spider, the environment, the command line) and the
-/// `[[hosts]]` rules. docs/settings.md lists them all.
-pub mod settings {
-    pub use crawler_core::{
-        FeedFsync, HostKeyMode, HostRule, LogFormat, Resolved, SettingRow, Settings,
-        SettingsLayers, Source, ThrottleMode, find_settings_file,
-    };
-}
 
 /// Middlewares: hooks around the downloader ([`middleware::DownloaderMiddleware`]) and over a
 /// spider's output ([`middleware::SpiderMiddleware`]), added
@@ -132,11 +123,12 @@ pub use allocator::tune_allocator;
 use crawler_core::{
     BoxedDownloaderMiddleware, BoxedSpiderMiddleware, DownloaderMiddleware, SpiderMiddleware,
 };
-use crawler_core::{ConditionalStore, FeedSpec, Settings, SettingsLayers, Shutdown};
+use crawler_core::{ConditionalStore, FeedSpec, Settings, Shutdown};
 use crawler_engine::Engine;
 use crawler_engine::{MiddlewareStats, Middlewares, SpiderWithMiddlewares};
 use crawler_http::HttpDownloader;
 use crawler_sched::{FleetFrontier, Frontier, FrontierConfig, MemoryStore, QueueStore};
+use settings::SettingsLayers;
 
 /// Run a built engine to completion as a task of the runtime rather than in the caller's
 /// future. Under `#[tokio::main]` the caller's future is polled on the main thread, outside

@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use crawler::Crawl;
-use crawler::core::{HostKeyMode, Settings, SettingsLayers, Source, settings_markdown};
+use crawler::core::settings_markdown;
 use crawler::prelude::*;
+use crawler::settings::{HostKeyMode, Settings, SettingsLayers, Source};
 
 const FILE: &str = "crawler.toml";
 

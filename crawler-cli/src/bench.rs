@@ -1,7 +1,7 @@
 //! `crawler bench`: crawl an in-process lab with the budget of a host you own and report
 //! pages/s, like Scrapy's `bench`.
 
-use crawler::core::SettingsLayers;
+use crawler::settings::SettingsLayers;
 
 use crate::common::{self, Failure, failed, usage};
 use crawler::{Crawl, Error, ErrorKind};

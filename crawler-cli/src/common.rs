@@ -8,7 +8,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crawler::core::{Settings, SettingsLayers, Spider, Stats, find_settings_file};
+use crawler::core::{Settings, Spider, Stats};
+use crawler::settings::{SettingsLayers, find_settings_file};
 use crawler::{Crawl, Error};
 
 /// The options every verb that reads settings accepts.

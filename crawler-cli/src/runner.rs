@@ -54,10 +54,11 @@ use std::pin::Pin;
 use std::process::ExitCode;
 
 use crawler::core::{
-    FeedSpec, Fetched, Output, Request, Settings, SettingsLayers, Spider, Stats, parse_spider_arg,
+    FeedSpec, Fetched, Output, Request, Settings, Spider, Stats, parse_spider_arg,
     settings_markdown,
 };
 use crawler::http::HttpDownloader;
+use crawler::settings::SettingsLayers;
 
 use crate::common::{self as cli, Failure, SettingsArgs, failed, usage};
 use crawler::{Crawl, Error, ErrorKind};

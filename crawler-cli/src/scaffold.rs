@@ -365,7 +365,7 @@ mod tests {
     #[test]
     fn template_is_valid_toml_that_loads_with_every_section() {
         let text = settings_template().replace("PROJECT", "demo");
-        let mut layers = crawler::core::SettingsLayers::new();
+        let mut layers = crawler::settings::SettingsLayers::new();
         layers.file_text("crawler.toml", &text).unwrap();
         let s = layers.resolve(None).unwrap().settings;
         assert_eq!(s.user_agent, "demo/0.1 (+https://example.com/contact)");
@@ -392,7 +392,7 @@ mod tests {
             })
             .collect::<Vec<_>>()
             .join("\n");
-        let mut layers = crawler::core::SettingsLayers::new();
+        let mut layers = crawler::settings::SettingsLayers::new();
         layers.file_text("crawler.toml", &uncommented).unwrap();
         layers.resolve(None).unwrap();
     }

@@ -75,9 +75,8 @@ pub use render::{RENDER_META, RenderOptions};
 pub use request::{Request, parse_http_url};
 pub use response::{AfterAck, BodyOrigin, Element, Response, Selection};
 pub use settings::{
-    FeedFsync, HOST_RULE_KEYS, HostKeyMode, HostRule, LogFormat, Resolved, SECTIONS, Section,
-    SettingRow, Settings, SettingsLayers, Source, ThrottleMode, find_settings_file, section_of,
-    settings_markdown,
+    FeedFsync, HOST_RULE_KEYS, HostKeyMode, HostRule, LogFormat, SECTIONS, Section, Settings,
+    ThrottleMode, section_of, settings_markdown, text_form as settings_text,
 };
 pub use shutdown::Shutdown;
 pub use spider::Spider;

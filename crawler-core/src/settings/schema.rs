@@ -540,7 +540,7 @@ impl Settings {
     }
 
     /// The first range problem: the keys involved (the one to blame first) and why.
-    pub(crate) fn problem(&self) -> Option<(Vec<&'static str>, String)> {
+    pub fn problem(&self) -> Option<(Vec<&'static str>, String)> {
         let bad = |keys: &[&'static str], why: &str| Some((keys.to_vec(), why.to_owned()));
         if self.concurrency == 0 {
             return bad(&["concurrency"], "must be at least 1");
@@ -640,14 +640,17 @@ impl Settings {
         None
     }
 
-    pub(crate) fn to_map(&self) -> Result<serde_json::Map<String, serde_json::Value>> {
+    /// The settings as a flat JSON map, key by key: the form the layers work on, so a field
+    /// added here is settable from every layer.
+    pub fn to_map(&self) -> Result<serde_json::Map<String, serde_json::Value>> {
         match serde_json::to_value(self) {
             Ok(serde_json::Value::Object(map)) => Ok(map),
             _ => Err(Error::new(ErrorKind::Settings, "settings are not a map")),
         }
     }
 
-    pub(crate) fn from_map(map: serde_json::Map<String, serde_json::Value>) -> Result<Settings> {
+    /// Settings back from that map (not validated: see [`Settings::validate`]).
+    pub fn from_map(map: serde_json::Map<String, serde_json::Value>) -> Result<Settings> {
         serde_json::from_value(serde_json::Value::Object(map))
             .map_err(|e| Error::new(ErrorKind::Settings, e.to_string()))
     }
@@ -693,7 +696,7 @@ impl Settings {
 // nothing from the schema.
 impl HostRule {
     /// Set what this rule sets over `s`.
-    pub(super) fn apply(&self, s: &mut Settings) {
+    pub fn apply(&self, s: &mut Settings) {
         if let Some(rate) = self.rate {
             s.max_rate = rate;
             // A floor above the ceiling would fail validation; the rule's ceiling is what the

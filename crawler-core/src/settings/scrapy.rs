@@ -351,7 +351,7 @@ const GENERIC_ENV_NAMES: &[&str] = &[
 /// `SCRAPY_SETTINGS_MODULE`, a Scrapy setting with Scrapy's `SCRAPY_` prefix
 /// (`SCRAPY_DOWNLOAD_DELAY`), or bare (`CONCURRENT_REQUESTS`). None are read here; the
 /// warning names the `CRAWLER_*` variable to set instead.
-pub(super) fn scrapy_env_warning(var: &str) -> Option<String> {
+pub fn scrapy_env_warning(var: &str) -> Option<String> {
     if var == "SCRAPY_SETTINGS_MODULE" {
         return Some(
             "environment variable SCRAPY_SETTINGS_MODULE is Scrapy's and is not read here: \

@@ -151,7 +151,7 @@ pub const SECTIONS: &[Section] = &[
 ];
 
 /// Keys that are not plain settings of a section (`[[hosts]]` is an array of tables).
-pub(super) const SPECIAL_KEYS: &[&str] = &["hosts"];
+pub const SPECIAL_KEYS: &[&str] = &["hosts"];
 
 /// The crawler.toml section a setting lives in.
 pub fn section_of(key: &str) -> &'static str {

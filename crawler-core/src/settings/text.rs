@@ -26,7 +26,7 @@ impl Settings {
 
 /// Set `key` in a settings map from its text form, keeping the JSON type of the current value
 /// (so "10" for a string stays text). Errors name the key and the value.
-pub(crate) fn set_text(
+pub fn set_text(
     map: &mut serde_json::Map<String, serde_json::Value>,
     key: &str,
     value: &str,
@@ -54,7 +54,7 @@ pub(crate) fn set_text(
 }
 
 /// Put `value` at `key` if the whole map still deserializes; else the reason.
-pub(crate) fn try_set(
+pub fn try_set(
     map: &mut serde_json::Map<String, serde_json::Value>,
     key: &str,
     value: serde_json::Value,
@@ -73,7 +73,7 @@ pub(crate) fn try_set(
 }
 
 /// A hint for durations, whose serde error ("expected a duration") does not say the form.
-pub(crate) fn type_hint(current: &serde_json::Value) -> &'static str {
+pub fn type_hint(current: &serde_json::Value) -> &'static str {
     match current {
         serde_json::Value::String(s) if humantime::parse_duration(s).is_ok() => {
             " (durations are written like \"500ms\", \"2s\", \"1m\")"
@@ -121,10 +121,7 @@ fn text_candidates(current: &serde_json::Value, value: &str) -> Vec<serde_json::
 /// ignoring case), ties going to the more similar start (Jaro-Winkler), within a third of the
 /// word's length. Jaro-Winkler alone favours a long name that shares a prefix over the name
 /// one letter away; it is only the fallback when nothing is within that distance.
-pub(crate) fn nearest<'a>(
-    word: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> Option<&'a str> {
+pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     let word = word.trim().to_ascii_lowercase();
     let candidates: Vec<&str> = candidates.into_iter().collect();
     let limit = (word.chars().count() / 3).max(1);
@@ -152,7 +149,7 @@ pub(crate) fn nearest<'a>(
 }
 
 /// Where an unknown setting name was written, for the wording of its message.
-pub(crate) enum Written<'a> {
+pub enum Written<'a> {
     /// A key of crawler.toml, in this section.
     File(&'a str),
     /// A key given as text: `-s key=value`, `custom_settings`, [`Settings::set`].
@@ -165,7 +162,7 @@ pub(crate) enum Written<'a> {
 /// what it is called here; a misspelling names the nearest setting (also through Scrapy's
 /// names, so `concurent_requests` points to `concurrency`); otherwise where to find the list,
 /// never a dump of every key.
-pub(crate) fn unknown_setting(key: &str, written: Written<'_>) -> String {
+pub fn unknown_setting(key: &str, written: Written<'_>) -> String {
     let what = match written {
         Written::Env(var) => format!("environment variable {var} names no setting"),
         _ => format!("unknown setting '{key}'"),
@@ -238,7 +235,7 @@ pub(crate) fn unknown_key(key: &str) -> Error {
 }
 
 /// Render a setting's JSON value the way it is written on a command line.
-pub(super) fn display_value(v: &Value) -> String {
+pub fn display_value(v: &Value) -> String {
     match v {
         Value::Null => "(unset)".to_owned(),
         Value::String(s) => s.clone(),

@@ -2,9 +2,9 @@
 //! setting a rule can change, for the hosts it matches (the rule merged over the crawl's
 //! settings, as [`Settings::for_host`] does), and which of them the rule set.
 
-use super::host_rules::HostRule;
-use super::schema::Settings;
-use super::text::display_value;
+use crawler_core::HostRule;
+use crawler_core::Settings;
+use crawler_core::settings_text::display_value;
 
 /// The settings a `[[hosts]]` rule can change, with the pacing mode they are read under.
 const PER_HOST_KEYS: &[&str] = &[

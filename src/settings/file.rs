@@ -8,12 +8,13 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 use toml::de::{DeTable, DeValue};
 
-use crate::error::{Error, ErrorKind, Result};
+use crawler_core::{Error, ErrorKind, Result};
 
-use super::host_rules::{HOST_RULE_KEYS, HostRule};
-use super::schema::Settings;
-use super::sections::{SECTIONS, SPECIAL_KEYS, section_of};
-use super::text::{Written, nearest, unknown_setting};
+use crawler_core::Settings;
+use crawler_core::settings_text::SPECIAL_KEYS;
+use crawler_core::settings_text::{Written, nearest, unknown_setting};
+use crawler_core::{HOST_RULE_KEYS, HostRule};
+use crawler_core::{SECTIONS, section_of};
 
 /// The settings file looked for next to a project's Cargo.toml.
 pub(super) const SETTINGS_FILE: &str = "crawler.toml";

@@ -7,7 +7,7 @@
 //! in crawler.toml comes from [`SECTIONS`] (or `general` when no section claims it).
 //!
 //! ```
-//! use crawler_core::{SettingsLayers, Source};
+//! use crawler::settings::{SettingsLayers, Source};
 //!
 //! let toml = "[throttle]\nstart_rate = 2\n";
 //! let mut layers = SettingsLayers::new();
@@ -24,13 +24,16 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use crate::error::{Error, ErrorKind, Result};
+use crawler_core::{Error, ErrorKind, Result};
 
 use super::file::{FileValue, located, parse_file};
-use super::schema::Settings;
-use super::scrapy::scrapy_env_warning;
-use super::sections::{SECTIONS, SPECIAL_KEYS, section_of};
-use super::text::{Written, display_value, set_text, try_set, type_hint, unknown_setting};
+use crawler_core::Settings;
+use crawler_core::settings_text::SPECIAL_KEYS;
+use crawler_core::settings_text::scrapy_env_warning;
+use crawler_core::settings_text::{
+    Written, display_value, set_text, try_set, type_hint, unknown_setting,
+};
+use crawler_core::{SECTIONS, section_of};
 
 /// Where a setting's effective value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,7 +130,7 @@ impl Resolved {
                     section_of(key)
                 },
                 // Secrets never reach the listing (one rule: crate::redact).
-                value: crate::redact::redact_setting(key, &display_value(value)),
+                value: crawler_core::redact::redact_setting(key, &display_value(value)),
                 source: self.sources.get(key).cloned().unwrap_or(Source::Default),
             })
             .collect()
