@@ -28,7 +28,10 @@ impl SharedBudget for RedisBudget {
     }
 
     fn turn_ms(&self, host: &str) -> f64 {
-        lock(&self.inner).turns.get(host).map_or(0.0, |(_, t)| *t)
+        lock(&self.inner)
+            .turns
+            .get(host)
+            .map_or(0.0, |(_, _, t)| *t)
     }
 
     fn defer(&self, host: &str, feedback: &Feedback, at: f64) {

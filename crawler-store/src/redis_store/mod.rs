@@ -189,9 +189,9 @@ struct Inner {
     /// Per host, this worker's share of the host's fleet-wide concurrency, as learnt from
     /// refusals (see `queue`).
     shares: HashMap<String, f64>,
-    /// Per paced host, the slot of this worker's last lease and its turn (see
-    /// [`SharedBudget::turn_ms`]), ms.
-    turns: HashMap<String, (f64, f64)>,
+    /// Per paced host, the slot of this worker's last lease (ms), the host's booking count
+    /// after it, and this worker's turn (see [`SharedBudget::turn_ms`]), ms.
+    turns: HashMap<String, (f64, u64, f64)>,
     last_renew: std::time::Instant,
     lens: HashMap<String, usize>,
     /// Each host's politeness state as last heard: its learning state with its pacing

@@ -40,16 +40,19 @@ fn concurrency_of(params: &Option<crawler_sched::politeness::Params>) -> u32 {
 }
 
 /// This worker's turn on a paced host (ms after the host's next slot, see
-/// [`crawler_sched::SharedBudget::turn_ms`]) from the `gap` between the slots of its last two
-/// leases: the slots in between went to other workers, and will again. A gap of more than
-/// the lease horizon's slots is a pause (the host was held, or this worker busy
-/// elsewhere), not a turn: no turn then.
-fn turn_of(gap: f64, interval: f64) -> f64 {
+/// [`crawler_sched::SharedBudget::turn_ms`]): `others` slots (the sends the other workers
+/// booked between this worker's last two leases, by the host's booking count) went to
+/// other workers, and will again. Counted, not read from the `gap` between the two slots:
+/// a slot nobody took is no other worker's turn, and a worker whose gaps were once two
+/// intervals (another worker took the slot between) would otherwise go on leaving every
+/// other slot unused after the others stopped asking. A gap of more than the lease
+/// horizon's slots is a pause (the host was held, or this worker busy elsewhere), not a
+/// turn: no turn then.
+fn turn_of(gap: f64, others: u64, interval: f64) -> f64 {
     if interval <= 0.0 || gap >= (HORIZON_SLOTS + 1.0) * interval {
         return 0.0;
     }
-    let others = ((gap / interval).round() - 1.0).clamp(0.0, HORIZON_SLOTS - 1.0);
-    others * interval
+    (others as f64).min(HORIZON_SLOTS - 1.0) * interval
 }
 
 /// Pushes buffered before they are sent without waiting for the next lease.
@@ -258,11 +261,13 @@ impl QueueStore for RedisStore {
                 .get(host)
                 .and_then(|p| p.interval)
                 .unwrap_or(0.0);
-            let turn = inner
-                .turns
-                .get(host)
-                .map_or(0.0, |(prev, _)| turn_of(at - prev, interval));
-            inner.turns.insert(host.to_owned(), (at, turn));
+            // The host's bookings, this lease's included.
+            let booked = inner.pacing.get(host).map_or(0, |p| p.bookings);
+            let turn = inner.turns.get(host).map_or(0.0, |(prev, seen, _)| {
+                let others = booked.saturating_sub(*seen).saturating_sub(1);
+                turn_of(at - prev, others, interval)
+            });
+            inner.turns.insert(host.to_owned(), (at, booked, turn));
         }
         let cap = u64::from(concurrency_of(&params));
         // The first wait of a full host: about the time one of its requests in flight takes
@@ -419,5 +424,26 @@ impl QueueStore for RedisStore {
         inner.stats = Some(stats.to_string());
         inner.drain()?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::turn_of;
+
+    #[test]
+    fn a_turn_counts_the_slots_other_workers_booked_not_the_time_between() {
+        // Two intervals between this worker's slots, and another worker's send between
+        // them: one slot is the other's turn.
+        assert_eq!(turn_of(500.0, 1, 250.0), 250.0);
+        // Two intervals, and nobody booked the slot between (it went unused): no turn, so
+        // the next lease asks for the next slot rather than leave another one unused.
+        assert_eq!(turn_of(500.0, 0, 250.0), 0.0);
+        // At most the horizon's slots less this worker's own.
+        assert_eq!(turn_of(1_000.0, 7, 250.0), 750.0);
+        // A pause (the host was held) is no turn, however many the others booked.
+        assert_eq!(turn_of(30_000.0, 2, 250.0), 0.0);
+        // A host without a pace has no turns.
+        assert_eq!(turn_of(500.0, 3, 0.0), 0.0);
     }
 }
