@@ -525,3 +525,41 @@ fn the_first_page_after_robots_txt_respects_its_crawl_delay() {
     let _ = m.on_feedback(&robots, 40.0);
     assert!(m.ready_at() >= 10_000.0 - 1e-6, "{}", m.ready_at());
 }
+
+/// A fleet folds its workers' answers in batches, each worker's in its own order: the
+/// rate grows by the time elapsed, counted once, whatever order the answers come in.
+#[test]
+fn growth_counts_each_moment_once_whatever_order_answers_are_folded_in() {
+    use super::HostMachine;
+    use crawler_core::Feedback;
+    let answer = Feedback {
+        sent: true,
+        status: Some(200),
+        latency: std::time::Duration::from_millis(50),
+        ..Default::default()
+    };
+    // Two workers' answers, 250 ms apart each, 125 ms apart together, over 10 s.
+    let a: Vec<f64> = (0..40).map(|k| 1_000.0 + 250.0 * f64::from(k)).collect();
+    let b: Vec<f64> = a.iter().map(|t| t + 125.0).collect();
+    let mut in_order: Vec<f64> = a.iter().chain(&b).copied().collect();
+    in_order.sort_by(f64::total_cmp);
+    // Folded a second's worth of one worker's, then the other's.
+    let mut folded = Vec::new();
+    for (ca, cb) in a.chunks(4).zip(b.chunks(4)) {
+        folded.extend_from_slice(ca);
+        folded.extend_from_slice(cb);
+    }
+    let grow = |times: &[f64]| {
+        let mut m = HostMachine::new(defaults(), 0.0);
+        for &t in times {
+            m.on_send(t - 50.0);
+            let _ = m.on_feedback(&answer, t);
+        }
+        m.rate()
+    };
+    let (ordered, batched) = (grow(&in_order), grow(&folded));
+    assert!(
+        (batched - ordered).abs() <= 1e-6 * ordered,
+        "{batched} r/s folded in batches, {ordered} r/s in order"
+    );
+}

@@ -126,9 +126,11 @@ impl HostMachine {
             self.set_estimate(rate, Trigger::SteeringLost, now);
         }
         // Growth is per elapsed time; a gap longer than two intervals (an idle queue) earns
-        // none.
+        // none. Each moment counts once: a fleet folds its workers' answers in batches, each
+        // worker's in its own order, and an answer dated before the last growth must not
+        // move the mark back for the next answer to count that time again.
         let dt = (now - self.state.grown_at).clamp(0.0, 2.0 * self.interval());
-        self.state.grown_at = now;
+        self.state.grown_at = self.state.grown_at.max(now);
         let t = self.params.tuning.clone();
         match self.state.phase {
             Phase::Steered => {}
