@@ -62,8 +62,8 @@ pub use crawler_engine::Progress;
 pub use logging::{init_logging, init_logging_with};
 
 /// Middlewares: hooks around the downloader ([`middleware::DownloaderMiddleware`]) and over a
-/// spider's output ([`middleware::SpiderMiddleware`]), added
-/// with [`Crawl::downloader_middleware`] and [`Crawl::spider_middleware`] and ordered by the
+/// spider's output ([`middleware::SpiderMiddleware`]), added with
+/// [`Crawl::downloader_middleware`] and [`Crawl::spider_middleware`] and ordered by the
 /// `downloader_middlewares` / `spider_middlewares` settings.
 pub mod middleware {
     pub use crawler_core::{
@@ -76,6 +76,16 @@ pub mod middleware {
 /// Feeds: where items are written ([`Crawl::feed`], the `feeds` setting).
 pub mod feeds {
     pub use crawler_core::{FeedFormat, FeedSpec, STDOUT_FEED};
+}
+
+/// Conditional requests and the HTTP cache: what earlier runs stored per URL (validators,
+/// whole pages), behind the [`ConditionalStore`](cache::ConditionalStore) trait a crawl
+/// takes with [`Crawl::conditional_store`]; the settings pick sled in `cache_dir` (the
+/// `sled` feature) otherwise.
+pub mod cache {
+    pub use crawler_core::{CachedPage, ConditionalStore, MemoryConditional, Validators};
+    #[cfg(feature = "sled")]
+    pub use crawler_store::SledConditional;
 }
 
 /// Rendering in chromium (the `browser` feature): [`browser::BrowserConfig`] and the
