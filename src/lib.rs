@@ -79,7 +79,7 @@ pub mod feeds {
 }
 
 /// Conditional requests and the HTTP cache: what earlier runs stored per URL (validators,
-/// whole pages), behind the [`ConditionalStore`](cache::ConditionalStore) trait a crawl
+/// whole pages), behind the [`cache::ConditionalStore`] trait a crawl
 /// takes with [`Crawl::conditional_store`]; the settings pick sled in `cache_dir` (the
 /// `sled` feature) otherwise.
 pub mod cache {
