@@ -563,3 +563,44 @@ fn growth_counts_each_moment_once_whatever_order_answers_are_folded_in() {
         "{batched} r/s folded in batches, {ordered} r/s in order"
     );
 }
+
+/// The latency baseline follows a lasting rise by the time elapsed, counted once, whatever
+/// order a fleet folds its workers' answers in.
+#[test]
+fn the_latency_baseline_counts_each_moment_once_whatever_order_answers_are_folded_in() {
+    use super::HostMachine;
+    use crawler_core::Feedback;
+    // Two workers' answers, 250 ms apart each, 125 ms apart together, over ten minutes, the
+    // server's latency rising from 50 to 150 ms (too slowly and too little for a latency
+    // episode): the baseline follows a part of the rise.
+    let a: Vec<f64> = (0..2_400).map(|k| 1_000.0 + 250.0 * f64::from(k)).collect();
+    let b: Vec<f64> = a.iter().map(|t| t + 125.0).collect();
+    let mut in_order: Vec<f64> = a.iter().chain(&b).copied().collect();
+    in_order.sort_by(f64::total_cmp);
+    let mut folded = Vec::new();
+    for (ca, cb) in a.chunks(4).zip(b.chunks(4)) {
+        folded.extend_from_slice(ca);
+        folded.extend_from_slice(cb);
+    }
+    let rise = |times: &[f64]| {
+        let mut m = HostMachine::new(defaults(), 0.0);
+        for &t in times {
+            let latency = 0.05 + 0.1 * (t - 1_000.0) / 600_000.0;
+            let answer = Feedback {
+                sent: true,
+                status: Some(200),
+                latency: std::time::Duration::from_secs_f64(latency),
+                ..Default::default()
+            };
+            m.on_send(t - 50.0);
+            let _ = m.on_feedback(&answer, t);
+        }
+        m.state().lat_base.unwrap_or_default() - 0.05
+    };
+    let (ordered, batched) = (rise(&in_order), rise(&folded));
+    assert!(ordered > 0.0, "the baseline follows the rise");
+    assert!(
+        (batched - ordered).abs() <= 0.05 * ordered,
+        "baseline rose {batched} s folded in batches, {ordered} s in order"
+    );
+}

@@ -199,7 +199,8 @@ impl HostMachine {
             .map_or(fast, |b| (b + (fast - b).max(0.0) * follow).min(fast));
         self.state.lat_fast = Some(fast);
         self.state.lat_base = Some(base);
-        self.state.lat_at = now;
+        // Each moment counts once, as for growth: a fleet folds answers out of time order.
+        self.state.lat_at = self.state.lat_at.max(now);
         let slow = fast > 2.0 * (base + self.params.latency_tolerance_ms / 1_000.0);
         if !slow {
             self.state.slow = false;
