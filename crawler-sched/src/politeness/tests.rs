@@ -526,6 +526,22 @@ fn the_first_page_after_robots_txt_respects_its_crawl_delay() {
     assert!(m.ready_at() >= 10_000.0 - 1e-6, "{}", m.ready_at());
 }
 
+/// Two workers' answer times, 250 ms apart each and 125 ms apart together, `n` each from
+/// 1 s: in time order, and as a fleet folds them (a second's worth of one worker's, then the
+/// other's).
+fn two_workers_answers(n: u32) -> (Vec<f64>, Vec<f64>) {
+    let a: Vec<f64> = (0..n).map(|k| 1_000.0 + 250.0 * f64::from(k)).collect();
+    let b: Vec<f64> = a.iter().map(|t| t + 125.0).collect();
+    let mut in_order: Vec<f64> = a.iter().chain(&b).copied().collect();
+    in_order.sort_by(f64::total_cmp);
+    let mut folded = Vec::new();
+    for (ca, cb) in a.chunks(4).zip(b.chunks(4)) {
+        folded.extend_from_slice(ca);
+        folded.extend_from_slice(cb);
+    }
+    (in_order, folded)
+}
+
 /// A fleet folds its workers' answers in batches, each worker's in its own order: the
 /// rate grows by the time elapsed, counted once, whatever order the answers come in.
 #[test]
@@ -538,17 +554,8 @@ fn growth_counts_each_moment_once_whatever_order_answers_are_folded_in() {
         latency: std::time::Duration::from_millis(50),
         ..Default::default()
     };
-    // Two workers' answers, 250 ms apart each, 125 ms apart together, over 10 s.
-    let a: Vec<f64> = (0..40).map(|k| 1_000.0 + 250.0 * f64::from(k)).collect();
-    let b: Vec<f64> = a.iter().map(|t| t + 125.0).collect();
-    let mut in_order: Vec<f64> = a.iter().chain(&b).copied().collect();
-    in_order.sort_by(f64::total_cmp);
-    // Folded a second's worth of one worker's, then the other's.
-    let mut folded = Vec::new();
-    for (ca, cb) in a.chunks(4).zip(b.chunks(4)) {
-        folded.extend_from_slice(ca);
-        folded.extend_from_slice(cb);
-    }
+    // Over 10 s.
+    let (in_order, folded) = two_workers_answers(40);
     let grow = |times: &[f64]| {
         let mut m = HostMachine::new(defaults(), 0.0);
         for &t in times {
@@ -570,18 +577,9 @@ fn growth_counts_each_moment_once_whatever_order_answers_are_folded_in() {
 fn the_latency_baseline_counts_each_moment_once_whatever_order_answers_are_folded_in() {
     use super::HostMachine;
     use crawler_core::Feedback;
-    // Two workers' answers, 250 ms apart each, 125 ms apart together, over ten minutes, the
-    // server's latency rising from 50 to 150 ms (too slowly and too little for a latency
-    // episode): the baseline follows a part of the rise.
-    let a: Vec<f64> = (0..2_400).map(|k| 1_000.0 + 250.0 * f64::from(k)).collect();
-    let b: Vec<f64> = a.iter().map(|t| t + 125.0).collect();
-    let mut in_order: Vec<f64> = a.iter().chain(&b).copied().collect();
-    in_order.sort_by(f64::total_cmp);
-    let mut folded = Vec::new();
-    for (ca, cb) in a.chunks(4).zip(b.chunks(4)) {
-        folded.extend_from_slice(ca);
-        folded.extend_from_slice(cb);
-    }
+    // Over ten minutes, the server's latency rising from 50 to 150 ms (too slowly and too
+    // little for a latency episode): the baseline follows a part of the rise.
+    let (in_order, folded) = two_workers_answers(2_400);
     let rise = |times: &[f64]| {
         let mut m = HostMachine::new(defaults(), 0.0);
         for &t in times {
