@@ -16,6 +16,24 @@ mod links;
 mod rules;
 mod sitemaps;
 
+/// A 200 HTML answer to `req` with `html` as its body, for the tests of this folder.
+#[cfg(test)]
+fn html_response(req: crawler_core::Request, html: &str) -> crawler_core::Response {
+    let url = req.url.clone();
+    let mut headers = crawler_core::HeaderMap::new();
+    headers.insert(
+        "content-type",
+        crawler_core::HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    crawler_core::Response::new(
+        req,
+        url,
+        200,
+        headers,
+        crawler_core::Bytes::from(html.to_owned()),
+    )
+}
+
 pub use links::{Extracted, IGNORED_EXTENSIONS, Link, LinkExtractor, LinkExtractorBuilder};
 pub use rules::{FOLLOW_CALLBACK, RULE_META_KEY, Rule, RuleRequests, Rules};
 pub use sitemaps::{

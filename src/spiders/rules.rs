@@ -242,19 +242,7 @@ mod tests {
         <a href="/category/x/page-1.html">cat</a><a href="mailto:x@example.com">m</a>"#;
 
     fn page_from(req: Request, html: &str) -> Response {
-        let url = req.url.clone();
-        let mut headers = crawler_core::HeaderMap::new();
-        headers.insert(
-            "content-type",
-            crawler_core::HeaderValue::from_static("text/html"),
-        );
-        Response::new(
-            req,
-            url,
-            200,
-            headers,
-            crawler_core::Bytes::from(html.to_owned()),
-        )
+        crate::spiders::html_response(req, html)
     }
 
     fn start_page() -> Response {

@@ -8,20 +8,7 @@ use crawler_core::Request;
 const PAGE: &str = "http://example.com/dir/page.html";
 
 fn page_at(url: &str, html: &str) -> Response {
-    let req = Request::get(url).unwrap();
-    let url = req.url.clone();
-    let mut headers = crawler_core::HeaderMap::new();
-    headers.insert(
-        "content-type",
-        crawler_core::HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    Response::new(
-        req,
-        url,
-        200,
-        headers,
-        crawler_core::Bytes::from(html.to_owned()),
-    )
+    crate::spiders::html_response(Request::get(url).unwrap(), html)
 }
 
 fn page(html: &str) -> Response {
