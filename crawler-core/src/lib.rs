@@ -46,6 +46,7 @@ mod redirect;
 mod render;
 mod request;
 mod response;
+mod select;
 mod settings;
 mod shutdown;
 mod spider;
@@ -73,7 +74,8 @@ pub use pipeline::{BoxFuture, DynPipeline, Pipeline, Processed};
 pub use redirect::{DONT_REDIRECT_META, REDIRECTS, redirect};
 pub use render::{RENDER_META, RenderOptions};
 pub use request::{Request, parse_http_url};
-pub use response::{AfterAck, BodyOrigin, Element, Response, Selection};
+pub use response::{AfterAck, BodyOrigin, Response};
+pub use select::{IntoNodes, Node, Selection};
 pub use settings::{
     FeedFsync, HOST_RULE_KEYS, HostKeyMode, HostRule, LogFormat, SECTIONS, Section, Settings,
     ThrottleMode, section_of, settings_markdown, text_form as settings_text,

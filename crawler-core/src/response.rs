@@ -1,11 +1,10 @@
-//! Responses: status, headers, body, decoded text, and CSS selection.
+//! Responses: status, headers, body, decoded text, and selection (CSS and XPath, in
+//! [`crate::select`]).
 
-use std::rc::Rc;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
-use ego_tree::NodeId;
-use scraper::{ElementRef, Html, Selector};
+use scraper::Html;
 use serde::de::DeserializeOwned;
 use url::Url;
 
@@ -15,6 +14,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::fetch::{Failure, FailureKind};
 use crate::parse::ParseLimits;
 use crate::request::{Request, check_scheme};
+use crate::select::{Doc, Node, Page, Selection};
 
 /// A downloaded page, handed to a spider callback.
 ///
@@ -28,7 +28,7 @@ pub struct Response {
     body: Bytes,
     request: Request,
     text: OnceLock<String>,
-    doc: OnceLock<Mutex<Html>>,
+    doc: OnceLock<Mutex<Doc>>,
     base: OnceLock<Url>,
     problems: Arc<Mutex<Vec<Error>>>,
     /// Where the body came from: the network, or the HTTP cache (after a 304, or offline).
@@ -140,7 +140,7 @@ impl Response {
         let html = crate::parse::parse_document(&decoded.text, &self.limits)
             .map_err(|e| Failure::new(FailureKind::TooComplex, e.to_string()))?;
         // Set unless a selection got there first (it parsed the same text).
-        let _ = self.doc.set(Mutex::new(html));
+        let _ = self.doc.set(Mutex::new(Doc::new(html)));
         Ok(())
     }
 
@@ -312,7 +312,7 @@ impl Response {
         })
     }
 
-    fn doc(&self) -> &Mutex<Html> {
+    fn doc(&self) -> &Mutex<Doc> {
         self.doc.get_or_init(|| {
             // Parse from the decoded text without keeping a copy of it: a UTF-8 body is
             // borrowed as it is, and the tree holds its own strings anyway.
@@ -325,10 +325,10 @@ impl Response {
             };
             // A page past the limits selects nothing, and the engine fails it as
             // `too_complex` from the recorded problem.
-            Mutex::new(parsed.unwrap_or_else(|e| {
-                record(&self.problems, &e);
+            Mutex::new(Doc::new(parsed.unwrap_or_else(|e| {
+                crate::select::record(&self.problems, &e);
                 Html::new_document()
-            }))
+            })))
         })
     }
 
@@ -370,72 +370,58 @@ impl Response {
         Ok(req)
     }
 
-    /// All elements matching a CSS selector, in document order.
+    fn page(&self) -> Page<'_> {
+        Page {
+            doc: self.doc(),
+            problems: &self.problems,
+        }
+    }
+
+    /// The nodes a CSS selector matches, in document order: elements, or with parsel's
+    /// pseudo-elements at the end, their text nodes (`h1::text`; `div ::text` for all the
+    /// text below) or one attribute (`a::attr(href)`). Read them with
+    /// [`Selection::text`] / [`Selection::attr`] (tidied) or [`Selection::get`] /
+    /// [`Selection::getall`] (as Scrapy gives them).
     ///
     /// The selector is the spider's own code, so an invalid one is a bug of the spider, not
     /// of the page: it yields an empty selection here (no panic mid-crawl), and the engine
     /// then treats the page as a spider error: it is logged with the page's URL and
     /// callback, counted in `spider_errors`, and none of the items the callback produced
     /// from this page are written, so a typo never yields half-empty items. Links it
-    /// followed are still followed. To handle an invalid selector yourself (one built from
-    /// data, say), use [`Response::try_select`].
+    /// followed are still followed. The error names the selector and the position of the
+    /// fault. To handle an invalid selector yourself (one built from data, say), use
+    /// [`Response::try_select`].
+    #[doc(alias = "css")]
     pub fn select(&self, css: &str) -> Selection<'_> {
-        match self.selector(css) {
-            Ok(selector) => self.select_with(&selector),
-            // `selector` recorded the problem for the engine.
-            Err(_) => Selection {
-                doc: self.doc(),
-                problems: &self.problems,
-                ids: Vec::new(),
-            },
-        }
+        let page = self.page();
+        page.recorded(page.css(None, css, false))
     }
 
     /// Like [`Response::select`], but an invalid selector is returned as an error of kind
     /// [`ErrorKind::Selector`] and the page is not marked as failed: what to do is the
     /// spider's choice.
     pub fn try_select(&self, css: &str) -> Result<Selection<'_>> {
-        compile(css).map(|selector| self.select_with(&selector))
+        self.page().css(None, css, false)
     }
 
-    fn select_with(&self, selector: &Selector) -> Selection<'_> {
-        let doc = self.doc();
-        let ids = lock(doc).select(selector).map(|e| e.id()).collect();
-        Selection {
-            doc,
-            problems: &self.problems,
-            ids,
-        }
-    }
-
-    /// The first element matching a CSS selector (an invalid selector fails the page, as
+    /// The first node matching a CSS selector (an invalid selector fails the page, as
     /// with [`Response::select`]).
-    pub fn select_first(&self, css: &str) -> Option<Element<'_>> {
-        let selector = self.selector(css).ok()?;
-        let doc = self.doc();
+    pub fn select_first(&self, css: &str) -> Option<Node<'_>> {
+        let page = self.page();
         // Stop at the first match rather than collecting them all: a title or price near
         // the top of a page then skips the walk over the rest of the tree (the related-book
         // links of the heavy crawl profile).
-        let id = lock(doc).select(&selector).next().map(|e| e.id())?;
-        Some(Element {
-            doc,
-            problems: &self.problems,
-            id,
-        })
+        page.recorded(page.css(None, css, true)).first()
     }
 
-    /// The text of the first element matching `css`, or an error naming the selector and
+    /// The text of the first node matching `css`, or an error naming the selector and
     /// page: [`ErrorKind::Missing`] when nothing matches, [`ErrorKind::Selector`] when the
     /// selector is invalid (which also fails the page, as with [`Response::select`], even if
     /// the spider ignores this error).
     pub fn text_of(&self, css: &str) -> Result<String> {
-        let selector = self.selector(css)?;
-        let doc = self.doc();
-        let text = lock(doc)
-            .select(&selector)
-            .next()
-            .map(|e| collapse(e.text()));
-        text.ok_or_else(|| {
+        let page = self.page();
+        let first = page.noted(page.css(None, css, true))?.first();
+        first.map(|n| n.text()).ok_or_else(|| {
             Error::new(
                 ErrorKind::Missing,
                 format!("no element matches '{css}' on {}", self.url),
@@ -443,255 +429,28 @@ impl Response {
         })
     }
 
-    /// Compile `css`; an invalid selector is also recorded as a problem of this page.
-    fn selector(&self, css: &str) -> Result<Rc<Selector>> {
-        compile(css).inspect_err(|e| record(&self.problems, e))
+    /// What an XPath 1.0 expression gives on this page, with the document as its context:
+    /// elements (`//div[@class="product"]`), text nodes (`//h1/text()`), attributes
+    /// (`//a/@href`), or a value (`count(//li)`, `normalize-space(//h1)`), read as
+    /// [`Response::select`]'s are. Every function of XPath 1.0 is there (`contains`,
+    /// `starts-with`, `normalize-space`, `position`, `last`, `count`, `string`...). Names are
+    /// the parser's, lower case for HTML, in no namespace (as lxml reads HTML for Scrapy).
+    /// An invalid expression fails the page as an invalid CSS selector does.
+    pub fn xpath(&self, expr: &str) -> Selection<'_> {
+        let page = self.page();
+        page.recorded(page.xpath(None, expr))
+    }
+
+    /// Like [`Response::xpath`], but an invalid expression is returned as an error of kind
+    /// [`ErrorKind::Selector`] and the page is not marked as failed.
+    pub fn try_xpath(&self, expr: &str) -> Result<Selection<'_>> {
+        self.page().xpath(None, expr)
     }
 
     /// Problems found while the spider used this response (invalid selectors), shared with the
     /// engine so they are reported after the callback returns.
     pub fn problems(&self) -> Arc<Mutex<Vec<Error>>> {
         Arc::clone(&self.problems)
-    }
-}
-
-/// Note an invalid selector the spider used, for the engine to report once the callback
-/// returns. A copy: the caller may also return the error to the spider.
-fn record(problems: &Mutex<Vec<Error>>, e: &Error) {
-    let mut problems = lock(problems);
-    // A selector inside a loop would repeat the same problem once per element.
-    if problems.len() < 16 && !problems.iter().any(|p| p.to_string() == e.to_string()) {
-        problems.push(Error::new(e.kind(), e.to_string()));
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic elsewhere while holding the lock leaves the tree intact (it is never mutated).
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-thread_local! {
-    // Spiders use a handful of selectors millions of times; parsing each once per thread
-    // keeps selection cheap without asking users to hold compiled selectors. Shared (`Rc`)
-    // rather than cloned out per use: a clone copies the selector's vectors every call.
-    static SELECTORS: std::cell::RefCell<std::collections::HashMap<String, Rc<Selector>>> =
-        std::cell::RefCell::default();
-}
-
-fn compile(css: &str) -> Result<Rc<Selector>> {
-    SELECTORS.with(|cache| {
-        if let Some(s) = cache.borrow().get(css) {
-            return Ok(Rc::clone(s));
-        }
-        let s = Rc::new(Selector::parse(css).map_err(|e| {
-            Error::new(
-                ErrorKind::Selector,
-                format!("invalid CSS selector '{css}': {e}"),
-            )
-        })?);
-        let mut cache = cache.borrow_mut();
-        if cache.len() > 4096 {
-            // Selectors built from page data could grow the cache without end.
-            cache.clear();
-        }
-        cache.insert(css.to_owned(), Rc::clone(&s));
-        Ok(s)
-    })
-}
-
-/// The elements a CSS selector matched.
-///
-/// Scrapy's `.get()` is [`text`](Selection::text) / [`attr`](Selection::attr) (the first
-/// match), its `.getall()` is [`texts`](Selection::texts) / [`attrs`](Selection::attrs)
-/// (iterators over every match; `.collect::<Vec<_>>()` for a list).
-pub struct Selection<'a> {
-    doc: &'a Mutex<Html>,
-    problems: &'a Mutex<Vec<Error>>,
-    ids: Vec<NodeId>,
-}
-
-impl<'a> Selection<'a> {
-    /// How many elements matched.
-    pub fn len(&self) -> usize {
-        self.ids.len()
-    }
-
-    /// Whether nothing matched.
-    pub fn is_empty(&self) -> bool {
-        self.ids.is_empty()
-    }
-
-    /// The first match.
-    pub fn first(&self) -> Option<Element<'a>> {
-        self.ids.first().map(|&id| self.element(id))
-    }
-
-    fn element(&self, id: NodeId) -> Element<'a> {
-        Element {
-            doc: self.doc,
-            problems: self.problems,
-            id,
-        }
-    }
-
-    /// Every match, in document order (without consuming the selection).
-    pub fn iter(&self) -> impl Iterator<Item = Element<'a>> + '_ {
-        self.ids.iter().map(|&id| self.element(id))
-    }
-
-    /// The value of attribute `name` of the first match that has it (Scrapy's
-    /// `css("a::attr(href)").get()`).
-    pub fn attr(&self, name: &str) -> Option<String> {
-        let doc = lock(self.doc);
-        self.ids.iter().find_map(|&id| {
-            element(&doc, id)
-                .and_then(|e| e.attr(name))
-                .map(str::to_owned)
-        })
-    }
-
-    /// The value of attribute `name` of every match that has it.
-    pub fn attrs(&self, name: &str) -> impl Iterator<Item = String> + 'a {
-        let doc = lock(self.doc);
-        let values: Vec<String> = self
-            .ids
-            .iter()
-            .filter_map(|&id| {
-                element(&doc, id)
-                    .and_then(|e| e.attr(name))
-                    .map(str::to_owned)
-            })
-            .collect();
-        values.into_iter()
-    }
-
-    /// The text of the first match, whitespace collapsed and trimmed (Scrapy's
-    /// `css("h1::text").get()`); `None` when nothing matched. For an error naming the
-    /// selector and page instead, use [`Response::text_of`].
-    pub fn text(&self) -> Option<String> {
-        self.first().map(|e| e.text())
-    }
-
-    /// The text of every match, whitespace collapsed and trimmed.
-    pub fn texts(&self) -> impl Iterator<Item = String> + 'a {
-        let doc = lock(self.doc);
-        let values: Vec<String> = self
-            .ids
-            .iter()
-            .filter_map(|&id| element(&doc, id).map(|e| collapse(e.text())))
-            .collect();
-        values.into_iter()
-    }
-}
-
-impl<'a> IntoIterator for Selection<'a> {
-    type Item = Element<'a>;
-    type IntoIter =
-        std::iter::Map<std::vec::IntoIter<NodeId>, Box<dyn Fn(NodeId) -> Element<'a> + 'a>>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        let (doc, problems) = (self.doc, self.problems);
-        self.ids
-            .into_iter()
-            .map(Box::new(move |id| Element { doc, problems, id }))
-    }
-}
-
-fn element(doc: &Html, id: NodeId) -> Option<ElementRef<'_>> {
-    doc.tree.get(id).and_then(ElementRef::wrap)
-}
-
-/// Text of all descendants with runs of whitespace collapsed to one space and the ends trimmed,
-/// which is what a scraped title or price should look like.
-fn collapse<'a>(parts: impl Iterator<Item = &'a str>) -> String {
-    let mut out = String::new();
-    for word in parts.flat_map(str::split_whitespace) {
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        out.push_str(word);
-    }
-    out
-}
-
-/// One element of a page.
-#[derive(Clone, Copy)]
-pub struct Element<'a> {
-    doc: &'a Mutex<Html>,
-    /// The page's problem list, where an invalid selector is recorded.
-    problems: &'a Mutex<Vec<Error>>,
-    id: NodeId,
-}
-
-impl<'a> Element<'a> {
-    fn with<T>(&self, f: impl FnOnce(ElementRef<'_>) -> T) -> Option<T> {
-        let doc = lock(self.doc);
-        element(&doc, self.id).map(f)
-    }
-
-    /// The tag name, lower case.
-    pub fn name(&self) -> String {
-        self.with(|e| e.value().name().to_owned())
-            .unwrap_or_default()
-    }
-
-    /// The value of an attribute, if present.
-    pub fn attr(&self, name: &str) -> Option<String> {
-        self.with(|e| e.attr(name).map(str::to_owned)).flatten()
-    }
-
-    /// The element's text, whitespace collapsed and trimmed.
-    pub fn text(&self) -> String {
-        self.with(|e| collapse(e.text())).unwrap_or_default()
-    }
-
-    /// The element's outer HTML.
-    pub fn html(&self) -> String {
-        self.with(|e| e.html()).unwrap_or_default()
-    }
-
-    /// The element's inner HTML.
-    pub fn inner_html(&self) -> String {
-        self.with(|e| e.inner_html()).unwrap_or_default()
-    }
-
-    /// Descendants of this element matching a CSS selector. An invalid selector matches
-    /// nothing and fails the page, as with [`Response::select`].
-    pub fn select(&self, css: &str) -> Selection<'a> {
-        match compile(css) {
-            Ok(selector) => self.select_with(&selector),
-            Err(e) => {
-                record(self.problems, &e);
-                Selection {
-                    doc: self.doc,
-                    problems: self.problems,
-                    ids: Vec::new(),
-                }
-            }
-        }
-    }
-
-    /// Like [`Element::select`], but an invalid selector is returned as an error and the
-    /// page is not marked as failed.
-    pub fn try_select(&self, css: &str) -> Result<Selection<'a>> {
-        compile(css).map(|selector| self.select_with(&selector))
-    }
-
-    fn select_with(&self, selector: &Selector) -> Selection<'a> {
-        let ids = self
-            .with(|e| e.select(selector).map(|d| d.id()).collect())
-            .unwrap_or_default();
-        Selection {
-            doc: self.doc,
-            problems: self.problems,
-            ids,
-        }
-    }
-}
-
-impl std::fmt::Debug for Element<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Element(<{}>)", self.name())
     }
 }
 
