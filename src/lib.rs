@@ -55,8 +55,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use crawler_core::{
-    Context, Element, Error, ErrorKind, Follow, Output, Pipeline, Processed, RenderOptions,
-    Request, Response, Result, Selection, Spider, SpiderContext, Stats, Url,
+    Context, Error, ErrorKind, Follow, IntoNodes, Node, Output, Pipeline, Processed, RenderOptions,
+    Request, Response, Result, Selection, Spider, SpiderContext, Stats, Url, check_css,
+    check_xpath,
 };
 pub use crawler_engine::Progress;
 pub use logging::{init_logging, init_logging_with};
@@ -161,8 +162,8 @@ pub async fn run_engine<S: Spider>(engine: HttpEngine<S>) -> Result<Stats, Error
 pub mod prelude {
     pub use crate::Crawl;
     pub use crawler_core::{
-        Context, Element, Output, Pipeline, Processed, Request, Response, Result, Selection,
-        Settings, Spider, SpiderContext, Stats,
+        Context, Node, Output, Pipeline, Processed, Request, Response, Result, Selection, Settings,
+        Spider, SpiderContext, Stats,
     };
     pub use serde::Serialize;
 }

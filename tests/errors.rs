@@ -110,7 +110,7 @@ fn callbacks_and_crawls_share_one_error_and_its_kinds() {
     );
     let e: Error = page.text_of("p.price").unwrap_err();
     assert!(e.is_missing(), "{e:?}");
-    let e: Error = page.try_select("h1[").err().expect("a bad selector");
+    let e: Error = page.try_select("h1[").expect_err("a bad selector");
     assert!(e.is_selector(), "{e:?}");
     // Context keeps the kind a helper gave, and prefixes what the spider was doing.
     let e = page

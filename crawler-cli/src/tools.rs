@@ -47,7 +47,8 @@ enum Verb {
     Fetch {
         /// The URL.
         url: String,
-        /// Print the text of the elements matching this CSS selector instead of the body.
+        /// Print the text of what this CSS selector selects instead of the body (`::text`,
+        /// `::attr(NAME)` as in Scrapy; an XPath such as `//h1/text()` is read as XPath).
         #[arg(long, value_name = "SELECTOR")]
         css: Option<String>,
         /// With --css, print each match's outer HTML instead of its text.
@@ -263,14 +264,13 @@ async fn fetch(
     }
     match css {
         Some(css) => {
-            if let Err(e) = scraper::Selector::parse(css) {
-                return Err(usage(Error::new(
-                    ErrorKind::Other,
-                    format!("invalid CSS selector '{css}': {e}"),
-                )));
-            }
-            let found: Vec<String> = page
-                .select(css)
+            let selection = if crawler::core::looks_like_xpath(css) {
+                page.try_xpath(css)
+            } else {
+                page.try_select(css)
+            };
+            let found: Vec<String> = selection
+                .map_err(usage)?
                 .into_iter()
                 .map(|e| if html { e.html() } else { e.text() })
                 .collect();

@@ -51,6 +51,8 @@ async fn css_prints_the_selection_with_the_project_settings_and_exits() {
                 "div.product h1",
                 "--css",
                 "p.price::text",
+                "--css",
+                "normalize-space(//div[contains(@class, 'product')]/h1)",
             ],
         ),
         "status\n",
@@ -58,10 +60,11 @@ async fn css_prints_the_selection_with_the_project_settings_and_exits() {
     .await;
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    // Only the selections: --css leaves stdin alone, and the summary is not printed.
+    // Only the selections: --css leaves stdin alone, and the summary is not printed. An
+    // XPath is read as XPath.
     assert_eq!(
         text(&out.stdout),
-        format!("{}\n{}\n", book.title, book.price)
+        format!("{}\n{}\n{}\n", book.title, book.price, book.title)
     );
     // The project's settings and its default_headers middleware made the request.
     let seen = lab.recorder().requests();

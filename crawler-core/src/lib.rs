@@ -75,7 +75,7 @@ pub use redirect::{DONT_REDIRECT_META, REDIRECTS, redirect};
 pub use render::{RENDER_META, RenderOptions};
 pub use request::{Request, parse_http_url};
 pub use response::{AfterAck, BodyOrigin, Response};
-pub use select::{IntoNodes, Node, Selection};
+pub use select::{IntoNodes, Node, Selection, check_css, check_xpath, looks_like_xpath};
 pub use settings::{
     FeedFsync, HOST_RULE_KEYS, HostKeyMode, HostRule, LogFormat, SECTIONS, Section, Settings,
     ThrottleMode, section_of, settings_markdown, text_form as settings_text,

@@ -3,10 +3,11 @@
 
 use std::fmt::Write as _;
 
-/// What a selector asks of each element it matches.
+/// What a query asks of each node it selects.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Pick {
-    /// The element's text, whitespace collapsed (a bare selector, or `SEL::text`).
+    /// The node's text, whitespace collapsed: all the text below an element, a text node's
+    /// or attribute's own (`SEL::text`, `SEL::attr(NAME)`, `//a/@href` select those).
     Text,
     /// An attribute's value (`SEL::attr(NAME)`, `attr NAME SEL`); elements without it are
     /// skipped.
@@ -17,11 +18,13 @@ pub(crate) enum Pick {
     Count,
 }
 
-/// A CSS selector with what to print of its matches.
+/// A CSS selector or XPath expression with what to print of its matches.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Query {
-    /// The CSS selector itself, checked to parse.
-    pub css: String,
+    /// The selector or expression itself, checked to parse.
+    pub expr: String,
+    /// Whether `expr` is XPath (typed after `xpath`, or reading as XPath: `//h1`).
+    pub xpath: bool,
     /// What to print of each match.
     pub pick: Pick,
 }
@@ -33,8 +36,8 @@ pub(crate) enum Command {
     Nothing,
     /// Print what a selector selects.
     Select(Query),
-    /// List the page's links (`a[href]`), or the `href`s of a selector's matches.
-    Links(Option<String>),
+    /// List the page's links (`a[href]`), or the `href`s of a query's matches.
+    Links(Option<Query>),
     /// Fetch a link of the page: an href (resolved against the page) or the index of an
     /// entry of the last list printed.
     Follow(String),
@@ -59,10 +62,11 @@ pub(crate) enum Command {
 /// The commands, for `help`.
 pub(crate) const HELP: &str = "\
 SELECTOR              text of each element a CSS selector matches (also `css SELECTOR`)
-SELECTOR::text        the same
+SELECTOR::text        each match's own text nodes, as in spider code and Scrapy
 SELECTOR::attr(NAME)  attribute NAME of each match (also `attr NAME SELECTOR`)
-html SELECTOR         outer HTML of each match
-count SELECTOR        how many elements match
+//XPATH               what an XPath gives: //h1/text(), //a/@href (also `xpath EXPR`)
+html SELECTOR         outer HTML of each match (CSS or XPath, as everywhere below)
+count SELECTOR        how many nodes match
 links [SELECTOR]      the page's links (a[href]), or the hrefs of SELECTOR's matches, absolute
 follow N|HREF         fetch entry N of the last list printed, or a link (relative or absolute)
 fetch URL             fetch another URL (robots.txt checked)
@@ -103,15 +107,12 @@ pub(crate) fn parse(line: &str) -> Result<Command, String> {
         }
     };
     match word.to_ascii_lowercase().as_str() {
-        "css" => query(&needs("a selector")?).map(Command::Select),
-        "html" => Ok(Command::Select(Query {
-            css: checked(&needs("a selector")?)?,
-            pick: Pick::Html,
-        })),
-        "count" => Ok(Command::Select(Query {
-            css: checked(&needs("a selector")?)?,
-            pick: Pick::Count,
-        })),
+        "css" => query(&needs("a selector")?, Some(false), Pick::Text).map(Command::Select),
+        "xpath" => {
+            query(&needs("an XPath expression")?, Some(true), Pick::Text).map(Command::Select)
+        }
+        "html" => query(&needs("a selector")?, None, Pick::Html).map(Command::Select),
+        "count" => query(&needs("a selector")?, None, Pick::Count).map(Command::Select),
         "attr" => {
             let args = needs("an attribute name and a selector")?;
             let Some((name, css)) = args.split_once(char::is_whitespace) else {
@@ -119,13 +120,14 @@ pub(crate) fn parse(line: &str) -> Result<Command, String> {
                             `attr href a.next`"
                     .to_owned());
             };
-            Ok(Command::Select(Query {
-                css: checked(css.trim())?,
-                pick: Pick::Attr(name.to_owned()),
-            }))
+            query(css, None, Pick::Attr(name.to_owned())).map(Command::Select)
         }
         "links" if rest.is_empty() => Ok(Command::Links(None)),
-        "links" => Ok(Command::Links(Some(checked(rest)?))),
+        "links" => Ok(Command::Links(Some(query(
+            rest,
+            None,
+            Pick::Attr("href".into()),
+        )?))),
         "follow" => Ok(Command::Follow(needs("an entry number or a link")?)),
         "fetch" => Ok(Command::Fetch(needs("a URL")?)),
         "headers" => bare(Command::Headers),
@@ -135,48 +137,26 @@ pub(crate) fn parse(line: &str) -> Result<Command, String> {
         "view" => bare(Command::View),
         "help" | "?" => Ok(Command::Help),
         "quit" | "exit" => bare(Command::Quit),
-        _ => query(line).map(Command::Select),
+        _ => query(line, None, Pick::Text).map(Command::Select),
     }
 }
 
-/// A selector with an optional trailing Scrapy-style pseudo-element: `::text` or
-/// `::attr(NAME)`.
-pub(crate) fn query(input: &str) -> Result<Query, String> {
-    let input = input.trim();
-    if let Some(css) = input.strip_suffix("::text") {
-        return Ok(Query {
-            css: checked(css)?,
-            pick: Pick::Text,
-        });
-    }
-    if let Some(head) = input.strip_suffix(')')
-        && let Some((css, name)) = head.rsplit_once("::attr(")
-    {
-        let name = name.trim();
-        if name.is_empty() {
-            return Err(format!("'{input}': ::attr() needs an attribute name"));
-        }
-        return Ok(Query {
-            css: checked(css)?,
-            pick: Pick::Attr(name.to_owned()),
-        });
-    }
+/// A query of `input`: XPath when `xpath` says so, or when unsaid and the input reads as
+/// XPath; checked to parse, with the selector engine's error (expression and position).
+pub(crate) fn query(input: &str, xpath: Option<bool>, pick: Pick) -> Result<Query, String> {
+    let expr = input.trim();
+    let xpath = xpath.unwrap_or_else(|| crawler::core::looks_like_xpath(expr));
+    let checked = if xpath {
+        crawler::core::check_xpath(expr)
+    } else {
+        crawler::core::check_css(expr)
+    };
+    checked.map_err(|e| e.to_string())?;
     Ok(Query {
-        css: checked(input)?,
-        pick: Pick::Text,
+        expr: expr.to_owned(),
+        xpath,
+        pick,
     })
-}
-
-/// `css` trimmed, if it parses as a CSS selector; the parser's own words otherwise.
-fn checked(css: &str) -> Result<String, String> {
-    let css = css.trim();
-    if css.is_empty() {
-        return Err("empty selector".to_owned());
-    }
-    match scraper::Selector::parse(css) {
-        Ok(_) => Ok(css.to_owned()),
-        Err(e) => Err(format!("invalid CSS selector '{css}': {e}")),
-    }
 }
 
 /// How much of a result is printed.
@@ -240,7 +220,16 @@ mod tests {
 
     fn select(css: &str, pick: Pick) -> Command {
         Command::Select(Query {
-            css: css.to_owned(),
+            expr: css.to_owned(),
+            xpath: false,
+            pick,
+        })
+    }
+
+    fn xpath(expr: &str, pick: Pick) -> Command {
+        Command::Select(Query {
+            expr: expr.to_owned(),
+            xpath: true,
             pick,
         })
     }
@@ -252,11 +241,19 @@ mod tests {
             Ok(select("div.product h1", Pick::Text))
         );
         assert_eq!(parse("css  h1 "), Ok(select("h1", Pick::Text)));
-        assert_eq!(parse("h1::text"), Ok(select("h1", Pick::Text)));
+        // Pseudo-elements go to the selector engine as they are, as in spider code.
+        assert_eq!(parse("h1::text"), Ok(select("h1::text", Pick::Text)));
         assert_eq!(
             parse("li.next a::attr(href)"),
-            Ok(select("li.next a", Pick::Attr("href".into())))
+            Ok(select("li.next a::attr(href)", Pick::Text))
         );
+        // XPath by its look, or by its command word.
+        assert_eq!(parse("//a/@href"), Ok(xpath("//a/@href", Pick::Text)));
+        assert_eq!(
+            parse("xpath count(//li)"),
+            Ok(xpath("count(//li)", Pick::Text))
+        );
+        assert_eq!(parse("html //h1"), Ok(xpath("//h1", Pick::Html)));
         assert_eq!(
             parse("attr title article h3 a"),
             Ok(select("article h3 a", Pick::Attr("title".into())))
@@ -284,7 +281,11 @@ mod tests {
         assert_eq!(parse("links"), Ok(Command::Links(None)));
         assert_eq!(
             parse("links li.next a"),
-            Ok(Command::Links(Some("li.next a".into())))
+            Ok(Command::Links(Some(Query {
+                expr: "li.next a".into(),
+                xpath: false,
+                pick: Pick::Attr("href".into()),
+            })))
         );
         assert_eq!(parse("Status"), Ok(Command::Status));
         assert_eq!(parse("exit"), Ok(Command::Quit));
@@ -294,9 +295,16 @@ mod tests {
     #[test]
     fn mistakes_get_named_errors() {
         let e = parse("h1[").unwrap_err();
-        assert!(e.starts_with("invalid CSS selector 'h1['"), "{e}");
+        assert!(
+            e.starts_with("invalid CSS selector 'h1[' at position 4"),
+            "{e}"
+        );
         let e = parse("a::attr()").unwrap_err();
         assert!(e.contains("needs an attribute name"), "{e}");
+        let e = parse("xpath //a[").unwrap_err();
+        assert!(e.starts_with("invalid XPath '//a[' at position"), "{e}");
+        let e = parse("css //a").unwrap_err();
+        assert!(e.contains("this is XPath"), "{e}");
         let e = parse("follow").unwrap_err();
         assert!(e.contains("`follow` needs"), "{e}");
         let e = parse("attr href").unwrap_err();

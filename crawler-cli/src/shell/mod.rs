@@ -31,7 +31,7 @@ pub(crate) struct ShellArgs {
     /// The page to start from (robots.txt is checked).
     pub url: String,
     /// Print what this selector selects and exit (repeatable; `SEL::text` and
-    /// `SEL::attr(NAME)` as in Scrapy).
+    /// `SEL::attr(NAME)` as in Scrapy; an XPath such as `//h1/text()` is read as XPath).
     #[arg(long, value_name = "SELECTOR")]
     pub css: Vec<String>,
     /// Most entries printed per command (0: all).
@@ -54,7 +54,7 @@ pub(crate) async fn run(settings: &Settings, args: &ShellArgs) -> Result<(), Fai
     let queries = args
         .css
         .iter()
-        .map(|css| command::query(css))
+        .map(|css| command::query(css, None, command::Pick::Text))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| usage(Error::new(ErrorKind::Other, e)))?;
     let request = Request::get(&args.url).map_err(usage)?;

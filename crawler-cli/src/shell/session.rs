@@ -132,8 +132,8 @@ impl Session {
                     self.list = links;
                 }
             }
-            Command::Links(css) => {
-                let links = page_links(self.page()?, css.as_deref().unwrap_or("a[href]"));
+            Command::Links(query) => {
+                let links = page_links(self.page()?, query.as_ref());
                 if links.is_empty() {
                     eprintln!("no links");
                 }
@@ -195,7 +195,7 @@ impl Session {
         let href = match target.parse::<usize>() {
             Ok(n) => {
                 if self.list.is_empty() {
-                    self.list = page_links(page, "a[href]").into_iter().map(Some).collect();
+                    self.list = page_links(page, None).into_iter().map(Some).collect();
                 }
                 match self.list.get(n) {
                     Some(Some(href)) => href.clone(),
@@ -235,38 +235,41 @@ fn inflated(page: Response) -> Response {
 /// What a query prints of `page`, and the links of its matches for `follow N` (`None`
 /// for `count`, which prints no list).
 fn select(page: &Response, query: &Query, limits: Limits) -> (String, Option<Vec<Option<String>>>) {
-    let selection = page.select(&query.css);
+    let selection = match run(page, query) {
+        Ok(selection) => selection,
+        Err(e) => {
+            eprintln!("{e}");
+            return (String::new(), None);
+        }
+    };
     let total = selection.len();
     if query.pick == Pick::Count {
         return (format!("{total}\n"), None);
     }
     if total == 0 {
-        eprintln!("no element matches '{}'", query.css);
+        eprintln!("nothing matches '{}'", query.expr);
         return (String::new(), Some(Vec::new()));
     }
-    let elements: Vec<_> = selection.into_iter().collect();
+    let nodes: Vec<_> = selection.into_iter().collect();
     let (entries, links, total) = match &query.pick {
         Pick::Attr(name) => {
             // Attribute values are cheap: all of them, so `follow N` reaches past the cut.
-            // An entry's link is the value itself for a URL attribute, else the element's
-            // href (`follow 0` after `a::attr(title)` opens that link).
-            let is_url = ["href", "src", "action"].contains(&name.to_ascii_lowercase().as_str());
-            let (values, links): (Vec<String>, Vec<Option<String>>) = elements
+            let (values, links): (Vec<String>, Vec<Option<String>>) = nodes
                 .iter()
-                .filter_map(|e| {
-                    let value = e.attr(name)?;
-                    let link = if is_url {
+                .filter_map(|n| {
+                    let value = n.attr(name)?;
+                    let link = if is_url_attr(name) {
                         Some(value.clone())
                     } else {
-                        e.attr("href")
+                        n.attr("href")
                     };
                     Some((value, link))
                 })
                 .unzip();
             if values.is_empty() {
                 eprintln!(
-                    "{total} element(s) match '{}' but none has attribute '{name}'",
-                    query.css
+                    "{total} node(s) match '{}' but none has attribute '{name}'",
+                    query.expr
                 );
             }
             let total = values.len();
@@ -276,28 +279,62 @@ fn select(page: &Response, query: &Query, limits: Limits) -> (String, Option<Vec
             // Texts and HTML only for the entries shown: a page of 10,000 rows costs no more
             // than the rows printed.
             let shown = command::shown(total, limits);
-            let entries = elements[..shown]
+            let entries = nodes[..shown]
                 .iter()
-                .map(|e| {
+                .map(|n| {
                     if *pick == Pick::Html {
-                        e.html()
+                        n.html()
                     } else {
-                        e.text()
+                        n.text()
                     }
                 })
                 .collect();
-            let links = elements.iter().map(|e| e.attr("href")).collect();
+            // An entry's link: a URL attribute's value itself (`a::attr(href)`, `//a/@href`),
+            // else the href of the element, or of the element a text node or attribute
+            // belongs to (`follow 0` after `a::attr(title)` or `a::text` opens that link).
+            let links = nodes
+                .iter()
+                .map(|n| {
+                    if n.is_element() {
+                        n.attr("href")
+                    } else if is_url_attr(&n.name()) {
+                        Some(n.text())
+                    } else {
+                        n.xpath("../@href").get()
+                    }
+                })
+                .collect();
             (entries, links, total)
         }
     };
     (command::render(&entries, total, limits), Some(links))
 }
 
-/// The absolute URLs of the `href`s of the elements `css` matches, first occurrence kept.
-fn page_links(page: &Response, css: &str) -> Vec<String> {
+fn is_url_attr(name: &str) -> bool {
+    ["href", "src", "action"].contains(&name.to_ascii_lowercase().as_str())
+}
+
+/// The query on `page`, CSS or XPath.
+fn run<'p>(page: &'p Response, query: &Query) -> Result<crawler::Selection<'p>, Error> {
+    if query.xpath {
+        page.try_xpath(&query.expr)
+    } else {
+        page.try_select(&query.expr)
+    }
+}
+
+/// The absolute URLs of the `href`s of the elements `query` matches (`a[href]` without one),
+/// first occurrence kept.
+fn page_links(page: &Response, query: Option<&Query>) -> Vec<String> {
+    let selection = match query {
+        Some(query) => run(page, query),
+        None => page.try_select("a[href]"),
+    };
     let mut seen = HashSet::new();
-    page.select(css)
-        .attrs("href")
+    selection
+        .map(|s| s.attrs("href").collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
         .filter_map(|href| page.urljoin(&href).ok())
         .map(String::from)
         .filter(|url| seen.insert(url.clone()))

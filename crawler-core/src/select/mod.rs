@@ -112,6 +112,24 @@ impl<'a> Page<'a> {
     }
 }
 
+/// Check a CSS selector (with `::text` and `::attr(name)`) without a page: the error
+/// [`crate::Response::try_select`] would give, for selectors read from settings or typed in.
+pub fn check_css(css: &str) -> Result<()> {
+    css::compile(css).map(drop)
+}
+
+/// Check an XPath 1.0 expression without a page: the syntax error
+/// [`crate::Response::try_xpath`] would give.
+pub fn check_xpath(expr: &str) -> Result<()> {
+    xpath::compile(expr).map(drop)
+}
+
+/// Whether an expression reads as XPath rather than CSS (a path from the root or the context,
+/// an attribute or text step, an axis): what the shell and `crawler fetch` use to pick one.
+pub fn looks_like_xpath(expr: &str) -> bool {
+    css::looks_like_xpath(expr)
+}
+
 /// Run a compiled CSS query below `scope` (the document when `None`).
 fn run_css(doc: &mut Doc, scope: Option<NodeId>, query: &CssQuery, first: bool) -> Vec<Hit> {
     let html = &doc.html;
