@@ -84,7 +84,7 @@ pub(crate) async fn run(settings: &Settings, args: &ShellArgs) -> Result<(), Fai
     }
     let failures = if interactive {
         eprintln!("{summary}");
-        eprintln!("Type a CSS selector, or `help` for the commands; Ctrl-D leaves.");
+        eprintln!("Type a CSS selector or an XPath, or `help` for the commands; Ctrl-D leaves.");
         prompt(&mut session, args).await?;
         0
     } else {
