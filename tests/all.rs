@@ -34,6 +34,7 @@ mod request_path;
 mod resume;
 mod retries;
 mod rules;
+mod scrapy_port;
 mod settings;
 mod sitemaps;
 mod spider_api;
