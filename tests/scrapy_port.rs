@@ -108,10 +108,10 @@ struct Duplicates {
 
 impl Pipeline<Book> for Duplicates {
     async fn process(&self, item: Book) -> Result<Processed<Book>> {
-        if !self.seen.lock().unwrap().insert(item.title.clone()) {
+        if !self.seen.lock().expect("not poisoned").insert(item.title.clone()) {
             return Ok(Processed::Drop(format!("duplicate title {}", item.title)));
         }
-        self.kept.lock().unwrap().push(item.clone());
+        self.kept.lock().expect("not poisoned").push(item.clone());
         Ok(Processed::Keep(item))
     }
 }
@@ -218,7 +218,7 @@ async fn ported_spiders_give_every_item_in_css_and_xpath_alike() {
         .await
         .expect("crawl runs");
         assert_eq!(stats.spider_errors, 0, "{flavor:?}: {stats}");
-        let mut kept = dedup.kept.lock().unwrap().clone();
+        let mut kept = dedup.kept.lock().expect("not poisoned").clone();
         kept.sort();
         assert_eq!(
             kept.len(),
@@ -251,7 +251,7 @@ async fn ported_spiders_give_every_item_in_css_and_xpath_alike() {
         .expect("crawl runs");
         assert_eq!(stats.spider_errors, 0, "{flavor:?}: {stats}");
         assert_eq!(stats.close_reason, "close_item_count", "{stats}");
-        let kept = dedup.kept.lock().unwrap().clone();
+        let kept = dedup.kept.lock().expect("not poisoned").clone();
         // As in Scrapy, pages in flight when the count is reached still give their items.
         assert!(
             (5..=5 + 8).contains(&kept.len()),
