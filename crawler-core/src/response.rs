@@ -454,17 +454,21 @@ impl Response {
     }
 }
 
+/// An HTML page at `http://example.com/dir/page.html`, for tests of what reads pages.
+#[cfg(test)]
+pub(crate) fn test_page(html: &str) -> Response {
+    let req = Request::get("http://example.com/dir/page.html").expect("a valid URL");
+    let url = req.url.clone();
+    let mut headers = http::HeaderMap::new();
+    headers.insert("content-type", http::HeaderValue::from_static("text/html"));
+    Response::new(req, url, 200, headers, Bytes::from(html.to_owned()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn page(html: &str) -> Response {
-        let req = Request::get("http://example.com/dir/page.html").unwrap();
-        let url = req.url.clone();
-        let mut headers = http::HeaderMap::new();
-        headers.insert("content-type", http::HeaderValue::from_static("text/html"));
-        Response::new(req, url, 200, headers, Bytes::from(html.to_owned()))
-    }
+    use super::test_page as page;
 
     #[test]
     fn selects_text_and_attributes() {

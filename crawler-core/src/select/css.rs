@@ -10,7 +10,7 @@ use std::rc::Rc;
 use scraper::Selector;
 use selectors::parser::{ParseRelative, SelectorList, SelectorParseErrorKind};
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 
 /// What a part of a query yields for each element its selector matches.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -243,16 +243,12 @@ fn describe(kind: &cssparser::ParseErrorKind<SelectorParseErrorKind>) -> String 
 /// An invalid-selector error naming the expression and the (1-based, in characters)
 /// position of the fault, with a pointer to XPath when the expression is one.
 pub(crate) fn problem(css: &str, byte: usize, what: &str) -> Error {
-    let column = css[..byte.min(css.len())].chars().count() + 1;
     let hint = if looks_like_xpath(css) {
         "; this is XPath: use xpath() instead of select()"
     } else {
         ""
     };
-    Error::new(
-        ErrorKind::Selector,
-        format!("invalid CSS selector '{css}' at position {column}: {what}{hint}"),
-    )
+    super::syntax_error("CSS selector", css, byte, what, hint)
 }
 
 /// Whether an expression reads as XPath rather than CSS: a path from the root or the

@@ -643,6 +643,25 @@ pub(crate) fn cached<T>(
     })
 }
 
+/// An invalid-expression error: `what` is wrong at byte `byte` of `expr` (written in
+/// `language`), said as a 1-based position in characters, with `hint` when there is one.
+pub(crate) fn syntax_error(
+    language: &str,
+    expr: &str,
+    byte: usize,
+    what: &str,
+    hint: &str,
+) -> Error {
+    let column = expr
+        .get(..byte.min(expr.len()))
+        .map_or(byte, |s| s.chars().count())
+        + 1;
+    Error::new(
+        ErrorKind::Selector,
+        format!("invalid {language} '{expr}' at position {column}: {what}{hint}"),
+    )
+}
+
 /// Note an invalid selector the spider used, for the engine to report once the callback
 /// returns. A copy: the caller may also return the error to the spider.
 pub(crate) fn record(problems: &Mutex<Vec<Error>>, e: &Error) {

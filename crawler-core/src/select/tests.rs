@@ -2,17 +2,8 @@
 //! (`tests/test_selector.py`, `tests/test_selector_csstranslator.py`) with the answers parsel
 //! gives, so a spider ported from Scrapy selects what it selected there.
 
-use bytes::Bytes;
-
-use crate::{ErrorKind, Request, Response};
-
-fn page(html: &str) -> Response {
-    let req = Request::get("http://example.com/dir/page.html").unwrap();
-    let url = req.url.clone();
-    let mut headers = http::HeaderMap::new();
-    headers.insert("content-type", http::HeaderValue::from_static("text/html"));
-    Response::new(req, url, 200, headers, Bytes::from(html.to_owned()))
-}
+use crate::response::test_page as page;
+use crate::{ErrorKind, Response};
 
 /// parsel's `x()` helper of its CSS tests: every result stripped, the empty ones dropped.
 fn stripped(values: Vec<String>) -> Vec<String> {

@@ -244,19 +244,12 @@ fn python_float(n: f64) -> String {
 /// An invalid-XPath error naming the expression and the (1-based, in characters) position of
 /// the fault, with a pointer to CSS when the expression is one.
 fn problem(expr: &str, byte: usize, what: &str) -> Error {
-    let column = expr
-        .get(..byte.min(expr.len()))
-        .map_or(byte, |s| s.chars().count())
-        + 1;
     let hint = if looks_like_css(expr) {
         "; this is CSS: use select() instead of xpath()"
     } else {
         ""
     };
-    Error::new(
-        ErrorKind::Selector,
-        format!("invalid XPath '{expr}' at position {column}: {what}{hint}"),
-    )
+    super::syntax_error("XPath", expr, byte, what, hint)
 }
 
 /// Whether an expression that XPath refused reads as CSS: a pseudo-element of parsel's, an
