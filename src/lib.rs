@@ -58,6 +58,8 @@ pub use crawler_core::{
     Context, Element, Error, ErrorKind, Follow, Output, Pipeline, Processed, RenderOptions,
     Request, Response, Result, Selection, Spider, SpiderContext, Stats, Url,
 };
+// On a line of its own, apart from the selection types' list above.
+pub use crawler_core::FormRequest;
 pub use crawler_engine::Progress;
 pub use logging::{init_logging, init_logging_with};
 
@@ -164,6 +166,7 @@ pub mod prelude {
         Context, Element, Output, Pipeline, Processed, Request, Response, Result, Selection,
         Settings, Spider, SpiderContext, Stats,
     };
+    pub use crawler_core::FormRequest;
     pub use serde::Serialize;
 }
 
