@@ -162,11 +162,11 @@ pub async fn run_engine<S: Spider>(engine: HttpEngine<S>) -> Result<Stats, Error
 /// Everything a spider file needs.
 pub mod prelude {
     pub use crate::Crawl;
+    pub use crawler_core::FormRequest;
     pub use crawler_core::{
         Context, Element, Output, Pipeline, Processed, Request, Response, Result, Selection,
         Settings, Spider, SpiderContext, Stats,
     };
-    pub use crawler_core::FormRequest;
     pub use serde::Serialize;
 }
 

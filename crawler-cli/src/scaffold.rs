@@ -311,6 +311,7 @@ pub(super) fn genspider(name: &str, url: &str) -> Result<(), Error> {
     if !registered {
         println!("add `pub mod {name};` to src/spiders/mod.rs");
     }
+    let ty = camel(name);
     println!("register it in src/main.rs:  .spider(spiders::{name}::{ty})");
     Ok(())
 }

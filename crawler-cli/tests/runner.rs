@@ -210,11 +210,11 @@ async fn bad_spider_arguments_are_usage_errors() {
 /// `id` its listing page puts in meta, so the check passes only if the contract carried it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_contracts_meta_reaches_the_callback() {
-    let lab = Lab::builder().books(20).start().await.expect("lab starts");
+    let lab = Lab::builder().books(100).start().await.expect("lab starts");
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("url={}", lab.url());
     let book = || {
-        Contract::url("catalogue/book-4.html")
+        Contract::url("book-4.html")
             .callback("book")
             .returns_items(1, 1)
             .scrapes(["title"])
@@ -223,8 +223,23 @@ async fn a_contracts_meta_reaches_the_callback() {
         let runner = Runner::new()
             .spider(Books::default())
             .contract("books", contract);
-        let (dir, url) = (dir.path().to_owned(), url.clone());
-        async move { run(runner, &dir, &["check", "books", "-a", &url]).await }
+        // `check` takes no `-s` (the crawl's pacing does not apply to its one request).
+        let settings = dir.path().join("crawler.toml");
+        let url = url.clone();
+        async move {
+            std::fs::write(&settings, "").expect("write settings");
+            let settings = settings.to_string_lossy().into_owned();
+            let argv = [
+                "project",
+                "--settings",
+                &settings,
+                "check",
+                "books",
+                "-a",
+                &url,
+            ];
+            runner.run_args(argv).await
+        }
     };
     assert_eq!(
         check(book().meta("id", 4u32)).await,

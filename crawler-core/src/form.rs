@@ -117,7 +117,7 @@ impl<'a> FormRequest<'a> {
     }
 
     /// The first `<form>` this CSS selector matches (Scrapy's `formcss`; the selector must
-    /// match the form itself, e.g. `form.search`).
+    /// match the form itself, e.g. `form.search`, not an element inside it).
     pub fn form_css(mut self, css: impl Into<String>) -> Self {
         self.form = Which::Css(css.into());
         self
@@ -249,8 +249,11 @@ impl<'a> FormRequest<'a> {
             ),
             Which::Number(n) => (forms.iter().nth(*n), format!("number {n} (from 0)")),
             Which::Css(css) => {
-                let matched = page.try_select(css)?.first();
-                if let Some(e) = matched.filter(|e| e.name() != "form") {
+                let matched = page.try_select(css)?;
+                let form = matched.iter().find(|e| e.name() == "form");
+                if form.is_none()
+                    && let Some(e) = matched.first()
+                {
                     return Err(Error::new(
                         ErrorKind::Missing,
                         format!(
@@ -260,7 +263,7 @@ impl<'a> FormRequest<'a> {
                         ),
                     ));
                 }
-                (matched, format!("matching '{css}'"))
+                (form, format!("matching '{css}'"))
             }
         };
         found.ok_or_else(|| {

@@ -139,7 +139,7 @@ fn a_get_form_sends_its_fields_as_the_query_string() {
 
 const TWO_FORMS: &str = r#"
   <form id="search" action="/search"><input name="q" value="s"></form>
-  <div class="box"></div>
+  <div class="box news"></div>
   <form name="subscribe" class="news" action="/subscribe" method="post"><input name="email" value="e"></form>"#;
 
 #[test]
@@ -157,6 +157,11 @@ fn a_form_is_picked_by_id_name_css_or_number() {
     );
     assert_eq!(
         action(FormRequest::from_response(&p).form_css("form.news")),
+        "/subscribe"
+    );
+    // The first match that is a form, past a <div> of the same class.
+    assert_eq!(
+        action(FormRequest::from_response(&p).form_css(".news")),
         "/subscribe"
     );
     assert_eq!(
