@@ -4,8 +4,10 @@
 //!
 //! 1. `GET /login`: the form carries a hidden CSRF token, and the server sets a `csrftoken`
 //!    cookie (Path=/login) that the cookies middleware keeps.
-//! 2. `POST /login` with `application/x-www-form-urlencoded` credentials and the token; the
-//!    cookies middleware sends the `csrftoken` cookie back, which the server checks.
+//! 2. `POST /login`: the form submitted with [`FormRequest::from_response`] (Scrapy's
+//!    `FormRequest.from_response`), our credentials filled in and the hidden token sent
+//!    along; the cookies middleware sends the `csrftoken` cookie back, which the server
+//!    checks.
 //! 3. The server answers `303 See Other` to `/account` with a `session` cookie (Path=/,
 //!    HttpOnly); the account page lists "your books", and each of those pages needs the
 //!    session cookie, which the cookie jar sends with every request after the login.
@@ -46,21 +48,6 @@ pub(crate) struct Login {
     pub password: String,
 }
 
-/// Form-encodes one value (`application/x-www-form-urlencoded`).
-fn form_encode(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for b in value.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'*' => {
-                out.push(b as char)
-            }
-            b' ' => out.push('+'),
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
-}
-
 impl Spider for Login {
     type Item = Book;
 
@@ -74,26 +61,16 @@ impl Spider for Login {
 
     async fn parse(&self, page: Response, out: &mut Output<Book>) -> Result<()> {
         match page.callback() {
-            // The login form: send it back with our credentials.
+            // The login form: submit it as a browser would, with our credentials. Its
+            // hidden CSRF token goes along; the action, method and encoding come from the
+            // form.
             None => {
-                let token = page
-                    .select("form#login input[name=csrf_token]")
-                    .attr("value")
-                    .context("no CSRF token on the login form")?;
-                let body = format!(
-                    "csrf_token={}&username={}&password={}",
-                    form_encode(&token),
-                    form_encode(&self.username),
-                    form_encode(&self.password)
-                );
-                let action = page.urljoin("/login")?;
-                out.request(
-                    Request::new(action)
-                        .method("POST")
-                        .header("content-type", "application/x-www-form-urlencoded")
-                        .body(body)
-                        .callback("account"),
-                );
+                let login = FormRequest::from_response(&page)
+                    .form_id("login")
+                    .field("username", &self.username)
+                    .field("password", &self.password)
+                    .build()?;
+                out.request(login.callback("account"));
             }
             // Where the login's redirect lands: the account page, if the login worked.
             Some("account") => {

@@ -59,6 +59,8 @@ pub use crawler_core::{
     Request, Response, Result, Selection, Spider, SpiderContext, Stats, Url, check_css,
     check_xpath,
 };
+// On a line of its own, apart from the selection types' list above.
+pub use crawler_core::FormRequest;
 pub use crawler_engine::Progress;
 pub use logging::{init_logging, init_logging_with};
 
@@ -161,6 +163,7 @@ pub async fn run_engine<S: Spider>(engine: HttpEngine<S>) -> Result<Stats, Error
 /// Everything a spider file needs.
 pub mod prelude {
     pub use crate::Crawl;
+    pub use crawler_core::FormRequest;
     pub use crawler_core::{
         Context, Node, Output, Pipeline, Processed, Request, Response, Result, Selection, Settings,
         Spider, SpiderContext, Stats,

@@ -199,6 +199,11 @@ pub struct Contract {
     items: Option<(usize, usize)>,
     requests: Option<(usize, usize)>,
     fields: Vec<String>,
+    /// Put on the request before the callback runs, as the page that links here would.
+    meta: serde_json::Map<String, serde_json::Value>,
+    /// Why a [`Contract::meta`] value could not be kept: the check then fails saying so
+    /// (the builder stays infallible, for a list of contracts in `main`).
+    invalid_meta: Option<String>,
 }
 
 impl Contract {
@@ -211,6 +216,8 @@ impl Contract {
             items: None,
             requests: None,
             fields: Vec::new(),
+            meta: serde_json::Map::new(),
+            invalid_meta: None,
         }
     }
 
@@ -229,6 +236,24 @@ impl Contract {
     /// The page must produce between `min` and `max` follow-up requests (inclusive).
     pub fn returns_requests(mut self, min: usize, max: usize) -> Self {
         self.requests = Some((min, max));
+        self
+    }
+
+    /// Put `value` under `key` in the request's meta before the callback runs, as the page
+    /// that links to this one would (`out.follow(href).meta(key, value)`); the callback
+    /// reads it with `Response::meta`. Scrapy's `cb_kwargs` are meta here too. A value that
+    /// does not serialise fails the check, saying so.
+    pub fn meta(mut self, key: impl Into<String>, value: impl serde::Serialize) -> Self {
+        let key = key.into();
+        match serde_json::to_value(value) {
+            Ok(v) => {
+                self.meta.insert(key, v);
+            }
+            Err(e) => {
+                self.invalid_meta
+                    .get_or_insert(format!("meta value for '{key}' is not serialisable: {e}"));
+            }
+        }
         self
     }
 
@@ -254,6 +279,11 @@ async fn run_contract<S: Spider>(
     if let Some(cb) = &contract.callback {
         req = req.callback(cb.clone());
     }
+    if let Some(why) = &contract.invalid_meta {
+        return Err(fail(why.clone()));
+    }
+    req.meta
+        .extend(contract.meta.iter().map(|(k, v)| (k.clone(), v.clone())));
     crawler::warn_unchecked_proxy(settings);
     let downloader = HttpDownloader::new(settings)?;
     let page = match downloader.fetch_once(&req).await.outcome {

@@ -80,7 +80,12 @@ pub(super) fn settings_template() -> String {
          # This one is for the lab (`crawler lab`, the example spider's site): a server you own,\n\
          # so the crawl may go at full speed there. Other hosts get the polite defaults above.\n\
          [[hosts]]\nmatch = \"127.0.0.1:8080\"\nrate = 500\nconcurrency = 16\n\
-         delay = \"0s\"\n",
+         delay = \"0s\"\n\
+         \n# This rule covers the lab's port only. To mark your own test server as fast too, give\n\
+         # it a rule of its own, its host:port as `match` (a host without a port matches it on\n\
+         # every port; `*` and `?` are wildcards: \"*.test\"), for example:\n\
+         # [[hosts]]\n# match = \"127.0.0.1:3000\"\n# rate = 500\n# concurrency = 16\n\
+         # delay = \"0s\"\n",
     );
     out
 }
@@ -161,7 +166,9 @@ cargo run -- settings                          # effective settings and where th
 
 The lab is your own server: the `[[hosts]]` rule at the end of `crawler.toml` lets the crawl
 go at full speed there (a second or two for its 1,000 books). Every other host gets the polite
-defaults. Point the spider elsewhere with a spider argument:
+defaults; to give a test server of yours the same speed, add a `[[hosts]]` rule with its
+host:port (the comment under the lab's rule shows one). Point the spider elsewhere with a
+spider argument:
 `cargo run -- crawl books -a url=http://host/` (and `cargo run -- check -a url=http://host/`).
 
 - Settings live in `crawler.toml` (every section is there, commented); set `user_agent` first.
@@ -281,57 +288,7 @@ pub(super) fn genspider(name: &str, url: &str) -> Result<(), Error> {
     if file.exists() {
         return Err(err(format!("{} already exists", file.display())));
     }
-    let ty = camel(name);
-    let domain = start.host_str().unwrap_or_default();
-    let text = format!(
-        r#"//! The `{name}` spider.
-
-use crawler::prelude::*;
-
-/// What `{name}` scrapes from a page.
-#[derive(Debug, Serialize)]
-pub struct {ty}Item {{
-    /// The page.
-    pub url: String,
-    /// Its title.
-    pub title: String,
-}}
-
-/// Crawls {start}.
-pub struct {ty};
-
-impl Spider for {ty} {{
-    type Item = {ty}Item;
-
-    fn name(&self) -> &str {{
-        "{name}"
-    }}
-
-    fn start_urls(&self) -> Vec<String> {{
-        vec!["{start}".into()]
-    }}
-
-    fn allowed_domains(&self) -> Vec<String> {{
-        vec!["{domain}".into()]
-    }}
-
-    // A first crawl of a site stays small: two links deep from the start page. Raise or
-    // remove this once the spider follows only the links it needs.
-    fn custom_settings(&self) -> Vec<(&'static str, String)> {{
-        vec![("depth_limit", "2".into())]
-    }}
-
-    async fn parse(&self, page: Response, out: &mut Output<{ty}Item>) -> Result<()> {{
-        out.item({ty}Item {{
-            url: page.url().to_string(),
-            title: page.text_of("title").unwrap_or_default(),
-        }});
-        out.follow_all(page.select("a").attrs("href"));
-        Ok(())
-    }}
-}}
-"#
-    );
+    let text = spider_template(name, &start);
     write(&file, &text)?;
     let module = spiders.join("mod.rs");
     let registered = if module.is_file() {
@@ -354,8 +311,66 @@ impl Spider for {ty} {{
     if !registered {
         println!("add `pub mod {name};` to src/spiders/mod.rs");
     }
+    let ty = camel(name);
     println!("register it in src/main.rs:  .spider(spiders::{name}::{ty})");
     Ok(())
+}
+
+/// The source of a new spider `name` that starts at `start`: it scrapes each page's title
+/// and follows the site's "next page" links to the end.
+fn spider_template(name: &str, start: &crawler::Url) -> String {
+    let ty = camel(name);
+    let domain = start.host_str().unwrap_or_default();
+    format!(
+        r#"//! The `{name}` spider.
+
+use crawler::prelude::*;
+
+/// What `{name}` scrapes from a page.
+#[derive(Debug, Serialize)]
+pub struct {ty}Item {{
+    /// The page.
+    pub url: String,
+    /// Its title.
+    pub title: String,
+}}
+
+/// Crawls {start} and the pages after it.
+pub struct {ty};
+
+impl Spider for {ty} {{
+    type Item = {ty}Item;
+
+    fn name(&self) -> &str {{
+        "{name}"
+    }}
+
+    fn start_urls(&self) -> Vec<String> {{
+        vec!["{start}".into()]
+    }}
+
+    fn allowed_domains(&self) -> Vec<String> {{
+        vec!["{domain}".into()]
+    }}
+
+    async fn parse(&self, page: Response, out: &mut Output<{ty}Item>) -> Result<()> {{
+        out.item({ty}Item {{
+            url: page.url().to_string(),
+            title: page.text_of("title").unwrap_or_default(),
+        }});
+        // The next page of a listing, followed to the end of the chain (each page is one
+        // link deeper than the one before, so a `depth_limit` would cut it short). To
+        // follow the pages a listing links to as well:
+        //     out.follow_all(page.select("h3 a").attrs("href")).callback("detail");
+        // with a `match page.callback()` in this function for "detail".
+        if let Some(next) = page.select("a[rel=next], li.next a, a.next").attr("href") {{
+            out.follow(next);
+        }}
+        Ok(())
+    }}
+}}
+"#
+    )
 }
 
 #[cfg(test)]
@@ -383,18 +398,46 @@ mod tests {
                 section.name
             );
         }
-        // Uncommenting every default must still load: the template shows valid values.
+        // Uncommenting every default must still load: the template shows valid values. The
+        // example rule for a test server of one's own, uncommented, is a rule that applies.
         let uncommented: String = text
             .lines()
             .map(|l| match l.strip_prefix("# ") {
-                Some(rest) if rest.contains(" = ") && !rest.contains("# unset") => rest.to_owned(),
+                Some(rest)
+                    if (rest.contains(" = ") && !rest.contains("# unset"))
+                        || rest == "[[hosts]]" =>
+                {
+                    rest.to_owned()
+                }
                 _ => l.to_owned(),
             })
             .collect::<Vec<_>>()
             .join("\n");
         let mut layers = crawler::settings::SettingsLayers::new();
         layers.file_text("crawler.toml", &uncommented).unwrap();
-        layers.resolve(None).unwrap();
+        let s = layers.resolve(None).unwrap().settings;
+        assert_eq!(s.hosts.len(), 2, "{uncommented}");
+        let own = s.for_host("127.0.0.1:3000");
+        assert_eq!((own.max_rate, own.concurrency_per_host), (500.0, 16));
+        assert_eq!(
+            s.for_host("127.0.0.1:3001").max_rate,
+            Settings::default().max_rate
+        );
+    }
+
+    /// A generated spider follows a listing's "next page" chain to its end: no depth limit
+    /// (the lab catalogue's 50 pages are crawled to the last by crawler-cli's
+    /// `new_project_builds_and_its_spider_crawls_the_lab`).
+    #[test]
+    fn a_generated_spider_follows_next_pages_without_a_depth_limit() {
+        let start = parse_http_url("http://quotes.test:8081/page/1/").unwrap();
+        let text = spider_template("quotes", &start);
+        assert!(!text.contains("depth_limit\","), "{text}");
+        assert!(!text.contains("custom_settings"), "{text}");
+        assert!(text.contains("li.next a"), "{text}");
+        assert!(text.contains("out.follow(next);"), "{text}");
+        assert!(text.contains("vec![\"http://quotes.test:8081/page/1/\".into()]"));
+        assert!(text.contains("vec![\"quotes.test\".into()]"));
     }
 
     #[test]

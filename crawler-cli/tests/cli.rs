@@ -320,14 +320,17 @@ async fn new_project_builds_and_its_spider_crawls_the_lab() {
     // copied Cargo.lock.
     let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("scaffold-target");
     let started = std::time::Instant::now();
-    let mut build = Command::new(cargo());
-    build
-        .current_dir(&demo)
-        .args(["build", "--quiet"])
-        .env("CARGO_NET_OFFLINE", "true")
-        .env("CARGO_TARGET_DIR", &target)
-        .env_remove("RUSTFLAGS");
-    let out = run(build).await;
+    let build = || {
+        let mut build = Command::new(cargo());
+        build
+            .current_dir(&demo)
+            .args(["build", "--quiet"])
+            .env("CARGO_NET_OFFLINE", "true")
+            .env("CARGO_TARGET_DIR", &target)
+            .env_remove("RUSTFLAGS");
+        build
+    };
+    let out = run(build()).await;
     assert!(
         out.status.success(),
         "scaffold build failed:\n{}",
@@ -451,14 +454,47 @@ async fn new_project_builds_and_its_spider_crawls_the_lab() {
     );
 
     // genspider adds a spider file and registers its module.
+    let listing = format!("http://127.0.0.1:{port}/catalogue/page-1.html");
     let out = run(crawler(
         &demo.join("src"),
-        &["genspider", "quotes", "http://127.0.0.1:9/"],
+        &["genspider", "quotes", &listing],
     ))
     .await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(demo.join("src/spiders/quotes.rs").is_file());
     let module = std::fs::read_to_string(demo.join("src/spiders/mod.rs")).unwrap();
     assert!(module.contains("pub mod quotes;"), "{module}");
-    assert!(text(&out.stdout).contains(".spider(spiders::quotes::Quotes)"));
+    let register = ".spider(spiders::quotes::Quotes)";
+    assert!(text(&out.stdout).contains(register));
+
+    // Registered as printed, the generated spider builds and follows the catalogue's
+    // "next" chain to its last page (50 pages of 20 books): a depth limit in the template
+    // once stopped it at the third.
+    let main_rs = demo.join("src/main.rs");
+    let source = std::fs::read_to_string(&main_rs).unwrap();
+    let books = ".spider(spiders::books::Books::default())";
+    assert!(source.contains(books), "{source}");
+    std::fs::write(
+        &main_rs,
+        source.replace(books, &format!("{books}{register}")),
+    )
+    .unwrap();
+    let out = run(build()).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = run(project_cmd(&[
+        "crawl",
+        "quotes",
+        "-O",
+        "quotes.jsonl",
+        "-s",
+        "throttle=fixed",
+        "-s",
+        "download_delay=0s",
+        "--no-progress",
+    ]))
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let pages = std::fs::read_to_string(demo.join("quotes.jsonl")).unwrap();
+    assert_eq!(pages.lines().count(), 50, "{pages}");
+    assert!(pages.contains("/catalogue/page-50.html"), "{pages}");
 }

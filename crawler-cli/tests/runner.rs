@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use crawler::prelude::*;
-use crawler_cli::Runner;
+use crawler_cli::{Contract, Runner};
 use crawler_lab::Lab;
 
 #[derive(Debug, Serialize, serde::Deserialize)]
@@ -204,4 +204,55 @@ async fn bad_spider_arguments_are_usage_errors() {
         let code = run(Runner::new().spider(Books::default()), dir.path(), args).await;
         assert_eq!(code, usage, "{args:?}");
     }
+}
+
+/// A contract's meta reaches the callback: the spider's `book` callback fails without the
+/// `id` its listing page puts in meta, so the check passes only if the contract carried it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contracts_meta_reaches_the_callback() {
+    let lab = Lab::builder().books(100).start().await.expect("lab starts");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("url={}", lab.url());
+    let book = || {
+        Contract::url("book-4.html")
+            .callback("book")
+            .returns_items(1, 1)
+            .scrapes(["title"])
+    };
+    let check = |contract: Contract| {
+        let runner = Runner::new()
+            .spider(Books::default())
+            .contract("books", contract);
+        // `check` takes no `-s` (the crawl's pacing does not apply to its one request).
+        let settings = dir.path().join("crawler.toml");
+        let url = url.clone();
+        async move {
+            std::fs::write(&settings, "").expect("write settings");
+            let settings = settings.to_string_lossy().into_owned();
+            let argv = [
+                "project",
+                "--settings",
+                &settings,
+                "check",
+                "books",
+                "-a",
+                &url,
+            ];
+            runner.run_args(argv).await
+        }
+    };
+    assert_eq!(
+        check(book().meta("id", 4u32)).await,
+        ExitCode::SUCCESS,
+        "the callback read the id from meta"
+    );
+    // Without it the callback's `page.meta("id")` is `None`: a spider error, the check fails.
+    assert_eq!(check(book()).await, ExitCode::FAILURE);
+    // A value that does not serialise fails the check rather than being dropped silently.
+    let unserialisable: std::collections::HashMap<(u8, u8), u8> = [((1, 2), 3)].into();
+    assert_eq!(
+        check(book().meta("id", 4u32).meta("pair", unserialisable)).await,
+        ExitCode::FAILURE
+    );
+    lab.shutdown().await;
 }

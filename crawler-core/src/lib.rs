@@ -36,6 +36,7 @@ mod docs_check;
 mod error;
 mod feed;
 mod fetch;
+mod form;
 pub mod matching;
 mod middleware;
 mod output;
@@ -63,6 +64,7 @@ pub use fetch::{
     Admission, ClockOffset, Download, Downloader, Failure, FailureKind, Feedback, Fetched,
     FilterReason, HostStats, Lease, Next, RateLimitReading, Scheduler,
 };
+pub use form::FormRequest;
 pub use middleware::{
     Action, After, BoxedDownloaderMiddleware, BoxedSpiderMiddleware, DOWNLOADER_MIDDLEWARES,
     DownloaderMiddleware, DynDownloaderMiddleware, Page, REFERER_POLICIES, RefererPolicy,

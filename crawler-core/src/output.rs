@@ -4,7 +4,7 @@ use serde::Serialize;
 use url::Url;
 
 use crate::error::Result;
-use crate::request::{Request, check_scheme};
+use crate::request::{Request, check_scheme, meta_value};
 
 /// Collects a callback's items and follow-up requests.
 ///
@@ -47,9 +47,11 @@ impl<I> Output<I> {
         self
     }
 
-    /// Whether the page has no room for another request; counts the one refused.
-    fn full(&mut self) -> bool {
-        let full = self.requests.len() >= self.max_links;
+    /// Whether the page has no room for another request beyond `pending` ones not yet
+    /// scheduled (a [`Follow`] of several links holds them until it is dropped); counts the
+    /// one refused.
+    fn full(&mut self, pending: usize) -> bool {
+        let full = self.requests.len().saturating_add(pending) >= self.max_links;
         if full {
             self.dropped_links += 1;
         }
@@ -80,36 +82,66 @@ impl<I> Output<I> {
     /// A link that is not an http(s) URL is skipped and counted, as always: the chain then
     /// does nothing.
     pub fn follow(&mut self, href: impl AsRef<str>) -> Follow<'_, I> {
-        let request = self.link(href.as_ref());
-        Follow { out: self, request }
+        let requests = self.link(href.as_ref(), 0).into_iter().collect();
+        Follow {
+            out: self,
+            requests,
+        }
     }
 
-    /// Follow a link and parse it with the named callback (the same as
-    /// `out.follow(href).callback(callback)`).
+    /// Follow a link and parse it with the named callback: shorthand for
+    /// `out.follow(href).callback(callback)`.
     pub fn follow_with(&mut self, href: impl AsRef<str>, callback: &str) {
         self.follow(href).callback(callback);
     }
 
-    /// Follow every link of an iterator with the default callback.
-    pub fn follow_all<S: AsRef<str>>(&mut self, hrefs: impl IntoIterator<Item = S>) {
+    /// Follow every link of an iterator, like Scrapy's `response.follow_all(urls, ...)`:
+    /// with the default callback, unless the returned [`Follow`] sets options, which then
+    /// apply to every link. As with [`Output::follow`], the requests are scheduled when the
+    /// `Follow` is dropped:
+    ///
+    /// ```
+    /// # use crawler_core::{Output, Result, Url};
+    /// # fn f(out: &mut Output<()>, hrefs: Vec<String>, n: u32) -> Result<()> {
+    /// out.follow_all(["page-2.html", "page-3.html"]);
+    /// out.follow_all(hrefs).callback("book").meta("page", n)?.priority(1);
+    /// # Ok(()) }
+    /// # let mut out = Output::new(Url::parse("http://example.com/").unwrap(), 0);
+    /// # f(&mut out, vec!["a".into(), "b".into()], 1).unwrap();
+    /// # assert_eq!(out.requests().len(), 4);
+    /// ```
+    ///
+    /// Links that are not http(s) URLs are skipped and counted; those beyond the page's
+    /// `max_links_per_page` are dropped and counted.
+    pub fn follow_all<S: AsRef<str>>(
+        &mut self,
+        hrefs: impl IntoIterator<Item = S>,
+    ) -> Follow<'_, I> {
+        let mut requests = Vec::new();
         for href in hrefs {
-            if let Some(req) = self.link(href.as_ref()) {
-                self.requests.push(req);
+            if let Some(req) = self.link(href.as_ref(), requests.len()) {
+                requests.push(req);
             }
+        }
+        Follow {
+            out: self,
+            requests,
         }
     }
 
     /// Schedule a fully built request. Its depth is set to this page's depth + 1.
     pub fn request(&mut self, mut request: Request) {
-        if self.full() {
+        if self.full(0) {
             return;
         }
         request.depth = self.depth + 1;
         self.requests.push(request);
     }
 
-    fn link(&mut self, href: &str) -> Option<Request> {
-        if self.full() {
+    /// The request for one link, or `None` (counted) when it is not an http(s) URL or the
+    /// page has no room beside `pending` requests not yet scheduled.
+    fn link(&mut self, href: &str, pending: usize) -> Option<Request> {
+        if self.full(pending) {
             return None;
         }
         match self
@@ -178,91 +210,101 @@ impl<I> Output<I> {
     }
 }
 
-/// A link being followed, from [`Output::follow`]: set its callback, meta, priority; the
-/// request is scheduled when this is dropped (at the end of the statement, usually).
+/// Links being followed, from [`Output::follow`] (one) or [`Output::follow_all`] (many):
+/// set their callback, meta, priority; the requests are scheduled when this is dropped (at
+/// the end of the statement, usually). Every option applies to every link.
 ///
 /// [`meta`](Follow::meta) returns a `Result` (a value that does not serialise is an error,
-/// and the link is then not followed), so the compiler warns when a chain ending in it is
+/// and the links are then not followed), so the compiler warns when a chain ending in it is
 /// not handled with `?`.
 #[derive(Debug)]
 pub struct Follow<'a, I> {
     out: &'a mut Output<I>,
-    /// `None` for a link that is not an http(s) URL (already counted), or after an error.
-    request: Option<Request>,
+    /// The requests to schedule on drop: none for a link that is not an http(s) URL (already
+    /// counted), or after an error.
+    requests: Vec<Request>,
 }
 
 impl<I> Follow<'_, I> {
-    /// Parse the response with the named callback ([`Response::callback`](crate::Response::callback)).
-    pub fn callback(mut self, name: impl Into<String>) -> Self {
-        if let Some(r) = self.request.take() {
-            self.request = Some(r.callback(name));
-        }
+    /// The one place an option is applied: to every request being followed.
+    fn map(mut self, f: impl FnMut(Request) -> Request) -> Self {
+        self.requests = std::mem::take(&mut self.requests)
+            .into_iter()
+            .map(f)
+            .collect();
         self
     }
 
-    /// Carry a value (any `Serialize`) under `key` to the followed page, read there with
+    /// Parse the responses with the named callback ([`Response::callback`](crate::Response::callback)).
+    pub fn callback(self, name: impl Into<String>) -> Self {
+        let name = name.into();
+        self.map(|r| r.callback(name.clone()))
+    }
+
+    /// Carry a value (any `Serialize`) under `key` to the followed pages, read there with
     /// [`Response::meta`](crate::Response::meta). A value that does not serialise is an
-    /// error and the link is not followed.
+    /// error and no link is followed.
     pub fn meta(mut self, key: impl Into<String>, value: impl Serialize) -> Result<Self> {
-        if let Some(r) = self.request.take() {
-            // On an error the request is dropped here, so nothing is scheduled.
-            self.request = Some(r.meta(key, value)?);
+        if self.requests.is_empty() {
+            return Ok(self);
         }
-        Ok(self)
+        let key = key.into();
+        // Serialised once for all the links.
+        let value = match meta_value(&key, value) {
+            Ok(v) => v,
+            Err(e) => {
+                // Nothing is scheduled when `self` drops.
+                self.requests.clear();
+                return Err(e);
+            }
+        };
+        Ok(self.map(|mut r| {
+            r.meta.insert(key.clone(), value.clone());
+            r
+        }))
     }
 
     /// Set the priority (higher runs sooner within the host's queue).
-    pub fn priority(mut self, priority: i32) -> Self {
-        if let Some(r) = &mut self.request {
-            r.priority = priority;
-        }
-        self
+    pub fn priority(self, priority: i32) -> Self {
+        self.map(|r| r.priority(priority))
     }
 
     /// Add a request header.
-    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        if let Some(r) = &mut self.request {
-            r.headers.push((name.into(), value.into()));
-        }
-        self
+    pub fn header(self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        let (name, value) = (name.into(), value.into());
+        self.map(|r| r.header(name.clone(), value.clone()))
     }
 
-    /// Bypass the duplicate filter for this request.
-    pub fn dont_filter(mut self) -> Self {
-        if let Some(r) = &mut self.request {
-            r.dont_filter = true;
-        }
-        self
+    /// Bypass the duplicate filter for these requests.
+    pub fn dont_filter(self) -> Self {
+        self.map(Request::dont_filter)
     }
 
-    /// Render the followed page in a browser before the spider sees it (see
+    /// Render the followed pages in a browser before the spider sees them (see
     /// [`Request::render`]).
-    pub fn render(mut self) -> Self {
-        if let Some(r) = self.request.take() {
-            self.request = Some(r.render());
-        }
-        self
+    pub fn render(self) -> Self {
+        self.map(Request::render)
     }
 
-    /// Render the followed page in a browser with `options` (see [`Request::render_with`]).
-    pub fn render_with(mut self, options: crate::render::RenderOptions) -> Self {
-        if let Some(r) = self.request.take() {
-            self.request = Some(r.render_with(options));
-        }
-        self
+    /// Render the followed pages in a browser with `options` (see [`Request::render_with`]).
+    pub fn render_with(self, options: crate::render::RenderOptions) -> Self {
+        self.map(|r| r.render_with(options.clone()))
     }
 
-    /// The request as built so far (`None` when the link was skipped).
+    /// The (first) request as built so far (`None` when every link was skipped).
     pub fn request(&self) -> Option<&Request> {
-        self.request.as_ref()
+        self.requests.first()
+    }
+
+    /// Every request as built so far, in the order of the links.
+    pub fn requests(&self) -> &[Request] {
+        &self.requests
     }
 }
 
 impl<I> Drop for Follow<'_, I> {
     fn drop(&mut self) {
-        if let Some(r) = self.request.take() {
-            self.out.requests.push(r);
-        }
+        self.out.requests.append(&mut self.requests);
     }
 }
 
@@ -324,5 +366,90 @@ mod tests {
         assert_eq!((r.priority, r.depth, r.dont_filter), (5, 1, true));
         assert_eq!(r.header_value("x-test"), Some("1"));
         assert_eq!(out.invalid_links(), 1);
+    }
+
+    #[test]
+    fn follow_all_without_options_follows_every_link_with_the_default_callback() {
+        let base = Url::parse("http://example.com/list/").unwrap();
+        let mut out: Output<()> = Output::new(base, 1);
+        out.follow_all(["a.html", "mailto:x@example.com", "/b.html", "c.html"]);
+        let urls: Vec<&str> = out.requests().iter().map(|r| r.url.as_str()).collect();
+        assert_eq!(
+            urls,
+            [
+                "http://example.com/list/a.html",
+                "http://example.com/b.html",
+                "http://example.com/list/c.html"
+            ]
+        );
+        assert!(
+            out.requests()
+                .iter()
+                .all(|r| r.callback.is_none() && r.depth == 2)
+        );
+        assert_eq!(out.invalid_links(), 1);
+    }
+
+    #[test]
+    fn follow_all_applies_every_option_to_every_link() {
+        let base = Url::parse("http://example.com/").unwrap();
+        let mut out: Output<()> = Output::new(base, 0);
+        let hrefs = vec![
+            "b1.html".to_owned(),
+            "b2.html".to_owned(),
+            "b3.html".to_owned(),
+        ];
+        let follow = out
+            .follow_all(&hrefs)
+            .callback("book")
+            .meta("page", 2u32)
+            .unwrap()
+            .meta("tags", ["x", "y"])
+            .unwrap()
+            .priority(7)
+            .header("X-Test", "1")
+            .dont_filter()
+            .render();
+        assert_eq!(follow.requests().len(), 3, "held until dropped");
+        drop(follow);
+        let reqs = out.requests();
+        assert_eq!(reqs.len(), 3, "{reqs:?}");
+        for (r, href) in reqs.iter().zip(&hrefs) {
+            assert_eq!(r.url.as_str(), format!("http://example.com/{href}"));
+            assert_eq!(r.callback.as_deref(), Some("book"));
+            assert_eq!(r.meta.get("page"), Some(&serde_json::json!(2)));
+            assert_eq!(r.meta.get("tags"), Some(&serde_json::json!(["x", "y"])));
+            assert!(r.meta.contains_key(crate::render::RENDER_META), "{r:?}");
+            assert_eq!((r.priority, r.depth, r.dont_filter), (7, 1, true));
+            assert_eq!(r.header_value("x-test"), Some("1"));
+        }
+    }
+
+    #[test]
+    fn follow_all_with_a_bad_meta_value_follows_none_of_the_links() {
+        let base = Url::parse("http://example.com/").unwrap();
+        let mut out: Output<()> = Output::new(base, 0);
+        let unserialisable: std::collections::HashMap<(u8, u8), u8> = [((1, 2), 3)].into();
+        let e = out
+            .follow_all(["a", "b"])
+            .callback("book")
+            .meta("pair", unserialisable)
+            .unwrap_err();
+        assert!(e.to_string().contains("meta value for 'pair'"), "{e}");
+        assert!(out.requests().is_empty(), "{:?}", out.requests());
+    }
+
+    #[test]
+    fn follow_all_keeps_to_max_links_counting_links_not_yet_scheduled() {
+        let base = Url::parse("http://example.com/").unwrap();
+        let mut out: Output<()> = Output::new(base, 0).with_max_links(3);
+        out.follow("first");
+        // Room for two more: the third and fourth of this call are dropped and counted.
+        out.follow_all(["a", "b", "c", "d"]).callback("book");
+        out.follow("last");
+        let urls: Vec<&str> = out.requests().iter().map(|r| r.url.path()).collect();
+        assert_eq!(urls, ["/first", "/a", "/b"]);
+        assert_eq!(out.dropped_links(), 3);
+        assert_eq!(out.requests()[1].callback.as_deref(), Some("book"));
     }
 }

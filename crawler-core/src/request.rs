@@ -106,6 +106,17 @@ pub(crate) fn check_scheme(url: Url) -> Result<Url> {
     }
 }
 
+/// A meta value as JSON, or an error naming its key when it does not serialise.
+pub(crate) fn meta_value(key: &str, value: impl Serialize) -> Result<serde_json::Value> {
+    serde_json::to_value(value).map_err(|e| {
+        Error::new(
+            ErrorKind::Other,
+            format!("meta value for '{key}' is not serialisable"),
+        )
+        .with_source(e)
+    })
+}
+
 impl Request {
     /// A GET request for an absolute http(s) URL.
     pub fn get(url: &str) -> Result<Self> {
@@ -168,13 +179,7 @@ impl Request {
     /// Attach a value (any `Serialize`) under `key`, readable with [`crate::Response::meta`].
     pub fn meta(mut self, key: impl Into<String>, value: impl Serialize) -> Result<Self> {
         let key = key.into();
-        let v = serde_json::to_value(value).map_err(|e| {
-            Error::new(
-                ErrorKind::Other,
-                format!("meta value for '{key}' is not serialisable"),
-            )
-            .with_source(e)
-        })?;
+        let v = meta_value(&key, value)?;
         self.meta.insert(key, v);
         Ok(self)
     }
