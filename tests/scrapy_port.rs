@@ -108,7 +108,12 @@ struct Duplicates {
 
 impl Pipeline<Book> for Duplicates {
     async fn process(&self, item: Book) -> Result<Processed<Book>> {
-        if !self.seen.lock().expect("not poisoned").insert(item.title.clone()) {
+        if !self
+            .seen
+            .lock()
+            .expect("not poisoned")
+            .insert(item.title.clone())
+        {
             return Ok(Processed::Drop(format!("duplicate title {}", item.title)));
         }
         self.kept.lock().expect("not poisoned").push(item.clone());
@@ -180,14 +185,10 @@ impl Spider for BookPages {
         )
         .get()
         .context("a breadcrumb")?;
-        for href in q!(page, f, "article.book h3 a", "//article/h3/a").attrs("href") {
-            out.follow(href)
-                .callback("parse_book")
-                .meta("category", &category)?;
-        }
-        for href in q!(page, f, "li.next a", "//li[@class='next']/a").attrs("href") {
-            out.follow(href);
-        }
+        out.follow_all(q!(page, f, "article.book h3 a", "//article/h3/a").attrs("href"))
+            .callback("parse_book")
+            .meta("category", &category)?;
+        out.follow_all(q!(page, f, "li.next a", "//li[@class='next']/a").attrs("href"));
         Ok(())
     }
 }

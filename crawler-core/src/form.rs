@@ -1,14 +1,15 @@
 //! Forms: the request a browser sends when a page's form is submitted, like Scrapy's
 //! `FormRequest.from_response`.
 //!
-//! Built on the public selection API only ([`Response::select`], [`Element`]), so it reads
+//! Built on the public selection API only ([`Response::select`], [`Node`]), so it reads
 //! the page the way a spider would.
 
 use url::form_urlencoded;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::request::Request;
-use crate::response::{Element, Response};
+use crate::response::Response;
+use crate::select::Node;
 
 /// The controls of a form, in document order. Descendants of a disabled `<fieldset>` are
 /// disabled (the spec's exception for its first `<legend>` is not made), and a `<datalist>`'s
@@ -72,6 +73,7 @@ pub struct FormRequest<'a> {
 enum Which {
     First,
     Css(String),
+    XPath(String),
     Id(String),
     Name(String),
     Number(usize),
@@ -120,6 +122,13 @@ impl<'a> FormRequest<'a> {
     /// match the form itself, e.g. `form.search`, not an element inside it).
     pub fn form_css(mut self, css: impl Into<String>) -> Self {
         self.form = Which::Css(css.into());
+        self
+    }
+
+    /// The form an XPath selects, or the form around the first node it selects (Scrapy's
+    /// `formxpath`: `//input[@name="q"]` picks the form holding that field).
+    pub fn form_xpath(mut self, expr: impl Into<String>) -> Self {
+        self.form = Which::XPath(expr.into());
         self
     }
 
@@ -226,7 +235,7 @@ impl<'a> FormRequest<'a> {
         Ok(request)
     }
 
-    fn pick_form(&self) -> Result<Element<'a>> {
+    fn pick_form(&self) -> Result<Node<'a>> {
         let page = self.page;
         let forms = page.select("form");
         if forms.is_empty() {
@@ -265,6 +274,13 @@ impl<'a> FormRequest<'a> {
                 }
                 (form, format!("matching '{css}'"))
             }
+            Which::XPath(expr) => {
+                let matched = page.try_xpath(expr)?;
+                let form = matched
+                    .iter()
+                    .find_map(|n| n.xpath("ancestor-or-self::form").first());
+                (form, format!("at or around what '{expr}' selects"))
+            }
         };
         found.ok_or_else(|| {
             let known: Vec<String> = forms.iter().enumerate().map(describe).collect();
@@ -281,7 +297,7 @@ impl<'a> FormRequest<'a> {
 
     /// The form's successful controls as (name, value) pairs in document order, the clicked
     /// button's included, and what that button changes.
-    fn entries(&self, form: &Element<'_>) -> Result<(Vec<(String, String)>, Submitter)> {
+    fn entries(&self, form: &Node<'_>) -> Result<(Vec<(String, String)>, Submitter)> {
         let mut entries = Vec::new();
         let mut submitter = None;
         let mut buttons = 0;
@@ -395,7 +411,7 @@ impl<'a> FormRequest<'a> {
 }
 
 /// A form for an error message: its index, and its id or name.
-fn describe((i, form): (usize, Element<'_>)) -> String {
+fn describe((i, form): (usize, Node<'_>)) -> String {
     match (form.attr("id"), form.attr("name")) {
         (Some(id), _) => format!("{i} (id '{id}')"),
         (None, Some(name)) => format!("{i} (name '{name}')"),
@@ -407,7 +423,7 @@ fn describe((i, form): (usize, Element<'_>)) -> String {
 /// option of a multiple select; else the last selected option, or the first option that is
 /// not disabled when none is (for a drop-down, not a list box with `size` > 1). Disabled
 /// options (or options of a disabled `<optgroup>`) are never sent.
-fn selected_options(select: &Element<'_>) -> Result<Vec<String>> {
+fn selected_options(select: &Node<'_>) -> Result<Vec<String>> {
     // (option, disabled) in document order: the select's own options, and those of its
     // groups with the group's disabled state (walked per group, since an element cannot
     // name its parent).
@@ -427,8 +443,8 @@ fn selected_options(select: &Element<'_>) -> Result<Vec<String>> {
             options.push((child, disabled));
         }
     }
-    let selected = |o: &&(Element<'_>, bool)| o.0.attr("selected").is_some();
-    let chosen: Vec<&(Element<'_>, bool)> = if select.attr("multiple").is_some() {
+    let selected = |o: &&(Node<'_>, bool)| o.0.attr("selected").is_some();
+    let chosen: Vec<&(Node<'_>, bool)> = if select.attr("multiple").is_some() {
         options.iter().filter(selected).collect()
     } else if let Some(last) = options.iter().rfind(|o| selected(o)) {
         vec![last]
@@ -454,16 +470,10 @@ fn selected_options(select: &Element<'_>) -> Result<Vec<String>> {
         .collect())
 }
 
-/// A `<textarea>`'s text as written, its line breaks kept. [`Element::text`] collapses
-/// whitespace, so this reads the inner HTML back: a textarea holds one text node, which
-/// serialises with `&`, `<`, `>` and no-break spaces escaped and nothing else.
-fn textarea_value(textarea: &Element<'_>) -> String {
-    textarea
-        .inner_html()
-        .replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&nbsp;", "\u{a0}")
-        .replace("&amp;", "&")
+/// A `<textarea>`'s text as written, its line breaks kept ([`Node::text`] collapses
+/// whitespace): its text node untouched, as parsel's `::text` reads it.
+fn textarea_value(textarea: &Node<'_>) -> String {
+    textarea.select("::text").getall().concat()
 }
 
 /// Every line break as CR LF, as a form's entries are sent.

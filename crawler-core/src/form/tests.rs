@@ -143,7 +143,7 @@ const TWO_FORMS: &str = r#"
   <form name="subscribe" class="news" action="/subscribe" method="post"><input name="email" value="e"></form>"#;
 
 #[test]
-fn a_form_is_picked_by_id_name_css_or_number() {
+fn a_form_is_picked_by_id_name_css_xpath_or_number() {
     let p = page(TWO_FORMS);
     let action = |form: FormRequest<'_>| form.build().unwrap().url.path().to_owned();
     assert_eq!(action(FormRequest::from_response(&p)), "/search");
@@ -167,6 +167,22 @@ fn a_form_is_picked_by_id_name_css_or_number() {
     assert_eq!(
         action(FormRequest::from_response(&p).form_number(1)),
         "/subscribe"
+    );
+    // By XPath: the form itself, or the one around a field.
+    assert_eq!(
+        action(FormRequest::from_response(&p).form_xpath("//form[@method='post']")),
+        "/subscribe"
+    );
+    assert_eq!(
+        action(FormRequest::from_response(&p).form_xpath("//input[@name='email']")),
+        "/subscribe"
+    );
+    assert!(
+        FormRequest::from_response(&p)
+            .form_xpath("//div")
+            .build()
+            .is_err(),
+        "a <div> outside any form picks none"
     );
     // The last choice wins.
     assert_eq!(
