@@ -445,3 +445,44 @@ fn selections_from_text_and_values_select_nothing() {
     assert!(p.xpath("/").get().unwrap().contains("<p>x <b>y</b></p>"));
     no_problems(&p);
 }
+
+#[test]
+fn xpath_axes_unions_and_the_rest_of_the_core_library() {
+    let p = page(
+        "<div id='a'><h2>Two</h2><p class='x'>p1</p><h1>One</h1><p>p2 <i>it</i></p></div>\
+         <div id='b' lang='en-GB'><span>5</span><span>7</span><span>x</span></div>",
+    );
+    let all = |expr: &str| p.xpath(expr).getall();
+    // A union comes back in document order, whatever the order of its operands.
+    assert_eq!(all("//h1/text() | //h2/text()"), ["Two", "One"]);
+    assert_eq!(all("//*[self::h1 or self::h2]/text()"), ["Two", "One"]);
+    assert_eq!(all("//h1/preceding-sibling::*[1]/text()"), ["p1"]);
+    assert_eq!(all("//h1/following::text()[1]"), ["p2 "]);
+    assert_eq!(all("count(//i/preceding::*)"), ["4.0"]);
+    assert_eq!(
+        all("count(//i/ancestor-or-self::*)"),
+        ["5.0"],
+        "html, body, div, p, i"
+    );
+    assert_eq!(all("local-name(//*[@lang])"), ["div"]);
+    assert_eq!(all("count(//span[lang('en')])"), ["3.0"]);
+    assert_eq!(
+        all("sum(//span[number(.) = number(.)])"),
+        ["12.0"],
+        "NaN is not itself"
+    );
+    assert_eq!(all("translate(//h2, 'wo', 'WO')"), ["TWO"]);
+    assert_eq!(all("substring(//h1, 2)"), ["ne"]);
+    assert_eq!(all("string-length(//h1)"), ["3.0"]);
+    assert_eq!(all("floor(7 div 2) + ceiling(0.5) + round(2.5)"), ["7.0"]);
+    assert_eq!(all("not(//table)"), ["1"]);
+    assert_eq!(all("boolean(//p[@class])"), ["1"]);
+    assert_eq!(all("//div[@id='b']/span[last() - 1]/text()"), ["7"]);
+    assert_eq!(all("//p[not(@class)]/@class"), Vec::<String>::new());
+    assert_eq!(all("name(//p[2]/..)"), ["div"]);
+    // A position counts among each parent's children; in parentheses, in the whole list.
+    assert_eq!(all("//div/*[1]/text()"), ["Two", "5"]);
+    assert_eq!(all("(//div/*)[1]/text()"), ["Two"]);
+    assert_eq!(all("(//span)[last()]/text()"), ["x"]);
+    no_problems(&p);
+}
