@@ -134,23 +134,12 @@ pub fn looks_like_xpath(expr: &str) -> bool {
 fn run_css(doc: &mut Doc, scope: Option<NodeId>, query: &CssQuery, first: bool) -> Vec<Hit> {
     let html = &doc.html;
     let limit = if first { 1 } else { usize::MAX };
-    let elements = |selector: &scraper::Selector| -> Vec<NodeId> {
-        match scope {
-            None => html.select(selector).take(limit).map(|e| e.id()).collect(),
-            Some(id) => html
-                .tree
-                .get(id)
-                .and_then(ElementRef::wrap)
-                .map(|e| e.select(selector).take(limit).map(|d| d.id()).collect())
-                .unwrap_or_default(),
-        }
-    };
     let parts = match query {
-        CssQuery::Elements(selector) => {
-            return elements(selector).into_iter().map(Hit::Node).collect();
-        }
+        // Straight into hits: no list of ids to copy over.
+        CssQuery::Elements(selector) => return matched(html, scope, selector, limit, Hit::Node),
         CssQuery::Parts(parts) => parts,
     };
+    let elements = |selector| matched(html, scope, selector, limit, |id| id);
     let mut hits = Vec::new();
     let mut merge = parts.len() > 1;
     for part in parts {
@@ -183,6 +172,30 @@ fn run_css(doc: &mut Doc, scope: Option<NodeId>, query: &CssQuery, first: bool) 
         hits.truncate(1);
     }
     hits
+}
+
+/// The elements `selector` matches below `scope` (the whole document when `None`), at most
+/// `limit` of them, each as `f` makes it.
+fn matched<T>(
+    html: &Html,
+    scope: Option<NodeId>,
+    selector: &scraper::Selector,
+    limit: usize,
+    f: impl Fn(NodeId) -> T,
+) -> Vec<T> {
+    match scope {
+        None => html
+            .select(selector)
+            .take(limit)
+            .map(|e| f(e.id()))
+            .collect(),
+        Some(id) => html
+            .tree
+            .get(id)
+            .and_then(ElementRef::wrap)
+            .map(|e| e.select(selector).take(limit).map(|d| f(d.id())).collect())
+            .unwrap_or_default(),
+    }
 }
 
 /// What a part's pseudo-element takes from one matched node.
