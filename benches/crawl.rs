@@ -6,13 +6,15 @@
 //! cargo bench --bench crawl -- compare            # ... and against nginx serving the same
 //!                                                 # files, and Scrapy (when importable), ratios
 //! cargo bench --bench crawl -- run PROFILE URL [BOOKS] [CONCURRENCY]   # one crawl, one line
+//! cargo bench --bench crawl -- parse URL [ROUNDS]  # the parse path alone on the lab's pages
 //! cargo bench --bench crawl -- [BOOKS] [CONCURRENCY] [URL]   # one crawl of the books profile
 //! cargo bench --bench crawl -- chaos [BOOKS] [CONCURRENCY]   # the chaos site: peak RSS
 //! cargo bench --bench crawl -- hosts [HOSTS] [CONCURRENCY]   # one page on each of HOSTS
 //!                                                            # host names: RSS over time
 //! CRAWL_BENCH_FEED=/tmp/b.jsonl CRAWL_BENCH_SET="job_dir=/tmp/job;feed_fsync=off" \
 //!     cargo bench --bench crawl                             # a feed, more settings
-//! CRAWL_BENCH_PYTHON=/tmp/venv/bin/python cargo bench --bench crawl -- compare
+//! CRAWL_BENCH_PYTHON=/tmp/venv/bin/python CRAWL_BENCH_SPIDER=/path/to/spider \
+//!     cargo bench --bench crawl -- compare                  # + Scrapy and spider-rs
 //! ```
 //!
 //! Profiles: `books` is the lab's book site (10,000 books: 11,003 pages of 3.7 to 5.9 KB with
@@ -397,7 +399,153 @@ fn run_scrapy(url: &str) -> std::result::Result<Option<Figures>, Box<dyn std::er
     Ok(figures)
 }
 
-/// Both profiles against the lab; with `compare`, also against nginx and Scrapy.
+/// CPU seconds (user + system) of this process's children that have been waited for, from
+/// /proc (Linux): cutime and cstime, the 16th and 17th fields.
+fn children_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(13) + ticks(14)) / 100.0
+}
+
+/// Peak RSS of a running process in MiB (its VmHWM), 0 once it is gone.
+fn child_peak_rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// The longest a spider-rs crawl of the bench's sites may take before it is killed.
+const SPIDER_RS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// spider-rs's link-only crawl of the same site (`spider -u URL -r crawl -o` and
+/// `crawl_args`: robots.txt obeyed as ours is, every link followed, each crawled URL
+/// printed), when `CRAWL_BENCH_SPIDER` names its binary (`cargo install spider_cli`). Pages
+/// are the lines it prints; CPU is the child's (cutime + cstime around the wait); peak RSS
+/// is sampled.
+fn run_spider_rs(
+    url: &str,
+    crawl_args: &[&str],
+) -> std::result::Result<Option<Figures>, Box<dyn std::error::Error>> {
+    let Ok(spider) = std::env::var("CRAWL_BENCH_SPIDER") else {
+        println!(
+            "spider-rs: skipped (set CRAWL_BENCH_SPIDER=/path/to/spider, from `cargo install spider_cli`)"
+        );
+        return Ok(None);
+    };
+    let cpu0 = children_cpu_seconds();
+    let t0 = Instant::now();
+    let mut child = Command::new(&spider)
+        .args(["-u", url, "-r", "crawl"])
+        .args(crawl_args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let pid = child.id();
+    let stdout = child.stdout.take().ok_or("no spider stdout")?;
+    // Lines are counted on a thread of their own so this one can sample RSS and enforce
+    // the timeout.
+    let counter = std::thread::spawn(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(|l| l.ok())
+            .filter(|l| !l.trim().is_empty())
+            .count() as u64
+    });
+    let mut peak = 0.0f64;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        peak = peak.max(child_peak_rss_mib(pid));
+        if t0.elapsed() > SPIDER_RS_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("spider-rs did not finish within {SPIDER_RS_TIMEOUT:?}").into());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = children_cpu_seconds() - cpu0;
+    let pages = counter
+        .join()
+        .map_err(|_| "spider-rs line counter panicked")?;
+    if !status.success() || pages == 0 {
+        println!("spider-rs: no figures ({status}, {pages} links printed)");
+        return Ok(None);
+    }
+    Ok(Some(Figures {
+        pages,
+        items: 0,
+        wall,
+        pages_per_s: pages as f64 / wall,
+        cpu_per_1000: cpu / pages as f64 * 1000.0,
+        peak_rss_mib: peak,
+    }))
+}
+
+/// Pages the `parse` mode reads from the lab: the index, a listing page and two book pages.
+const PARSE_PAGES: &[&str] = &[
+    "",
+    "catalogue/page-3.html",
+    "catalogue/book-17.html",
+    "catalogue/book-4242.html",
+];
+
+/// `parse URL [ROUNDS]`: the engine's parse path alone (decode, bounded html5ever parse into
+/// `scraper::Html`, the `<base>` search, the tree dropped) on a few of the lab's pages, ROUNDS
+/// times each on one thread, in CPU microseconds per page: steadier than a crawl's figure
+/// on a busy machine, to compare parse-path changes.
+fn parse_path(url: &str, rounds: usize) -> std::result::Result<(), Box<dyn std::error::Error>> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut pages = Vec::new();
+    for path in PARSE_PAGES {
+        let page_url = format!("{url}{path}");
+        let (headers, body) = rt.block_on(async {
+            let res = reqwest::get(&page_url).await?.error_for_status()?;
+            let headers = res.headers().clone();
+            Ok::<_, reqwest::Error>((headers, res.bytes().await?))
+        })?;
+        pages.push((Request::get(page_url.as_str())?, headers, body));
+    }
+    let cpu0 = cpu_seconds();
+    for _ in 0..rounds {
+        for (req, headers, body) in &pages {
+            let page = Response::new(
+                req.clone(),
+                req.url.clone(),
+                200,
+                headers.clone(),
+                body.clone(),
+            );
+            page.parse_html()
+                .map_err(|f| format!("{}: {}", req.url, f.message))?;
+            std::hint::black_box(page.base_url());
+        }
+    }
+    let cpu = cpu_seconds() - cpu0;
+    let n = (rounds * pages.len()).max(1);
+    println!(
+        "parse pages={n} cpu_us_per_page={:.2} bytes_per_page={}",
+        cpu / n as f64 * 1e6,
+        pages.iter().map(|p| p.2.len()).sum::<usize>() / pages.len().max(1)
+    );
+    Ok(())
+}
+
+/// Both profiles against the lab; with `compare`, also against nginx, Scrapy and spider-rs.
 fn suite(compare: bool) -> std::result::Result<(), Box<dyn std::error::Error>> {
     let books = 10_000;
     let concurrency = 64;
@@ -435,6 +583,35 @@ fn suite(compare: bool) -> std::result::Result<(), Box<dyn std::error::Error>> {
                 scrapy.peak_rss_mib / on_nginx.peak_rss_mib.max(1e-9),
             );
         }
+        // spider_cli 2.53's concurrent crawl ends early on this site, at a different page
+        // each run (49 to 4,960 of 11,001 pages in ten); `-s`, one page at a time, crawls it all.
+        // Both run; a ratio is printed only for a crawl that reached the whole site.
+        for (mode, args) in [
+            ("concurrent", &["-o"][..]),
+            ("sequential", &["-s", "-o"][..]),
+        ] {
+            let Some(spider) = run_spider_rs(&nginx.url, args)? else {
+                break;
+            };
+            println!(
+                "profile={profile} server=nginx crawler=spider-rs-{mode} {}",
+                spider.line()
+            );
+            // Its count is of HTML pages; ours adds robots.txt and the sitemap request.
+            if spider.pages * 100 < on_nginx.pages * 99 {
+                println!(
+                    "profile={profile} server=nginx spider-rs-{mode}: incomplete crawl ({} of {} pages), no ratio",
+                    spider.pages, on_nginx.pages
+                );
+                continue;
+            }
+            println!(
+                "profile={profile} server=nginx ratio this/spider-rs-{mode} (links only): pages/s x{:.2}, wall x{:.2} less, CPU per page x{:.2} less",
+                on_nginx.pages_per_s / spider.pages_per_s.max(1e-9),
+                spider.wall / on_nginx.wall.max(1e-9),
+                spider.cpu_per_1000 / on_nginx.cpu_per_1000.max(1e-9),
+            );
+        }
     }
     Ok(())
 }
@@ -455,6 +632,11 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     match args.first().map(String::as_str) {
         None => return suite(false),
         Some("compare") => return suite(true),
+        Some("parse") => {
+            let url = args.get(1).ok_or("parse needs the lab's URL")?;
+            let rounds = args.get(2).and_then(|r| r.parse().ok()).unwrap_or(20_000);
+            return parse_path(url, rounds);
+        }
         _ => {}
     }
     // `run PROFILE URL [BOOKS] [CONCURRENCY]`: one crawl of a server already running (how

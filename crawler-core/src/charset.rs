@@ -123,6 +123,16 @@ fn fits<'a>(enc: &'static Encoding, body: &'a [u8]) -> Option<Cow<'a, str>> {
 /// encodings decode any bytes, so "decodes cleanly" alone would call a binary body windows-1252.
 /// Control characters other than whitespace are rare in real pages and common in binary.
 fn looks_like_text(text: &str) -> bool {
+    // Pages mostly start with ASCII: then chars are bytes and the count is a byte scan, not
+    // a char-by-char decode (which was 1% of the crawl benchmark's CPU). Same answer.
+    let head = &text.as_bytes()[..text.len().min(META_PRESCAN)];
+    if head.is_ascii() {
+        let controls = head
+            .iter()
+            .filter(|&&b| b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r' | b'\x0c'))
+            .count();
+        return controls * 16 <= head.len();
+    }
     let mut chars = 0;
     let mut controls = 0;
     for c in text.chars().take(META_PRESCAN) {
@@ -194,13 +204,48 @@ fn meta_charset(head: &[u8]) -> Option<&'static Encoding> {
     None
 }
 
+/// Where `needle` first occurs in `hay`. memchr's SIMD search: the engine looks for
+/// `<base` in every page's whole body (`Response::base_url`), and a byte-by-byte window
+/// compare of it was 1.7% of the crawl benchmark's CPU.
 pub(crate) fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+    memchr::memmem::find(hay, needle)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The char-by-char count the ASCII fast path of `looks_like_text` stands in for.
+    fn looks_like_text_by_chars(text: &str) -> bool {
+        let (mut chars, mut controls) = (0, 0);
+        for c in text.chars().take(META_PRESCAN) {
+            chars += 1;
+            if c.is_control() && !matches!(c, '\t' | '\n' | '\r' | '\x0c') && (c as u32) < 0x20 {
+                controls += 1;
+            }
+        }
+        controls * 16 <= chars
+    }
+
+    #[test]
+    fn the_text_test_answers_the_same_for_ascii_and_not() {
+        let control = "\x01".repeat(64);
+        for text in [
+            String::new(),
+            "<p>plain</p>\r\n\t\x0c".to_owned(),
+            format!("{control}{}", "x".repeat(960)),
+            format!("{control}{}", "x".repeat(1100)),
+            format!("{}{control}", "x".repeat(1000)),
+            format!("é{control}{}", "x".repeat(900)),
+            "\x7f\x7f\x7f".to_owned(),
+        ] {
+            assert_eq!(
+                looks_like_text(&text),
+                looks_like_text_by_chars(&text),
+                "{text:?}"
+            );
+        }
+    }
 
     #[test]
     fn header_wins_then_bom_then_meta() {

@@ -305,6 +305,7 @@ impl TreeSink for BoundedSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use scraper::node::Node;
 
     fn nested(n: usize) -> String {
         format!(
@@ -327,6 +328,92 @@ mod tests {
         };
         assert!(parse_document(&nested(20), &limits).is_ok());
         assert!(parse_document(&nested(21), &limits).is_err());
+    }
+
+    /// The tree as text: every node with its kind, name, sorted attributes and text, one a
+    /// line, indented by depth (adjacent text nodes show as two lines, so a sink that
+    /// concatenates differently shows).
+    fn dump(html: &Html) -> String {
+        let mut out = format!("{:?}\n", html.quirks_mode);
+        for edge in html.tree.root().traverse() {
+            let ego_tree::iter::Edge::Open(node) = edge else {
+                continue;
+            };
+            let depth = node.ancestors().count();
+            let line = match node.value() {
+                Node::Element(e) => format!("<{:?} {:?}>", e.name, e.attrs().collect::<Vec<_>>()),
+                Node::Text(t) => format!("{:?}", &*t.text),
+                other => format!("{other:?}"),
+            };
+            out.push_str(&format!("{}{line}\n", "  ".repeat(depth)));
+        }
+        out
+    }
+
+    /// Documents that take the tree builder's less common paths: foster parenting, the
+    /// adoption agency, templates, duplicate attributes on `html` and `body`, comments, a
+    /// doctype, short and long text runs, character references.
+    const TRICKY: &[&str] = &[
+        "<!DOCTYPE html><html><head><title>T</title></head><body><p>a</p></body></html>",
+        "<table><tr><td>1<td>2</table><p>a<b>b<p>c</b>d",
+        "<table>x<tr>y</tr>z<td>w</table>",
+        "<a><p>1<a>2</p>3",
+        "<b><i><p>x</b>y</i>z",
+        "<template><td>x</td></template><p>t",
+        "<html a=1><body b=2><html c=3 a=4><body d=5 b=6>",
+        "<!-- c --><p>&amp;&lt;&#x41;&nosuch; x\n\t  </p><!--x-->",
+        "<p class=\"a b\" id=x title='a very long attribute value indeed'>short</p>",
+        "<select><option>1<option>2</select><svg><path/></svg><math><mi>x</math>",
+        "<frameset><frame></frameset>",
+        "plain text only",
+        "",
+    ];
+
+    #[test]
+    fn tricky_pages_parse_as_scraper_does() {
+        for text in TRICKY {
+            let ours = parse_document(text, &ParseLimits::default()).unwrap();
+            assert_eq!(dump(&ours), dump(&Html::parse_document(text)), "{text}");
+        }
+    }
+
+    /// Every document case of html5lib-tests' tree-construction files (the folder in
+    /// `HTML5LIB_TREE_CONSTRUCTION`; skipped without it) gives the same tree through the
+    /// bounded sink as through scraper's own: the limits' bookkeeping changes nothing.
+    /// The files are html5lib-tests' `tree-construction/` as of its last commit that had
+    /// them (9329e64; they have since moved to web-platform-tests): 1,600 documents.
+    #[test]
+    fn html5lib_documents_parse_as_scraper_does() {
+        let Ok(dir) = std::env::var("HTML5LIB_TREE_CONSTRUCTION") else {
+            return;
+        };
+        let mut cases = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|e| e != "dat") {
+                continue;
+            }
+            let file = std::fs::read_to_string(&path).unwrap();
+            for case in file.split("\n#data\n") {
+                let case = case.strip_prefix("#data\n").unwrap_or(case);
+                if case.contains("\n#document-fragment\n") {
+                    continue;
+                }
+                let Some((data, _)) = case.split_once("\n#errors\n") else {
+                    continue;
+                };
+                let ours = parse_document(data, &ParseLimits::default()).unwrap();
+                assert_eq!(
+                    dump(&ours),
+                    dump(&Html::parse_document(data)),
+                    "{}: {data}",
+                    path.display()
+                );
+                cases += 1;
+            }
+        }
+        eprintln!("{cases} html5lib tree-construction documents: same tree");
+        assert!(cases > 1000, "{cases}");
     }
 
     #[test]
