@@ -211,6 +211,15 @@ pub(crate) fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     memchr::memmem::find(hay, needle)
 }
 
+/// Whether `body` may hold a `<base>` tag, in any letter case (`<BASE href>` is one too):
+/// pages without one never pay for a parse to look for it.
+pub(crate) fn may_have_base(body: &[u8]) -> bool {
+    static BASE: std::sync::LazyLock<Option<regex::bytes::Regex>> =
+        std::sync::LazyLock::new(|| regex::bytes::Regex::new("(?i-u)<base").ok());
+    // Without the pattern (it is a constant, so never), every page is parsed for it.
+    BASE.as_ref().is_none_or(|re| re.is_match(body))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

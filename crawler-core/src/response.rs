@@ -336,7 +336,7 @@ impl Response {
     pub fn base_url(&self) -> &Url {
         self.base.get_or_init(|| {
             // A byte search first, so pages without <base> never pay for a parse here.
-            if charset::find(&self.body, b"<base").is_none() {
+            if !charset::may_have_base(&self.body) {
                 return self.url.clone();
             }
             self.select("base[href]")
@@ -554,6 +554,13 @@ mod tests {
         assert_eq!(
             p.urljoin("x").unwrap().as_str(),
             "http://cdn.example.com/b/x"
+        );
+        // In any letter case.
+        let upper =
+            page(r#"<HEAD><BASE HREF="http://cdn.example.com/u/"></HEAD><a href="x">x</a>"#);
+        assert_eq!(
+            upper.urljoin("x").unwrap().as_str(),
+            "http://cdn.example.com/u/x"
         );
         let q = page("<a href='x'>x</a>");
         assert_eq!(
