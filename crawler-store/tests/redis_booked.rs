@@ -545,3 +545,53 @@ fn a_full_host_is_not_asked_for_again_at_once() {
     std::thread::sleep(Duration::from_millis(20));
     assert!(store.lease("h.test").unwrap().is_some());
 }
+
+/// A request that is not sent (a robots.txt refusal from cache: nothing reaches the host)
+/// gives its slot back, fleet-wide as in a local crawl, so the next request may take it;
+/// but only while its booking is the last: a slot another worker booked since stays
+/// booked. Kept in the worker's state only, the slot went unused by the whole fleet (a
+/// gap of two intervals at the server in every fleet crawl of the lab's shop, whose index
+/// links a page under its disallowed /private/).
+#[test]
+fn a_request_not_sent_gives_its_slot_back_while_its_booking_is_the_last() {
+    let redis = Redis::start();
+    let job = "booked-given-back";
+    let ahead = Duration::from_millis(50);
+    let mut f = noting_worker_of(open(&redis, job, ahead), 0, Booked::default());
+    let mut other = open(&redis, job, ahead);
+    let clock = other.budget();
+    let next_slot = |other: &RedisStore| {
+        assert!(other.fleet().still_clear("h.test", f64::INFINITY));
+        clock.cached("h.test").unwrap().state.tat
+    };
+    let unsent = Feedback::default();
+    for n in 0..3 {
+        f.enqueue(request(n), Instant::now());
+    }
+    // The slot comes back: the next one is now, not an interval after the unsent request.
+    let lease = first_hand_out(&mut f).expect("the request is handed out");
+    let booked = next_slot(&other);
+    f.complete(lease, &unsent, Instant::now());
+    f.acknowledge(lease);
+    let back = next_slot(&other);
+    assert!(
+        back <= booked - GAP_MS / 2.0 && back <= clock.now_ms(),
+        "the next slot at {back:.1}, {:.1} ms before the one booked",
+        booked - back
+    );
+    // Another worker booked a slot after it: the slot stays spent.
+    let lease = first_hand_out(&mut f).expect("the request is handed out");
+    let (theirs, _) = other
+        .lease("h.test")
+        .unwrap()
+        .expect("the other worker leases");
+    let booked = next_slot(&other);
+    f.complete(lease, &unsent, Instant::now());
+    f.acknowledge(lease);
+    assert_eq!(
+        next_slot(&other),
+        booked,
+        "a slot booked since stays booked"
+    );
+    other.ack(theirs).unwrap();
+}

@@ -60,6 +60,32 @@ impl SharedBudget for RedisBudget {
             inner.skipped_here.insert(host.to_owned());
             tracing::warn!(host, "host skipped for the whole fleet: {why}");
         }
+        // The machine gave the host's next slot back (the one rule that moves it back: a
+        // request booked last was not sent, say refused by robots.txt from cache). The
+        // record must give it back too, or the slot goes unused fleet-wide where a local
+        // crawl would use it. The script does, for this worker's last lease of the host
+        // while it is still open (an earlier lease's request, given back after the last was
+        // answered, is not the last booking), and if nothing booked or moved the slot since.
+        let gave_back = inner
+            .states
+            .get(host)
+            .is_some_and(|v| state.tat < v.state.tat);
+        if let Some(&(lease, next)) = inner.last_booked.get(host)
+            && gave_back
+            && inner.lease_hosts.contains_key(&lease)
+        {
+            inner.ops.push(PacingOp {
+                host: host.to_owned(),
+                kind: "g",
+                at: next,
+                factor: 1.0,
+            });
+            // That slot was this worker's turn, and is again: with a turn, the worker would
+            // ask a turn after it, and the slot it gave back would go unused after all.
+            if let Some(turn) = inner.turns.get_mut(host) {
+                turn.2 = 0.0;
+            }
+        }
         inner.commits.push(Commit {
             host: host.to_owned(),
             expected,

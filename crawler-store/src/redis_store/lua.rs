@@ -59,7 +59,9 @@
 //! on one host take consecutive slots, and none touches the learning state's version. A
 //! learning commit rewrites the pacing fields the machine derives from what it learned (the
 //! interval, slack and floor; the hold and the next slot only forward; the quota when the
-//! worker read a new one, less the bookings since), in the same script.
+//! worker read a new one, less the bookings since), in the same script. The one move back,
+//! a slot given back by a request that was not sent, is a pacing operation of its own
+//! (step 4b), applied only while that request's booking is still the last.
 //!
 //! The politeness decisions are not here: each worker runs the per-host machine of
 //! crawler-sched on the state it last read (the learning state with the pacing record laid
@@ -231,7 +233,8 @@ for s = 1, nsec do
   end
 
   -- 4b. Pacing operations that need no compare-and-set: a late departure moves the next
-  --     slot forward (`r`), a held request that missed its slot books a new one (`b`).
+  --     slot forward (`r`), a held request that missed its slot books a new one (`b`), a
+  --     request that was not sent gives its slot back (`g`).
   local ops = {}
   for _ = 1, num() do
     local host, kind, at, factor = nxt(), nxt(), num(), num()
@@ -240,6 +243,15 @@ for s = 1, nsec do
     local slot = 0
     if kind == 'r' then
       if p.t == nil or at > p.t then p.t = at end
+    elseif kind == 'g' then
+      -- A slot given back (`HostMachine::give_back`): the request booked last was not sent.
+      -- Only while its booking is still the last thing that moved the next slot (`at`, the
+      -- slot its lease left next, to the record's precision): a slot booked or moved since
+      -- is another request's.
+      if p.t and math.abs(p.t - at) < 0.01 then
+        p.t = math.min(p.t, math.max(p.t - (p.lg or 0), now))
+        p.lg = 0
+      end
     else
       slot = math.max(p.t or at, at, p.hu or at, p.su or at)
       local g = gap_of(p, factor)

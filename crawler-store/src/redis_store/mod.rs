@@ -128,7 +128,9 @@ struct Commit {
 struct PacingOp {
     host: String,
     /// `r`: the next slot no sooner than `at` (a late departure); `b`: book a new slot at
-    /// `at` or the next free one after it (a held request that missed its own).
+    /// `at` or the next free one after it (a held request that missed its own); `g`: give
+    /// back the slot of a request that was not sent, if the next slot is still `at`, the
+    /// one its lease left (nothing booked or moved it since).
     kind: &'static str,
     at: f64,
     /// The gap's share of the interval (see `state::gap_factor`).
@@ -192,6 +194,9 @@ struct Inner {
     /// Per paced host, the slot of this worker's last lease (ms), the host's booking count
     /// after it, and this worker's turn (see [`SharedBudget::turn_ms`]), ms.
     turns: HashMap<String, (f64, u64, f64)>,
+    /// Per paced host, this worker's last lease and the host's next slot its booking left
+    /// (ms): the slot a request of it that is not sent gives back (see `RedisBudget::commit`).
+    last_booked: HashMap<String, (u64, f64)>,
     last_renew: std::time::Instant,
     lens: HashMap<String, usize>,
     /// Each host's politeness state as last heard: its learning state with its pacing
@@ -361,6 +366,7 @@ impl RedisStore {
             lease_hosts: HashMap::new(),
             shares: HashMap::new(),
             turns: HashMap::new(),
+            last_booked: HashMap::new(),
             last_renew: std::time::Instant::now(),
             lens: HashMap::new(),
             states: HashMap::new(),

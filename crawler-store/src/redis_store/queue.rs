@@ -255,7 +255,7 @@ impl QueueStore for RedisStore {
             Some(l) if l.code == 1 && budget && paced => Some((l.id, l.at)),
             _ => None,
         };
-        if let Some((_, at)) = inner.booked {
+        if let Some((id, at)) = inner.booked {
             let interval = inner
                 .pacing
                 .get(host)
@@ -268,6 +268,9 @@ impl QueueStore for RedisStore {
                 turn_of(at - prev, others, interval)
             });
             inner.turns.insert(host.to_owned(), (at, booked, turn));
+            if let Some(next) = inner.pacing.get(host).and_then(|p| p.tat) {
+                inner.last_booked.insert(host.to_owned(), (id, next));
+            }
         }
         let cap = u64::from(concurrency_of(&params));
         // The first wait of a full host: about the time one of its requests in flight takes
