@@ -27,9 +27,12 @@
 #[path = "../examples/books/spider.rs"]
 mod books;
 
+#[path = "support/cpu.rs"]
+mod cpu;
 #[allow(dead_code)]
 #[path = "support/real.rs"]
 mod real;
+use cpu::{children_cpu_seconds, cpu_seconds};
 
 #[path = "support/many_hosts.rs"]
 mod many_hosts_support;
@@ -47,27 +50,6 @@ use crawler::prelude::*;
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: crawler::MiMalloc = crawler::MiMalloc;
-
-/// utime + stime of this process in seconds, from /proc (Linux).
-fn cpu_seconds() -> f64 {
-    proc_stat_seconds(11)
-}
-
-/// The two CPU-time fields of /proc/self/stat from `first` (counted after the parenthesised
-/// command name) summed, in seconds: utime and stime at 11, the waited-for children's
-/// cutime and cstime at 13.
-fn proc_stat_seconds(first: usize) -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(first) + ticks(first + 1)) / 100.0
-}
 
 /// Crawl one page on each of `hosts` host names and print RSS every tenth of the way: once
 /// a host is done it is idle for good, so RSS should stop growing with the hosts touched.
@@ -403,11 +385,6 @@ fn run_scrapy(url: &str) -> std::result::Result<Option<Figures>, Box<dyn std::er
         );
     }
     Ok(figures)
-}
-
-/// CPU seconds (user + system) of this process's children that have been waited for.
-fn children_cpu_seconds() -> f64 {
-    proc_stat_seconds(13)
 }
 
 /// Peak RSS of a running process in MiB (its VmHWM), 0 once it is gone.

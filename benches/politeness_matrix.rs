@@ -9,12 +9,14 @@
 //! cargo bench --bench politeness_matrix -- --real          # nginx/HAProxy cells: lab and real server
 //! cargo bench --bench politeness_matrix -- --fleet 4       # each cell crawled by 4 Redis workers
 //! cargo bench --bench politeness_matrix -- --fleet 4 --batches 2  # half the cells at a time
+//! cargo bench --bench politeness_matrix -- --fleet 4 --real  # 4 workers behind real nginx/HAProxy
 //! ```
 //!
 //! With `--fleet N` each cell is crawled by N workers sharing one crawl through Redis (its
 //! frontier and the host's budget): N engines in this process, each with its own Redis
 //! connection, all with the default settings plus `redis_url` and a job named after the
-//! cell, against the same lab limiter. The figures are the lab's, so fleet-wide, and one
+//! cell, against the same lab limiter (with `--real`, behind the real nginx or HAProxy,
+//! judged from its access log). The figures are the server's, so fleet-wide, and one
 //! more goal applies: the fleet never sends more in any minute than the limiter accepts in
 //! it. One `redis-server` of the bench's own (a free 127.0.0.1 port, a temporary directory,
 //! no persistence) serves every cell; it is skipped with a message when not installed.
@@ -93,20 +95,16 @@ async fn main() {
         eprintln!("no cell matches {filters:?}");
         std::process::exit(2);
     }
-    if let Some(workers) = fleet_workers {
-        if real {
-            eprintln!("--fleet runs against the lab only; drop --real");
-            std::process::exit(2);
-        }
-        run_fleet(cells, secs, workers, batches).await;
-        return;
-    }
     if real {
         for kind in ["nginx", "haproxy"] {
             if real::which(kind).is_none() {
                 println!("{kind} not found on PATH: its real cells are skipped");
             }
         }
+    }
+    if let Some(workers) = fleet_workers {
+        run_fleet(cells, secs, workers, batches, real).await;
+        return;
     }
     println!(
         "{} cells, {:.1} minutes each, all at once{}\n",
@@ -118,7 +116,9 @@ async fn main() {
     for cell in cells {
         if real {
             let c = cell.clone();
-            runs.push(tokio::spawn(async move { matrix::run_real(c, secs).await }));
+            runs.push(tokio::spawn(async move {
+                matrix::run_real(c, secs, None).await
+            }));
         }
         runs.push(tokio::spawn(async move {
             Some(matrix::run_lab(cell, secs).await)
@@ -139,8 +139,15 @@ async fn main() {
 }
 
 /// Runs every cell with a fleet of `workers`, in `batches` consecutive groups, and prints
-/// the fleet table and the cells passing each goal.
-async fn run_fleet(cells: Vec<matrix::Cell>, secs: f64, workers: usize, batches: usize) {
+/// the fleet table and the cells passing each goal; with `real`, behind the real server
+/// (nginx or HAProxy) instead of the lab's limiter.
+async fn run_fleet(
+    cells: Vec<matrix::Cell>,
+    secs: f64,
+    workers: usize,
+    batches: usize,
+    real: bool,
+) {
     if real::which("redis-server").is_none() {
         println!("redis-server not found on PATH: the fleet matrix is skipped");
         return;
@@ -173,12 +180,19 @@ async fn run_fleet(cells: Vec<matrix::Cell>, secs: f64, workers: usize, batches:
             .cloned()
             .map(|cell| {
                 let f = fleet.clone();
-                tokio::spawn(async move { matrix::run_lab_fleet(cell, secs, Some(f)).await })
+                tokio::spawn(async move {
+                    if real {
+                        matrix::run_real(cell, secs, Some(f)).await
+                    } else {
+                        Some(matrix::run_lab_fleet(cell, secs, Some(f)).await)
+                    }
+                })
             })
             .collect();
         for r in runs {
             match r.await {
-                Ok(o) => outcomes.push(o),
+                Ok(Some(o)) => outcomes.push(o),
+                Ok(None) => {}
                 Err(e) => eprintln!("a cell panicked: {e}"),
             }
         }

@@ -10,6 +10,10 @@
 //! REDIS_BENCH_HOT=4,16 REDIS_BENCH_BOOKS=300 cargo bench --bench redis  # one hot host
 //! ```
 //!
+//! Where the CPU goes, per page: Redis's (every master's `used_cpu_sys` + `used_cpu_user`),
+//! the worker processes' and this process's (the labs'), and how many cores they kept busy
+//! together: a second and third master relieve only the first part.
+//!
 //! `REDIS_BENCH_HOT` (worker counts) measures instead how leases contend on one paced host
 //! (a fixed 10 ms delay, four requests in flight fleet-wide) that every worker leases from:
 //! round trips per page by purpose, lease answers per page (granted, "not yet": the
@@ -33,6 +37,8 @@ use redis_cluster::{RedisCluster, command_on, info_field};
 #[allow(dead_code)]
 #[path = "../examples/books/spider.rs"]
 mod books;
+#[path = "support/cpu.rs"]
+mod cpu;
 
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
@@ -98,9 +104,9 @@ fn main() {
     let cluster = RedisCluster::start_with(3, 0, std::time::Duration::from_secs(5));
     println!("Redis-shared crawl, open lab: {hosts} hosts x {books} books, workers as processes\n");
     println!(
-        "| Redis | workers | pages | seconds | pages/s | round trips/page | commands/page | Redis bytes/page |"
+        "| Redis | workers | pages | seconds | pages/s | round trips/page | commands/page | Redis bytes/page | CPU ms/page: Redis / workers / labs | cores busy |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|");
     let runs = [
         ("one server", redis.url(), vec![redis.port], 1usize),
         ("one server", redis.url(), vec![redis.port], 4),
@@ -126,7 +132,22 @@ fn main() {
                 .filter_map(|v| v.parse::<u64>().ok())
                 .sum()
         };
+        // Redis's own CPU (every master's), the workers' (children, once waited for) and
+        // this process's (the labs): which of them a bigger cluster would relieve.
+        let redis_cpu = || -> f64 {
+            masters
+                .iter()
+                .filter_map(|&p| command_on(p, &["INFO", "cpu"]))
+                .map(|info| {
+                    ["used_cpu_sys", "used_cpu_user"]
+                        .iter()
+                        .filter_map(|f| info_field(&info, f)?.parse::<f64>().ok())
+                        .sum::<f64>()
+                })
+                .sum()
+        };
         let memory_before = memory();
+        let cpu_before = (redis_cpu(), cpu::children_cpu_seconds(), cpu::cpu_seconds());
         let started = Instant::now();
         let children: Vec<Child> = (0..workers).map(|_| spawn(&url, &job, &urls)).collect();
         let Totals {
@@ -137,14 +158,24 @@ fn main() {
             lease,
         } = Totals::of(children, started);
         let secs = started.elapsed().as_secs_f64();
+        let cpu = [
+            redis_cpu() - cpu_before.0,
+            cpu::children_cpu_seconds() - cpu_before.1,
+            cpu::cpu_seconds() - cpu_before.2,
+        ];
         // What the job leaves once done: its seen sets, host states and stats.
         let kept = memory().saturating_sub(memory_before);
+        let per_page = |s: f64| s * 1_000.0 / pages.max(1) as f64;
         println!(
-            "| {name} | {workers} | {pages} | {secs:.1} | {:.0} | {:.2} | {:.2} | {:.0} |",
+            "| {name} | {workers} | {pages} | {secs:.1} | {:.0} | {:.2} | {:.2} | {:.0} | {:.3} / {:.3} / {:.3} | {:.2} |",
             pages as f64 / secs,
             trips as f64 / pages.max(1) as f64,
             commands as f64 / pages.max(1) as f64,
             kept as f64 / pages.max(1) as f64,
+            per_page(cpu[0]),
+            per_page(cpu[1]),
+            per_page(cpu[2]),
+            cpu.iter().sum::<f64>() / secs,
         );
         breakdown.push(format!(
             "{name}, {workers} workers: {}; {}",

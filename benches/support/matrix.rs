@@ -482,19 +482,22 @@ pub(crate) async fn run_lab_fleet(cell: Cell, secs: f64, fleet: Option<Fleet>) -
 }
 
 /// Runs an nginx or HAProxy cell against the real server, proxying to an open lab with the
-/// book site; `None` for kinds with no real counterpart here, or when the server is not
-/// installed.
-pub(crate) async fn run_real(cell: Cell, secs: f64) -> Option<Outcome> {
+/// book site, with one crawler or, given a fleet, with its workers sharing one crawl (as in
+/// [`run_lab_fleet`]); `None` for kinds with no real counterpart here, or when the server is
+/// not installed.
+pub(crate) async fn run_real(cell: Cell, secs: f64, fleet: Option<Fleet>) -> Option<Outcome> {
     let kind = match cell.kind {
         Kind::Nginx(_) => "nginx",
         Kind::Haproxy => "haproxy",
         _ => return None,
     };
     let name = format!("{} (real {kind})", cell.name);
+    let workers = fleet.as_ref().map_or(1, |f| f.workers.max(1));
     let failed = |e: String| Outcome {
         name: name.clone(),
         allowed: f64::from(cell.rate),
         error: Some(e),
+        workers,
         ..Outcome::default()
     };
     // Skipped (the caller says so once) rather than failed: CI does not install them.
@@ -529,7 +532,13 @@ pub(crate) async fn run_real(cell: Cell, secs: f64) -> Option<Outcome> {
             return Some(failed(e));
         }
     };
-    let result = crawl_for(format!("{}/", server.url()), secs, None).await;
+    let job = format!("matrix-real-{}", cell.name);
+    let result = crawl_for(
+        format!("{}/", server.url()),
+        secs,
+        fleet.as_ref().map(|f| (f, job.as_str())),
+    )
+    .await;
     // Let the last log lines reach the file.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let log = server.log();
@@ -554,6 +563,8 @@ pub(crate) async fn run_real(cell: Cell, secs: f64) -> Option<Outcome> {
     let mut o = judge(&cell, &seen, t0_ms, crawled.secs);
     o.name = name;
     o.items = crawled.items;
+    o.workers = workers;
+    o.worker_pages = crawled.fetched;
     Some(o)
 }
 

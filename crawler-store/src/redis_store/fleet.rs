@@ -27,11 +27,28 @@ impl SharedBudget for RedisBudget {
         lock(&self.inner).lease_ahead_ms
     }
 
+    /// The turn learnt at this worker's last lease of the host, less the slots the others
+    /// have booked since (as last heard): a turn is the others' slots still to come, counted
+    /// from the host's next slot, and each booking moves that slot on by one. Read after
+    /// the others booked, a turn kept whole would count their slots twice and ask a
+    /// whole turn late. And none at all once a reading shows the host's next slot due with
+    /// nobody booked on it: the others are not taking their slots (their requests are held
+    /// by the host's concurrency, or they have none of the host's to send), and every
+    /// worker waiting out its turn left that slot unused.
     fn turn_ms(&self, host: &str) -> f64 {
-        lock(&self.inner)
-            .turns
-            .get(host)
-            .map_or(0.0, |(_, _, t)| *t)
+        let inner = lock(&self.inner);
+        let Some(&(_, booked, turn)) = inner.turns.get(host) else {
+            return 0.0;
+        };
+        let Some(p) = inner.pacing.get(host) else {
+            return turn;
+        };
+        let heard = inner.heard_at.get(host).copied().unwrap_or(f64::MIN);
+        if p.tat.is_some_and(|t| t <= heard) {
+            return 0.0;
+        }
+        let since = p.bookings.saturating_sub(booked) as f64;
+        (turn - since * p.interval.unwrap_or(0.0)).max(0.0)
     }
 
     fn defer(&self, host: &str, feedback: &Feedback, at: f64) {
