@@ -172,6 +172,10 @@ async fn run_fleet(
         per_batch
     );
     let mut outcomes: Vec<Outcome> = Vec::new();
+    // Every cell's workers count into the process's one counter.
+    let trips_before = crawler::store::redis_round_trips();
+    let purposes_before = crawler::store::redis_round_trips_by_purpose();
+    let answers_before = crawler::store::redis_lease_answers();
     for (b, batch) in cells.chunks(per_batch).enumerate() {
         let names: Vec<&str> = batch.iter().map(|c| c.name.as_str()).collect();
         eprintln!("batch {}: {}", b + 1, names.join(" "));
@@ -198,8 +202,27 @@ async fn run_fleet(
         }
     }
     drop(redis);
+    let trips = crawler::store::redis_round_trips() - trips_before;
     outcomes.sort_by(|a, b| a.name.cmp(&b.name));
     matrix::print_fleet_table(&outcomes);
+    let requests: u64 = outcomes.iter().map(|o| o.requests).sum();
+    let per = |n: u64| n as f64 / requests.max(1) as f64;
+    let since = |now: [(&str, u64); 5], before: [(&str, u64); 5]| {
+        now.iter()
+            .zip(before)
+            .map(|((p, n), (_, b))| format!("{p} {:.2}", per(n - b)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "\nRedis round trips: {trips} for {requests} requests, {:.2} a request (every cell): {}; lease answers a request: {}",
+        per(trips),
+        since(
+            crawler::store::redis_round_trips_by_purpose(),
+            purposes_before
+        ),
+        since(crawler::store::redis_lease_answers(), answers_before),
+    );
     let p = matrix::passing(&outcomes);
     let n = outcomes.len();
     println!(

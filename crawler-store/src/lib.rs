@@ -160,6 +160,9 @@
 //! the host's state once a second, or at once when they move its pace) and the worker's
 //! stats ride along with the next one. (On a cluster an acknowledgement waits one more step when pushes to
 //! other shards precede it, so a page's links are always queued before its lease goes.)
+//! One acknowledgement goes at once: that of a paced host whose whole fleet-wide
+//! concurrency the worker holds (one request at a time, by default), since no worker can
+//! lease the host's next slot before it arrives.
 //! Holds (Retry-After, 429/503, an exhausted RateLimit quota, a challenge page) are
 //! committed at once, so every worker respects them from its next lease on.
 //! [`redis_round_trips`] counts the waits, [`redis_commands`] the calls.

@@ -539,8 +539,14 @@ fn a_full_host_is_not_asked_for_again_at_once() {
         trips,
         "asked Redis again while it was full"
     );
-    // Once the slot is free and the wait is over, the next ask gets it.
+    // Once the slot is free and the wait is over, the next ask gets it. (The host has no
+    // pace: its acknowledgement waits for the next round trip, as on open hosts.)
     store.ack(first).unwrap();
+    assert_eq!(
+        store.round_trips(),
+        trips,
+        "an unpaced host's ack is buffered"
+    );
     store.flush().unwrap();
     std::thread::sleep(Duration::from_millis(20));
     assert!(store.lease("h.test").unwrap().is_some());
@@ -644,4 +650,42 @@ fn a_turn_counts_down_as_the_others_book_and_ends_with_an_unbooked_slot() {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert_eq!(turn(&a), 0.0, "the next slot went unbooked: no turn");
+}
+
+/// A paced host whose fleet-wide concurrency a lease filled is freed in Redis as soon as
+/// that request is acknowledged, not with this worker's next step: until then no other
+/// worker can lease the host's next slot, and buffered until this worker's own next turn
+/// the acknowledgement left one send in ten of a fleet of four late, by up to 300 ms, behind
+/// a limiter allowing one at a time (the default `concurrency_per_host`).
+#[test]
+fn an_acknowledgement_that_frees_a_full_paced_host_goes_at_once() {
+    let redis = Redis::start();
+    let one = Settings {
+        concurrency_per_host: 1,
+        ..settings()
+    };
+    let mut a = open_with(&redis, "freed", &one);
+    let mut b = open_with(&redis, "freed", &one);
+    for i in 0..3 {
+        queue_for(&mut a, &format!("http://h.test/{i}"));
+    }
+    a.flush().unwrap();
+    let (first, _) = a.lease("h.test").unwrap().expect("a slot is free");
+    assert!(
+        b.lease("h.test").unwrap().is_none(),
+        "one in flight fleet-wide: full"
+    );
+    let trips = a.round_trips();
+    a.ack(first).unwrap();
+    assert_eq!(
+        a.round_trips(),
+        trips + 1,
+        "the acknowledgement went at once"
+    );
+    // The other worker's next ask (once its wait for a full host is over) gets the slot.
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        b.lease("h.test").unwrap().is_some(),
+        "the host is free in Redis"
+    );
 }

@@ -352,9 +352,26 @@ impl QueueStore for RedisStore {
         Ok(())
     }
 
-    /// Buffered: sent with the next round trip, after the pushes it follows.
+    /// Buffered: sent with the next round trip, after the pushes it follows; at once when
+    /// its host waits on it alone (below).
     fn ack(&mut self, lease: u64) -> Result<(), crawler_sched::Error> {
         let mut inner = lock(&self.inner);
+        // A paced host whose whole fleet-wide concurrency this worker holds (one request
+        // at a time, by default): the host waits on this acknowledgement alone, since no
+        // other worker can lease its next slot before it reaches Redis. Buffered until this
+        // worker's next step (its own turn, a few slots on), it left the others' slots late:
+        // one send in ten of a fleet of four, behind a limiter of one at a time. With room
+        // held by other workers too, the next lease waits for the first of their
+        // acknowledgements, and this one rides along with the next step as usual.
+        let blocking = inner.lease_hosts.get(&lease).is_some_and(|h| {
+            let cap = concurrency_of(&inner.params_for(h).cloned()) as usize;
+            let own = inner.lease_hosts.values().filter(|o| *o == h).count();
+            let paced = inner
+                .pacing
+                .get(h)
+                .is_some_and(|p| p.interval.unwrap_or(0.0) > 0.0);
+            paced && own >= cap
+        });
         // A lease this worker does not hold (never, or no more) has no record to release.
         let host = inner.lease_hosts.remove(&lease);
         if let Some(shard) = inner.open_leases.remove(&lease) {
@@ -364,6 +381,9 @@ impl QueueStore for RedisStore {
                 ready: false,
                 host,
             });
+        }
+        if blocking {
+            inner.drain()?;
         }
         Ok(())
     }
