@@ -363,15 +363,19 @@ impl QueueStore for RedisStore {
         // one send in ten of a fleet of four, behind a limiter of one at a time. With room
         // held by other workers too, the next lease waits for the first of their
         // acknowledgements, and this one rides along with the next step as usual.
-        let blocking = inner.lease_hosts.get(&lease).is_some_and(|h| {
-            let cap = concurrency_of(&inner.params_for(h).cloned()) as usize;
-            let own = inner.lease_hosts.values().filter(|o| *o == h).count();
-            let paced = inner
-                .pacing
-                .get(h)
-                .is_some_and(|p| p.interval.unwrap_or(0.0) > 0.0);
-            paced && own >= cap
-        });
+        let blocking = inner
+            .lease_hosts
+            .get(&lease)
+            .filter(|&h| {
+                let cap = concurrency_of(&inner.params_for(h).cloned()) as usize;
+                let own = inner.lease_hosts.values().filter(|&o| o == h).count();
+                let paced = inner
+                    .pacing
+                    .get(h)
+                    .is_some_and(|p| p.interval.unwrap_or(0.0) > 0.0);
+                paced && own >= cap
+            })
+            .cloned();
         // A lease this worker does not hold (never, or no more) has no record to release.
         let host = inner.lease_hosts.remove(&lease);
         if let Some(shard) = inner.open_leases.remove(&lease) {
@@ -382,8 +386,10 @@ impl QueueStore for RedisStore {
                 host,
             });
         }
-        if blocking {
+        if let Some(host) = blocking {
             inner.drain()?;
+            // The room this worker waited for is its own, free now.
+            inner.full.remove(&host);
         }
         Ok(())
     }
