@@ -35,8 +35,8 @@ fn lease_horizon(m: &crawler_sched::politeness::HostMachine, ahead_ms: f64) -> f
 }
 
 /// The fleet-wide concurrency a lease asks Redis to keep (`None`: no budget, no cap).
-fn concurrency_of(params: &Option<crawler_sched::politeness::Params>) -> u32 {
-    params.as_ref().map_or(u32::MAX, |p| p.concurrency.max(1))
+fn concurrency_of(params: Option<&crawler_sched::politeness::Params>) -> u32 {
+    params.map_or(u32::MAX, |p| p.concurrency.max(1))
 }
 
 /// This worker's turn on a paced host (ms after the host's next slot, see
@@ -272,7 +272,7 @@ impl QueueStore for RedisStore {
                 inner.last_booked.insert(host.to_owned(), (id, next));
             }
         }
-        let cap = u64::from(concurrency_of(&params));
+        let cap = u64::from(concurrency_of(params.as_ref()));
         // The first wait of a full host: about the time one of its requests in flight takes
         // to end (its latency over the requests in flight), at least the floor.
         let first = inner
@@ -367,7 +367,7 @@ impl QueueStore for RedisStore {
             .lease_hosts
             .get(&lease)
             .filter(|&h| {
-                let cap = concurrency_of(&inner.params_for(h).cloned()) as usize;
+                let cap = concurrency_of(inner.params_for(h)) as usize;
                 let own = inner.lease_hosts.values().filter(|&o| o == h).count();
                 let paced = inner
                     .pacing
