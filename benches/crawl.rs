@@ -111,7 +111,12 @@ fn many_hosts(
 
 /// Peak resident set size in MiB (VmHWM).
 fn peak_rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    vm_hwm_mib("self")
+}
+
+/// VmHWM of `/proc/{pid}/status` in MiB (`pid` a number or `self`), 0 when unreadable.
+fn vm_hwm_mib(pid: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))
@@ -389,12 +394,7 @@ fn run_scrapy(url: &str) -> std::result::Result<Option<Figures>, Box<dyn std::er
 
 /// Peak RSS of a running process in MiB (its VmHWM), 0 once it is gone.
 fn child_peak_rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
+    vm_hwm_mib(&pid.to_string())
 }
 
 /// The longest a spider-rs crawl of the bench's sites may take before it is killed.
