@@ -602,3 +602,63 @@ fn the_latency_baseline_counts_each_moment_once_whatever_order_answers_are_folde
         "baseline rose {batched} s folded in batches, {ordered} s in order"
     );
 }
+
+/// robots.txt refused (429, 503) is a refusal of the pace: its send took a slot (in a fleet
+/// every worker fetches robots.txt in one), so it opens an episode and cuts the rate as a
+/// page's refusal does, besides the outage's hold. A robots.txt that fails otherwise (a 500)
+/// holds the host and teaches nothing of the pace.
+#[test]
+fn a_refused_robots_txt_is_a_refusal_of_the_pace() {
+    use super::HostMachine;
+    use crawler_core::Feedback;
+    use std::time::Duration;
+
+    let robots = |status: u16| Feedback {
+        sent: true,
+        robots_unavailable: true,
+        status: Some(status),
+        latency: Duration::from_millis(20),
+        retry_after: Some(Duration::from_secs(30)),
+        ..Default::default()
+    };
+    // Ten seconds of slow start, every answer a 200.
+    let mut warm = HostMachine::new(defaults(), 0.0);
+    let mut t: f64 = 0.0;
+    while t < 10_000.0 {
+        t = warm.ready_at().max(t);
+        warm.on_send(t);
+        let _ = warm.on_feedback(
+            &Feedback {
+                sent: true,
+                status: Some(200),
+                latency: Duration::from_millis(20),
+                ..Default::default()
+            },
+            t + 20.0,
+        );
+        t += 20.0;
+    }
+    let before = warm.rate();
+    for (status, cut) in [(429, true), (503, true), (500, false)] {
+        let mut m = HostMachine::with_state(defaults(), warm.state().clone());
+        let sent = m.ready_at().max(t);
+        m.on_send(sent);
+        let _ = m.on_feedback_sent(&robots(status), sent, sent + 20.0);
+        assert!(
+            m.state().hold_until >= sent + 30_000.0,
+            "{status}: held to {} from {sent}",
+            m.state().hold_until
+        );
+        if cut {
+            assert!(
+                m.rate() < 0.8 * before,
+                "{status}: {} from {before}",
+                m.rate()
+            );
+            assert!(m.state().estimate.is_some(), "{status}: no estimate");
+            assert!(m.state().in_episode, "{status}: no episode");
+        } else {
+            assert_eq!(m.rate(), before, "{status}");
+        }
+    }
+}

@@ -27,7 +27,7 @@ impl HostMachine {
     /// backoff drawn at or above the shortest one placed here) and counts it once, with the
     /// time held so far; placing it early changes nothing else the answer decides.
     pub fn hold_ahead(&mut self, fb: &Feedback, now: Millis) -> bool {
-        if !fb.sent || fb.robots_unavailable {
+        if !fb.sent {
             return false;
         }
         let refused = matches!(fb.status, Some(429 | 503));
@@ -78,12 +78,19 @@ impl HostMachine {
                 });
             }
         }
+        let refused = matches!(fb.status, Some(429 | 503));
         if fb.robots_unavailable {
+            // robots.txt refused (429, 503) is a refusal of the pace like any other: its
+            // send took a slot, and in a fleet each worker fetches robots.txt in its own
+            // slot, so it is refused exactly when the pace is too fast. The episode (and
+            // its cut) is learned before the outage's hold.
+            if refused {
+                self.open_episode(fb, sent_at, now);
+            }
             return self.robots_unavailable(fb, now);
         }
         self.state.robots_down_since = None;
 
-        let refused = matches!(fb.status, Some(429 | 503));
         // A failure of a request sent before one the host has since served says nothing of
         // the host now: slow failures (timeouts) arrive together long after the pages sent
         // beside them were served, and in answer order they would look like a run.
@@ -129,15 +136,8 @@ impl HostMachine {
         // recover: the next hold grows by the backoff, whatever Retry-After said.
         let fresh = refused && !self.answered_before(sent_at);
         let repeat = fresh && self.state.in_episode;
-        if fresh && !self.state.in_episode {
-            self.state.in_episode = true;
-            // A refusal that comes with RateLimit headers is a spent quota, not a pace the
-            // server cannot take: its hold until the reset is the whole answer.
-            if self.params.mode == Mode::Adaptive && fb.rate_limit.is_none() {
-                // Learn from the refusal before its hold moves the calm period.
-                self.refused(now, refusal_trigger(fb.status));
-            }
-            self.state.last_cut = Some(now);
+        if refused {
+            self.open_episode(fb, sent_at, now);
         } else if served && self.state.in_episode && !self.answered_before(sent_at) {
             self.state.in_episode = false;
         }
@@ -261,6 +261,22 @@ impl HostMachine {
             Mode::Fixed => {}
         }
         Verdict::Continue
+    }
+
+    /// A refusal (429, 503) of the request sent at `sent_at`: the first of a request sent
+    /// after the last cut opens a refusal episode, and in adaptive mode its one decrease.
+    fn open_episode(&mut self, fb: &Feedback, sent_at: Millis, now: Millis) {
+        if self.state.in_episode || self.answered_before(sent_at) {
+            return;
+        }
+        self.state.in_episode = true;
+        // A refusal that comes with RateLimit headers is a spent quota, not a pace the
+        // server cannot take: its hold until the reset is the whole answer.
+        if self.params.mode == Mode::Adaptive && fb.rate_limit.is_none() {
+            // Learn from the refusal before its hold moves the calm period.
+            self.refused(now, refusal_trigger(fb.status));
+        }
+        self.state.last_cut = Some(now);
     }
 
     fn robots_unavailable(&mut self, fb: &Feedback, now: Millis) -> Verdict {
