@@ -454,6 +454,47 @@ fn a_late_departure_reaches_the_other_workers_at_once() {
     );
 }
 
+/// The send gap a fleet measures (the pace the server saw, where a refusal's cut starts)
+/// runs from a late send's departure, not from its booking. Measured from the bookings, a
+/// busy machine's late sends read as long gaps: a young host's first refusal then cut to
+/// 0.45 r/s where the server had refused 1 r/s, and a local crawl cut to 0.8.
+#[test]
+fn a_late_departure_dates_the_fleets_send_gap() {
+    let redis = Redis::start();
+    let job = "booked-late-gap";
+    let ahead = Duration::from_millis(50);
+    let mut f = noting_worker_of(open(&redis, job, ahead), 0, Booked::default());
+    let mut other = open(&redis, job, ahead);
+    f.enqueue(request(0), Instant::now());
+    f.enqueue(request(1), Instant::now());
+    let lease = first_hand_out(&mut f).expect("the request is handed out");
+    let booked = other.budget().now_ms();
+    // Written 150 ms after it was handed out.
+    std::thread::sleep(Duration::from_millis(150));
+    let late = Feedback {
+        sent_at: Some(Instant::now()),
+        ..answered()
+    };
+    std::thread::sleep(Duration::from_millis(5));
+    f.complete(lease, &late, Instant::now());
+    let (id, _) = other
+        .lease("h.test")
+        .unwrap()
+        .expect("the next slot, one interval after the departure");
+    other.ack(id).unwrap();
+    let state = other.budget().cached("h.test").unwrap().state;
+    let since_booking = state.booked_at.unwrap() - booked;
+    assert!(
+        since_booking > GAP_MS + 100.0,
+        "the second booking {since_booking:.1} ms after the first"
+    );
+    assert!(
+        state.send_gap < GAP_MS + 30.0,
+        "the send gap {:.1} ms: measured from the booking, not the departure",
+        state.send_gap
+    );
+}
+
 fn open_with(redis: &Redis, job: &str, settings: &Settings) -> RedisStore {
     RedisStore::open(RedisOptions {
         retry_for: Duration::from_secs(10),

@@ -78,6 +78,12 @@ pub struct HostState {
     /// since belong to requests sent before it, whatever send time they are dated.
     #[serde(default)]
     pub booked_at: Option<Millis>,
+    /// When the latest request known to have left actually left. A booking is not a
+    /// departure when a send leaves late (a busy machine): a fleet's pacing record measures
+    /// the send gap from this, or a late send's booking would read as a long gap, a slow
+    /// pace, and the next refusal would cut far below the pace the server refused.
+    #[serde(default)]
+    pub departed_at: Option<Millis>,
     /// When the last backoff hold was placed: failures of requests in flight then are the
     /// failure it answered, not a new one.
     #[serde(default)]

@@ -662,3 +662,29 @@ fn a_refused_robots_txt_is_a_refusal_of_the_pace() {
         }
     }
 }
+
+/// The send gap (the pace the server saw, where a refusal's cut starts) runs from a send's
+/// departure when it left after its booking: a late send is not a slow pace.
+#[test]
+fn the_send_gap_runs_from_a_late_departure() {
+    use super::HostMachine;
+    use crawler_core::Feedback;
+    use std::time::Duration;
+
+    let served = Feedback {
+        sent: true,
+        status: Some(200),
+        latency: Duration::from_millis(20),
+        ..Default::default()
+    };
+    let mut m = HostMachine::new(defaults(), 0.0);
+    m.on_send(1_000.0);
+    let _ = m.on_feedback_sent(&served, 1_000.0, 1_020.0);
+    // Booked at 2 s, left at 2.8 s (a busy machine), the next booked at 3.8 s.
+    m.on_send(2_000.0);
+    let _ = m.on_feedback_sent(&served, 2_800.0, 2_820.0);
+    m.on_send(3_800.0);
+    let gap = m.state().send_gap;
+    // 1,000 then 1,000 (from the departure); from the booking it would be 1,000 then 1,800.
+    assert!((gap - 1_000.0).abs() < 1.0, "{gap}");
+}

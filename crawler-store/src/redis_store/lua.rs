@@ -53,7 +53,8 @@
 //! the worker that saw the outcome, once. The *pacing record* (a dozen numbers: `t` the next
 //! slot, `iv` the interval, `sl` the burst's slack, `cd` the Crawl-delay floor, `hu` the
 //! hold's end, the quota `ql`/`qt`/`su`, the booking's `lg`/`ba`/`sg`, a booking count `n`
-//! and `fl` in flight) is what a lease needs, and the script books a send in it itself:
+//! and `fl` in flight; and `dp`, the latest departure a worker reported, which only dates
+//! the send gap and is not returned) is what a lease needs, and the script books a send in it itself:
 //! slot = max(next slot less the slack, hold, spent quota, now + look-ahead), next slot =
 //! max(next slot, slot) + interval. So a lease never loses a race: leases of several workers
 //! on one host take consecutive slots, and none touches the learning state's version. A
@@ -110,8 +111,9 @@ local i = 7 + nsec
 local function nxt() local v = ARGV[i]; i = i + 1; return v end
 local function num() return tonumber(nxt()) end
 local function touch(key) if ttl > 0 then redis.call('PEXPIRE', key, ttl) end end
--- The pacing record's fields, in the order `penc` writes them (absent optional ones as '').
-local PF = { 't', 'iv', 'sl', 'cd', 'hu', 'su', 'ql', 'qt', 'lg', 'ba', 'sg', 'n', 'fl' }
+-- The pacing record's fields, in the order `penc` writes them (absent optional ones as ''),
+-- then `dp`, the latest departure the workers reported, kept for the send gap only.
+local PF = { 't', 'iv', 'sl', 'cd', 'hu', 'su', 'ql', 'qt', 'lg', 'ba', 'sg', 'n', 'fl', 'dp' }
 local function pread(bkey)
   local r = redis.call('HMGET', bkey, unpack(PF))
   local p = {}
@@ -122,7 +124,7 @@ end
 local function fmt(x) if x == nil then return '' end return string.format('%.3f', x) end
 local function penc(p)
   local o = {}
-  for k, f in ipairs(PF) do o[k] = fmt(p[f]) end
+  for k, f in ipairs(PF) do if f ~= 'dp' then o[k] = fmt(p[f]) end end
   return table.concat(o, ',')
 end
 local function pwrite(bkey, p)
@@ -200,7 +202,7 @@ for s = 1, nsec do
 
   -- 4. Learning state commits, each a compare-and-set on the state's version, rewriting
   --    the pacing fields the machine derives from what it learned (`merge`:
-  --    iv, sl, cd, hu, t, quota_changed, ql, qt, su, bookings_seen).
+  --    iv, sl, cd, hu, t, quota_changed, ql, qt, su, bookings_seen, departed_at).
   local cas = {}
   for _ = 1, num() do
     local host, expected, state, skip, merge = nxt(), num(), nxt(), nxt(), csv(nxt())
@@ -216,6 +218,8 @@ for s = 1, nsec do
       local hu, tat = tonumber(merge[4]), tonumber(merge[5])
       if hu and (p.hu == nil or hu > p.hu) then p.hu = hu end
       if tat and (p.t == nil or tat > p.t) then p.t = tat end
+      local dp = tonumber(merge[11])
+      if dp and (p.dp == nil or dp > p.dp) then p.dp = dp end
       if merge[6] == '1' then
         local ql = tonumber(merge[7])
         -- The worker counted the requests booked when it read; those booked since spend
@@ -344,8 +348,12 @@ for s = 1, nsec do
         if left == 0 then redis.call('SREM', P .. 'hosts', lhost) end
         if budget == 1 and drain == 0 then
           -- `HostMachine::on_send(at)`: the pace actually kept, the quota spent, the slot.
-          if p.ba and p.ba >= (p.hu or 0) then
-            local g = math.max(at - p.ba, 0)
+          -- From the latest booking, or the latest departure when a send left after its
+          -- booking (late): the gap the server saw.
+          local last = p.ba
+          if last and p.dp and p.dp > last then last = p.dp end
+          if last and last >= (p.hu or 0) then
+            local g = math.max(at - last, 0)
             if (p.sg or 0) > 0 then p.sg = 0.8 * p.sg + 0.2 * g else p.sg = g end
           end
           p.ba = at

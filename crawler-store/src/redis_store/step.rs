@@ -602,6 +602,8 @@ return 1";
             code,
             left,
             in_flight,
+            at = float_at(&l, 7),
+            pacing = %text(l.get(8)),
             "lease answer"
         );
         self.lens.insert(host.to_owned(), left);

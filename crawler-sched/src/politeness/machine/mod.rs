@@ -83,6 +83,7 @@ impl HostMachine {
                 probe_step: params.tuning.probe_step,
                 last_cut: None,
                 booked_at: None,
+                departed_at: None,
                 send_gap: 0.0,
                 in_episode: false,
                 backoff_at: None,
@@ -165,6 +166,7 @@ impl HostMachine {
         for t in [
             s.last_cut.as_mut(),
             s.booked_at.as_mut(),
+            s.departed_at.as_mut(),
             s.backoff_at.as_mut(),
             s.robots_down_since.as_mut(),
             s.quota_turn_by.as_mut(),

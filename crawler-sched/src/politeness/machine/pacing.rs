@@ -43,8 +43,14 @@ impl HostMachine {
     /// A request is being sent at `now`: book its slot.
     pub fn on_send(&mut self, now: Millis) {
         self.state.in_flight = self.state.in_flight.saturating_add(1);
-        // A gap across the end of a hold is the hold's, not the pace's.
-        if let Some(prev) = self.state.booked_at.filter(|&p| p >= self.state.hold_until) {
+        // From the latest booking, or the latest departure when a send left after its
+        // booking (late): the gap the server saw. A gap across the end of a hold is the
+        // hold's, not the pace's.
+        let last = self
+            .state
+            .booked_at
+            .map(|b| self.state.departed_at.map_or(b, |d| d.max(b)));
+        if let Some(prev) = last.filter(|&p| p >= self.state.hold_until) {
             let gap = (now - prev).max(0.0);
             self.state.send_gap = if self.state.send_gap > 0.0 {
                 0.8 * self.state.send_gap + 0.2 * gap
@@ -73,6 +79,7 @@ impl HostMachine {
     /// [`Tuning::late_send_ms`](crate::politeness::Tuning::late_send_ms) (the ordinary
     /// dispatch delay) moves nothing, so the pace does not drift down on every send.
     pub(super) fn left_at(&mut self, sent_at: Millis) {
+        self.state.departed_at = Some(self.state.departed_at.map_or(sent_at, |d| d.max(sent_at)));
         let gap = match self.state.last_gap {
             g if g > 0.0 => g.min(self.interval()),
             _ => self.interval(),
