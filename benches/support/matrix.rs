@@ -571,9 +571,9 @@ pub(crate) async fn run_real(cell: Cell, secs: f64, fleet: Option<Fleet>) -> Opt
 /// Prints the outcomes as a markdown table, with pass/fail against the goals.
 pub(crate) fn print_table(outcomes: &[Outcome]) {
     println!(
-        "| cell | allowed r/s | requests | refusals | refusals / 1,000 pages | violations | steady r/s | steady % | items | verdict |"
+        "| cell | allowed r/s | requests | refusals | refusals / 1,000 pages | violations | steady r/s | steady % | peak {PEAK_WINDOW_SECS} s r/s (limit) | items | verdict |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     for o in outcomes {
         let misses = o.misses();
         let verdict = if misses.is_empty() {
@@ -582,7 +582,7 @@ pub(crate) fn print_table(outcomes: &[Outcome]) {
             format!("FAIL: {}", misses.join("; "))
         };
         println!(
-            "| {} | {:.0} | {} | {} | {:.1} | {} | {:.2} | {:.1}% | {} | {} |",
+            "| {} | {:.0} | {} | {} | {:.1} | {} | {:.2} | {:.1}% | {:.2} ({:.2}) | {} | {} |",
             o.name,
             o.allowed,
             o.requests,
@@ -591,6 +591,8 @@ pub(crate) fn print_table(outcomes: &[Outcome]) {
             o.violations,
             o.steady,
             o.steady_pct(),
+            o.peak,
+            o.peak_limit,
             o.items,
             verdict
         );
