@@ -282,8 +282,9 @@ fn fleet_params(settings: &Settings) -> crawler_sched::politeness::Params {
     crawler_sched::politeness::Params::from_settings(settings)
 }
 
-/// Join the Redis-backed crawl named by `job_name` (default: the spider's name): shared
-/// frontier and leases, and every host paced by the fleet's shared budget.
+/// Join the Redis-backed crawl named by `job_name` (default: the spider's name): its store
+/// holds the shared frontier and leases, the budget every host is paced by, and the
+/// robots.txt files the workers share.
 ///
 /// `shutdown` is the crawl's stop handle: a stop request during a Redis outage ends the
 /// store's retries, so Ctrl-C is never stuck behind `redis_retry_for`.
@@ -291,10 +292,9 @@ fn fleet_params(settings: &Settings) -> crawler_sched::politeness::Params {
 fn open_fleet(
     url: &str,
     spider: &str,
-    allowed: Vec<String>,
     settings: &Settings,
     shutdown: &Shutdown,
-) -> Result<FleetFrontier<Box<dyn QueueStore>>, Error> {
+) -> Result<FleetStore, Error> {
     let job = settings
         .job_name
         .clone()
@@ -307,7 +307,26 @@ fn open_fleet(
         stop: Some(shutdown.clone()),
         ..crawler_store::RedisOptions::new(url, job)
     };
-    let store = crawler_store::RedisStore::open(options)?;
+    Ok(crawler_store::RedisStore::open(options)?)
+}
+
+/// The fleet's store: Redis.
+#[cfg(feature = "redis")]
+type FleetStore = crawler_store::RedisStore;
+
+/// The robots.txt files the fleet's workers share.
+#[cfg(feature = "redis")]
+fn fleet_robots(store: &FleetStore) -> std::sync::Arc<dyn crawler_core::RobotsShare> {
+    store.robots()
+}
+
+/// The worker's frontier over the fleet's store, every host paced by the shared budget.
+#[cfg(feature = "redis")]
+fn fleet_frontier(
+    store: FleetStore,
+    allowed: Vec<String>,
+    settings: &Settings,
+) -> FleetFrontier<Box<dyn QueueStore>> {
     let budget = store.budget();
     let fleet = store.fleet();
     let mut config = FrontierConfig::from_settings(settings, allowed);
@@ -321,7 +340,7 @@ fn open_fleet(
         ))
     });
     let frontier = Frontier::with_store(config, Box::new(store) as Box<dyn QueueStore>);
-    Ok(FleetFrontier::new(frontier, fleet))
+    FleetFrontier::new(frontier, fleet)
 }
 
 /// Without the `redis` feature there is no fleet: `redis_url` is refused, never ignored.
@@ -329,15 +348,32 @@ fn open_fleet(
 fn open_fleet(
     _url: &str,
     _spider: &str,
-    _allowed: Vec<String>,
     _settings: &Settings,
     _shutdown: &Shutdown,
-) -> Result<FleetFrontier<Box<dyn QueueStore>>, Error> {
+) -> Result<FleetStore, Error> {
     Err(Error::new(
         ErrorKind::Settings,
         "redis_url is set, but this program was built without the `redis` feature of the \
          crawler crate (in Cargo.toml: crawler = { ..., features = [\"redis\"] })",
     ))
+}
+
+/// Without the `redis` feature no fleet store is ever made.
+#[cfg(not(feature = "redis"))]
+type FleetStore = std::convert::Infallible;
+
+#[cfg(not(feature = "redis"))]
+fn fleet_robots(store: &FleetStore) -> std::sync::Arc<dyn crawler_core::RobotsShare> {
+    match *store {}
+}
+
+#[cfg(not(feature = "redis"))]
+fn fleet_frontier(
+    store: FleetStore,
+    _allowed: Vec<String>,
+    _settings: &Settings,
+) -> FleetFrontier<Box<dyn QueueStore>> {
+    match store {}
 }
 
 /// Log, once at start, that the address rules stop at a proxy (the `proxy` setting, or one
@@ -595,8 +631,17 @@ impl<S: Spider> Crawl<S> {
         let settings = self.effective_settings()?;
         crawler_core::open_spider(&mut self.spider, &settings, &self.args)?;
         warn_unchecked_proxy(&settings);
-        let downloader =
-            conditional::attach(HttpDownloader::new(&settings)?, &settings, self.conditional)?;
+        let shutdown = Shutdown::new();
+        // A fleet's store first: the downloader shares robots.txt through it.
+        let fleet = match &settings.redis_url {
+            Some(url) => Some(open_fleet(url, self.spider.name(), &settings, &shutdown)?),
+            None => None,
+        };
+        let mut downloader = HttpDownloader::new(&settings)?;
+        if let Some(store) = &fleet {
+            downloader = downloader.with_robots_share(fleet_robots(store));
+        }
+        let downloader = conditional::attach(downloader, &settings, self.conditional)?;
         let downloader = fetcher(downloader, &settings)?;
         let downloader = Middlewares::new(
             downloader,
@@ -609,19 +654,15 @@ impl<S: Spider> Crawl<S> {
         );
         spider.register_stats(&self.middleware_stats);
         let allowed = spider.allowed_domains();
-        let shutdown = Shutdown::new();
         let record = self.politeness_record.clone().or_else(|| {
             let dir = settings.job_dir.as_ref()?;
             Some(std::path::Path::new(dir).join(crawler_sched::record::RECORD_FILE))
         });
-        let (mut frontier, resuming) = if let Some(url) = &settings.redis_url {
+        let (mut frontier, resuming) = if let Some(store) = fleet {
             // A fleet worker always appends to its feeds: when one is started again, the
             // fleet has already acknowledged the requests behind the items in them, so
             // erasing those items would lose them for good.
-            (
-                open_fleet(url, spider.name(), allowed, &settings, &shutdown)?,
-                true,
-            )
+            (fleet_frontier(store, allowed, &settings), true)
         } else {
             let (store, resuming) = match &settings.job_dir {
                 Some(dir) => open_job(dir, spider.name(), &allowed, &settings)?,

@@ -163,6 +163,49 @@ async fn four_workers_share_one_budget_and_respect_retry_after() {
     lab.shutdown().await;
 }
 
+/// The workers share robots.txt through Redis: the host's file is fetched once for the
+/// whole fleet (with one request at a time, the first fetch is shared before the next
+/// worker's turn), not once by each worker, in a slot of the host's pace each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_fetches_robots_txt_once() {
+    let _serial = SERIAL.lock().await;
+    let redis = Redis::start();
+    let lab = Lab::builder().books(100).start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let feeds = feeds(dir.path(), 3);
+    let settings = "start_rate=20;concurrency_per_host=1";
+    let workers: Vec<Child> = feeds
+        .iter()
+        .map(|f| spawn_worker(&lab, &redis, "robots-once", f, settings))
+        .collect();
+    let mut lines = Vec::new();
+    for w in workers {
+        lines.push(finish(w).await);
+    }
+    let by_path = fetches(&lab);
+    // Once by the robots.txt cache for all three workers (each would fetch it without the
+    // share), and once as the spider's own page (it reads the file's Sitemap: lines).
+    assert_eq!(
+        by_path.get("/robots.txt"),
+        Some(&2),
+        "robots.txt fetched once by the workers' caches"
+    );
+    let items = union(&feeds);
+    assert_eq!(items.len(), 100, "every book");
+    assert!(items.values().all(|&n| n == 1), "no item twice");
+    let busy = lines.iter().filter(|l| field(l, "fetched") > 0).count();
+    assert!(busy >= 2, "a fleet, not one worker: {lines:?}");
+    assert_eq!(
+        lab.recorder()
+            .requests()
+            .iter()
+            .filter(|r| r.path.starts_with("/private/"))
+            .count(),
+        0
+    );
+    lab.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_names_behind_one_limiter_share_its_holds_across_the_fleet() {
     let _serial = SERIAL.lock().await;

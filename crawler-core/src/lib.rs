@@ -47,6 +47,7 @@ mod redirect;
 mod render;
 mod request;
 mod response;
+mod robots_share;
 mod select;
 mod settings;
 mod shutdown;
@@ -77,6 +78,7 @@ pub use redirect::{DONT_REDIRECT_META, REDIRECTS, redirect};
 pub use render::{RENDER_META, RenderOptions};
 pub use request::{Request, parse_http_url};
 pub use response::{AfterAck, BodyOrigin, Response};
+pub use robots_share::{RobotsShare, SharedRobots};
 pub use select::{IntoNodes, Node, Selection, check_css, check_xpath, looks_like_xpath};
 pub use settings::{
     FeedFsync, HOST_RULE_KEYS, HostKeyMode, HostRule, LogFormat, SECTIONS, Section, Settings,

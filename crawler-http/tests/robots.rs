@@ -360,3 +360,64 @@ async fn report_explains_the_verdict() {
     assert_eq!(report.group.as_deref(), Some("*"));
     assert_eq!(report.matched_rule.as_deref(), Some("Disallow: /"));
 }
+
+/// The files a fleet's workers share, in memory (the fleet's is Redis: crawler-store).
+#[derive(Default)]
+struct MemoryShare {
+    files: std::sync::Mutex<
+        std::collections::HashMap<String, (crawler_core::SharedRobots, std::time::Instant)>,
+    >,
+}
+
+impl crawler_core::RobotsShare for MemoryShare {
+    fn get(
+        &self,
+        origin: &str,
+    ) -> crawler_core::Result<Option<(crawler_core::SharedRobots, Duration)>> {
+        let files = self.files.lock().unwrap();
+        Ok(files.get(origin).and_then(|(file, until)| {
+            let left = until.checked_duration_since(std::time::Instant::now())?;
+            Some((file.clone(), left))
+        }))
+    }
+
+    fn put(
+        &self,
+        origin: &str,
+        robots: &crawler_core::SharedRobots,
+        ttl: Duration,
+    ) -> crawler_core::Result<()> {
+        let until = std::time::Instant::now() + ttl;
+        self.files
+            .lock()
+            .unwrap()
+            .insert(origin.to_owned(), (robots.clone(), until));
+        Ok(())
+    }
+}
+
+/// Two workers of a fleet, each with its own cache over one share: the origin's robots.txt
+/// is fetched once for both, the second judges by the first's file (same rules, same
+/// Crawl-delay, and its slot not spent on robots.txt); and an outage is not shared: each
+/// worker asks again (the host's shared hold spaces those asks).
+#[tokio::test]
+async fn a_fleets_workers_fetch_robots_txt_once_for_all() {
+    let server = serve(Router::new().route("/robots.txt", get(|| async { RULES }))).await;
+    let share: Arc<dyn crawler_core::RobotsShare> = Arc::new(MemoryShare::default());
+    let first = cache(fast()).share_with(Arc::clone(&share));
+    let second = cache(fast()).share_with(Arc::clone(&share));
+    let a = first.check(&server.url("/only-crawler/a")).await;
+    let b = second.check(&server.url("/only-crawler/b")).await;
+    assert!(a.fetched && !b.fetched, "{a:?} {b:?}");
+    assert!(!a.allowed && !b.allowed, "the same rules: {a:?} {b:?}");
+    assert_eq!(b.crawl_delay, Some(Duration::from_secs(3)));
+    assert!(second.check(&server.url("/private")).await.allowed);
+    assert_eq!(server.hits.get("/robots.txt"), 1, "one fetch for the fleet");
+
+    let down = serve(status_router(503)).await;
+    let first = cache(fast()).share_with(Arc::clone(&share));
+    let second = cache(fast()).share_with(Arc::clone(&share));
+    assert!(first.check(&down.url("/x")).await.fetched);
+    assert!(second.check(&down.url("/x")).await.fetched);
+    assert_eq!(down.hits.get("/robots.txt"), 2, "an outage is not shared");
+}

@@ -28,6 +28,8 @@ mod queue;
 mod redis_booked;
 #[cfg(feature = "redis")]
 mod redis_memory;
+#[cfg(feature = "redis")]
+mod redis_robots;
 #[cfg(feature = "sled")]
 mod shared;
 

@@ -141,6 +141,14 @@ impl HttpDownloader {
         self
     }
 
+    /// Share robots.txt files with the other workers of a fleet through `share` (see
+    /// [`RobotsShare`](crawler_core::RobotsShare)): an origin's file is fetched once per
+    /// `robots_ttl` for the whole fleet. Nothing changes when robots.txt is not obeyed.
+    pub fn with_robots_share(mut self, share: Arc<dyn crawler_core::RobotsShare>) -> Self {
+        self.robots = self.robots.take().map(|r| r.share_with(share));
+        self
+    }
+
     /// The store of validators and cached responses, if the crawl keeps one.
     pub fn store(&self) -> Option<&Arc<dyn ConditionalStore>> {
         self.store.as_ref()

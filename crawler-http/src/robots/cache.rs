@@ -1,13 +1,14 @@
 //! The per-origin cache of verdicts: one fetch per origin and TTL, shared by concurrent
 //! checks; the lock is never held across a fetch.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crawler_core::Url;
+use crawler_core::{RobotsShare, SharedRobots, Url};
 use tokio::time::Instant;
 
-use super::fetch::{retrieve, verdict};
+use super::fetch::{Retrieved, retrieve, verdict};
 use super::origins::{Cell, Origins};
 use super::{ROBOTS_MAX_ORIGINS, RobotsOptions, RobotsRules, product_token};
 use crate::guard::AddressPolicy;
@@ -24,6 +25,8 @@ pub struct RobotsCache {
     /// Refuse robots.txt redirects to IP literals and metadata names the address policy
     /// refuses (names are refused by the client's resolver).
     policy: Option<Arc<AddressPolicy>>,
+    /// Files fetched by the other workers of a fleet, and where this one's go.
+    share: Option<Arc<dyn RobotsShare>>,
 }
 
 impl std::fmt::Debug for RobotsCache {
@@ -75,7 +78,16 @@ impl RobotsCache {
             options,
             origins: Mutex::new(Origins::new(ROBOTS_MAX_ORIGINS)),
             policy: None,
+            share: None,
         }
+    }
+
+    /// Take robots.txt files from `share` before fetching them, and put the ones fetched
+    /// there (a fleet's workers: one fetch per origin and TTL for the whole fleet). A file
+    /// from the share is trusted for what is left of the TTL it was shared with.
+    pub fn share_with(mut self, share: Arc<dyn RobotsShare>) -> Self {
+        self.share = Some(share);
+        self
     }
 
     /// Refuse robots.txt redirects to IP literals and metadata names that `policy` refuses
@@ -188,18 +200,70 @@ impl RobotsCache {
             }
             Arc::clone(cell)
         };
-        let mut fetched = false;
+        let fetched = AtomicBool::new(false);
         let rules = cell
-            .get_or_init(|| {
-                fetched = true;
-                async {
-                    let robots_url = format!("{origin}/robots.txt");
-                    let got =
-                        retrieve(client, &robots_url, self.options.fetch_timeout, guard).await;
-                    Arc::new(verdict(&robots_url, got, &self.agent, &self.options).0)
+            .get_or_init(|| async {
+                let robots_url = format!("{origin}/robots.txt");
+                if let Some(rules) = self.shared(&origin, &robots_url) {
+                    return Arc::new(rules);
                 }
+                fetched.store(true, Ordering::Relaxed);
+                let got = retrieve(client, &robots_url, self.options.fetch_timeout, guard).await;
+                self.share(&origin, &got);
+                Arc::new(verdict(&robots_url, got, &self.agent, &self.options).0)
             })
             .await;
-        (Arc::clone(rules), fetched)
+        (Arc::clone(rules), fetched.load(Ordering::Relaxed))
+    }
+
+    /// The rules of a file another worker fetched for `origin`, trusted for what is left of
+    /// its TTL. The share failing is not the crawl failing: the file is fetched instead.
+    fn shared(&self, origin: &str, robots_url: &str) -> Option<RobotsRules> {
+        let share = self.share.as_ref()?;
+        let (file, left) = match share.get(origin) {
+            Ok(found) => found?,
+            Err(e) => {
+                tracing::warn!(%origin, "cannot read the fleet's robots.txt, fetching it: {e}");
+                return None;
+            }
+        };
+        let got = Retrieved::Body {
+            status: file.status,
+            body: file.body,
+            truncated: file.truncated,
+            retry_after: None,
+        };
+        let mut rules = verdict(robots_url, got, &self.agent, &self.options).0;
+        rules.expires = Instant::now() + left;
+        Some(rules)
+    }
+
+    /// Share a file this worker fetched, when it decides the rules: a 2xx file, or a 4xx
+    /// (no rules). An outage (429, 5xx, no answer, a bad redirect) is not shared: each
+    /// worker's next try asks again, in a slot of the host's shared pace.
+    fn share(&self, origin: &str, got: &Retrieved) {
+        let Some(share) = self.share.as_ref() else {
+            return;
+        };
+        let Retrieved::Body {
+            status,
+            body,
+            truncated,
+            ..
+        } = got
+        else {
+            return;
+        };
+        if *status == 429 || !(200..500).contains(status) || self.options.ttl.is_zero() {
+            return;
+        }
+        let file = SharedRobots {
+            status: *status,
+            body: body.clone(),
+            truncated: *truncated,
+        };
+        if let Err(e) = share.put(origin, &file, self.options.ttl) {
+            tracing::warn!(%origin, "cannot share robots.txt with the fleet: {e}");
+        }
     }
 }

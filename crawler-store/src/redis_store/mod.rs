@@ -22,6 +22,8 @@
 //!   own, with retries, script loading and counters of round trips and commands.
 //! - `lua`: the step and join scripts.
 //! - `reply`: decoding the scripts' replies, and the byte layout of queue members.
+//! - `robots`: the robots.txt files the workers fetched, shared (one fetch per origin and
+//!   TTL for the fleet).
 //!
 //! The connection, the scripts and the reply decoding live here rather than in a `redis/`
 //! folder beside this one: only this store uses them, and a crate-level module named
@@ -51,6 +53,7 @@ mod lua;
 mod queue;
 mod replay;
 mod reply;
+mod robots;
 mod state;
 mod step;
 
@@ -399,6 +402,14 @@ impl RedisStore {
     /// Sends are booked by this store's leases only when [`RedisOptions::budget`] was set.
     pub fn budget(&self) -> Arc<dyn SharedBudget> {
         Arc::new(RedisBudget {
+            inner: Arc::clone(&self.inner),
+        })
+    }
+
+    /// The fleet's shared robots.txt files, for the downloader: each origin's file is
+    /// fetched once per TTL by the whole fleet, not by every worker.
+    pub fn robots(&self) -> Arc<dyn crawler_core::RobotsShare> {
+        Arc::new(robots::RedisRobots {
             inner: Arc::clone(&self.inner),
         })
     }
