@@ -79,10 +79,12 @@ pub struct HostState {
     #[serde(default)]
     pub booked_at: Option<Millis>,
     /// When the latest request known to have left actually left. A booking is not a
-    /// departure when a send leaves late (a busy machine): a fleet's pacing record measures
-    /// the send gap from this, or a late send's booking would read as a long gap, a slow
-    /// pace, and the next refusal would cut far below the pace the server refused.
-    #[serde(default)]
+    /// departure when a send leaves late (a busy machine): the send gap is measured from
+    /// this too, or a late send's booking would read as a long gap, a slow pace, and the
+    /// next refusal would cut far below the pace the server refused. Not serialised: a
+    /// fleet's commit hands it to the pacing record from the worker's memory, and the
+    /// learning state every lease may carry stays as small as it was.
+    #[serde(skip)]
     pub departed_at: Option<Millis>,
     /// When the last backoff hold was placed: failures of requests in flight then are the
     /// failure it answered, not a new one.
