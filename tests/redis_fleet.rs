@@ -184,7 +184,7 @@ async fn a_fleet_fetches_robots_txt_once() {
     }
     let by_path = fetches(&lab);
     // Once by the robots.txt cache for all three workers (each would fetch it without the
-    // share), and once as the spider's own page (it reads the file's Sitemap: lines).
+    // share), and once as a page the spider follows (the lab's home page links to it).
     assert_eq!(
         by_path.get("/robots.txt"),
         Some(&2),
