@@ -367,13 +367,16 @@ impl QueueStore for RedisStore {
             .lease_hosts
             .get(&lease)
             .filter(|&h| {
-                let cap = concurrency_of(inner.params_for(h)) as usize;
-                let own = inner.lease_hosts.values().filter(|&o| o == h).count();
+                // Paced first: counting this worker's leases of the host walks all of them,
+                // and most acknowledgements (open hosts) need not.
                 let paced = inner
                     .pacing
                     .get(h)
                     .is_some_and(|p| p.interval.unwrap_or(0.0) > 0.0);
-                paced && own >= cap
+                paced && {
+                    let cap = concurrency_of(inner.params_for(h)) as usize;
+                    inner.lease_hosts.values().filter(|&o| o == h).count() >= cap
+                }
             })
             .cloned();
         // A lease this worker does not hold (never, or no more) has no record to release.
