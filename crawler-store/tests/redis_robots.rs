@@ -42,8 +42,11 @@ fn a_file_one_worker_fetched_is_every_workers_until_its_ttl_ends() {
         .unwrap()
         .expect("the other worker's file");
     assert_eq!(got, file, "status, body (bytes as fetched) and the cut");
+    // What is left is read on the fleet's clock as each worker estimates it, and two
+    // workers' estimates differ by up to half a round trip (the store's clock module): a
+    // few ms over the TTL is that, a reset TTL or a lost one is the failure.
     assert!(
-        left <= Duration::from_secs(60) && left > Duration::from_secs(55),
+        left < Duration::from_secs(61) && left > Duration::from_secs(55),
         "{left:?} left"
     );
     assert!(b.robots().get("http://other.test").unwrap().is_none());
