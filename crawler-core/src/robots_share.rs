@@ -24,7 +24,8 @@ pub struct SharedRobots {
 }
 
 /// Where a fleet's workers keep the robots.txt files they fetched, by origin
-/// (`scheme://host[:port]`).
+/// (`scheme://host[:port]`). The calls may block (a network store waits out an outage);
+/// the downloader makes them off the async runtime.
 pub trait RobotsShare: Send + Sync + 'static {
     /// The file another worker fetched for `origin`, and for how much longer it is trusted.
     fn get(&self, origin: &str) -> Result<Option<(SharedRobots, Duration)>>;

@@ -204,12 +204,12 @@ impl RobotsCache {
         let rules = cell
             .get_or_init(|| async {
                 let robots_url = format!("{origin}/robots.txt");
-                if let Some(rules) = self.shared(&origin, &robots_url) {
+                if let Some(rules) = self.shared(&origin, &robots_url).await {
                     return Arc::new(rules);
                 }
                 fetched.store(true, Ordering::Relaxed);
                 let got = retrieve(client, &robots_url, self.options.fetch_timeout, guard).await;
-                self.share(&origin, &got);
+                self.share(&origin, &got).await;
                 Arc::new(verdict(&robots_url, got, &self.agent, &self.options).0)
             })
             .await;
@@ -218,12 +218,20 @@ impl RobotsCache {
 
     /// The rules of a file another worker fetched for `origin`, trusted for what is left of
     /// its TTL. The share failing is not the crawl failing: the file is fetched instead.
-    fn shared(&self, origin: &str, robots_url: &str) -> Option<RobotsRules> {
-        let share = self.share.as_ref()?;
-        let (file, left) = match share.get(origin) {
-            Ok(found) => found?,
-            Err(e) => {
+    /// The share blocks (a store retries through an outage), so it is asked off the async
+    /// runtime, where it holds up this origin's check and nothing else.
+    async fn shared(&self, origin: &str, robots_url: &str) -> Option<RobotsRules> {
+        let share = Arc::clone(self.share.as_ref()?);
+        let key = origin.to_owned();
+        let found = tokio::task::spawn_blocking(move || share.get(&key)).await;
+        let (file, left) = match found {
+            Ok(Ok(found)) => found?,
+            Ok(Err(e)) => {
                 tracing::warn!(%origin, "cannot read the fleet's robots.txt, fetching it: {e}");
+                return None;
+            }
+            Err(e) => {
+                tracing::warn!(%origin, "the read of the fleet's robots.txt stopped, fetching it: {e}");
                 return None;
             }
         };
@@ -240,9 +248,11 @@ impl RobotsCache {
 
     /// Share a file this worker fetched, when it decides the rules: a 2xx file, or a 4xx
     /// (no rules). An outage (429, 5xx, no answer, a bad redirect) is not shared: each
-    /// worker's next try asks again, in a slot of the host's shared pace.
-    fn share(&self, origin: &str, got: &Retrieved) {
-        let Some(share) = self.share.as_ref() else {
+    /// worker's next try asks again, in a slot of the host's shared pace. Awaited before the
+    /// check answers, so the file is the fleet's before this worker's request is done (the
+    /// next worker's turn at a host with one request at a time comes after it).
+    async fn share(&self, origin: &str, got: &Retrieved) {
+        let Some(share) = self.share.as_ref().map(Arc::clone) else {
             return;
         };
         let Retrieved::Body {
@@ -262,8 +272,11 @@ impl RobotsCache {
             body: body.clone(),
             truncated: *truncated,
         };
-        if let Err(e) = share.put(origin, &file, self.options.ttl) {
-            tracing::warn!(%origin, "cannot share robots.txt with the fleet: {e}");
+        let (key, ttl) = (origin.to_owned(), self.options.ttl);
+        match tokio::task::spawn_blocking(move || share.put(&key, &file, ttl)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(%origin, "cannot share robots.txt with the fleet: {e}"),
+            Err(e) => tracing::warn!(%origin, "sharing robots.txt with the fleet stopped: {e}"),
         }
     }
 }
