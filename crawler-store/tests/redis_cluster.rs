@@ -1,6 +1,6 @@
 //! A job on a Redis Cluster: its keys spread over every master while each script stays in
 //! one slot (the cluster refuses anything else), duplicates are still found across workers,
-//! and a malformed cluster URL is a clear error.
+//! shared robots.txt files spread too, and a malformed cluster URL is a clear error.
 //!
 //! Each test starts its own cluster (three masters, one replica each) on free loopback
 //! ports: `redis-server` and `redis-cli` must be installed (`.ci/run` does this).
@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crawler_core::Request;
+use crawler_core::{Request, SharedRobots};
 use crawler_sched::{Entry, QueueStore, fingerprint};
 use crawler_store::{RedisOptions, RedisStore};
 
@@ -132,6 +132,33 @@ fn a_job_spreads_over_every_master_with_each_script_in_one_slot() {
         b.commands(),
         b.round_trips()
     );
+
+    // Shared robots.txt files go to their origin's shard, on every master, and each is the
+    // other worker's (a command sent to the wrong master is an error, not a miss).
+    let file = |h: &str| SharedRobots {
+        status: 200,
+        body: format!("User-agent: *\nDisallow: /{h}/\n").into_bytes(),
+        truncated: false,
+    };
+    for h in &hosts {
+        a.robots()
+            .put(&format!("http://{h}"), &file(h), Duration::from_secs(60))
+            .unwrap();
+    }
+    for h in &hosts {
+        let (got, _) = b
+            .robots()
+            .get(&format!("http://{h}"))
+            .unwrap()
+            .unwrap_or_else(|| panic!("{h}'s file"));
+        assert_eq!(got, file(h));
+    }
+    let mut files_per_master: HashMap<u16, usize> = HashMap::new();
+    for (port, _) in cluster.keys("crawler:{spread/*}:robots:*") {
+        *files_per_master.entry(port).or_default() += 1;
+    }
+    assert_eq!(files_per_master.values().sum::<usize>(), 60);
+    assert_eq!(files_per_master.len(), 3, "{files_per_master:?}");
 }
 
 #[test]
