@@ -31,7 +31,7 @@ use std::time::Duration;
 use crawler::prelude::*;
 use crawler_lab::{Lab, RetryAfter, Scenario};
 use fleet::{
-    Redis, feeds, fetches, field, finish, free_port, redis_meta, signal, spawn_worker, union,
+    Redis, feeds, fetches, field, finish_all, free_port, redis_meta, signal, spawn_worker, union,
     wait_for_fleet_items, wait_for_items,
 };
 
@@ -71,10 +71,7 @@ async fn four_workers_share_one_budget_and_respect_retry_after() {
         .iter()
         .map(|f| spawn_worker(&lab, &redis, "budget", f, settings))
         .collect();
-    let mut lines = Vec::new();
-    for w in workers {
-        lines.push(finish(w).await);
-    }
+    let lines = finish_all(workers).await;
 
     let report = lab.recorder().report();
     assert_eq!(
@@ -178,10 +175,7 @@ async fn a_fleet_fetches_robots_txt_once() {
         .iter()
         .map(|f| spawn_worker(&lab, &redis, "robots-once", f, settings))
         .collect();
-    let mut lines = Vec::new();
-    for w in workers {
-        lines.push(finish(w).await);
-    }
+    let lines = finish_all(workers).await;
     let by_path = fetches(&lab);
     // Once by the robots.txt cache for all three workers (each would fetch it without the
     // share), and once as a page the spider follows (the lab's home page links to it).
@@ -239,10 +233,7 @@ async fn host_names_behind_one_limiter_share_its_holds_across_the_fleet() {
                 .unwrap()
         })
         .collect();
-    let mut lines = Vec::new();
-    for w in workers {
-        lines.push(finish(w).await);
-    }
+    let lines = finish_all(workers).await;
     let report = lab.recorder().report();
     assert_eq!(report.clients.len(), 1, "one client to the limiter");
     let fleet = report.clients.values().next().unwrap();
@@ -296,10 +287,7 @@ async fn a_killed_workers_leases_are_reclaimed_by_the_others() {
     assert!(held, "the victim never held a lease");
     victim.kill().unwrap(); // SIGKILL: no goodbye, leases stay open
     victim.wait().unwrap();
-    let mut lines = Vec::new();
-    for w in workers {
-        lines.push(finish(w).await);
-    }
+    let lines = finish_all(workers).await;
 
     let items = union(&feeds);
     assert_eq!(items.len(), 400, "every book is in the union of the feeds");
@@ -335,10 +323,7 @@ async fn a_redis_restart_mid_crawl_pauses_the_fleet_and_loses_nothing() {
     wait_for_fleet_items(&feeds, 40).await;
     let before = lab.recorder().len();
     redis.restart(Duration::from_millis(1500));
-    let mut lines = Vec::new();
-    for w in workers {
-        lines.push(finish(w).await);
-    }
+    let lines = finish_all(workers).await;
     assert!(
         lab.recorder().len() > before + 100,
         "the crawl went on after the restart"
@@ -402,10 +387,7 @@ async fn a_fleet_on_a_redis_cluster_of_three_masters_gives_every_item() {
                 .unwrap()
         })
         .collect();
-    let mut lines = Vec::new();
-    for w in workers {
-        lines.push(finish(w).await);
-    }
+    let lines = finish_all(workers).await;
 
     let items = union(&feeds);
     assert_eq!(items.len(), 600, "every book of every catalogue: {lines:?}");

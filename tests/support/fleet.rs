@@ -210,6 +210,16 @@ pub(super) async fn finish(child: Child) -> String {
         .unwrap_or_else(|| panic!("no stats line in: {}", end.stdout))
 }
 
+/// Wait for every worker to finish successfully, in order, returning their CHILD_STATS
+/// lines.
+pub(super) async fn finish_all(workers: Vec<Child>) -> Vec<String> {
+    let mut lines = Vec::with_capacity(workers.len());
+    for w in workers {
+        lines.push(finish(w).await);
+    }
+    lines
+}
+
 pub(super) fn field(stats: &str, name: &str) -> u64 {
     stats
         .split_whitespace()
