@@ -180,6 +180,11 @@ pub struct Feedback {
     /// behind; `None` without a usable `Date` or when the offset is implausible (over 24 h).
     /// Waits above are already corrected with it; this is for logs and diagnostics.
     pub server_clock_offset: Option<ClockOffset>,
+    /// The answer cost the server little and is not a page: robots.txt, a sitemap. Its
+    /// latency says nothing of how long the host's pages take, so it never sets the page
+    /// latency baseline (a static robots.txt in front of dynamic pages would make every
+    /// page look slow). Redirects and 304s are known as such by their status.
+    pub cheap: bool,
 }
 
 /// A signed difference between a server's clock and ours.

@@ -32,7 +32,9 @@ mod middlewares;
 mod robots;
 mod sitemap;
 
-pub use downloader::{HttpDownloader, MAX_BODY_META, ROBOTS_SITEMAPS_META, fetch_once_with};
+pub use downloader::{
+    HttpDownloader, MAX_BODY_META, NOT_PAGE_META, ROBOTS_SITEMAPS_META, fetch_once_with,
+};
 pub use error::Error;
 pub use guard::{
     AddressPolicy, PROXY_ENV_VARS, is_private, private_ok, process_env, unchecked_proxy,

@@ -249,9 +249,37 @@ fn focused(params: &Params, base: u64) {
         }
     }
     println!(
-        "latency ramp 50 ms -> 2 s: rate at the peak against before, median {:.0}%, max {:.0}%",
+        "latency ramp 50 ms -> 2 s (the server's own level): rate at the peak against before, median {:.0}%, max {:.0}%",
         pct(&mut ratio.clone(), 0.5),
         pct(&mut ratio, 1.0)
+    );
+    // Pages that cost the server work (20 ms - 2 s on 1-16 workers) behind an instant
+    // robots.txt, no rate limit: share of what the server can serve within the crawl's own
+    // limits, and how long our pages wait in its queue where it has fewer workers than the
+    // crawl may send at once.
+    let (mut share, mut waits) = (Vec::new(), Vec::new());
+    let server_draws = env("SERVER_DRAWS").unwrap_or(200);
+    for k in 0..server_draws {
+        let w = World::draw_server(base + k, 1_800_000.0);
+        let o = worlds::run(&w, params, 1_800_000.0);
+        share.push(100.0 * o.steady / w.attainable(params));
+        if let Some(s) = w.server.filter(|s| w.concurrency > s.workers) {
+            waits.push(100.0 * o.median_queue_wait() / s.final_service_ms());
+        }
+    }
+    println!(
+        "server family ({server_draws} draws): share of what the server serves within the crawl's limits min {:.0}%, p5 {:.0}%, median {:.0}%, draws >= 80% {}/{}; median queue wait over service time (more in flight allowed than workers, {} draws): median {:.0}%, p95 {:.0}%, max {:.0}%, under 50% in {}/{}",
+        pct(&mut share.clone(), 0.0),
+        pct(&mut share.clone(), 0.05),
+        pct(&mut share.clone(), 0.5),
+        share.iter().filter(|s| **s >= 80.0).count(),
+        share.len(),
+        waits.len(),
+        pct(&mut waits.clone(), 0.5),
+        pct(&mut waits.clone(), 0.95),
+        pct(&mut waits.clone(), 1.0),
+        waits.iter().filter(|w| **w < 50.0).count(),
+        waits.len(),
     );
     // The limit doubles or halves at 10 minutes, behind a bucket or a window.
     let (mut up, mut down) = (Vec::new(), Vec::new());

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crawler_core::{Error, ErrorKind, Output, Request, Response, Result, Url, parse_http_url};
 pub use crawler_http::{Alternate, SITEMAP_MAX_BYTES, SitemapEntry};
 use crawler_http::{
-    MAX_BODY_META, ROBOTS_SITEMAPS_META, SitemapKind, SitemapLimits, SitemapParse, parse_sitemap,
+    MAX_BODY_META, NOT_PAGE_META, ROBOTS_SITEMAPS_META, SitemapKind, SitemapLimits, SitemapParse,
+    parse_sitemap,
 };
 use regex::Regex;
 
@@ -383,6 +384,8 @@ impl SitemapSpider {
         r.meta.insert(DEPTH_META.to_owned(), depth.into());
         r.meta
             .insert(MAX_BODY_META.to_owned(), self.limits.max_bytes.into());
+        // A sitemap is not a page: its latency must not set the host's page baseline.
+        r.meta.insert(NOT_PAGE_META.to_owned(), true.into());
         r
     }
 

@@ -66,6 +66,11 @@ pub struct HttpDownloader {
 /// `max_body_size` (sitemaps may be 50 MB, more than pages are allowed).
 pub const MAX_BODY_META: &str = "max_body_size";
 
+/// Request meta key: when present, the request is not a page (a sitemap): its latency is
+/// reported as [`Feedback::cheap`](crawler_core::Feedback::cheap), so it never sets the
+/// host's page latency baseline.
+pub const NOT_PAGE_META: &str = "not_page";
+
 /// Request meta key: when `true`, the request (for an origin's `/robots.txt`) is answered
 /// from the robots.txt cache with the origin's `Sitemap:` lines, in robots.txt syntax, so
 /// sitemap discovery costs no second download of robots.txt. Without robots obeyed, the
@@ -330,6 +335,7 @@ impl Downloader for HttpDownloader {
             .filter(|&n| n > 0)
             .unwrap_or(self.max_body);
         feedback.sent = true;
+        feedback.cheap = req.meta.contains_key(NOT_PAGE_META);
         let started = Instant::now();
         feedback.sent_at = Some(started);
         // One deadline for the whole exchange, body included: an idle timeout alone would let

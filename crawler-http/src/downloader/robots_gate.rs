@@ -74,6 +74,8 @@ impl HttpDownloader {
         feedback.sent = fetched;
         feedback.robots_not_text = fetched && rules.not_text();
         if fetched {
+            // robots.txt is a static file on most sites: not a page's latency.
+            feedback.cheap = true;
             feedback.latency = started.elapsed();
             feedback.sent_at = Some(started);
             feedback.status = rules.http_status();

@@ -41,6 +41,9 @@ pub enum Trigger {
     RateLimitExhausted,
     /// Latency rose above its baseline.
     Latency,
+    /// A latency episode's cut did not shorten the answers: the server's own level moved,
+    /// and the rate the episode took away came back.
+    LatencyLevel,
     /// A challenge (soft block) page.
     Challenge,
     /// Consecutive 403 responses.
@@ -75,6 +78,7 @@ impl Trigger {
             Self::RateLimit => "RateLimit",
             Self::RateLimitExhausted => "RateLimit exhausted",
             Self::Latency => "latency",
+            Self::LatencyLevel => "latency level",
             Self::Challenge => "challenge page",
             Self::Forbidden => "403 streak",
             Self::RobotsUnavailable => "robots.txt unavailable",

@@ -88,7 +88,7 @@ pub struct HostState {
     pub departed_at: Option<Millis>,
     /// When the last backoff hold was placed: failures of requests in flight then are the
     /// failure it answered, not a new one.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_at: Option<Millis>,
     /// Since when the host has been calm (no refusal, no hold): probes wait for it.
     pub calm_since: Millis,
@@ -101,23 +101,47 @@ pub struct HostState {
     pub failures: u32,
     /// Since when the host has been failing or refusing at the minimum rate without a
     /// served answer in between.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub troubled_since: Option<Millis>,
     /// Fast latency average (seconds).
     pub lat_fast: Option<f64>,
-    /// Latency baseline (seconds): the lowest the fast average has been, following a
-    /// lasting rise only slowly.
+    /// Page latency baseline (seconds): the lowest the fast average has been over the
+    /// last [`Tuning::latency_window_ms`](super::Tuning::latency_window_ms).
     #[serde(default)]
     pub lat_base: Option<f64>,
+    /// The lowest fast average in the current half of the baseline window, and in the
+    /// half before it (a windowed minimum in two halves: the baseline forgets a level
+    /// between half a window and a window after it was last seen).
+    #[serde(default)]
+    pub lat_min: (Option<f64>, Option<f64>),
+    /// When the current half of the baseline window began.
+    #[serde(default)]
+    pub lat_half_at: Millis,
     /// A latency episode is open (the server answers slower than twice its normal).
     #[serde(default)]
     pub slow: bool,
     /// The fast latency average when latency last eased the rate (seconds).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lat_eased: Option<f64>,
     /// When latency last eased the rate.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eased_at: Option<Millis>,
+    /// Requests in flight the server's queue allows (`None`: no cap but the user's):
+    /// set when the pages' latency shows our requests waiting behind each other, then
+    /// moved by one at a time towards the most that do not wait (see
+    /// [`Tuning::latency_knee`](super::Tuning::latency_knee)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lat_cap: Option<u32>,
+    /// When the in-flight cap may move next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lat_cap_at: Option<Millis>,
+    /// The fast latency average when the in-flight cap last moved (seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lat_cap_ref: Option<f64>,
+    /// The pace a latency episode opened at and the rate before it (requests/s), while
+    /// it is open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lat_open: Option<(f64, f64)>,
     /// When the latency was last folded in.
     #[serde(default)]
     pub lat_at: Millis,
@@ -129,7 +153,7 @@ pub struct HostState {
     pub born: Millis,
     /// The end of the last hold longer than the delivery window: the delivery rate is
     /// measured from there.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub long_hold_end: Option<Millis>,
     /// What the server accepted, per 5-second bin over the last two minutes.
     #[serde(default)]
@@ -139,21 +163,21 @@ pub struct HostState {
     pub edge: Option<WindowEdge>,
     /// Requests the server's quota still allows, by its last RateLimit reading, less the
     /// requests booked and not answered then or since (`None`: no reading yet).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota_left: Option<i64>,
     /// The latest instant the window of that reading can turn, as an answer in it will
     /// announce it: the narrowed edge, plus a second when the resets are whole seconds.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota_turn_by: Option<Millis>,
     /// The requests booked spend the rest of the quota, and the answer that will say how
     /// long to wait has not been read: no send before the latest end it can announce.
     /// Without it, a send booked past the window's edge would leave before that answer is
     /// read and inside the wait it announces.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spent_until: Option<Millis>,
     /// When RateLimit headers last steered the rate: a host whose headers stop coming
     /// returns to learning.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steered_at: Option<Millis>,
     /// Pseudo-random state for jitter (deterministic, so the machine stays pure).
     pub seed: u64,

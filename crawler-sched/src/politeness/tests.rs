@@ -107,10 +107,12 @@ fn a_storm_of_500s_is_ridden_out_with_few_requests_and_the_rate_comes_back() {
     }
 }
 
-/// Latency that climbs from 50 ms to 2 s at a fixed limit: the rate falls while the server
-/// stays slow, and the in-flight cap with it.
+/// Latency that climbs from 50 ms to 2 s on its own (the server's level, not our queue) at
+/// a fixed limit: the crawl is not slowed below what its requests in flight allow at that
+/// latency (a slow server is slow, not overloaded), and the rate comes back when latency
+/// returns to its base.
 #[test]
-fn a_server_that_stays_slow_gets_less_for_as_long_as_it_stays_slow() {
+fn a_server_whose_latency_climbs_on_its_own_keeps_its_pace() {
     let params = defaults();
     for seed in fresh_seeds(4) {
         let mut world = World::plain(seed, Limiter::nginx(5.0, 10, true), RetryAfter::Secs(30.0));
@@ -127,47 +129,222 @@ fn a_server_that_stays_slow_gets_less_for_as_long_as_it_stays_slow() {
         };
         let o = worlds::run(&world, &params, 1_500_000.0);
         let (before, peak) = o.ramp_rates.unwrap_or_default();
-        println!("{world}: {before:.2} r/s before the ramp, {peak:.2} at its top");
+        // Eight in flight at 2 s allow 4 r/s, under the limit.
+        let allowed = (f64::from(world.concurrency) / 2.01).min(5.0);
+        println!("{world}: {before:.2} r/s before the ramp, {peak:.2} at its top of {allowed:.2}");
         assert!(before > 3.0, "{world}: {before:.2} r/s before");
         assert!(
-            peak < 0.5 * before,
+            peak >= 0.8 * allowed,
             "{world}: {peak:.2} r/s at the top of the ramp"
         );
-        // And back once latency returns to its base: the last minute of the crawl.
         let last = o.per_minute.last().copied().unwrap_or_default();
-        assert!(last > peak, "{world}: {last:.2} r/s after the ramp");
+        assert!(last > 0.8 * before, "{world}: {last:.2} r/s after the ramp");
     }
-    // The in-flight cap follows: a slow server gets fewer requests at once.
+}
+
+/// A server whose answers slow down with every request of ours it is working on (300 ms
+/// alone, 200 ms more for each other one): the crawl keeps fewer in flight than the eight
+/// it may, so its pages take less than twice what they take alone, and it still takes more
+/// than one at a time would.
+#[test]
+fn a_server_that_slows_with_our_requests_in_flight_gets_fewer_at_once() {
     use super::HostMachine;
     use crawler_core::Feedback;
     use std::time::Duration;
+
     let mut params = defaults();
     params.concurrency = 8;
     let mut m = HostMachine::new(params, 0.0);
-    let answer = |ms: u64| Feedback {
+    let mut t = 0.0;
+    let mut pending: Vec<(f64, f64)> = Vec::new();
+    let mut served = 0u32;
+    let mut served_late = 0u32;
+    let mut latency_late = 0.0;
+    while t < 900_000.0 {
+        let next_send = if m.has_room() {
+            m.ready_at().max(t)
+        } else {
+            f64::INFINITY
+        };
+        let next_answer = pending.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
+        if next_send <= next_answer {
+            t = next_send;
+            m.on_send(t);
+            pending.push((t + 300.0 + 200.0 * pending.len() as f64, t));
+        } else {
+            t = next_answer;
+            let i = pending.iter().position(|p| p.0 == t).unwrap_or(0);
+            let (_, sent) = pending.swap_remove(i);
+            let fb = Feedback {
+                sent: true,
+                status: Some(200),
+                latency: Duration::from_secs_f64((t - sent) / 1e3),
+                ..Default::default()
+            };
+            let _ = m.on_feedback_sent(&fb, sent, t);
+            served += 1;
+            if t > 450_000.0 {
+                served_late += 1;
+                latency_late += t - sent;
+            }
+        }
+    }
+    assert!(m.concurrency() < 8, "{} in flight allowed", m.concurrency());
+    let mean = latency_late / f64::from(served_late.max(1));
+    assert!(mean < 600.0, "pages took {mean:.0} ms");
+    // One at a time serves 1 / 0.3 s = 3.3 r/s.
+    let late_rate = f64::from(served_late) / 450.0;
+    assert!(
+        late_rate > 3.4,
+        "{late_rate:.2} r/s over the last half ({served} pages)"
+    );
+}
+
+/// Pages that cost the server work behind an instant robots.txt, fresh draws of the
+/// `server` family (20 ms to 2 s of service on 1-16 workers, jitter, the service time
+/// halved or doubled mid-crawl, 1-16 requests in flight): the crawl takes at least 80% of
+/// what the server can serve within its own limits, and where it may send more at once
+/// than the server has workers, our pages wait in its queue for under half their service
+/// time (median).
+#[test]
+fn pages_that_cost_the_server_work_are_crawled_at_its_pace_without_a_queue() {
+    let params = defaults();
+    let minutes = 20.0;
+    let mut short = Vec::new();
+    for seed in fresh_seeds(24) {
+        let world = World::draw_server(seed, minutes * 60_000.0);
+        let mut audit = Vec::new();
+        let o = worlds::run_audited(&world, &params, minutes * 60_000.0, &mut audit);
+        maybe_print_audit(&audit);
+        let attainable = world.attainable(&params);
+        let share = o.steady / attainable;
+        let service = world.server.map_or(0.0, |s| s.final_service_ms());
+        let wait = o.median_queue_wait();
+        println!(
+            "{world}: {:.2} r/s of {attainable:.2} ({:.0}%), median queue wait {wait:.0} ms",
+            o.steady,
+            share * 100.0
+        );
+        let crowded = world.server.is_some_and(|s| world.concurrency > s.workers);
+        if share < 0.8 || (crowded && wait >= service / 2.0) {
+            short.push(format!("{world} (replay: POLITENESS_SEED={seed})"));
+        }
+        assert_eq!(o.refused, 0, "{world}");
+    }
+    assert!(short.is_empty(), "{short:#?}");
+}
+
+/// A robots.txt answered in a millisecond, then pages of 150 ms on a server with room for
+/// them: the fast answer never becomes the page baseline, and the rate is never cut for
+/// latency (it was cut to the floor when the baseline was the lowest latency ever seen).
+#[test]
+fn a_fast_robots_txt_never_makes_pages_look_slow() {
+    use super::HostMachine;
+    use crawler_core::Feedback;
+    use std::time::Duration;
+
+    let mut params = defaults();
+    params.concurrency = 1;
+    let mut m = HostMachine::new(params, 0.0);
+    let robots = Feedback {
+        sent: true,
+        status: Some(200),
+        latency: Duration::from_millis(1),
+        cheap: true,
+        ..Default::default()
+    };
+    m.on_send(0.0);
+    let _ = m.on_feedback(&robots, 1.0);
+    let page = |ms: u64| Feedback {
         sent: true,
         status: Some(200),
         latency: Duration::from_millis(ms),
         ..Default::default()
     };
+    let mut t = 1.0;
+    // Ten minutes of pages, one at a time, with a redirect and a 304 (both instant) now
+    // and then.
+    let mut k = 0u32;
+    while t < 600_000.0 {
+        t = m.ready_at().max(t);
+        m.on_send(t);
+        k += 1;
+        let fb = match k % 50 {
+            0 => Feedback {
+                status: Some(301),
+                ..page(1)
+            },
+            25 => Feedback {
+                status: Some(304),
+                ..page(1)
+            },
+            _ => page(150),
+        };
+        let took = fb.latency.as_secs_f64() * 1e3;
+        let _ = m.on_feedback(&fb, t + took);
+        t += took;
+        let cuts: Vec<_> = m
+            .take_audit()
+            .into_iter()
+            .filter(|c| c.trigger == super::Trigger::Latency)
+            .collect();
+        assert!(cuts.is_empty(), "cut for latency at {t:.0} ms: {cuts:?}");
+    }
+    // One in flight at 150 ms allows 6.7 r/s; the rate has grown past it.
+    assert!(m.rate() > 6.0, "{}", m.rate());
+    let base = m.state().lat_base.unwrap_or_default();
+    assert!((0.14..0.16).contains(&base), "baseline {base}");
+}
+
+/// A server whose own level moves (every page takes four times as long from one minute
+/// on, whatever the crawl does) is slowed once, not to the floor: after a cut that does
+/// not shorten its answers, the crawl does not cut again, and once the baseline window has
+/// seen the new level the rate grows again.
+#[test]
+fn a_server_whose_level_rose_is_not_cut_to_the_floor() {
+    use super::HostMachine;
+    use crawler_core::Feedback;
+    use std::time::Duration;
+
+    let mut params = defaults();
+    params.concurrency = 4;
+    let mut m = HostMachine::new(params, 0.0);
+    let page = |ms: f64| Feedback {
+        sent: true,
+        status: Some(200),
+        latency: Duration::from_secs_f64(ms / 1e3),
+        ..Default::default()
+    };
+    // Sends at the machine's pace, each answered after the level of its moment; the
+    // answers are folded in time order.
     let mut t = 0.0;
-    for _ in 0..200 {
-        t = m.ready_at().max(t);
-        m.on_send(t);
-        let _ = m.on_feedback(&answer(50), t + 50.0);
+    let mut pending: Vec<(f64, f64)> = Vec::new();
+    let mut lowest = f64::INFINITY;
+    while t < 1_200_000.0 {
+        let next_send = if m.has_room() {
+            m.ready_at().max(t)
+        } else {
+            f64::INFINITY
+        };
+        let next_answer = pending.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
+        if next_send <= next_answer {
+            t = next_send;
+            m.on_send(t);
+            let level = if t < 60_000.0 { 100.0 } else { 400.0 };
+            pending.push((t + level, level));
+        } else {
+            t = next_answer;
+            let i = pending.iter().position(|p| p.0 == t).unwrap_or(0);
+            let (_, level) = pending.swap_remove(i);
+            let _ = m.on_feedback(&page(level), t);
+            if t > 60_000.0 {
+                lowest = lowest.min(m.rate());
+            }
+        }
     }
-    let normal = m.concurrency();
-    for _ in 0..50 {
-        t = m.ready_at().max(t);
-        m.on_send(t);
-        let _ = m.on_feedback(&answer(2_000), t + 2_000.0);
-    }
-    assert!(
-        m.concurrency() < normal,
-        "{} then {}",
-        normal,
-        m.concurrency()
-    );
+    assert!(lowest > 0.5, "the rate fell to {lowest:.2} r/s");
+    // Back to the rate one page at a time at 400 ms allows, and more in flight.
+    assert!(m.rate() > 2.0, "{:.2} r/s at the end", m.rate());
 }
 
 /// Several host names behind one limiter, their holds shared: no request inside a hold the

@@ -53,13 +53,33 @@ pub struct Tuning {
     /// While the server stays slower than twice its normal latency, the rate falls by
     /// `decrease` this often (ms).
     pub slow_every_ms: f64,
-    /// Weight of the newest sample in the fast latency average.
+    /// Weight of the newest page in the fast latency average: about the last ten pages,
+    /// enough to smooth one slow page, few enough to see a queue build within seconds.
     pub latency_fast: f64,
-    /// How long (ms) the latency baseline takes to follow a lasting rise: a server that
-    /// stays slow gets less for about this long, then its new latency is its normal.
-    pub latency_memory_ms: f64,
-    /// Little's law headroom for the in-flight window: `ceil(headroom x rate x latency)`.
-    pub concurrency_headroom: f64,
+    /// The page latency baseline is the lowest the fast average has been over this window
+    /// (ms), as BBR and TCP Vegas track the round trip: what a page costs the server when
+    /// it is not queueing ours. Long enough to hold moments when the crawl sent less
+    /// (slow start, the cuts of a latency episode); short enough that a server whose own
+    /// level moved (a deploy, a cold cache) is judged against its new level within it.
+    pub latency_window_ms: f64,
+    /// Queueing the server may show before the crawl eases off, as a fraction of the
+    /// baseline (on top of `latency_tolerance`): at 1, a page may take twice its unloaded
+    /// time. Under it, a server with the usual jitter of its pages is not taken for a
+    /// queueing one (the fast average of pages within ±50% of their mean stays within
+    /// 1.3x of its lowest).
+    pub latency_queue: f64,
+    /// A latency episode cuts again only while the fast average keeps rising by more than
+    /// this fraction since the last cut: a queue our pace is still growing. Flat latency
+    /// after a cut is the server's level or a queue draining, which another cut does not
+    /// help.
+    pub latency_rising: f64,
+    /// Queueing, as a fraction of the baseline, at which more requests in flight stop
+    /// being added: while the fast average is within it, the in-flight cap a latency
+    /// episode set grows by one every `slow_every_ms`; above it, it falls by one. A server
+    /// whose workers are all busy answers our extra request after another's service time,
+    /// so one request too many shows as a whole service time of queueing, far above it,
+    /// and the usual jitter of pages (within ±50% of their mean) stays under it.
+    pub latency_knee: f64,
     /// Consecutive 403s after which the host is slowed (halved rate, one backoff hold).
     pub forbidden_slow_after: u32,
     /// Consecutive 403s after which the host is skipped for the run (a hard block).
@@ -88,8 +108,10 @@ impl Default for Tuning {
             give_up_ms: 600_000.0,
             slow_every_ms: 10_000.0,
             latency_fast: 0.1,
-            latency_memory_ms: 1_800_000.0,
-            concurrency_headroom: 1.5,
+            latency_window_ms: 300_000.0,
+            latency_queue: 1.0,
+            latency_rising: 0.1,
+            latency_knee: 0.25,
             forbidden_slow_after: 5,
             forbidden_skip_after: 20,
             late_send_ms: 2.0,

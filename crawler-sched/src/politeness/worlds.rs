@@ -385,6 +385,35 @@ pub struct Storm {
     pub end: f64,
 }
 
+/// A server that does work for every page: `workers` serve pages in the order they
+/// arrive, each for its service time, and what exceeds them waits in the queue (a page's
+/// latency is its wait plus its service). robots.txt is a static file: answered at once,
+/// outside the workers, as most sites serve it in front of dynamic pages.
+#[derive(Debug, Clone, Copy)]
+pub struct Server {
+    /// Pages served at once.
+    pub workers: u32,
+    /// Mean service time of a page (ms).
+    pub service_ms: f64,
+    /// Each page's service time is drawn uniformly within this fraction of the mean.
+    pub jitter: f64,
+    /// The service time scaled by a factor at an instant (ms): the server's own level
+    /// moves (a deploy, a cold cache, its other clients), not the crawl's doing.
+    pub change: Option<(f64, f64)>,
+}
+
+impl Server {
+    /// The mean service time at the end of the crawl (ms).
+    pub fn final_service_ms(&self) -> f64 {
+        self.service_ms * self.change.map_or(1.0, |(_, f)| f)
+    }
+
+    /// Pages per second the server can serve at the end of the crawl.
+    pub fn capacity(&self) -> f64 {
+        f64::from(self.workers.max(1)) * 1_000.0 / self.final_service_ms().max(1e-3)
+    }
+}
+
 /// One random world: a server and the machine it is crawled from.
 #[derive(Debug, Clone)]
 pub struct World {
@@ -420,6 +449,8 @@ pub struct World {
     pub concurrency: u32,
     /// The crawl's start rate.
     pub start_rate: f64,
+    /// Pages that cost the server work, queued on its workers (`None`: latency alone).
+    pub server: Option<Server>,
 }
 
 /// How long a request that times out holds its slot (ms): `download_timeout`'s default.
@@ -503,11 +534,52 @@ impl World {
             // `concurrency_per_host` is 1 by default; users raise it.
             concurrency: [1, 2, 4, 8][r.int(0, 3) as usize],
             start_rate: 1.0,
+            server: None,
         }
+    }
+
+    /// Draw a world of the `server` family from `seed`: no rate limit, pages that take
+    /// 20 ms to 2 s of service on 1-16 workers behind an instant robots.txt, jitter, the
+    /// service time halved or doubled mid-crawl in some, and a crawl allowing 1-16 requests
+    /// in flight. What a polite crawler must do here is serve itself at the server's pace
+    /// without growing its queue.
+    pub fn draw_server(seed: u64, duration_ms: f64) -> Self {
+        let mut r = Rng::new(seed ^ 0x5e4e_e4a1);
+        let service_ms = r.log_range(20.0, 2_000.0);
+        let server = Server {
+            workers: [1, 2, 4, 8, 16][r.int(0, 4) as usize],
+            service_ms,
+            jitter: r.range(0.0, 0.5),
+            change: r.chance(0.3).then(|| {
+                (
+                    duration_ms * r.range(0.2, 0.4),
+                    if r.chance(0.5) { 0.5 } else { 2.0 },
+                )
+            }),
+        };
+        let net = r.range(0.5, 5.0);
+        let mut world = Self::plain(
+            seed,
+            Limiter::nginx(10_000.0, 10_000, true),
+            RetryAfter::Absent,
+        );
+        world.latency = Latency {
+            base_ms: net,
+            jitter_ms: net * 0.5,
+            per_in_flight_ms: 0.0,
+            ramp: None,
+        };
+        world.transit_ms = r.range(0.0, 3.0);
+        world.concurrency = [1, 2, 4, 8, 16][r.int(0, 4) as usize];
+        world.server = Some(server);
+        world
     }
 
     /// The family's name.
     pub fn family(&self) -> &'static str {
+        if self.server.is_some() {
+            return "server";
+        }
         match self.limiter {
             Limiter::Nginx { nodelay: true, .. } => FAMILIES[0],
             Limiter::Nginx { nodelay: false, .. } => FAMILIES[1],
@@ -531,16 +603,20 @@ impl World {
     /// in-flight cap allows at the server's mean latency.
     pub fn attainable(&self, params: &Params) -> f64 {
         let hosts = f64::from(self.hosts.max(1));
+        let service = self.server.map_or(0.0, |s| s.final_service_ms());
         let latency = (self.latency.base_ms
             + self.latency.jitter_ms / 2.0
-            + self.latency.per_in_flight_ms * f64::from(self.concurrency))
+            + self.latency.per_in_flight_ms * f64::from(self.concurrency)
+            + service)
             / 1e3;
         // A request holds its in-flight slot for its latency, or for the whole timeout.
         let occupancy = (1.0 - self.timeouts) * latency + self.timeouts * TIMEOUT_MS / 1e3;
         let by_latency = f64::from(self.concurrency) / occupancy.max(1e-3) * hosts;
+        let by_server = self.server.map_or(f64::INFINITY, |s| s.capacity());
         self.final_allowed()
             .min(params.max_rate * hosts)
             .min(by_latency)
+            .min(by_server)
     }
 
     /// A plain world: one host, no faults, 25 ms of latency, for focused tests.
@@ -566,6 +642,7 @@ impl World {
             phase: 0.0,
             concurrency: 8,
             start_rate: 1.0,
+            server: None,
         }
     }
 }
@@ -622,6 +699,19 @@ impl fmt::Display for World {
         if self.latency.per_in_flight_ms > 0.0 {
             write!(f, " +{:.0}/in-flight", self.latency.per_in_flight_ms)?;
         }
+        if let Some(s) = self.server {
+            write!(
+                f,
+                ", pages {:.0} ms ±{:.0}% on {} workers, {} in flight",
+                s.service_ms,
+                s.jitter * 100.0,
+                s.workers,
+                self.concurrency
+            )?;
+            if let Some((at, factor)) = s.change {
+                write!(f, ", service x{factor} at {:.0}s", at / 1e3)?;
+            }
+        }
         if let Some(s) = self.storm {
             write!(f, ", 500s {:.0}-{:.0}s", s.start / 1e3, s.end / 1e3)?;
         }
@@ -667,6 +757,21 @@ pub struct Outcome {
     pub skipped: bool,
     /// Accepted requests/s per minute of the crawl.
     pub per_minute: Vec<f64>,
+    /// Server worlds: how long each page sent in the last half waited in the server's
+    /// queue before a worker took it (ms).
+    pub queue_waits: Vec<f64>,
+}
+
+impl Outcome {
+    /// The median of [`Outcome::queue_waits`] (ms), 0 without any.
+    pub fn median_queue_wait(&self) -> f64 {
+        let mut w = self.queue_waits.clone();
+        if w.is_empty() {
+            return 0.0;
+        }
+        w.sort_by(f64::total_cmp);
+        w[w.len() / 2]
+    }
 }
 
 impl Outcome {
@@ -719,6 +824,10 @@ pub fn run_audited(
     let mut accepted_at: Vec<f64> = Vec::new();
     let mut t = 0.0;
     let mut skipped = vec![false; n];
+    // Server worlds: when each worker is free again, and whether each host name has read
+    // its robots.txt (its first send).
+    let mut busy: Vec<f64> = vec![0.0; world.server.map_or(0, |s| s.workers.max(1) as usize)];
+    let mut robots_read = vec![world.server.is_none(); n];
     for _ in 0..50_000_000u64 {
         let next_answer = pending
             .iter()
@@ -774,6 +883,40 @@ pub fn run_audited(
                 latency += (r.peak_ms - world.latency.base_ms) * up;
             }
             latency += world.latency.per_in_flight_ms * pending.len() as f64;
+            if world.server.is_some() && !robots_read[host] {
+                // robots.txt: a static file, answered at once beside the workers.
+                robots_read[host] = true;
+                fb.status = Some(200);
+                fb.cheap = true;
+                fb.latency = Duration::from_secs_f64(latency.max(0.0) / 1e3);
+                pending.push(Pending {
+                    answer_at: arrival + latency,
+                    host,
+                    sent: t,
+                    feedback: fb,
+                });
+                continue;
+            }
+            if let Some(server) = world.server {
+                let mut service =
+                    server.service_ms * (1.0 + server.jitter * (2.0 * rng.unit() - 1.0));
+                if let Some((at, factor)) = server.change
+                    && arrival >= at
+                {
+                    service *= factor;
+                }
+                let (w, free) = busy
+                    .iter()
+                    .copied()
+                    .enumerate()
+                    .fold((0, f64::INFINITY), |a, b| if b.1 < a.1 { b } else { a });
+                let start = free.max(arrival);
+                busy[w] = start + service;
+                latency += start - arrival + service;
+                if t >= duration_ms / 2.0 {
+                    out.queue_waits.push(start - arrival);
+                }
+            }
             let in_storm = world
                 .storm
                 .is_some_and(|s| arrival >= s.start && arrival < s.end);

@@ -14,12 +14,15 @@
 //!    `probe_calm_ms`). A probe that holds through the next calm doubles the next step (and
 //!    forgets the ceiling, when it held at or above it: the limit rose); a refused one is an
 //!    episode like any other and resets the step.
-//! 5. **Latency.** A server answering slower than twice its normal latency (plus the
-//!    tolerance) opens a latency episode: a step down by the margin, then `decrease` every
-//!    `slow_every_ms` while it stays slow and is not getting better, and no growth: a server
-//!    that stays slow gets less for as long as it stays slow. The pace the episode opened
-//!    at lowers the ceiling (a server that queues past a pace bounds what it takes as a
-//!    refusal does), and the rate climbs back under it.
+//! 5. **Latency means queueing.** Only pages' latency counts (not robots.txt, sitemaps,
+//!    redirects or 304s); the baseline is the lowest the fast average has been over
+//!    `latency_window_ms`. Above `(1 + latency_queue)` x the baseline plus the tolerance, a
+//!    latency episode opens: a step down by the margin, then `decrease` every
+//!    `slow_every_ms` while the average keeps rising; when a cut leaves it flat, the level
+//!    is the server's own (it becomes the baseline and the rate comes back); when the
+//!    answers return to the baseline, the pace the episode opened at lowers the ceiling.
+//!    With more than one request in flight allowed, the in-flight cap follows Little's law
+//!    (`steer_in_flight`).
 //! 6. **RateLimit headers** steer the rate to the quota left over the time left (this name's
 //!    part of it, when a limiter group shares it), under the ceiling; when they stop coming
 //!    the host returns to probing.
@@ -29,7 +32,7 @@ use crawler_core::{Feedback, RateLimitReading};
 use super::HostMachine;
 use crate::politeness::Delivery;
 use crate::politeness::audit::{Phase, Trigger};
-use crate::politeness::params::Millis;
+use crate::politeness::params::{Millis, Mode};
 
 impl HostMachine {
     /// The lowest refused pace, while it is remembered.
@@ -106,7 +109,14 @@ impl HostMachine {
             return;
         }
         self.state.delivery.accepted(sent_at);
-        if self.latency(fb.latency.as_secs_f64(), now) {
+        let slow = if is_page(fb) {
+            self.latency(fb.latency.as_secs_f64(), now)
+        } else {
+            // robots.txt, a sitemap, a redirect, a 304: no page's latency; the judgement
+            // of the pages stands.
+            self.state.slow
+        };
+        if slow {
             return;
         }
         if let Some(rl) = fb.rate_limit {
@@ -181,67 +191,152 @@ impl HostMachine {
         }
     }
 
-    /// Fold one latency sample (seconds) into the fast average and the baseline; while the
-    /// server is slow, ease the rate. Returns whether it is slow (then nothing grows).
+    /// Fold one page's latency (seconds) into the fast average and the baseline; while the
+    /// server is queueing our pages, ease the rate. Returns whether it is (then nothing
+    /// grows).
     fn latency(&mut self, lat: f64, now: Millis) -> bool {
         let t = &self.params.tuning;
         let fast = self
             .state
             .lat_fast
             .map_or(lat, |f| (1.0 - t.latency_fast) * f + t.latency_fast * lat);
-        // The baseline is the lowest the fast average has been, and follows a lasting rise
-        // only over `latency_memory_ms`: a server that stays slow gets less until then.
-        let dt = (now - self.state.lat_at).max(0.0);
-        let follow = (dt / t.latency_memory_ms.max(1.0)).min(1.0);
-        let base = self
-            .state
-            .lat_base
-            .map_or(fast, |b| (b + (fast - b).max(0.0) * follow).min(fast));
+        // The baseline: the lowest the fast average has been over the last window, kept as
+        // the lowest of this half-window and of the one before (a windowed minimum in two
+        // halves). Each moment counts once, as for growth: a fleet folds answers out of
+        // time order, and an answer dated before the current half only lowers its minimum.
+        let half = t.latency_window_ms / 2.0;
+        let since = now - self.state.lat_half_at;
+        let (cur, prev) = self.state.lat_min;
+        self.state.lat_min = if since >= 2.0 * half {
+            // Idle for a whole window: nothing older says what the server is now.
+            (Some(fast), None)
+        } else if since >= half {
+            (Some(fast), cur)
+        } else {
+            (Some(cur.map_or(fast, |c| c.min(fast))), prev)
+        };
+        if since >= half {
+            self.state.lat_half_at = now;
+        }
+        let base = match self.state.lat_min {
+            (Some(c), Some(p)) => c.min(p),
+            (c, p) => c.or(p).unwrap_or(fast),
+        };
         self.state.lat_fast = Some(fast);
         self.state.lat_base = Some(base);
-        // Each moment counts once, as for growth: a fleet folds answers out of time order.
         self.state.lat_at = self.state.lat_at.max(now);
-        let slow = fast > 2.0 * (base + self.params.latency_tolerance_ms / 1_000.0);
-        if !slow {
-            self.state.slow = false;
-            return false;
-        }
-        // A latency episode: a first step down by the margin (a server that queues what
-        // exceeds its rate answers later instead of refusing; a little less is what it
-        // needs), and while it stays slow and is not getting better the rate keeps falling
-        // by `decrease` every `slow_every_ms`.
+        self.steer_in_flight(fast, base, now);
+        // Queueing: the fast average above the baseline by more than the share of it the
+        // tuning allows, plus the user's tolerance for jitter.
         let t = &self.params.tuning;
-        let (decrease, margin, every, first_step) =
-            (t.decrease, t.margin, t.slow_every_ms, t.probe_step);
-        // Again only while it stays slow and is not getting better: a server that queued
-        // what we sent too fast is still slow while it drains the queue.
-        let due = !self.state.slow
-            || (self.state.eased_at.is_none_or(|at| now - at >= every)
-                && self.state.lat_eased.is_none_or(|l| fast >= l));
-        if due {
+        let tolerance = self.params.latency_tolerance_ms / 1_000.0;
+        let (decrease, margin, every, first_step, rising, knee, queue) = (
+            t.decrease,
+            t.margin,
+            t.slow_every_ms,
+            t.probe_step,
+            t.latency_rising,
+            t.latency_knee,
+            t.latency_queue,
+        );
+        if !self.state.slow {
+            if fast <= base * (1.0 + queue) + tolerance {
+                return false;
+            }
+            // A latency episode opens: a first step down by the margin (a server that
+            // queues what exceeds its rate answers later instead of refusing; a little less
+            // is what it needs).
             let pace = self.pace();
-            let first = !self.state.slow;
-            let new = if self.state.slow {
-                decrease * self.state.rate
-            } else {
-                margin * pace
-            };
             self.state.slow = true;
-            self.state.eased_at = Some(now);
-            self.state.lat_eased = Some(fast);
-            self.state.calm_since = self.state.calm_since.max(now);
-            self.state.probe_step = first_step;
-            if first {
-                // The pace the server began to queue at bounds what it takes, as a refused
-                // pace does: the climb back stays under it.
+            self.state.lat_open = Some((pace, self.state.rate));
+            self.ease(fast, now, first_step);
+            self.set_rate(margin * pace, Trigger::Latency, now);
+            return true;
+        }
+        if fast <= base * (1.0 + knee) + tolerance {
+            // The episode's cuts brought the answers back to the baseline: the pace it
+            // opened at made the server queue, and bounds what it takes as a refused pace
+            // does (the climb back stays under it).
+            self.state.slow = false;
+            if let Some((pace, _)) = self.state.lat_open.take() {
                 self.lower_ceiling(pace, now);
             }
-            if self.state.phase != Phase::Steered {
-                self.state.phase = Phase::Climb;
+            return false;
+        }
+        // Every `slow_every_ms` while it lasts: `decrease` while the fast average keeps
+        // rising (our pace still grows the queue); nothing while it falls (the queue
+        // drains); and when it stayed flat, the cut did not shorten the answers: that is
+        // the server's own level, which becomes the baseline, and the rate the episode
+        // took away comes back.
+        if self.state.eased_at.is_some_and(|at| now - at < every) {
+            return true;
+        }
+        let last = self.state.lat_eased.unwrap_or(fast);
+        if fast > last * (1.0 + rising) {
+            self.ease(fast, now, first_step);
+            let rate = decrease * self.state.rate;
+            self.set_rate(rate, Trigger::Latency, now);
+        } else if fast < last * (1.0 - rising) {
+            self.state.eased_at = Some(now);
+            self.state.lat_eased = Some(fast);
+        } else {
+            self.state.lat_min = (Some(fast), None);
+            self.state.lat_base = Some(fast);
+            self.state.lat_half_at = now;
+            self.state.slow = false;
+            if let Some((_, rate)) = self.state.lat_open.take() {
+                let rate = rate.max(self.state.rate);
+                self.set_rate(rate, Trigger::LatencyLevel, now);
             }
-            self.set_rate(new, Trigger::Latency, now);
+            return false;
         }
         true
+    }
+
+    /// A cut of a latency episode at `now`, the fast average then `fast`.
+    fn ease(&mut self, fast: f64, now: Millis, first_step: f64) {
+        self.state.eased_at = Some(now);
+        self.state.lat_eased = Some(fast);
+        self.state.calm_since = self.state.calm_since.max(now);
+        self.state.probe_step = first_step;
+        if self.state.phase != Phase::Steered {
+            self.state.phase = Phase::Climb;
+        }
+    }
+
+    /// The in-flight cap by Little's law: requests in flight are the server's throughput
+    /// times their latency, so with more in flight than it serves at once the extra ones
+    /// wait, and latency rises with every request added while throughput does not. A
+    /// queue twice the baseline sets the cap at once to what the pace needs at the
+    /// baseline latency; then every `slow_every_ms` it moves by one: down when the fast
+    /// average rose by more than the knee since the last move (the request added last
+    /// waited), else up (three times as slowly after a move down, so most of the time is
+    /// spent under the knee), and it is gone once it reaches `concurrency_per_host`. One
+    /// request at a time never queues behind our own, so a crawl with one in flight is
+    /// never capped here.
+    fn steer_in_flight(&mut self, fast: f64, base: f64, now: Millis) {
+        let max = self.params.concurrency.max(1);
+        if self.params.mode != Mode::Adaptive || max == 1 {
+            return;
+        }
+        let t = &self.params.tuning;
+        let (knee, queue, every) = (t.latency_knee, t.latency_queue, t.slow_every_ms);
+        let cap = self.state.lat_cap.unwrap_or(max);
+        // Little's law at the baseline: what the pace needs with no queue.
+        let needed = (self.pace() * base * (1.0 + knee)).floor().max(1.0);
+        let little = u32::try_from(needed as u64).unwrap_or(u32::MAX);
+        let (new, wait) = if fast > base * (1.0 + queue) && little < cap {
+            (little, every)
+        } else if self.state.lat_cap.is_none() || self.state.lat_cap_at.is_some_and(|at| now < at) {
+            return;
+        } else if fast > self.state.lat_cap_ref.unwrap_or(fast) + knee * base {
+            (cap.saturating_sub(1).max(1), 3.0 * every)
+        } else {
+            (cap + 1, every)
+        };
+        self.state.lat_cap = (new < max).then_some(new);
+        self.state.lat_cap_at = Some(now + wait);
+        self.state.lat_cap_ref = Some(fast);
     }
 
     /// RateLimit headers: pace to `remaining / seconds-to-reset`, never above the ceiling.
@@ -284,6 +379,13 @@ impl HostMachine {
             .map_or(f64::INFINITY, |c| c * self.params.tuning.margin);
         self.set_rate(budget.min(ceiling), Trigger::RateLimit, now);
     }
+}
+
+/// Whether an answer's latency is a page's: not robots.txt or a sitemap
+/// ([`Feedback::cheap`]), not a redirect or a 304 (the server answers those without
+/// building a page).
+pub(super) fn is_page(fb: &Feedback) -> bool {
+    !fb.cheap && fb.status.is_some_and(|s| !(300..400).contains(&s))
 }
 
 impl HostMachine {

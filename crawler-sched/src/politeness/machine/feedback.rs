@@ -320,6 +320,10 @@ impl HostMachine {
         let Some(status) = fb.status else {
             return;
         };
+        if !super::control::is_page(fb) {
+            // robots.txt, a sitemap, a redirect, a 304: not what a page takes.
+            return;
+        }
         let delay = 1_000.0 / self.state.rate.max(1e-9);
         let target = ms(fb.latency) / self.params.autothrottle_target.max(1e-3);
         let max = self

@@ -93,6 +93,12 @@ impl HostMachine {
                 troubled_since: None,
                 lat_fast: None,
                 lat_base: None,
+                lat_min: (None, None),
+                lat_cap: None,
+                lat_cap_at: None,
+                lat_cap_ref: None,
+                lat_open: None,
+                lat_half_at: now,
                 eased_at: None,
                 lat_eased: None,
                 slow: false,
@@ -160,6 +166,7 @@ impl HostMachine {
             &mut s.grown_at,
             &mut s.born,
             &mut s.lat_at,
+            &mut s.lat_half_at,
         ] {
             *t += delta;
         }
@@ -176,6 +183,7 @@ impl HostMachine {
             s.served_sent.as_mut(),
             s.steered_at.as_mut(),
             s.eased_at.as_mut(),
+            s.lat_cap_at.as_mut(),
             s.long_hold_end.as_mut(),
         ]
         .into_iter()
@@ -220,17 +228,11 @@ impl HostMachine {
             // an answer is served, more in flight would only fail or be refused together.
             return 1;
         }
-        match self.params.mode {
-            Mode::Adaptive if self.state.slow => {
-                // A server answering slower than its normal gets fewer requests at once,
-                // not more: Little's law at its baseline latency, with headroom for jitter
-                // and one more for a straggler.
-                let lat = self.state.lat_base.unwrap_or(0.0);
-                let want =
-                    (self.params.tuning.concurrency_headroom * self.rate() * lat).ceil() + 1.0;
-                (want as u32).clamp(1, max)
-            }
-            Mode::Adaptive | Mode::AutoThrottle | Mode::Fixed => max,
+        match (self.params.mode, self.state.lat_cap) {
+            // Our pages wait behind each other in the server's queue: no more in flight than
+            // it serves at once (see `control`).
+            (Mode::Adaptive, Some(cap)) => cap.clamp(1, max),
+            _ => max,
         }
     }
 
