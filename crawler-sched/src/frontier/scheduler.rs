@@ -82,6 +82,7 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
                 r.sent(&host.key, request.retries > 0, sub, now);
             }
             self.leases.insert(lease, id);
+            self.group_sent(id, now);
             self.reschedule(id, now);
             return Next::Ready(Lease(lease), request);
         }
@@ -97,6 +98,7 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
         };
         let mut verdict = Verdict::Continue;
         let mut held_before = None;
+        self.count_sharers(id, feedback, now);
         if let Some(host) = self.hosts.get_mut(id) {
             host.in_flight = host.in_flight.saturating_sub(1);
             host.figures.record(feedback);

@@ -568,11 +568,14 @@ mod group_tests {
     use std::collections::HashMap;
     use std::sync::Arc;
 
-    /// A test resolver: three shop names on one server, a name elsewhere, and two names of
-    /// one registrable domain (`site.test`) on two addresses (a CDN, say).
+    /// A test resolver: three shop names on one server with an unrelated site beside them
+    /// (`neighbour.test`, shared hosting), a name elsewhere, and two names of one
+    /// registrable domain (`site.test`) on two addresses (a CDN, say).
     fn servers(name: &str) -> Option<std::net::IpAddr> {
         match name {
-            "a.shop.test" | "b.shop.test" | "c.shop.test" => Some([192, 0, 2, 10].into()),
+            "a.shop.test" | "b.shop.test" | "c.shop.test" | "neighbour.test" => {
+                Some([192, 0, 2, 10].into())
+            }
             "apart.test" => Some([192, 0, 2, 11].into()),
             "x.site.test" => Some([192, 0, 2, 20].into()),
             "y.site.test" => Some([192, 0, 2, 21].into()),
@@ -689,27 +692,53 @@ mod group_tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn names_on_different_addresses_are_held_alone() {
+    async fn other_sites_are_held_alone_even_on_the_same_address() {
         let mut f = grouped(&Settings::default());
         let t0 = Instant::now();
-        // apart.test lives elsewhere; nowhere.shop.test does not resolve (its own group).
-        for host in ["a.shop.test", "apart.test", "nowhere.shop.test"] {
+        // neighbour.test shares a.shop.test's address; apart.test lives elsewhere;
+        // nowhere.shop.test does not resolve but is of a.shop.test's site.
+        for host in ["a.shop.test", "neighbour.test", "apart.test", "nowhere.shop.test"] {
             enqueue_pages(&mut f, host, 5, t0);
         }
         let leased = lease_all(&mut f, t0);
         let t1 = t0 + secs(0.1);
         f.complete(leased["a.shop.test"], &refused(10), t1);
-        for host in ["apart.test", "nowhere.shop.test"] {
+        for host in ["neighbour.test", "apart.test", "nowhere.shop.test"] {
             f.complete(leased[host], &ok(), t1);
         }
         assert_eq!(
             ready_hosts(&mut f, t0 + secs(1.5)),
-            ["apart.test", "nowhere.shop.test"]
+            ["apart.test", "neighbour.test"]
         );
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_refusal_while_a_name_of_its_domain_is_held_joins_their_groups() {
+    async fn names_of_one_site_on_two_addresses_share_the_first_hold() {
+        let mut f = grouped(&Settings::default());
+        let t0 = Instant::now();
+        enqueue_pages(&mut f, "x.site.test", 10, t0);
+        enqueue_pages(&mut f, "y.site.test", 10, t0);
+        let leased = lease_all(&mut f, t0);
+        let t1 = t0 + secs(0.1);
+        // The first refusal on x, answered while y's first request is still out.
+        f.complete(leased["x.site.test"], &refused(20), t1);
+        f.complete(leased["y.site.test"], &ok(), t1 + secs(0.05));
+        for at in [1.5, 10.0, 20.0] {
+            assert_eq!(
+                ready_hosts(&mut f, t0 + secs(at)),
+                Vec::<String>::new(),
+                "{at}s"
+            );
+        }
+        assert!(
+            triggers(&f, "y.site.test").iter().any(|t| t == "limiter group"),
+            "{:?}",
+            triggers(&f, "y.site.test")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_while_a_neighbour_is_held_joins_their_groups() {
         use crate::record::{RecordLine, Recorder};
         let path = std::env::temp_dir().join(format!(
             "crawler-frontier-groups-record-{}",
@@ -719,18 +748,18 @@ mod group_tests {
         let mut f = grouped(&Settings::default());
         f.record_to(Recorder::open(&path).unwrap());
         let t0 = Instant::now();
-        enqueue_pages(&mut f, "x.site.test", 10, t0);
-        enqueue_pages(&mut f, "y.site.test", 10, t0);
+        enqueue_pages(&mut f, "a.shop.test", 10, t0);
+        enqueue_pages(&mut f, "neighbour.test", 10, t0);
         let leased = lease_all(&mut f, t0);
         let t1 = t0 + secs(0.1);
-        f.complete(leased["x.site.test"], &refused(10), t1);
-        f.complete(leased["y.site.test"], &ok(), t1);
-        // Two addresses: x's hold does not reach y.
+        f.complete(leased["a.shop.test"], &refused(10), t1);
+        f.complete(leased["neighbour.test"], &ok(), t1);
+        // Two sites: a's hold does not reach its neighbour on the same address.
         let leased = lease_all(&mut f, t0 + secs(1.5));
-        assert_eq!(leased.keys().collect::<Vec<_>>(), ["y.site.test"]);
-        // y refused while x is held: one limiter after all. y's own hold would end near
-        // 4.7 s; it takes x's, to 10.3 s.
-        f.complete(leased["y.site.test"], &refused(3), t0 + secs(1.6));
+        assert_eq!(leased.keys().collect::<Vec<_>>(), ["neighbour.test"]);
+        // The neighbour refused while a is held: one limiter after all. Its own hold would
+        // end near 4.7 s; it takes a's, to 10.3 s.
+        f.complete(leased["neighbour.test"], &refused(3), t0 + secs(1.6));
         for at in [5.0, 8.0, 10.0] {
             assert_eq!(
                 ready_hosts(&mut f, t0 + secs(at)),
@@ -738,20 +767,21 @@ mod group_tests {
                 "{at}s"
             );
         }
-        // y comes back within one of its intervals after x's hold.
+        // The neighbour comes back within one of its intervals after a's hold.
         assert_eq!(
             ready_hosts(&mut f, t0 + secs(12.5)),
-            ["x.site.test", "y.site.test"]
+            ["a.shop.test", "neighbour.test"]
         );
-        // For the rest of the crawl: x's next hold reaches y, which was not refused.
+        // For the rest of the crawl: a's next hold reaches the neighbour, which was not
+        // refused.
         let leased = lease_all(&mut f, t0 + secs(20.0));
         assert_eq!(leased.len(), 2);
-        f.complete(leased["x.site.test"], &refused(10), t0 + secs(20.1));
-        f.complete(leased["y.site.test"], &ok(), t0 + secs(20.1));
+        f.complete(leased["a.shop.test"], &refused(10), t0 + secs(20.1));
+        f.complete(leased["neighbour.test"], &ok(), t0 + secs(20.1));
         assert_eq!(ready_hosts(&mut f, t0 + secs(25.0)), Vec::<String>::new());
         assert_eq!(
             ready_hosts(&mut f, t0 + secs(31.0)),
-            ["x.site.test", "y.site.test"]
+            ["a.shop.test", "neighbour.test"]
         );
         // The record shows the shared holds, for the report.
         f.checkpoint(&crawler_core::Stats::default());
@@ -765,7 +795,7 @@ mod group_tests {
         let shared = lines
             .iter()
             .filter(|l| {
-                matches!(l, RecordLine::Audit(a) if a.host == "y.site.test"
+                matches!(l, RecordLine::Audit(a) if a.host == "neighbour.test"
                     && a.trigger == "limiter group"
                     && matches!(a.what, crate::politeness::What::Hold { .. }))
             })
@@ -792,12 +822,15 @@ mod group_tests {
             }),
             ..ok()
         };
+        // c.shop.test is of the same site but has not sent: the quota is not its.
+        enqueue_pages(&mut f, "c.shop.test", 1, t0);
         let t1 = t0 + secs(0.1);
         f.complete(leased["a.shop.test"], &reading, t1);
         f.complete(leased["apart.test"], &reading, t1);
         f.complete(leased["b.shop.test"], &ok(), t1);
         let rate = |f: &Frontier, host: &str| f.hosts[f.host_ids[host]].throttle.rate();
-        // Alone: (20 + 1) / 10 s. Two names behind one gateway: half the quota each.
+        // Alone: (20 + 1) / 10 s. Two names that sent behind one gateway: half the quota
+        // each; the idle third takes none of it.
         assert!(
             (rate(&f, "apart.test") - 2.1).abs() < 0.05,
             "{}",

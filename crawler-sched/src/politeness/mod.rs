@@ -7,6 +7,7 @@
 //!   of every change with its trigger.
 //! - [`Tuning`] (in `tuning`): every constant, documented, in one struct.
 //! - [`Delivery`] (in `delivery`): what the server accepted per second over two minutes.
+//! - [`LimiterGroups`] (in `groups`): which host names share a limiter, by evidence.
 //! - [`worlds`]: the judge, random servers on virtual time.
 //!
 //! The local frontier runs a machine per host on tokio's clock
@@ -22,6 +23,7 @@
 mod audit;
 mod delivery;
 mod edge;
+mod groups;
 mod machine;
 mod params;
 mod state;
@@ -33,6 +35,7 @@ pub mod worlds;
 pub use audit::{Change, Phase, Trigger, Verdict, What};
 pub use delivery::Delivery;
 pub use edge::WindowEdge;
+pub use groups::{Join, JoinEvidence, LimiterGroups, QUOTA_TURN_TOLERANCE_MS};
 pub use machine::HostMachine;
 pub use params::{Millis, Mode, Params};
 pub use state::HostState;

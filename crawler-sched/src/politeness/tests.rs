@@ -347,6 +347,49 @@ fn a_server_whose_level_rose_is_not_cut_to_the_floor() {
     assert!(m.rate() > 2.0, "{:.2} r/s at the end", m.rate());
 }
 
+/// Host names that share an address or a site, fresh draws of the three shapes the open
+/// web has (unrelated sites on one CDN address with one of them limited; one site's names
+/// on several addresses behind one account limit; one site's names each behind its own
+/// limit): no request inside a wait any limiter announced, from the first refusal on, and
+/// the open sites beside a limited one keep at least 80% of their rate.
+#[test]
+fn names_sharing_an_address_or_a_site_are_grouped_by_evidence() {
+    let params = defaults();
+    let minutes = 15.0;
+    let mut short = Vec::new();
+    for seed in fresh_seeds(24) {
+        let world = World::draw_shared(seed, minutes * 60_000.0);
+        let o = worlds::run(&world, &params, minutes * 60_000.0);
+        let family = world.sharing().unwrap_or("one");
+        let open_share = if family == "cdn" {
+            let open = world.attainable_open(&params);
+            let worst = o.steady_by_name[1..]
+                .iter()
+                .fold(f64::INFINITY, |a, &b| a.min(b));
+            Some(worst / open)
+        } else {
+            None
+        };
+        println!(
+            "{family} {world}: {} sent, {} refused, {} inside holds, {} joins, steady {:.2}{}",
+            o.sent,
+            o.refused,
+            o.violations,
+            o.joins,
+            o.steady,
+            open_share.map_or(String::new(), |s| format!(
+                ", worst open site {:.0}%",
+                s * 100.0
+            ))
+        );
+        assert_eq!(o.violations, 0, "{world} (replay: POLITENESS_SEED={seed})");
+        if open_share.is_some_and(|s| s < 0.8) {
+            short.push(format!("{world} (replay: POLITENESS_SEED={seed})"));
+        }
+    }
+    assert!(short.is_empty(), "{short:#?}");
+}
+
 /// Several host names behind one limiter, their holds shared: no request inside a hold the
 /// limiter announced to any of them, whatever the limiter.
 #[test]

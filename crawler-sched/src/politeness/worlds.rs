@@ -451,7 +451,26 @@ pub struct World {
     pub start_rate: f64,
     /// Pages that cost the server work, queued on its workers (`None`: latency alone).
     pub server: Option<Server>,
+    /// Each host name's site, address and limiter (empty: every name of one site on one
+    /// address behind `limiter`).
+    pub names: Vec<NameSpec>,
+    /// Limiters besides `limiter`, for names that name them (index 1 on).
+    pub other_limiters: Vec<Limiter>,
 }
+
+/// Where one host name of a world lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NameSpec {
+    /// Its registrable domain (names with one share holds from the start).
+    pub site: u32,
+    /// The address it resolves to.
+    pub address: u32,
+    /// Its limiter: 0 is the world's `limiter`, `k` is `other_limiters[k - 1]`.
+    pub limiter: usize,
+}
+
+/// The shapes of host names the judge draws besides one site behind one limiter.
+pub const SHARED_FAMILIES: [&str; 3] = ["cdn", "site-on-addresses", "site-separate-limits"];
 
 /// How long a request that times out holds its slot (ms): `download_timeout`'s default.
 const TIMEOUT_MS: f64 = 30_000.0;
@@ -535,6 +554,8 @@ impl World {
             concurrency: [1, 2, 4, 8][r.int(0, 3) as usize],
             start_rate: 1.0,
             server: None,
+            names: Vec::new(),
+            other_limiters: Vec::new(),
         }
     }
 
@@ -573,6 +594,105 @@ impl World {
         world.concurrency = [1, 2, 4, 8, 16][r.int(0, 4) as usize];
         world.server = Some(server);
         world
+    }
+
+    /// Draw a world of host names that share an address or a site, from `seed`:
+    /// - `cdn`: 5-20 unrelated sites on one address, one of them behind a limiter drawn as
+    ///   [`World::draw`] draws them, the others open;
+    /// - `site-on-addresses`: 2-4 names of one site on as many addresses behind one
+    ///   account-wide limiter;
+    /// - `site-separate-limits`: 2-4 names of one site on one address, each behind a
+    ///   limiter of its own.
+    pub fn draw_shared(seed: u64, duration_ms: f64) -> Self {
+        let mut world = Self::draw(seed, duration_ms);
+        let mut r = Rng::new(seed ^ 0x0c0d_e5a7);
+        world.change = None;
+        world.counted_share = 1.0;
+        world.storm = None;
+        let open = || Limiter::nginx(10_000.0, 10_000, true);
+        match r.int(0, 2) {
+            0 => {
+                let n = r.int(5, 20);
+                world.hosts = n;
+                world.names = (0..n)
+                    .map(|i| NameSpec {
+                        site: i,
+                        address: 0,
+                        limiter: i as usize,
+                    })
+                    .collect();
+                world.other_limiters = (1..n).map(|_| open()).collect();
+                // Unrelated sites: one's load does not slow the others' pages, and the open
+                // ones are judged on what grouping costs them, not on faults.
+                world.latency.per_in_flight_ms = 0.0;
+                world.timeouts = 0.0;
+                world.refused_conn = 0.0;
+            }
+            1 => {
+                let n = r.int(2, 4);
+                world.hosts = n;
+                world.names = (0..n)
+                    .map(|i| NameSpec {
+                        site: 0,
+                        address: i,
+                        limiter: 0,
+                    })
+                    .collect();
+            }
+            _ => {
+                let n = r.int(2, 4);
+                world.hosts = n;
+                world.names = (0..n)
+                    .map(|i| NameSpec {
+                        site: 0,
+                        address: 0,
+                        limiter: i as usize,
+                    })
+                    .collect();
+                let mut l = world.limiter.clone();
+                world.other_limiters = (1..n)
+                    .map(|_| {
+                        l.scale(r.range(0.5, 2.0));
+                        l.clone()
+                    })
+                    .collect();
+            }
+        }
+        world
+    }
+
+    /// The shape of its host names: one of [`SHARED_FAMILIES`], or `None` for one site
+    /// behind one limiter.
+    pub fn sharing(&self) -> Option<&'static str> {
+        if self.names.is_empty() {
+            return None;
+        }
+        let sites = self.names.iter().map(|n| n.site).max().unwrap_or(0);
+        Some(if sites > 0 {
+            SHARED_FAMILIES[0]
+        } else if self.other_limiters.is_empty() {
+            SHARED_FAMILIES[1]
+        } else {
+            SHARED_FAMILIES[2]
+        })
+    }
+
+    /// Name `i`'s site, address and limiter.
+    pub fn name(&self, i: usize) -> NameSpec {
+        self.names.get(i).copied().unwrap_or(NameSpec {
+            site: 0,
+            address: 0,
+            limiter: 0,
+        })
+    }
+
+    /// The rate name `i` alone can reach (requests/s) when its limiter is its own and
+    /// open: the crawl's ceiling, or what its in-flight cap allows at the mean latency.
+    pub fn attainable_open(&self, params: &Params) -> f64 {
+        let latency = (self.latency.base_ms + self.latency.jitter_ms / 2.0) / 1e3;
+        params
+            .max_rate
+            .min(f64::from(self.concurrency) / latency.max(1e-3))
     }
 
     /// The family's name.
@@ -643,6 +763,8 @@ impl World {
             concurrency: 8,
             start_rate: 1.0,
             server: None,
+            names: Vec::new(),
+            other_limiters: Vec::new(),
         }
     }
 }
@@ -760,6 +882,10 @@ pub struct Outcome {
     /// Server worlds: how long each page sent in the last half waited in the server's
     /// queue before a worker took it (ms).
     pub queue_waits: Vec<f64>,
+    /// Accepted requests/s of each host name over the last half.
+    pub steady_by_name: Vec<f64>,
+    /// Limiter groups joined on evidence (different sites on one address).
+    pub joins: u64,
 }
 
 impl Outcome {
@@ -806,22 +932,34 @@ pub fn run_audited(
     params.concurrency = world.concurrency;
     params.start_rate = world.start_rate;
     let n = world.hosts.max(1) as usize;
-    // The frontier puts the names behind one limiter in one group, of `n` sharers.
-    params.sharers = u32::try_from(n).unwrap_or(u32::MAX);
     let mut machines: Vec<HostMachine> = (0..n)
         .map(|_| HostMachine::new(params.clone(), 0.0))
         .collect();
+    // The frontier's limiter groups, by the same rules: names of one site from the start,
+    // other sites on one address on evidence.
+    let mut groups = super::LimiterGroups::default();
+    for i in 0..n {
+        let spec = world.name(i);
+        groups.enter(
+            i,
+            &format!("site{}.test", spec.site),
+            Some(&format!("address{}", spec.address)),
+        );
+    }
     let mut rng = Rng::new(world.seed.wrapping_mul(31).wrapping_add(7));
-    let mut limiter = world.limiter.clone();
+    let mut limiters: Vec<Limiter> = std::iter::once(world.limiter.clone())
+        .chain(world.other_limiters.iter().cloned())
+        .collect();
     let mut changed = world.change.is_none();
     let mut out = Outcome::default();
     let mut pending: Vec<Pending> = Vec::new();
-    // The waits the server announced (to any host name of the limiter): when the client
-    // read the announcement, and until when it asked to wait. A request sent before the
-    // announcement could be read is not inside it, whenever it arrives.
-    let mut holds: Vec<(f64, f64)> = Vec::new();
+    // The waits the server announced (to any host name of the limiter): which limiter,
+    // when the client read the announcement, and until when it asked to wait. A request
+    // sent before the announcement could be read is not inside it, whenever it arrives.
+    let mut holds: Vec<(usize, f64, f64)> = Vec::new();
     let mut last_arrival = f64::NEG_INFINITY;
     let mut accepted_at: Vec<f64> = Vec::new();
+    let mut accepted_by_name: Vec<Vec<f64>> = vec![Vec::new(); n];
     let mut t = 0.0;
     let mut skipped = vec![false; n];
     // Server worlds: when each worker is free again, and whether each host name has read
@@ -848,11 +986,13 @@ pub fn run_audited(
         if send_at <= next_answer {
             t = send_at;
             machines[host].on_send(t);
+            groups.sent(host, t);
+            let lim = world.name(host).limiter.min(limiters.len() - 1);
             if !changed
                 && let Some((at, factor)) = world.change
                 && t >= at
             {
-                limiter.scale(factor);
+                limiters[0].scale(factor);
                 changed = true;
             }
             let mut arrival = t + 0.3 + rng.unit() * world.transit_ms;
@@ -863,10 +1003,10 @@ pub fn run_audited(
             last_arrival = arrival;
             out.sent += 1;
             let server_t = arrival + world.phase;
-            holds.retain(|&(_, until)| until > t);
+            holds.retain(|&(_, _, until)| until > t);
             if holds
                 .iter()
-                .any(|&(known, until)| known <= t && arrival < until)
+                .any(|&(l, known, until)| l == lim && known <= t && arrival < until)
             {
                 out.violations += 1;
             }
@@ -932,7 +1072,7 @@ pub fn run_audited(
             } else {
                 let counted = world.counted_share >= 1.0 || rng.chance(world.counted_share);
                 let adm = if counted {
-                    limiter.admit(server_t)
+                    limiters[lim].admit(server_t)
                 } else {
                     Admission {
                         ok: true,
@@ -945,7 +1085,11 @@ pub fn run_audited(
                 if let Some(rd) = adm.reading.filter(|r| r.remaining == 0)
                     && let Some(reset) = rd.reset
                 {
-                    holds.push((arrival + latency, arrival + reset.as_secs_f64() * 1_000.0));
+                    holds.push((
+                        lim,
+                        arrival + latency,
+                        arrival + reset.as_secs_f64() * 1_000.0,
+                    ));
                 }
                 fb.rate_limit = adm.reading;
                 if !adm.ok {
@@ -955,7 +1099,7 @@ pub fn run_audited(
                         out.refused_after_change += 1;
                     }
                     let answer = arrival + latency;
-                    let wait = match (&limiter, world.retry_after, adm.reading) {
+                    let wait = match (&limiters[lim], world.retry_after, adm.reading) {
                         (Limiter::Gateway { .. }, _, Some(r)) => {
                             r.reset.map(|d| d.as_secs_f64() * 1e3)
                         }
@@ -966,13 +1110,13 @@ pub fn run_audited(
                             // The date is whole seconds; read against a `Date` header
                             // that is whole seconds too.
                             let end = ((answer + s * 1e3) / 1e3).floor() * 1e3;
-                            holds.push((answer, end));
+                            holds.push((lim, answer, end));
                             Some((end - (answer / 1e3).floor() * 1e3).max(0.0))
                         }
                     };
                     if let Some(w) = wait {
                         fb.retry_after = Some(Duration::from_secs_f64(w / 1e3));
-                        holds.push((answer, answer + w));
+                        holds.push((lim, answer, answer + w));
                     }
                 } else if in_storm {
                     fb.status = Some(500);
@@ -981,6 +1125,7 @@ pub fn run_audited(
                     fb.status = Some(200);
                     out.accepted += 1;
                     accepted_at.push(t);
+                    accepted_by_name[host].push(t);
                 }
             }
             fb.latency = Duration::from_secs_f64(latency.max(0.0) / 1e3);
@@ -999,12 +1144,38 @@ pub fn run_audited(
             t = p.answer_at;
             // A busy client reads its clock late: the send time it dates is off a little.
             let late = (rng.unit() - 0.5) * world.transit_ms;
+            if let Some(rl) = p.feedback.rate_limit {
+                // A quota is shared by the names of the group that sent within its window.
+                let window = rl.window.or(rl.reset).map_or(60_000.0, |w| w.as_secs_f64() * 1e3);
+                let sharers = groups.active_sharers(p.host, window, t);
+                machines[p.host].set_sharers(sharers);
+            }
             let verdict = machines[p.host].on_feedback_sent(&p.feedback, p.sent + late, t);
             let held = machines[p.host].state().hold_until;
             let refusal = matches!(p.feedback.status, Some(429 | 503));
-            for (j, m) in machines.iter_mut().enumerate() {
-                if j != p.host {
-                    m.share_hold(held, t, refusal);
+            // The evidence joins groups, as the frontier does.
+            let mut joins = 0;
+            if refusal {
+                joins += groups
+                    .refused(p.host, |s| machines[s].state().hold_until > t)
+                    .len();
+            }
+            if let Some(rl) = p.feedback.rate_limit
+                && let (Some(limit), Some(reset)) = (rl.limit, rl.reset)
+            {
+                joins += groups
+                    .quota(p.host, limit, t + reset.as_secs_f64() * 1e3)
+                    .len();
+            }
+            out.joins += joins as u64;
+            let group_held = groups
+                .group(p.host)
+                .iter()
+                .map(|&j| machines[j].state().hold_until)
+                .fold(held, f64::max);
+            for &j in groups.group(p.host).to_vec().iter() {
+                if j != p.host || group_held > held {
+                    machines[j].share_hold(group_held, t, refusal);
                 }
             }
             for (j, m) in machines.iter_mut().enumerate() {
@@ -1024,6 +1195,13 @@ pub fn run_audited(
         accepted_at.iter().filter(|&&s| s >= a && s < b).count() as f64 * 1_000.0 / (b - a)
     };
     out.steady = rate_between(duration_ms / 2.0, duration_ms);
+    out.steady_by_name = accepted_by_name
+        .iter()
+        .map(|a| {
+            let half = duration_ms / 2.0;
+            a.iter().filter(|&&s| s >= half).count() as f64 * 1_000.0 / half.max(1.0)
+        })
+        .collect();
     if let Some(st) = world.storm {
         let (a, b) = (
             st.start.max(duration_ms / 2.0),
