@@ -5,7 +5,8 @@
 //! name to wait (Retry-After, a refusal, a backoff), a request to another name lands inside
 //! that wait. So each slot belongs to a group, and a hold placed on one slot reaches every
 //! live slot of its group; pacing stays per slot. Which names form a group is decided by
-//! evidence ([`LimiterGroups`]): the names of one registrable domain from the start; names
+//! evidence ([`LimiterGroups`]): the names of one registrable domain from the start (a name
+//! without one, such as an IP literal or `localhost`, is the site of its address); names
 //! of other domains on the same address (a CDN, shared hosting) only when one is refused
 //! while the other is held, or both announce the same RateLimit quota window. Every join is
 //! logged, and the holds it spreads are in the politeness record as `limiter group` holds.
@@ -14,7 +15,7 @@ use crawler_core::{Feedback, Url};
 use tokio::time::Instant;
 
 use super::Frontier;
-use super::config::domain_key;
+use super::config::host_key;
 use crate::politeness::{Join, JoinEvidence, LimiterGroups};
 use crate::store::QueueStore;
 
@@ -53,9 +54,8 @@ impl<S: QueueStore> Frontier<S> {
             return;
         };
         let address = self.config.group_by_address.then_some(address);
-        self.groups
-            .core
-            .enter(id, &domain_key(url), address.as_deref());
+        let site = site_of(url, address.as_deref());
+        self.groups.core.enter(id, &site, address.as_deref());
         if let Some(h) = self.hosts.get_mut(id) {
             h.limiter = Some(Membership);
         }
@@ -179,4 +179,17 @@ impl<S: QueueStore> Frontier<S> {
             }
         }
     }
+}
+
+/// The site a URL's host name belongs to, for limiter groups: its registrable domain; a
+/// name without one (an IP literal, `localhost`, an intranet name) is known by nothing but
+/// its address, so its address is its site (an IP literal and a name resolving to it are
+/// one site), or the name itself when it has no address.
+fn site_of(url: &Url, address: Option<&str>) -> String {
+    if let Some(url::Host::Domain(name)) = url.host()
+        && let Some(domain) = psl::domain_str(name)
+    {
+        return domain.to_owned();
+    }
+    address.map_or_else(|| host_key(url), |a| format!("address {a}"))
 }

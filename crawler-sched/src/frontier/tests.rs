@@ -573,7 +573,7 @@ mod group_tests {
     /// registrable domain (`site.test`) on two addresses (a CDN, say).
     fn servers(name: &str) -> Option<std::net::IpAddr> {
         match name {
-            "a.shop.test" | "b.shop.test" | "c.shop.test" | "neighbour.test" => {
+            "a.shop.test" | "b.shop.test" | "c.shop.test" | "neighbour.test" | "intranet" => {
                 Some([192, 0, 2, 10].into())
             }
             "apart.test" => Some([192, 0, 2, 11].into()),
@@ -697,7 +697,12 @@ mod group_tests {
         let t0 = Instant::now();
         // neighbour.test shares a.shop.test's address; apart.test lives elsewhere;
         // nowhere.shop.test does not resolve but is of a.shop.test's site.
-        for host in ["a.shop.test", "neighbour.test", "apart.test", "nowhere.shop.test"] {
+        for host in [
+            "a.shop.test",
+            "neighbour.test",
+            "apart.test",
+            "nowhere.shop.test",
+        ] {
             enqueue_pages(&mut f, host, 5, t0);
         }
         let leased = lease_all(&mut f, t0);
@@ -710,6 +715,21 @@ mod group_tests {
             ready_hosts(&mut f, t0 + secs(1.5)),
             ["apart.test", "neighbour.test"]
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_address_and_a_name_without_a_domain_on_it_are_one_site() {
+        let mut f = grouped(&Settings::default());
+        let t0 = Instant::now();
+        enqueue_pages(&mut f, "192.0.2.10", 5, t0);
+        enqueue_pages(&mut f, "intranet", 5, t0);
+        enqueue_pages(&mut f, "neighbour.test", 5, t0);
+        let leased = lease_all(&mut f, t0);
+        let t1 = t0 + secs(0.1);
+        f.complete(leased["192.0.2.10"], &refused(10), t1);
+        f.complete(leased["intranet"], &ok(), t1);
+        f.complete(leased["neighbour.test"], &ok(), t1);
+        assert_eq!(ready_hosts(&mut f, t0 + secs(1.5)), ["neighbour.test"]);
     }
 
     #[tokio::test(start_paused = true)]
@@ -731,7 +751,9 @@ mod group_tests {
             );
         }
         assert!(
-            triggers(&f, "y.site.test").iter().any(|t| t == "limiter group"),
+            triggers(&f, "y.site.test")
+                .iter()
+                .any(|t| t == "limiter group"),
             "{:?}",
             triggers(&f, "y.site.test")
         );

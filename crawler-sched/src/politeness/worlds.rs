@@ -1146,7 +1146,10 @@ pub fn run_audited(
             let late = (rng.unit() - 0.5) * world.transit_ms;
             if let Some(rl) = p.feedback.rate_limit {
                 // A quota is shared by the names of the group that sent within its window.
-                let window = rl.window.or(rl.reset).map_or(60_000.0, |w| w.as_secs_f64() * 1e3);
+                let window = rl
+                    .window
+                    .or(rl.reset)
+                    .map_or(60_000.0, |w| w.as_secs_f64() * 1e3);
                 let sharers = groups.active_sharers(p.host, window, t);
                 machines[p.host].set_sharers(sharers);
             }
