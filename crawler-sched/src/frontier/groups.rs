@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::Frontier;
 use super::config::host_key;
-use crate::politeness::{Join, JoinEvidence, LimiterGroups};
+use crate::politeness::{Join, JoinEvidence, LimiterGroups, asks_hold};
 use crate::store::QueueStore;
 
 /// A slot's place in the limiter groups (the groups themselves know its domain and address).
@@ -134,8 +134,15 @@ impl<S: QueueStore> Frontier<S> {
         for j in &joins {
             self.log_join(j);
         }
-        if moved || !joins.is_empty() {
+        if !joins.is_empty() {
+            // The joined names line up on the latest hold among them.
             self.spread_hold(id, now, refusal);
+        } else if (moved || asks_hold(feedback))
+            && let Some(until) = after.filter(|&a| a > now)
+        {
+            // A hold this answer placed, extended or asked for (a hold shared here earlier
+            // may end later than the one it announced; a sibling's shorter one must not).
+            self.spread_until(id, until, now, refusal);
         }
     }
 
@@ -158,17 +165,24 @@ impl<S: QueueStore> Frontier<S> {
     /// Hold every live slot of `id`'s group until the latest hold among them ends, if it
     /// has not ended; `refusal` says a 429 or 503 placed it.
     fn spread_hold(&mut self, id: usize, now: Instant, refusal: bool) {
+        let until = self
+            .groups
+            .core
+            .group(id)
+            .iter()
+            .filter_map(|&i| self.hosts.get(i)?.throttle.held_until())
+            .max();
+        if let Some(until) = until.filter(|&u| u > now) {
+            self.spread_until(id, until, now, refusal);
+        }
+    }
+
+    /// Hold every other live slot of `id`'s group until `until` at least.
+    fn spread_until(&mut self, id: usize, until: Instant, now: Instant, refusal: bool) {
         let ids = self.groups.core.group(id).to_vec();
         if ids.len() < 2 {
             return;
         }
-        let until = ids
-            .iter()
-            .filter_map(|&i| self.hosts.get(i)?.throttle.held_until())
-            .max();
-        let Some(until) = until.filter(|&u| u > now) else {
-            return;
-        };
         for i in ids {
             let Some(h) = self.hosts.get_mut(i) else {
                 continue;

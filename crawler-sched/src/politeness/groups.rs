@@ -18,12 +18,30 @@
 
 use std::collections::HashMap;
 
+use crawler_core::Feedback;
+
 use super::params::Millis;
+
+/// Whether an answer asks the host to wait (a refusal, a Retry-After, a spent RateLimit
+/// quota, a challenge page): the hold it leaves reaches the rest of the name's limiter
+/// group even when the name's own hold did not move (a hold shared to it earlier may end
+/// later than the one this answer announced, and a sibling's shorter one must not).
+pub fn asks_hold(fb: &Feedback) -> bool {
+    matches!(fb.status, Some(429 | 503))
+        || fb.retry_after.is_some()
+        || fb.soft_block
+        || fb.rate_limit.is_some_and(|rl| rl.remaining == 0)
+}
 
 /// How far apart (ms) two quota windows may turn and still be one: resets are whole
 /// seconds (rounded up by most servers) read after a transit, so one window read by two
 /// names differs by up to a second and a little.
 pub const QUOTA_TURN_TOLERANCE_MS: f64 = 1_500.0;
+
+/// A name counts among a quota's sharers when it sent within this long (ms), or within the
+/// quota's window when that is longer: a name that sends holds its share of a window
+/// however short the window is, and one idle for a minute takes none.
+pub const ACTIVE_SHARER_MS: f64 = 60_000.0;
 
 /// One live name.
 #[derive(Debug, Clone)]
@@ -131,9 +149,11 @@ impl LimiterGroups {
         }
     }
 
-    /// How many names of `id`'s group sent within the `window_ms` before `now` (a quota
-    /// of that window is theirs together), `id` always counted.
+    /// How many names of `id`'s group sent within [`ACTIVE_SHARER_MS`] before `now`, or
+    /// within `window_ms` (the quota's window) when longer: a quota is theirs together.
+    /// `id` always counts.
     pub fn active_sharers(&self, id: usize, window_ms: f64, now: Millis) -> u32 {
+        let window_ms = window_ms.max(ACTIVE_SHARER_MS);
         let others = self
             .group(id)
             .iter()
@@ -291,8 +311,11 @@ mod tests {
         g.sent(0, 100_000.0);
         g.sent(1, 95_000.0);
         g.sent(2, 10_000.0);
-        // Within a 60 s window: 0 and 1 (3 and 4 never sent, 2 long ago).
-        assert_eq!(g.active_sharers(0, 60_000.0, 100_000.0), 2);
+        // Within the last minute (a 10 s quota window counts a minute): 0 and 1 (3 and 4
+        // never sent, 2 long ago).
+        assert_eq!(g.active_sharers(0, 10_000.0, 100_000.0), 2);
+        // A two-minute window counts 2 as well.
+        assert_eq!(g.active_sharers(0, 120_000.0, 100_000.0), 3);
         // A name that never sent still counts itself.
         assert_eq!(g.active_sharers(3, 60_000.0, 100_000.0), 3);
     }

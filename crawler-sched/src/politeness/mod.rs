@@ -35,7 +35,9 @@ pub mod worlds;
 pub use audit::{Change, Phase, Trigger, Verdict, What};
 pub use delivery::Delivery;
 pub use edge::WindowEdge;
-pub use groups::{Join, JoinEvidence, LimiterGroups, QUOTA_TURN_TOLERANCE_MS};
+pub use groups::{
+    ACTIVE_SHARER_MS, Join, JoinEvidence, LimiterGroups, QUOTA_TURN_TOLERANCE_MS, asks_hold,
+};
 pub use machine::HostMachine;
 pub use params::{Millis, Mode, Params};
 pub use state::HostState;

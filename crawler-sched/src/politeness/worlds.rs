@@ -1153,6 +1153,7 @@ pub fn run_audited(
                 let sharers = groups.active_sharers(p.host, window, t);
                 machines[p.host].set_sharers(sharers);
             }
+            let before = machines[p.host].state().hold_until;
             let verdict = machines[p.host].on_feedback_sent(&p.feedback, p.sent + late, t);
             let held = machines[p.host].state().hold_until;
             let refusal = matches!(p.feedback.status, Some(429 | 503));
@@ -1171,13 +1172,22 @@ pub fn run_audited(
                     .len();
             }
             out.joins += joins as u64;
-            let group_held = groups
-                .group(p.host)
-                .iter()
-                .map(|&j| machines[j].state().hold_until)
-                .fold(held, f64::max);
-            for &j in groups.group(p.host).to_vec().iter() {
-                if j != p.host || group_held > held {
+            // As the frontier does: a hold this answer placed, extended or asked for reaches
+            // the rest of the group; a join aligns the joined names on the latest hold.
+            if (held > before || super::asks_hold(&p.feedback)) && held > t {
+                for &j in groups.group(p.host).to_vec().iter() {
+                    if j != p.host {
+                        machines[j].share_hold(held, t, refusal);
+                    }
+                }
+            }
+            if joins > 0 {
+                let group_held = groups
+                    .group(p.host)
+                    .iter()
+                    .map(|&j| machines[j].state().hold_until)
+                    .fold(held, f64::max);
+                for &j in groups.group(p.host).to_vec().iter() {
                     machines[j].share_hold(group_held, t, refusal);
                 }
             }

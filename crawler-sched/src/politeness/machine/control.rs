@@ -360,7 +360,7 @@ impl HostMachine {
         // the next window's first request is the one that goes on the edge (after the
         // exhausted quota's hold), so every window's whole quota is used.
         // A quota shared by the names of a limiter group: this name's part of it.
-        let ours = rl.remaining.div_ceil(u64::from(self.params.sharers.max(1)));
+        let ours = rl.remaining / u64::from(self.params.sharers.max(1));
         let left = ours.saturating_sub(u64::from(self.state.in_flight));
         if left == 0 {
             // What is in flight spends the rest of the quota: nothing more until the window

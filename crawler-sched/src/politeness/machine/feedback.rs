@@ -176,7 +176,7 @@ impl HostMachine {
             // left: the hold below is the server's own word, and the next window's quota
             // is unknown until an answer in it says.
             // A quota shared by the names of a limiter group: this name's part of it.
-            let ours = rl.remaining.div_ceil(u64::from(self.params.sharers.max(1)));
+            let ours = rl.remaining / u64::from(self.params.sharers.max(1));
             let left = i64::try_from(ours).unwrap_or(i64::MAX) - i64::from(self.state.in_flight);
             self.state.quota_left = (rl.remaining > 0).then_some(left);
             self.state.quota_turn_by = rl
