@@ -306,12 +306,12 @@ impl HostMachine {
 
     /// The in-flight cap by Little's law: requests in flight are the server's throughput
     /// times their latency, so with more in flight than it serves at once the extra ones
-    /// wait, and latency rises with every request added while throughput does not. A
-    /// queue twice the baseline sets the cap at once to what the pace needs at the
-    /// baseline latency; then every `slow_every_ms` it moves by one: down when the fast
+    /// wait, and latency rises with every request added while throughput does not. A fast
+    /// average above `1 + latency_queue / 2` times the baseline sets the cap at once to
+    /// what the pace needs at the baseline latency; then every `slow_every_ms` it moves by one: down when the fast
     /// average rose by more than the knee since the last move (the request added last
     /// waited), else up (three times as slowly after a move down, so most of the time is
-    /// spent under the knee), and it is gone once it reaches `concurrency_per_host`. One
+    /// spent under the knee), never above `concurrency_per_host`. One
     /// request at a time never queues behind our own, so a crawl with one in flight is
     /// never capped here.
     fn steer_in_flight(&mut self, fast: f64, base: f64, now: Millis) {
@@ -325,8 +325,15 @@ impl HostMachine {
         // Little's law at the baseline: what the pace needs with no queue.
         let needed = (self.pace() * base * (1.0 + knee)).floor().max(1.0);
         let little = u32::try_from(needed as u64).unwrap_or(u32::MAX);
+        // A queue as long as the one that opens a latency episode: at once to what the pace
+        // needs with no queue. Half of it is already a page waiting half its service time
+        // behind ours: one fewer than are in flight now (this answer's request included),
+        // and the steps below find the rest (the baseline is the lowest of a jittery
+        // average, so Little's law on it would cut too deep).
         let (new, wait) = if fast > base * (1.0 + queue) && little < cap {
             (little, every)
+        } else if self.state.lat_cap.is_none() && fast > base * (1.0 + queue / 2.0) {
+            (self.state.in_flight.clamp(1, cap), every)
         } else if self.state.lat_cap.is_none() || self.state.lat_cap_at.is_some_and(|at| now < at) {
             return;
         } else if fast > self.state.lat_cap_ref.unwrap_or(fast) + knee * base {
@@ -334,7 +341,9 @@ impl HostMachine {
         } else {
             (cap + 1, every)
         };
-        self.state.lat_cap = (new < max).then_some(new);
+        // Kept at the user's cap once there, not dropped: the baseline follows a queue that
+        // lasts a whole window, so a cap that vanished could not be found again.
+        self.state.lat_cap = Some(new.min(max));
         self.state.lat_cap_at = Some(now + wait);
         self.state.lat_cap_ref = Some(fast);
     }
