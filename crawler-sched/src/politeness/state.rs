@@ -63,6 +63,12 @@ pub struct HostState {
     /// The next probe's step (fraction of the rate).
     #[serde(default)]
     pub probe_step: f64,
+    /// The rate before the probe in progress (requests/s): where a refused probe returns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_from: Option<f64>,
+    /// Probes refused in a row: each doubles the wait before the next.
+    #[serde(default)]
+    pub probes_refused: u32,
     /// Responses to requests sent before this do not cut again (one episode, one cut).
     pub last_cut: Option<Millis>,
     /// Average gap between bookings (ms, a moving average): the pace requests actually

@@ -87,7 +87,20 @@ impl HostMachine {
         // has delivered little, which says nothing of the limit. A host younger than the
         // delivery window has been in slow start for most of it, so one decrease is all.
         let young = now - self.state.born < Delivery::WINDOW_MS;
-        let new = if young {
+        // A refused probe: the rate that held before it held through a whole calm, so the
+        // rate goes back there (the probe's step was the excess), and the next probe waits
+        // twice as long.
+        let probe_from = self
+            .state
+            .probe_from
+            .take()
+            .filter(|_| self.state.phase == Phase::Probe);
+        if probe_from.is_some() {
+            self.state.probes_refused = self.state.probes_refused.saturating_add(1);
+        }
+        let new = if let Some(from) = probe_from {
+            from.min(pace).max(decrease * decrease * pace)
+        } else if young {
             decrease * pace
         } else {
             (margin * delivered).clamp(decrease * decrease * pace, decrease * pace)
@@ -165,7 +178,10 @@ impl HostMachine {
             },
             Phase::Settled | Phase::Probe => {
                 let step = self.state.probe_step.max(t.probe_step);
-                let payback = (self.mean_refusal_hold_ms() / step).max(t.probe_calm_ms);
+                // The payback time, doubled for each probe refused in a row: a limit the
+                // probes keep finding is worth asking less often.
+                let payback = (self.mean_refusal_hold_ms() / step).max(t.probe_calm_ms)
+                    * 2f64.powi(self.state.probes_refused.min(8) as i32);
                 if now - self.state.calm_since < payback {
                     return;
                 }
@@ -179,12 +195,14 @@ impl HostMachine {
                         self.state.ceiling = None;
                     }
                     self.state.probe_step = (step * 2.0).min(1.0);
+                    self.state.probes_refused = 0;
                 }
                 if rate >= self.params.max_rate {
                     return;
                 }
                 self.state.calm_since = now;
                 self.state.phase = Phase::Probe;
+                self.state.probe_from = Some(rate);
                 let step = self.state.probe_step.max(t.probe_step);
                 self.set_rate(rate * (1.0 + step), Trigger::Probe, now);
             }

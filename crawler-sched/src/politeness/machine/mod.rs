@@ -82,6 +82,8 @@ impl HostMachine {
                 ceiling_at: None,
                 probe_step: params.tuning.probe_step,
                 last_cut: None,
+                probe_from: None,
+                probes_refused: 0,
                 booked_at: None,
                 departed_at: None,
                 send_gap: 0.0,
