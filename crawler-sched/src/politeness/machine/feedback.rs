@@ -142,8 +142,15 @@ impl HostMachine {
             self.state.in_episode = false;
         }
         let mut verdict = Verdict::Continue;
-        let grow =
-            refused && !self.in_flight_at_backoff(sent_at) && (repeat || fb.retry_after.is_none());
+        // A refusal that says its quota is spent until a reset is held until that reset
+        // (below): a spent quota, not a limiter that needs longer to recover, so it does
+        // not grow the backoff.
+        let spent = fb
+            .rate_limit
+            .is_some_and(|rl| rl.remaining == 0 && rl.reset.or(rl.window).is_some());
+        let grow = refused
+            && !self.in_flight_at_backoff(sent_at)
+            && (repeat || (fb.retry_after.is_none() && !spent));
         if let Some(wait) = fb.retry_after {
             let mut wait = ms(wait);
             if grow {
