@@ -215,6 +215,50 @@ async fn overload_settles_below_capacity() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_slower_than_robots_txt_are_not_cut_for_latency() {
+    // Every page takes 150 ms of the server's work; robots.txt is a static file answered at
+    // once. With the defaults (one request in flight), 150 ms pages allow 6.7 r/s: the
+    // crawl climbs to it and is never slowed for latency (the server is slow, not queueing).
+    let scenario = Scenario::open().overload(Overload::pages(
+        64,
+        Duration::from_millis(150),
+        Duration::ZERO,
+    ));
+    let lab = Lab::builder()
+        .books(200)
+        .scenario(scenario)
+        .start()
+        .await
+        .expect("lab");
+    let record = std::env::temp_dir().join(format!("crawler-slow-pages-{}", std::process::id()));
+    let _ = std::fs::remove_file(&record);
+    let stats = tokio::time::timeout(
+        Duration::from_secs(240),
+        crawl(lab.url()).politeness_record(&record).run(),
+    )
+    .await
+    .expect("finishes")
+    .expect("crawl");
+    assert_eq!(stats.items_scraped, 200, "{stats}");
+    let text = std::fs::read_to_string(&record).unwrap_or_default();
+    let _ = std::fs::remove_file(&record);
+    let cuts = text
+        .lines()
+        .filter(|l| l.contains(r#""trigger":"latency""#))
+        .count();
+    assert_eq!(cuts, 0, "cut for latency:\n{text}");
+    // The last twenty seconds ran at the pace one request at a time allows.
+    let end = lab
+        .recorder()
+        .requests()
+        .last()
+        .map_or(0.0, |r| r.at.as_secs_f64());
+    let rate = rate_after(&lab, end - 20.0);
+    assert!(rate > 0.8 * 6.7, "{rate:.2} r/s at the end");
+    lab.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soft_block_pauses_then_resumes_slower_and_hides_challenges() {
     // More than 10 requests within a second: challenge pages for 2 s.
     let scenario = Scenario::open().soft_block(Block::new(10, Duration::from_secs(2)));

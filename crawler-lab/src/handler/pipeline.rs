@@ -146,7 +146,7 @@ pub(crate) async fn handle(
         sleep_unless_shutdown(v.delay, shutdown).await;
     }
 
-    let _in_flight = if let Some(o) = sc.overload {
+    let _in_flight = if let Some(o) = sc.overload.filter(|o| o.applies_to(path)) {
         let n = live.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         let guard = InFlight(&live.in_flight);
         if n > o.capacity {

@@ -139,6 +139,9 @@ pub struct Overload {
     pub base: Duration,
     /// Extra latency for every other request in flight.
     pub per_request: Duration,
+    /// Only pages do this work: `/robots.txt` and sitemaps are static files, answered at
+    /// once and not counted in flight, as most sites serve them in front of dynamic pages.
+    pub pages_only: bool,
 }
 
 impl Overload {
@@ -148,7 +151,21 @@ impl Overload {
             capacity,
             base,
             per_request,
+            pages_only: false,
         }
+    }
+
+    /// The same model for pages only: robots.txt and sitemaps are answered at once.
+    pub fn pages(capacity: usize, base: Duration, per_request: Duration) -> Self {
+        Self {
+            pages_only: true,
+            ..Self::new(capacity, base, per_request)
+        }
+    }
+
+    /// Whether a request for `path` does the work.
+    pub fn applies_to(&self, path: &str) -> bool {
+        !(self.pages_only && (path == "/robots.txt" || path.contains("sitemap")))
     }
 }
 
