@@ -281,6 +281,53 @@ fn focused(params: &Params, base: u64) {
         waits.iter().filter(|w| **w < 50.0).count(),
         waits.len(),
     );
+    // Host names sharing an address or a site (World::draw_shared): requests inside any
+    // limiter's announced waits, joins made on evidence, and for unrelated sites on one CDN
+    // address the worst open site's rate against what it can reach alone.
+    let shared_draws = env("SHARED_DRAWS").unwrap_or(200);
+    let mut by_shape: std::collections::BTreeMap<&str, (u64, u64, u64, Vec<f64>)> =
+        Default::default();
+    for k in 0..shared_draws {
+        let w = World::draw_shared(base + k, 1_800_000.0);
+        let o = worlds::run(&w, params, 1_800_000.0);
+        let shape = w.sharing().unwrap_or("one");
+        let e = by_shape.entry(shape).or_default();
+        e.0 += 1;
+        e.1 += o.violations;
+        e.2 += o.joins;
+        if shape == "cdn" {
+            let open = w.attainable_open(params);
+            let worst = o
+                .steady_by_name
+                .iter()
+                .skip(1)
+                .fold(f64::INFINITY, |a, &b| a.min(b));
+            e.3.push(100.0 * worst / open);
+        } else if shape == "site-separate-limits" {
+            // Each name behind its own limiter: what each allows, added up.
+            let open = w.attainable_open(params);
+            let allowed: f64 = std::iter::once(&w.limiter)
+                .chain(&w.other_limiters)
+                .map(|l| l.allowed().min(open))
+                .sum();
+            e.3.push(100.0 * o.steady / allowed);
+        } else {
+            e.3.push(100.0 * o.steady / w.attainable(params));
+        }
+    }
+    for (shape, (n, violations, joins, mut share)) in by_shape {
+        let what = if shape == "cdn" {
+            "worst open site against alone"
+        } else {
+            "steady against allowed"
+        };
+        println!(
+            "shared {shape} ({n} draws): requests inside holds {violations}, joins {joins}; {what}: min {:.0}%, p5 {:.0}%, median {:.0}%",
+            pct(&mut share, 0.0),
+            pct(&mut share, 0.05),
+            pct(&mut share, 0.5),
+        );
+    }
     // The limit doubles or halves at 10 minutes, behind a bucket or a window.
     let (mut up, mut down) = (Vec::new(), Vec::new());
     for k in 0..draws {
