@@ -80,8 +80,20 @@ pub struct Tuning {
     /// so one request too many shows as a whole service time of queueing, far above it,
     /// and the usual jitter of pages (within ±50% of their mean) stays under it.
     pub latency_knee: f64,
-    /// Consecutive 403s after which the host is slowed (halved rate, one backoff hold).
+    /// Consecutive 403s after which the host is slowed (its rate times `forbidden_cut`,
+    /// one backoff hold).
     pub forbidden_slow_after: u32,
+    /// What a 403 streak leaves of the rate: half, a step a server that blocks at a rate
+    /// notices, where `decrease` (a refusal's) is for a limiter that says so.
+    pub forbidden_cut: f64,
+    /// RateLimit headers that stopped coming for this long (ms) return the host from
+    /// steering to learning: a minute is several windows of every gateway the judge draws,
+    /// and a header lost on one answer (a cached page, an error page) is not a policy gone.
+    pub steering_quiet_ms: f64,
+    /// After the in-flight cap moved down, it waits this many `slow_every_ms` before moving
+    /// up again, so that most of the time is spent under the knee (a move up that queues is
+    /// seen within one).
+    pub cap_down_pause: f64,
     /// Consecutive 403s after which the host is skipped for the run (a hard block).
     pub forbidden_skip_after: u32,
     /// How late (ms) a send may leave after its booked slot before the next slot moves
@@ -114,6 +126,9 @@ impl Default for Tuning {
             latency_knee: 0.25,
             forbidden_slow_after: 5,
             forbidden_skip_after: 20,
+            forbidden_cut: 0.5,
+            steering_quiet_ms: 60_000.0,
+            cap_down_pause: 3.0,
             late_send_ms: 2.0,
             audit_min_step: 0.05,
         }

@@ -138,7 +138,8 @@ impl HostMachine {
         }
         if self.state.phase == Phase::Steered {
             // Headers that steered the rate stopped coming: back to learning, from here.
-            let quiet = self.state.steered_at.is_none_or(|at| now - at > 60_000.0);
+            let quiet_ms = self.params.tuning.steering_quiet_ms;
+            let quiet = self.state.steered_at.is_none_or(|at| now - at > quiet_ms);
             if !quiet {
                 return;
             }
@@ -355,7 +356,7 @@ impl HostMachine {
         } else if self.state.lat_cap.is_none() || self.state.lat_cap_at.is_some_and(|at| now < at) {
             return;
         } else if fast > self.state.lat_cap_ref.unwrap_or(fast) + knee * base {
-            (cap.saturating_sub(1).max(1), 3.0 * every)
+            (cap.saturating_sub(1).max(1), t.cap_down_pause * every)
         } else {
             (cap + 1, every)
         };

@@ -230,7 +230,7 @@ impl HostMachine {
                 .forbidden
                 .is_multiple_of(t.forbidden_slow_after.max(1))
             {
-                let rate = self.state.rate * 0.5;
+                let rate = self.state.rate * t.forbidden_cut;
                 if self.params.mode == Mode::Adaptive {
                     self.set_rate(rate, Trigger::Forbidden, now);
                 }
