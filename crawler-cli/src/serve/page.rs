@@ -133,14 +133,16 @@ function renderJobs(data) {
 function chart(h) {
   const W = 600, H = 140, now = Math.floor(Date.now() / 1000);
   const last = h.seconds.length ? h.seconds[h.seconds.length - 1][0] : now;
-  const end = Math.max(now, last), start = end - WINDOW;
+  // The last WINDOW seconds, or the whole crawl while it is younger (at least 10 s).
+  const first = h.seconds.length ? h.seconds[0][0] : now;
+  const end = Math.max(now, last), span = Math.max(10, Math.min(WINDOW, end - first + 1)), start = end - span;
   const pts = h.seconds.filter(s => s[0] >= start);
   const paces = h.paces.filter(p => p[1] > 0);
   let top = 1;
   for (const s of pts) top = Math.max(top, s[1]);
   for (const p of paces) top = Math.max(top, p[1]);
   top *= 1.15;
-  const x = (t) => ((t - start) / WINDOW) * W, y = (v) => H - (v / top) * H;
+  const x = (t) => ((t - start) / span) * W, y = (v) => H - (v / top) * H;
   const svg = svgEl("svg", {width: W, height: H, viewBox: "0 0 " + W + " " + H, class: "host-chart",
     "data-host": h.host, "data-points": pts.length, "data-last": last, "data-holds": h.holds});
   for (const hold of h.recent_holds) {
