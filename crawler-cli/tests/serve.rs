@@ -803,7 +803,7 @@ async fn a_hundred_malformed_requests_crash_nothing_and_write_nothing_outside_th
     ];
     let methods = ["GET", "POST", "PUT", "DELETE", "PATCH"];
     // A fixed pseudo-random sequence (an LCG), so a failure is reproducible.
-    let mut seed: u64 = 0x5eed_48;
+    let mut seed: u64 = 0x005e_ed48;
     let mut next = |n: usize| {
         seed = seed
             .wrapping_mul(6_364_136_223_846_793_005)
@@ -820,10 +820,8 @@ async fn a_hundred_malformed_requests_crash_nothing_and_write_nothing_outside_th
             0 => match next(4) {
                 0 => b"GARBAGE\r\n\r\n".to_vec(),
                 1 => b"GET /schedule.json?project=default HTTP/9.9\r\n\r\n".to_vec(),
-                2 => format!(
-                    "POST /schedule.json HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\nproject=default"
-                )
-                .into_bytes(),
+                2 => b"POST /schedule.json HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\nproject=default"
+                    .to_vec(),
                 _ => {
                     let mut v = b"GET /".to_vec();
                     v.extend(std::iter::repeat_n(b'a', 20_000));

@@ -191,67 +191,64 @@ fn error_with(svc: &Service, code: StatusCode, message: impl Into<String>) -> Re
     json_response(code, &with_node(svc, m, "error"))
 }
 
-/// scrapyd's answer to a method an endpoint does not take.
-fn wrong_method(svc: &Service, allowed: &str) -> Response {
-    error(
-        svc,
-        format!("UnsupportedMethod: Expected one of [b'HEAD', b'OPTIONS', b'{allowed}']"),
-    )
+/// scrapyd's message for a method an endpoint does not take.
+fn wrong_method(allowed: &str) -> String {
+    format!("UnsupportedMethod: Expected one of [b'HEAD', b'OPTIONS', b'{allowed}']")
 }
 
-/// The parameters of a GET endpoint, or the answer that refuses the request.
-fn get_params(svc: &Service, method: &Method, query: Option<&str>) -> Result<Params, Response> {
+/// The parameters of a GET endpoint, or why the request is refused.
+fn get_params(method: &Method, query: Option<&str>) -> Result<Params, String> {
     if method != Method::GET && method != Method::HEAD {
-        return Err(wrong_method(svc, "GET"));
+        return Err(wrong_method("GET"));
     }
-    Params::read(query, &[]).map_err(|m| error(svc, m))
+    Params::read(query, &[])
 }
 
-/// The parameters of a POST endpoint, or the answer that refuses the request.
+/// The parameters of a POST endpoint, or why the request is refused.
 fn post_params(
-    svc: &Service,
     method: &Method,
     headers: &HeaderMap,
     query: Option<&str>,
     body: &[u8],
-) -> Result<Params, Response> {
+) -> Result<Params, String> {
     if method != Method::POST {
-        return Err(wrong_method(svc, "POST"));
+        return Err(wrong_method("POST"));
     }
     let form = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_none_or(|t| t.starts_with("application/x-www-form-urlencoded"));
     if !form {
-        return Err(error(
-            svc,
-            "parameters are read from the query or an application/x-www-form-urlencoded body",
-        ));
+        return Err(
+            "parameters are read from the query or an application/x-www-form-urlencoded body"
+                .into(),
+        );
     }
-    Params::read(query, body).map_err(|m| error(svc, m))
+    Params::read(query, body)
 }
 
 /// The `project` parameter, which must name this service's project.
-fn project<'a>(svc: &Service, p: &'a Params, required: bool) -> Result<Option<&'a str>, Response> {
+fn project<'a>(svc: &Service, p: &'a Params, required: bool) -> Result<Option<&'a str>, String> {
     match p.get("project") {
-        None if required => Err(error(svc, "'project' parameter is required")),
+        None if required => Err("'project' parameter is required".into()),
         None => Ok(None),
         Some(name) if name == svc.cfg.project => Ok(Some(name)),
-        Some(name) => Err(error(svc, format!("project '{}' not found", clip(name)))),
+        Some(name) => Err(format!("project '{}' not found", clip(name))),
     }
 }
 
+/// The value, or return scrapyd's error answer with the message.
 macro_rules! tri {
-    ($e:expr) => {
+    ($svc:expr, $e:expr) => {
         match $e {
             Ok(v) => v,
-            Err(resp) => return resp,
+            Err(message) => return error(&$svc, message),
         }
     };
 }
 
 async fn daemonstatus(State(svc): State<Svc>, method: Method, RawQuery(q): RawQuery) -> Response {
-    tri!(get_params(&svc, &method, q.as_deref()));
+    tri!(svc, get_params(&method, q.as_deref()));
     let (pending, running, finished) = svc.counts();
     ok(
         &svc,
@@ -260,20 +257,20 @@ async fn daemonstatus(State(svc): State<Svc>, method: Method, RawQuery(q): RawQu
 }
 
 async fn listprojects(State(svc): State<Svc>, method: Method, RawQuery(q): RawQuery) -> Response {
-    tri!(get_params(&svc, &method, q.as_deref()));
+    tri!(svc, get_params(&method, q.as_deref()));
     ok(&svc, json!({"projects": [svc.cfg.project]}))
 }
 
 async fn listversions(State(svc): State<Svc>, method: Method, RawQuery(q): RawQuery) -> Response {
-    let p = tri!(get_params(&svc, &method, q.as_deref()));
-    tri!(project(&svc, &p, true));
+    let p = tri!(svc, get_params(&method, q.as_deref()));
+    tri!(svc, project(&svc, &p, true));
     // The project is built into this program: it has no uploaded versions.
     ok(&svc, json!({"versions": []}))
 }
 
 async fn listspiders(State(svc): State<Svc>, method: Method, RawQuery(q): RawQuery) -> Response {
-    let p = tri!(get_params(&svc, &method, q.as_deref()));
-    tri!(project(&svc, &p, true));
+    let p = tri!(svc, get_params(&method, q.as_deref()));
+    tri!(svc, project(&svc, &p, true));
     ok(&svc, json!({"spiders": svc.cfg.spiders}))
 }
 
@@ -318,8 +315,8 @@ fn pairs(list: &[(String, String)]) -> Value {
 }
 
 async fn listjobs(State(svc): State<Svc>, method: Method, RawQuery(q): RawQuery) -> Response {
-    let p = tri!(get_params(&svc, &method, q.as_deref()));
-    tri!(project(&svc, &p, false));
+    let p = tri!(svc, get_params(&method, q.as_deref()));
+    tri!(svc, project(&svc, &p, false));
     let (mut pending, mut running, mut finished) = (Vec::new(), Vec::new(), Vec::new());
     let project = &svc.cfg.project;
     for job in svc.jobs() {
@@ -350,9 +347,9 @@ async fn listjobs(State(svc): State<Svc>, method: Method, RawQuery(q): RawQuery)
 }
 
 async fn status(State(svc): State<Svc>, method: Method, RawQuery(q): RawQuery) -> Response {
-    let p = tri!(get_params(&svc, &method, q.as_deref()));
-    tri!(project(&svc, &p, false));
-    let id = tri!(p.required("job").map_err(|m| error(&svc, m)));
+    let p = tri!(svc, get_params(&method, q.as_deref()));
+    tri!(svc, project(&svc, &p, false));
+    let id = tri!(svc, p.required("job"));
     let state = svc.job(id).map(|j| match j.state {
         JobState::Pending => "pending",
         JobState::Running | JobState::Paused => "running",
@@ -378,9 +375,9 @@ async fn schedule(
     RawQuery(q): RawQuery,
     body: Bytes,
 ) -> Response {
-    let p = tri!(post_params(&svc, &method, &headers, q.as_deref(), &body));
-    tri!(project(&svc, &p, true));
-    let spider = tri!(p.required("spider").map_err(|m| error(&svc, m)));
+    let p = tri!(svc, post_params(&method, &headers, q.as_deref(), &body));
+    tri!(svc, project(&svc, &p, true));
+    let spider = tri!(svc, p.required("spider"));
     if !svc.cfg.spiders.iter().any(|s| s == spider) {
         return error(&svc, format!("spider '{}' not found", clip(spider)));
     }
@@ -487,9 +484,9 @@ async fn cancel(
     RawQuery(q): RawQuery,
     body: Bytes,
 ) -> Response {
-    let p = tri!(post_params(&svc, &method, &headers, q.as_deref(), &body));
-    tri!(project(&svc, &p, true));
-    let id = tri!(p.required("job").map_err(|m| error(&svc, m)));
+    let p = tri!(svc, post_params(&method, &headers, q.as_deref(), &body));
+    tri!(svc, project(&svc, &p, true));
+    let id = tri!(svc, p.required("job"));
     if !valid_name(id) {
         return error(&svc, format!("invalid job id '{}'", clip(id)));
     }

@@ -79,6 +79,10 @@ pub(crate) struct ServeArgs {
 
 /// How a job's process is started: a program and the arguments before `crawl ...`.
 #[derive(Debug, Clone, Default)]
+#[cfg_attr(
+    not(feature = "serve"),
+    allow(dead_code, reason = "read by the service, which this build leaves out")
+)]
 pub(crate) struct JobCommand {
     /// The program; this one when `None`.
     program: Option<PathBuf>,
