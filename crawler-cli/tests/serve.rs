@@ -88,9 +88,10 @@ struct Served {
     root: PathBuf,
 }
 
-impl Drop for Served {
-    /// SIGTERM, as a service is stopped: its jobs are stopped with it (SIGKILL after 15 s).
-    fn drop(&mut self) {
+impl Served {
+    /// Stop the service as systemd would (SIGTERM); its exit status, if it exited within
+    /// 15 s (it is killed otherwise).
+    fn stop(&mut self) -> Option<std::process::ExitStatus> {
         if let Ok(None) = self.child.try_wait() {
             if let Some(pid) = i32::try_from(self.child.id())
                 .ok()
@@ -103,8 +104,17 @@ impl Drop for Served {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
+        let exited = self.child.try_wait().ok().flatten();
         let _ = self.child.kill();
         let _ = self.child.wait();
+        exited
+    }
+}
+
+impl Drop for Served {
+    /// Stopped as a service is: its jobs are stopped with it.
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
@@ -929,6 +939,8 @@ out["versions"] = api.list_versions("default")
 out["daemon"] = client.daemonstatus()
 job = api.schedule("default", spider)
 out["jobid"] = job
+extra = api.schedule("default", spider)
+out["jobs_early"] = api.list_jobs("default")
 deadline = time.time() + 90
 while api.job_status("default", job) != "finished":
     if time.time() > deadline:
@@ -1084,17 +1096,22 @@ async fn python_scrapyd_clients_work_unchanged_and_get_scrapyds_shapes() {
         assert!(o.is_superset(&t), "{key}: ours {o:?}, scrapyd's {t:?}");
     }
     assert!(keys(&ours["jobs"]).is_superset(&keys(&theirs["jobs"])));
-    for list in ["pending", "running", "finished"] {
-        let theirs_keys: std::collections::BTreeSet<String> = theirs["jobs"][list]
+    // Jobs as listed just after scheduling (queued or running) and once over.
+    let lists = ["pending", "running", "finished"];
+    let compared = ["jobs_early", "jobs"]
+        .iter()
+        .flat_map(|when| lists.map(|l| (*when, l)));
+    for (when, list) in compared {
+        let theirs_keys: std::collections::BTreeSet<String> = theirs[when][list]
             .as_array()
             .into_iter()
             .flatten()
             .flat_map(keys)
             .collect();
-        for job in ours["jobs"][list].as_array().into_iter().flatten() {
+        for job in ours[when][list].as_array().into_iter().flatten() {
             assert!(
                 keys(job).is_superset(&theirs_keys),
-                "{list}: ours {job}, scrapyd's keys {theirs_keys:?}"
+                "{when} {list}: ours {job}, scrapyd's keys {theirs_keys:?}"
             );
         }
     }
@@ -1256,5 +1273,43 @@ async fn the_dashboard_schedules_a_job_and_its_host_chart_moves_in_chromium() {
     let _ = browser.close().await;
     let _ = browser.wait().await;
     events.abort();
+    lab.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_stopped_with_sigterm_resumes_its_jobs_at_the_next_start() {
+    let lab = Lab::builder().books(100).start().await.expect("lab");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut svc = start(&lab.url(), dir.path(), &["--kill-after", "10s"]);
+    let v = post_json(
+        svc.addr,
+        "/schedule.json",
+        "project=default&spider=books&jobid=slow&setting=download_delay=80ms",
+    )
+    .await;
+    assert_eq!(v["status"], "ok", "{v}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while book_urls(&svc.root, "slow").len() < 10 {
+        assert!(Instant::now() < deadline, "the job made no items");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // SIGTERM: the service stops its job gracefully and exits.
+    let status = svc.stop().expect("the service exits on SIGTERM");
+    assert!(status.success(), "{status}");
+    let cut = book_urls(&svc.root, "slow").len();
+    assert!(cut < 100, "stopped before the end ({cut})");
+    let log = std::fs::read_to_string(svc.root.join("jobs/slow/log")).expect("log");
+    assert!(
+        log.contains("SIGTERM"),
+        "the job was stopped gracefully:\n{log}"
+    );
+    drop(svc);
+
+    let svc = start(&lab.url(), dir.path(), &["--kill-after", "10s"]);
+    let over = wait_all_over(svc.addr, Duration::from_secs(120)).await;
+    assert_eq!(over, vec![("slow".to_owned(), "finished".to_owned())]);
+    assert_eq!(book_urls(&svc.root, "slow").len(), 100, "every item");
+    let job = get_json(svc.addr, "/api/jobs/slow").await;
+    assert_eq!(job["job"]["runs"].as_u64(), Some(2), "{job}");
     lab.shutdown().await;
 }
