@@ -394,6 +394,13 @@ async fn scrapyd_calls_schedule_list_and_cancel_jobs() {
     let over = wait_all_over(a, Duration::from_secs(90)).await;
     assert_eq!(over, vec![("first".to_owned(), "finished".to_owned())]);
     assert_eq!(book_urls(&svc.root, "first").len(), 100);
+    // Its host, as the record shows it: a fixed 20 ms delay is a pace of 50 a second.
+    let live = get_json(a, "/api/jobs/first").await;
+    let host = &live["job"]["record"]["hosts"][0];
+    assert_eq!(host["pace"].as_f64(), Some(50.0), "{live}");
+    assert_eq!(host["pace_from"], "settings", "{host}");
+    assert!(host["sent"].as_u64() > Some(100), "{host}");
+    assert_eq!(live["job"]["items"].as_u64(), Some(100), "{live}");
     let jobs = get_json(a, "/listjobs.json?project=default").await;
     let done = &jobs["finished"][0];
     for key in [

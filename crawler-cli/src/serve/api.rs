@@ -466,12 +466,19 @@ async fn schedule(
     if svc.checks.send(check).await.is_err() {
         return error(&svc, "the service is stopping");
     }
-    match tokio::time::timeout(CHECK_TIMEOUT, verdict).await {
-        Ok(Ok(Ok(()))) => {}
+    let pace = match tokio::time::timeout(CHECK_TIMEOUT, verdict).await {
+        Ok(Ok(Ok(pace))) => pace,
         Ok(Ok(Err(why))) => return error(&svc, why),
         _ => return error(&svc, "the spider did not check the job's arguments in time"),
-    }
-    match svc.enqueue(id.clone(), spider.to_owned(), args, settings, priority) {
+    };
+    match svc.enqueue(
+        id.clone(),
+        spider.to_owned(),
+        args,
+        settings,
+        priority,
+        pace,
+    ) {
         Ok(()) => ok(&svc, json!({"jobid": id})),
         Err(why) => error(&svc, why),
     }
@@ -602,10 +609,18 @@ fn counted(svc: &Service, job: &Job, with_hosts: bool) -> (u64, u64, Option<Valu
     let n_failures = failures.update(&dir.join("failures.jsonl"));
     let hosts = with_hosts.then(|| {
         tail.update(&dir.join("state").join(crawler::sched::record::RECORD_FILE));
+        let mut hosts = serde_json::to_value(tail.hosts()).unwrap_or_default();
+        // Until the record states a host's rate, it runs at the pace the settings start it at.
+        if let (Some(pace), Some(hosts)) = (job.initial_pace, hosts.as_array_mut()) {
+            for h in hosts.iter_mut().filter(|h| h["pace"].is_null()) {
+                h["pace"] = pace.into();
+                h["pace_from"] = "settings".into();
+            }
+        }
         json!({
             "runs": tail.runs(),
             "bad_lines": tail.bad_lines(),
-            "hosts": tail.hosts(),
+            "hosts": hosts,
         })
     });
     (n_items, n_failures, hosts)

@@ -101,6 +101,9 @@ pub(super) struct Job {
     pub(super) outcome: Option<String>,
     /// How many times its process was started (a resumed job runs again).
     pub(super) runs: u32,
+    /// The pace each host starts at, requests/s, from the job's settings.
+    #[serde(default)]
+    pub(super) initial_pace: Option<f64>,
 }
 
 impl Job {
@@ -246,6 +249,7 @@ impl Service {
         args: Vec<(String, String)>,
         settings: Vec<(String, String)>,
         priority: f64,
+        initial_pace: Option<f64>,
     ) -> Result<(), Refusal> {
         let mut inner = self.lock();
         if inner.jobs.contains_key(&id) || self.dir(&id).exists() {
@@ -268,6 +272,7 @@ impl Service {
             pid: None,
             outcome: None,
             runs: 0,
+            initial_pace,
         };
         self.history.put(&job);
         inner.jobs.insert(id, job);

@@ -272,3 +272,52 @@ impl RecordTail {
         self.bad_lines
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+
+    #[test]
+    fn a_record_is_read_as_it_grows_and_summed_per_host() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("politeness.jsonl");
+        let mut f = std::fs::File::create(&path).expect("record");
+        writeln!(f, r#"{{"t":"run","unix_ms":1000,"version":1}}"#).expect("write");
+        writeln!(
+            f,
+            r#"{{"t":"second","host":"a:80","unix_s":1,"sent":3,"status":{{"200":2,"429":1}}}}"#
+        )
+        .expect("write");
+        // The second line of the same second adds up; a half-written line waits.
+        write!(f, r#"{{"t":"second","host":"a:80","unix_s":1,"sent":2,"status":{{"503":1}},"failed":{{"timeout":1}}}}"#).expect("write");
+        write!(f, "\n{{\"t\":\"sec").expect("write");
+        f.flush().expect("flush");
+        let mut tail = RecordTail::default();
+        tail.update(&path);
+        let h = tail.hosts()[0].clone();
+        assert_eq!((h.sent, h.refusals, h.failed), (5, 2, 1));
+        assert_eq!(h.seconds, VecDeque::from([[1, 5, 2]]));
+        assert_eq!(tail.runs(), 1);
+
+        write!(f, "ond\",\"host\":\"b:80\",\"unix_s\":2,\"sent\":9}}\n").expect("write");
+        writeln!(f, r#"{{"t":"audit","host":"a:80","unix_ms":2500,"trigger":"429","what":{{"kind":"rate","old":4.0,"new":2.0}}}}"#).expect("write");
+        writeln!(f, r#"{{"t":"audit","host":"a:80","unix_ms":2600,"trigger":"Retry-After","what":{{"kind":"hold","until":9,"wait_ms":3000.0}}}}"#).expect("write");
+        writeln!(f, "not json").expect("write");
+        f.flush().expect("flush");
+        tail.update(&path);
+        let hosts = tail.hosts();
+        assert_eq!(hosts[0].host, "b:80", "busiest first");
+        assert_eq!(hosts[0].sent, 9);
+        let a = hosts[1];
+        assert_eq!(a.pace, Some(2.0));
+        assert_eq!(a.holds, 1);
+        assert_eq!(a.recent_holds[0].until_ms, 5600);
+        assert_eq!(a.recent_holds[0].trigger, "Retry-After");
+        assert_eq!(tail.bad_lines(), 1);
+
+        let mut lines = Counts::default();
+        assert_eq!(lines.update(&path), 7);
+        assert_eq!(lines.update(&path), 7, "counted once");
+    }
+}

@@ -137,7 +137,8 @@ function chart(h) {
   const first = h.seconds.length ? h.seconds[0][0] : now;
   const end = Math.max(now, last), span = Math.max(10, Math.min(WINDOW, end - first + 1)), start = end - span;
   const pts = h.seconds.filter(s => s[0] >= start);
-  const paces = h.paces.filter(p => p[1] > 0);
+  // The record's rate changes, or the pace the settings start the host at.
+  const paces = h.paces.length ? h.paces.filter(p => p[1] > 0) : (h.pace ? [[0, h.pace]] : []);
   let top = 1;
   for (const s of pts) top = Math.max(top, s[1]);
   for (const p of paces) top = Math.max(top, p[1]);

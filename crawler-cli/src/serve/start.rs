@@ -21,7 +21,9 @@ pub(super) struct Check {
     pub(super) spider: String,
     pub(super) args: Vec<(String, String)>,
     pub(super) settings: Vec<(String, String)>,
-    pub(super) reply: oneshot::Sender<Result<(), String>>,
+    /// The job's initial pace per host (requests/s) when the settings set one, or why the
+    /// job is refused.
+    pub(super) reply: oneshot::Sender<Result<Option<f64>, String>>,
 }
 
 pub(super) async fn run(
@@ -129,12 +131,13 @@ pub(super) async fn run(
 }
 
 /// Whether `check`'s spider exists, its settings resolve and the spider accepts its
-/// arguments; the message is the one a `crawl` with them would print.
+/// arguments (the message is the one a `crawl` with them would print); if so, the pace
+/// its settings start each host at.
 fn check_job(
     spiders: &mut [Box<dyn ErasedSpider>],
     layers: &SettingsLayers,
     check: &Check,
-) -> Result<(), String> {
+) -> Result<Option<f64>, String> {
     let Some(spider) = spiders.iter_mut().find(|s| s.name() == check.spider) else {
         return Err(format!("spider '{}' not found", check.spider));
     };
@@ -149,7 +152,24 @@ fn check_job(
         .settings;
     spider
         .open(&settings, &check.args)
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    Ok(initial_pace(&settings))
+}
+
+/// The pace a host starts at, requests/s, as the settings give it (a `[[hosts]]` rule may
+/// change it for some hosts; the record's rate changes replace it as they come): the start
+/// rate of the adaptive throttle, the delay of the fixed one; none for AutoThrottle or a
+/// fixed throttle without delay.
+fn initial_pace(settings: &crawler::core::Settings) -> Option<f64> {
+    use crawler::core::ThrottleMode;
+    match settings.throttle {
+        ThrottleMode::Adaptive => Some(settings.start_rate.min(settings.max_rate)),
+        ThrottleMode::Fixed => {
+            let delay = settings.download_delay.as_secs_f64();
+            (delay > 0.0).then(|| 1.0 / delay)
+        }
+        _ => None,
+    }
 }
 
 /// The settings options of the `serve` command line that every job gets too.
