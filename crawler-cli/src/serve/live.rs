@@ -300,7 +300,7 @@ mod tests {
         assert_eq!(h.seconds, VecDeque::from([[1, 5, 2]]));
         assert_eq!(tail.runs(), 1);
 
-        write!(f, "ond\",\"host\":\"b:80\",\"unix_s\":2,\"sent\":9}}\n").expect("write");
+        writeln!(f, "ond\",\"host\":\"b:80\",\"unix_s\":2,\"sent\":9}}").expect("write");
         writeln!(f, r#"{{"t":"audit","host":"a:80","unix_ms":2500,"trigger":"429","what":{{"kind":"rate","old":4.0,"new":2.0}}}}"#).expect("write");
         writeln!(f, r#"{{"t":"audit","host":"a:80","unix_ms":2600,"trigger":"Retry-After","what":{{"kind":"hold","until":9,"wait_ms":3000.0}}}}"#).expect("write");
         writeln!(f, "not json").expect("write");
