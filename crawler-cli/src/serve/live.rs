@@ -223,6 +223,13 @@ impl RecordTail {
                 let Some(what) = v.get("what") else { return };
                 match what.get("kind").and_then(Value::as_str) {
                     Some("rate") => {
+                        // The pace before the first change ran from the host's first second.
+                        if h.paces.is_empty()
+                            && let (Some(old), Some(first)) =
+                                (float(what, "old"), h.seconds.front())
+                        {
+                            h.paces.push_back((first[0] * 1000, old));
+                        }
                         if let Some(rate) = float(what, "new") {
                             h.pace = Some(rate);
                             h.paces.push_back((at, rate));
@@ -311,6 +318,7 @@ mod tests {
         assert_eq!(hosts[0].sent, 9);
         let a = hosts[1];
         assert_eq!(a.pace, Some(2.0));
+        assert_eq!(a.paces, VecDeque::from([(1000, 4.0), (2500, 2.0)]));
         assert_eq!(a.holds, 1);
         assert_eq!(a.recent_holds[0].until_ms, 5600);
         assert_eq!(a.recent_holds[0].trigger, "Retry-After");
