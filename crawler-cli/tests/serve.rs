@@ -371,6 +371,11 @@ async fn scrapyd_calls_schedule_list_and_cancel_jobs() {
         let m = v["message"].as_str().expect("message");
         assert!(m.contains(message), "{path} {body}: {m}");
     }
+    // A name resolved to 127.0.0.1 by someone else's DNS is not this service's.
+    let rebound =
+        "GET /listjobs.json HTTP/1.1\r\nHost: evil.example:6800\r\nConnection: close\r\n\r\n";
+    let (code, _, _) = exchange(a, rebound.as_bytes()).await;
+    assert_eq!(code, 403);
     let wrong = get_json(a, "/schedule.json?project=default&spider=books").await;
     assert!(
         wrong["message"]

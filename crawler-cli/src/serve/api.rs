@@ -771,14 +771,24 @@ async fn dashboard(State(svc): State<Svc>) -> Response {
 }
 
 /// In front of every route: a request from another site's page is refused (a browser
-/// names its origin), and with a token every request must carry it.
+/// names its origin), and with a token every request must carry it. Without a token the
+/// service answers only requests addressed to a loopback name, so a site whose name is
+/// made to resolve to 127.0.0.1 (DNS rebinding) cannot reach it from a browser.
 async fn guard(State(svc): State<Svc>, req: Request, next: Next) -> Response {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    if svc.cfg.token.is_none() && !loopback_host(host) {
+        return error_with(
+            &svc,
+            StatusCode::FORBIDDEN,
+            "without a token the service answers requests to 127.0.0.1, [::1] or localhost \
+             only",
+        );
+    }
     if let Some(origin) = req.headers().get(header::ORIGIN) {
-        let host = req
-            .headers()
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .unwrap_or("");
         let origin = origin.to_str().unwrap_or("");
         let same = origin
             .strip_prefix("http://")
@@ -808,6 +818,19 @@ async fn guard(State(svc): State<Svc>, req: Request, next: Next) -> Response {
         return resp;
     }
     next.run(req).await
+}
+
+/// Whether a Host header names this machine's loopback (`127.0.0.1:6800`, `[::1]`,
+/// `localhost`).
+fn loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(""),
+        None => host.split(':').next().unwrap_or(""),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Whether the request carries `token`: as a bearer token, or as basic auth's password
@@ -875,6 +898,28 @@ mod tests {
             "2024-05-01 12:00:00.123000"
         );
         assert_eq!(scrapyd_time(951_782_400_000), "2000-02-29 00:00:00.000000");
+    }
+
+    #[test]
+    fn loopback_hosts_only() {
+        for good in [
+            "127.0.0.1:6800",
+            "127.0.0.1",
+            "localhost:6800",
+            "[::1]:6800",
+            "127.1.2.3",
+        ] {
+            assert!(loopback_host(good), "{good}");
+        }
+        for bad in [
+            "",
+            "evil.example:6800",
+            "10.0.0.1:6800",
+            "[::2]",
+            "localhost.evil.example",
+        ] {
+            assert!(!loopback_host(bad), "{bad}");
+        }
     }
 
     #[test]
