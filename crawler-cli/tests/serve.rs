@@ -657,6 +657,18 @@ async fn live_hosts_pause_resume_failures_and_a_panicking_spider() {
     );
     let log = std::fs::read_to_string(svc.root.join("jobs/boom/log")).expect("log");
     assert!(log.contains("panics on purpose"), "{log}");
+    // A failed job can be tried again from its directory; this one fails again.
+    let v = post_json(a, "/api/jobs/boom/resume", "").await;
+    assert_eq!(v["status"], "ok", "{v}");
+    let over = wait_all_over(a, Duration::from_secs(60)).await;
+    assert!(
+        over.contains(&("boom".to_owned(), "failed".to_owned())),
+        "{over:?}"
+    );
+    let boom = get_json(a, "/api/jobs/boom").await;
+    assert_eq!(boom["job"]["runs"].as_u64(), Some(2), "{boom}");
+    let v = post_json(a, "/api/jobs/live/resume", "").await;
+    assert_eq!(v["status"], "error", "a finished job is not resumed: {v}");
     assert_eq!(get_json(a, "/daemonstatus.json").await["status"], "ok");
     lab.shutdown().await;
 }

@@ -347,20 +347,23 @@ impl Service {
         Ok(job.state)
     }
 
-    /// Resume a paused job: it is queued again and continues from its job directory.
+    /// Resume a paused job, or retry a failed one: it is queued again and continues from
+    /// its job directory.
     pub(super) fn resume(&self, id: &str) -> Result<(), Refusal> {
         let mut inner = self.lock();
         let job = inner
             .jobs
             .get_mut(id)
             .ok_or_else(|| format!("job '{id}' not found"))?;
-        if job.state != State::Paused {
+        if !matches!(job.state, State::Paused | State::Failed) {
             return Err(format!(
-                "job '{id}' is {}: only a paused job can be resumed",
+                "job '{id}' is {}: only a paused or failed job can be resumed",
                 job.state.as_str()
             ));
         }
         job.state = State::Pending;
+        job.end_ms = None;
+        job.outcome = None;
         self.history.put(job);
         drop(inner);
         self.wake.notify_one();

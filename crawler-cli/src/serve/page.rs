@@ -125,6 +125,7 @@ function renderJobs(data) {
     const add = (label, action) => { const b = el("button", {type: "button"}, label); b.onclick = () => act(j.id, action); actions.appendChild(b); };
     if (j.state === "running" || j.state === "pending") add("pause", "pause");
     if (j.state === "paused") add("resume", "resume");
+    if (j.state === "failed") add("retry", "resume");
     if (!["finished", "failed", "cancelled"].includes(j.state)) add("cancel", "cancel");
     tr.appendChild(actions);
     body.appendChild(tr);
