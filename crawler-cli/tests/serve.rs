@@ -470,12 +470,38 @@ async fn scrapyd_calls_schedule_list_and_cancel_jobs() {
     }
     let v = post_json(a, "/cancel.json", "project=default&job=c3").await;
     assert_eq!(v["prevstate"], "pending", "{v}");
+    // Once its crawl has started (before, SIGTERM ends the process at once).
+    let started = svc.root.join("jobs/c1/log");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&started)
+        .unwrap_or_default()
+        .contains("crawl started")
+    {
+        assert!(Instant::now() < deadline, "c1's crawl did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let v = post_json(a, "/cancel.json", "project=default&job=c1").await;
     assert_eq!(v["prevstate"], "running", "{v}");
     let v = post_json(a, "/cancel.json", "project=default&job=nosuch").await;
     assert!(v["prevstate"].is_null(), "{v}");
-    post_json(a, "/cancel.json", "project=default&job=c2").await;
+    // Forced at once (scrapyd's `signal=KILL`): no graceful end in its log.
+    let v = post_json(a, "/cancel.json", "project=default&job=c2&signal=KILL").await;
+    assert_eq!(v["prevstate"], "running", "{v}");
     let over = wait_all_over(a, Duration::from_secs(60)).await;
+    let log = |id: &str| {
+        std::fs::read_to_string(svc.root.join("jobs").join(id).join("log")).unwrap_or_default()
+    };
+    assert!(log("c1").contains("SIGTERM"), "{}", log("c1"));
+    assert!(
+        log("c1").contains("crawl finished"),
+        "c1 ended gracefully: {}",
+        log("c1")
+    );
+    assert!(
+        !log("c2").contains("crawl finished"),
+        "c2 was killed: {}",
+        log("c2")
+    );
     for id in ["c1", "c2", "c3"] {
         assert!(
             over.contains(&(id.to_owned(), "cancelled".to_owned())),
