@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod report;
 mod runner;
 mod scaffold;
+mod serve;
 mod shell;
 mod sitemap;
 mod tools;

@@ -36,6 +36,7 @@
 //! settings [NAME] [--markdown]
 //! check [NAME] [-a KEY=VALUE]...
 //! shell URL [--css SELECTOR]... [--spider NAME]
+//! serve [--port N] [--bind ADDR] [--max-jobs N] [--root DIR] [--token-file FILE]
 //! ```
 //!
 //! `-a key=value` gives the spider an argument, read in
@@ -66,7 +67,7 @@ use crawler::{Crawl, Error, ErrorKind};
 type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 
 /// A spider with its item type erased, so spiders of different item types share a runner.
-trait ErasedSpider {
+pub(crate) trait ErasedSpider {
     fn name(&self) -> String;
     fn custom_settings(&self) -> Vec<(&'static str, String)>;
     /// Hand the spider its arguments and settings (what a crawl does when it is built).
@@ -80,7 +81,7 @@ trait ErasedSpider {
 }
 
 /// What `crawl` was asked to do.
-struct CrawlJob {
+pub(crate) struct CrawlJob {
     layers: SettingsLayers,
     /// Feed files from `-o` (appended to) and `-O` (replaced).
     outputs: Vec<(PathBuf, bool)>,
@@ -368,6 +369,8 @@ fn contract_request<S: Spider>(spider: &S, url: &str) -> Result<Request, Error> 
 pub struct Runner {
     spiders: Vec<Box<dyn ErasedSpider>>,
     contracts: Vec<(String, Contract)>,
+    /// How `serve` starts a job's process (see [`Runner::job_command`]).
+    job_command: crate::serve::JobCommand,
 }
 
 impl std::fmt::Debug for Runner {
@@ -413,6 +416,8 @@ enum RunnerVerb {
         #[arg(long, value_name = "NAME")]
         spider: Option<String>,
     },
+    /// Run the spiders as jobs over HTTP: scrapyd's API, a JSON API and a live dashboard.
+    Serve(crate::serve::ServeArgs),
 }
 
 /// Options of `crawl`.
@@ -518,6 +523,18 @@ impl Runner {
     /// Declare a contract check for the spider named `spider`, run by `check`.
     pub fn contract(mut self, spider: &str, contract: Contract) -> Self {
         self.contracts.push((spider.to_owned(), contract));
+        self
+    }
+
+    /// How `serve` starts a job: `program` with `leading_args`, then `crawl NAME --job-dir
+    /// DIR -o FILE ...`. By default this program itself with no leading arguments; a wrapper
+    /// (`nice`, `systemd-run`, a test harness) goes here.
+    pub fn job_command(
+        mut self,
+        program: impl Into<PathBuf>,
+        leading_args: impl IntoIterator<Item = impl Into<OsString>>,
+    ) -> Self {
+        self.job_command = crate::serve::JobCommand::new(program, leading_args);
         self
     }
 
@@ -628,6 +645,9 @@ impl Runner {
                 };
                 spider.crawl(job).await?;
                 Ok(())
+            }
+            RunnerVerb::Serve(args) => {
+                crate::serve::run(args, &cli.common, layers, self.spiders, self.job_command).await
             }
             RunnerVerb::Shell { args, spider } => {
                 let custom = match &spider {

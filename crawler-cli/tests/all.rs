@@ -18,6 +18,8 @@ mod output;
 mod report;
 mod runner;
 mod secrets;
+#[cfg(feature = "serve")]
+mod serve;
 mod shell;
 #[allow(dead_code, clippy::unwrap_used)]
 mod support;
