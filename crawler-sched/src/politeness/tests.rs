@@ -912,3 +912,55 @@ fn the_send_gap_runs_from_a_late_departure() {
     // 1,000 then 1,000 (from the departure); from the booking it would be 1,000 then 1,800.
     assert!((gap - 1_000.0).abs() < 1.0, "{gap}");
 }
+
+/// The mean refusal hold that paces probes forgets: one early ten-minute hold does not
+/// slow every later probe once the limiter has asked for seconds many times since.
+#[test]
+fn an_early_long_refusal_hold_is_forgotten_after_many_short_ones() {
+    use super::HostMachine;
+    use crawler_core::Feedback;
+    use std::time::Duration;
+
+    let refusal = |secs: u64| Feedback {
+        sent: true,
+        status: Some(429),
+        latency: Duration::from_millis(20),
+        retry_after: Some(Duration::from_secs(secs)),
+        ..Default::default()
+    };
+    let served = Feedback {
+        sent: true,
+        status: Some(200),
+        latency: Duration::from_millis(20),
+        ..Default::default()
+    };
+    let mut m = HostMachine::new(defaults(), 0.0);
+    let mut t: f64 = 0.0;
+    let mut waits = vec![300];
+    waits.extend([5; 40]);
+    for secs in waits {
+        let sent = m.ready_at().max(t);
+        m.on_send(sent);
+        let _ = m.on_feedback_sent(&refusal(secs), sent, sent + 20.0);
+        t = m.state().hold_until.max(sent + 20.0) + 1.0;
+        // Pages served between the refusals: each is a refusal of its own, not a run that
+        // grows the backoff.
+        for _ in 0..5 {
+            let sent = m.ready_at().max(t);
+            m.on_send(sent);
+            let _ = m.on_feedback_sent(&served, sent, sent + 20.0);
+            t = sent + 20.0;
+        }
+    }
+    let s = m.state();
+    let mean = s.refusal_held_ms / f64::from(s.refusal_holds.max(1));
+    // A plain mean of all 41 holds would be (300 + 40 x 5) / 41 = 12.2 s; forgetting, the
+    // long hold's share is (7/8)^33 of an eighth: about 5.5 s.
+    assert!(
+        mean < 8_000.0,
+        "mean refusal hold {mean:.0} ms ({} holds, {:.0} ms)",
+        s.refusal_holds,
+        s.refusal_held_ms
+    );
+    assert!(mean >= 5_000.0, "mean refusal hold {mean:.0} ms");
+}

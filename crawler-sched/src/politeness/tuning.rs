@@ -94,6 +94,14 @@ pub struct Tuning {
     /// up again, so that most of the time is spent under the knee (a move up that queues is
     /// seen within one).
     pub cap_down_pause: f64,
+    /// The mean refusal hold a probe's payback is judged by weighs the latest hold as one in
+    /// this many (an exponential mean): a limiter that once asked for ten minutes and since
+    /// asks for seconds is judged by its seconds after a handful of refusals.
+    pub refusal_hold_memory: u32,
+    /// Refused probes in a row double the wait before the next at most this many times
+    /// (2^8 = 256 calms, over four hours at the shortest): a limit found again and again is
+    /// asked about rarely, but still asked about (a limit can rise).
+    pub probe_backoff_doublings: u32,
     /// Consecutive 403s after which the host is skipped for the run (a hard block).
     pub forbidden_skip_after: u32,
     /// How late (ms) a send may leave after its booked slot before the next slot moves
@@ -129,6 +137,8 @@ impl Default for Tuning {
             forbidden_cut: 0.5,
             steering_quiet_ms: 60_000.0,
             cap_down_pause: 3.0,
+            refusal_hold_memory: 8,
+            probe_backoff_doublings: 8,
             late_send_ms: 2.0,
             audit_min_step: 0.05,
         }

@@ -182,7 +182,7 @@ impl HostMachine {
                 // The payback time, doubled for each probe refused in a row: a limit the
                 // probes keep finding is worth asking less often.
                 let payback = (self.mean_refusal_hold_ms() / step).max(t.probe_calm_ms)
-                    * 2f64.powi(self.state.probes_refused.min(8) as i32);
+                    * 2f64.powi(self.state.probes_refused.min(t.probe_backoff_doublings) as i32);
                 if now - self.state.calm_since < payback {
                     return;
                 }

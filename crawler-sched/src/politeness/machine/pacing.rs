@@ -218,7 +218,16 @@ impl HostMachine {
                 trigger,
                 Trigger::Status429 | Trigger::Status503 | Trigger::RetryAfter
             ) {
-                self.state.refusal_holds = self.state.refusal_holds.saturating_add(1);
+                // An exponential mean: past `refusal_hold_memory` holds the total decays
+                // by one hold's share before the new one is added.
+                let memory = self.params.tuning.refusal_hold_memory.max(1);
+                if self.state.refusal_holds >= memory {
+                    let n = f64::from(memory);
+                    self.state.refusal_held_ms *= (n - 1.0) / n;
+                    self.state.refusal_holds = memory;
+                } else {
+                    self.state.refusal_holds += 1;
+                }
                 self.state.refusal_held_ms += wait + margin;
             }
             self.state.holds += 1;
