@@ -1363,3 +1363,60 @@ async fn a_service_stopped_with_sigterm_resumes_its_jobs_at_the_next_start() {
     assert_eq!(job["job"]["runs"].as_u64(), Some(2), "{job}");
     lab.shutdown().await;
 }
+
+/// A client that trickles its request holds nothing: headers not complete within
+/// `--client-timeout` close the connection, a body not complete within it is answered 408,
+/// and other clients are answered all the while.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_trickles_its_request_is_cut_off_at_the_client_timeout() {
+    let lab = Lab::builder().books(100).start().await.expect("lab");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let served = start(&lab.url(), dir.path(), &["--client-timeout", "2s"]);
+    let addr = served.addr;
+
+    // Headers that never end.
+    let mut headers = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    headers
+        .write_all(b"GET /daemonstatus.json HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .await
+        .expect("write");
+    // A body announced and never sent.
+    let mut body = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    body.write_all(
+        b"POST /schedule.json HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+          Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\nproj",
+    )
+    .await
+    .expect("write");
+    let started = std::time::Instant::now();
+
+    // Meanwhile the service answers others at once.
+    let status = get_json(addr, "/daemonstatus.json").await;
+    assert_eq!(status["status"], "ok", "{status}");
+
+    let mut buf = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(20), headers.read_to_end(&mut buf))
+        .await
+        .expect("a connection whose headers never end is closed within 20 s");
+    // Closed (hyper may answer 408 first, or reset): nothing else is served on it.
+    assert!(
+        closed.is_err() || buf.is_empty() || buf.starts_with(b"HTTP/1.1 408"),
+        "{:?}",
+        String::from_utf8_lossy(&buf)
+    );
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(20), body.read_to_end(&mut answer))
+        .await
+        .expect("a request whose body never comes is answered within 20 s")
+        .expect("read");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("--client-timeout"), "{answer}");
+    // Not before the timeout: a slow client is given its whole time.
+    assert!(
+        started.elapsed() >= Duration::from_millis(1_900),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(served);
+}

@@ -817,7 +817,20 @@ async fn guard(State(svc): State<Svc>, req: Request, next: Next) -> Response {
         );
         return resp;
     }
-    next.run(req).await
+    // The body is read inside the handler: a client that sends it slower than this (or a
+    // handler stuck that long) gets 408 instead of holding the connection. Downloads are
+    // streamed after the answer's head, so a long one is not cut.
+    match tokio::time::timeout(svc.cfg.client_timeout, next.run(req)).await {
+        Ok(resp) => resp,
+        Err(_) => error_with(
+            &svc,
+            StatusCode::REQUEST_TIMEOUT,
+            &format!(
+                "the request was not received and answered within --client-timeout ({})",
+                humantime::format_duration(svc.cfg.client_timeout)
+            ),
+        ),
+    }
 }
 
 /// Whether a Host header names this machine's loopback (`127.0.0.1:6800`, `[::1]`,

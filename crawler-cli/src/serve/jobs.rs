@@ -37,6 +37,8 @@ pub(super) struct Config {
     /// Settings options every job gets (the service's `--settings`, `-s`, `-L`).
     pub(super) forward: Vec<OsString>,
     pub(super) kill_after: Duration,
+    /// `--client-timeout`: a request's headers, then its body and answer, within this.
+    pub(super) client_timeout: Duration,
     pub(super) token: Option<String>,
 }
 

@@ -75,6 +75,12 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "30s",
           value_parser = humantime::parse_duration)]
     pub kill_after: Duration,
+    /// How long a client may take to send a request's headers, and then its body and the
+    /// service to answer it, before the connection is closed (headers) or answered 408.
+    /// A client that trickles bytes would otherwise hold a connection for ever.
+    #[arg(long, value_name = "DURATION", default_value = "30s",
+          value_parser = humantime::parse_duration)]
+    pub client_timeout: Duration,
 }
 
 /// How a job's process is started: a program and the arguments before `crawl ...`.

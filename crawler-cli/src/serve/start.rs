@@ -5,6 +5,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crawler::settings::SettingsLayers;
 use crawler::{Error, ErrorKind};
@@ -85,6 +86,7 @@ pub(super) async fn run(
         leading: command.leading,
         forward: forwarded(common)?,
         kill_after: args.kill_after,
+        client_timeout: args.client_timeout,
         token,
     };
     let svc = Arc::new(Service::new(config, history, checks_tx));
@@ -111,8 +113,7 @@ pub(super) async fn run(
     println!("listening on http://{addr}/");
 
     let supervisor = tokio::spawn(Arc::clone(&svc).supervise());
-    let server =
-        std::future::IntoFuture::into_future(axum::serve(listener, api::router(Arc::clone(&svc))));
+    let server = serve_http(listener, api::router(Arc::clone(&svc)), args.client_timeout);
     // The spiders stay on this task (they need not be Send): scheduled jobs are checked here.
     let answer_checks = async {
         while let Some(check) = checks.recv().await {
@@ -258,4 +259,40 @@ async fn stop_signal() {
 /// Where a job's files are: `ROOT/jobs/ID`.
 pub(super) fn job_dir(root: &Path, id: &str) -> PathBuf {
     root.join("jobs").join(id)
+}
+
+/// Accepts connections and serves each with HTTP/1.1 until the service stops. Unlike
+/// `axum::serve`, a connection whose request headers do not arrive within `header_timeout`
+/// is closed (hyper's header read timeout needs a timer, which `axum::serve` does not set):
+/// a client trickling bytes cannot hold connections open for ever.
+async fn serve_http(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    header_timeout: Duration,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            // Out of file descriptors or a connection reset before accept: the listener
+            // itself is fine; pause briefly rather than spin.
+            Err(e) => {
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let service = TowerToHyperService::new(router.clone());
+        tokio::spawn(async move {
+            let served = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+            if let Err(e) = served {
+                tracing::debug!("connection from {peer}: {e}");
+            }
+        });
+    }
 }
