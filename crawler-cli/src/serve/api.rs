@@ -825,7 +825,7 @@ async fn guard(State(svc): State<Svc>, req: Request, next: Next) -> Response {
         Err(_) => error_with(
             &svc,
             StatusCode::REQUEST_TIMEOUT,
-            &format!(
+            format!(
                 "the request was not received and answered within --client-timeout ({})",
                 humantime::format_duration(svc.cfg.client_timeout)
             ),
