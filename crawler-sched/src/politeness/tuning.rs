@@ -102,6 +102,27 @@ pub struct Tuning {
     /// (2^8 = 256 calms, over four hours at the shortest): a limit found again and again is
     /// asked about rarely, but still asked about (a limit can rise).
     pub probe_backoff_doublings: u32,
+    /// The largest probe step (1.0: a probe at most doubles the rate): the step doubles after
+    /// each probe that held, and a doubling is the most a limit unseen for a whole calm
+    /// justifies.
+    pub probe_step_max: f64,
+    /// Growth is per elapsed time, counted up to this many send intervals between two
+    /// answers: a longer gap is an idle queue, not time the pace was proven at.
+    pub growth_gap_intervals: f64,
+    /// The in-flight cap first engages at this share of the queue that opens a latency
+    /// episode (half: a page already waits half its service time behind ours), at the
+    /// number in flight then; the whole queue goes straight to Little's law.
+    pub in_flight_engage: f64,
+    /// Backoff holds are drawn from `(1 - backoff_jitter)` of the nominal length to all of
+    /// it (equal jitter: hosts and workers backing off together do not come back in step,
+    /// and no draw is so short it only buys another failure).
+    pub backoff_jitter: f64,
+    /// A hold's margin past its end is this share of the wait plus `hold_margin_floor_ms`,
+    /// at most the `hold_margin` setting: proportional for short waits, so a one-second
+    /// quota window does not lose a quarter of its budget to it.
+    pub hold_margin_share: f64,
+    /// The fixed part of a hold's margin (ms): transit and clock reading.
+    pub hold_margin_floor_ms: f64,
     /// Consecutive 403s after which the host is skipped for the run (a hard block).
     pub forbidden_skip_after: u32,
     /// How late (ms) a send may leave after its booked slot before the next slot moves
@@ -139,6 +160,12 @@ impl Default for Tuning {
             cap_down_pause: 3.0,
             refusal_hold_memory: 8,
             probe_backoff_doublings: 8,
+            probe_step_max: 1.0,
+            growth_gap_intervals: 2.0,
+            in_flight_engage: 0.5,
+            backoff_jitter: 0.5,
+            hold_margin_share: 0.02,
+            hold_margin_floor_ms: 5.0,
             late_send_ms: 2.0,
             audit_min_step: 0.05,
         }

@@ -149,11 +149,14 @@ impl HostMachine {
             let rate = self.state.rate;
             self.set_estimate(rate, Trigger::SteeringLost, now);
         }
-        // Growth is per elapsed time; a gap longer than two intervals (an idle queue) earns
-        // none. Each moment counts once: a fleet folds its workers' answers in batches, each
+        // Growth is per elapsed time; a gap longer than `growth_gap_intervals` (an idle
+        // queue) earns none. Each moment counts once: a fleet folds its workers' answers in batches, each
         // worker's in its own order, and an answer dated before the last growth must not
         // move the mark back for the next answer to count that time again.
-        let dt = (now - self.state.grown_at).clamp(0.0, 2.0 * self.interval());
+        let dt = (now - self.state.grown_at).clamp(
+            0.0,
+            self.params.tuning.growth_gap_intervals * self.interval(),
+        );
         self.state.grown_at = self.state.grown_at.max(now);
         let t = self.params.tuning.clone();
         match self.state.phase {
@@ -195,7 +198,7 @@ impl HostMachine {
                     if self.ceiling_in_force(now).is_some_and(|c| rate >= c) {
                         self.state.ceiling = None;
                     }
-                    self.state.probe_step = (step * 2.0).min(1.0);
+                    self.state.probe_step = (step * 2.0).min(t.probe_step_max);
                     self.state.probes_refused = 0;
                 }
                 if rate >= self.params.max_rate {
@@ -351,7 +354,7 @@ impl HostMachine {
         // average, so Little's law on it would cut too deep).
         let (new, wait) = if fast > base * (1.0 + queue) && little < cap {
             (little, every)
-        } else if self.state.lat_cap.is_none() && fast > base * (1.0 + queue / 2.0) {
+        } else if self.state.lat_cap.is_none() && fast > base * (1.0 + queue * t.in_flight_engage) {
             (self.state.in_flight.clamp(1, cap), every)
         } else if self.state.lat_cap.is_none() || self.state.lat_cap_at.is_some_and(|at| now < at) {
             return;

@@ -34,7 +34,7 @@ impl HostMachine {
         let wait = match fb.retry_after {
             Some(wait) => ms(wait),
             // The shortest backoff the answer can draw.
-            None if refused => self.backoff_nominal() * 0.5,
+            None if refused => self.backoff_nominal() * (1.0 - self.params.tuning.backoff_jitter),
             None => return false,
         };
         if wait > self.params.max_wait_ms {

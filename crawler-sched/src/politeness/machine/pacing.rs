@@ -254,7 +254,10 @@ impl HostMachine {
     /// proportional for short waits, so a one-second quota window does not lose a quarter of
     /// its budget to it.
     pub(super) fn hold_margin(&self, wait: f64) -> f64 {
-        self.params.hold_margin_ms.min(wait / 50.0 + 5.0)
+        let t = &self.params.tuning;
+        self.params
+            .hold_margin_ms
+            .min(wait * t.hold_margin_share + t.hold_margin_floor_ms)
     }
 
     /// The mean length (ms) of the holds refusals asked for so far: what a refused probe
@@ -285,7 +288,8 @@ impl HostMachine {
 
     /// Draw the next backoff hold's length (ms) and count it: the level grows.
     pub(super) fn backoff_wait(&mut self, now: Millis) -> f64 {
-        let wait = self.backoff_nominal() * (0.5 + 0.5 * self.random());
+        let j = self.params.tuning.backoff_jitter;
+        let wait = self.backoff_nominal() * (1.0 - j + j * self.random());
         self.state.backoff_level = self.state.backoff_level.saturating_add(1);
         self.state.backoff_at = Some(now);
         wait
