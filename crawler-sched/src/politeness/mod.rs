@@ -41,4 +41,4 @@ pub use groups::{
 pub use machine::HostMachine;
 pub use params::{Millis, Mode, Params};
 pub use state::HostState;
-pub use tuning::Tuning;
+pub use tuning::{SEND_GAP_WEIGHT, Tuning};

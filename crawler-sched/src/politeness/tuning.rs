@@ -7,6 +7,12 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The weight of the latest gap between two sends in the send gap (an exponential mean):
+/// the pace the server saw, where a refusal's cut starts. A fifth smooths one late send
+/// without hiding a pace that changed a few sends ago. The fleet's pacing script uses the
+/// same value (crawler-store puts it into the script's text).
+pub const SEND_GAP_WEIGHT: f64 = 0.2;
+
 /// The constants of the per-host politeness machine (see [`HostMachine`](super::HostMachine)).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]

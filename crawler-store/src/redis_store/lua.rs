@@ -89,11 +89,21 @@
 //! repeat, whatever Redis forgets, and a stale acknowledgement cannot delete another
 //! worker's lease.
 
-/// The step script (key layout: see `layout`).
-///
-/// Every key a section touches gets `idle_ttl_ms` to live, so a job nobody works on any more
-/// leaves nothing behind in Redis.
-pub(crate) const STEP: &str = r#"
+/// The step script (key layout: see `layout`), with the machine's own constants written in:
+/// `SEND_GAP_WEIGHT` is [`crawler_sched::politeness::SEND_GAP_WEIGHT`], so the fleet and the
+/// machine weigh a send gap alike.
+pub(crate) static STEP: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    STEP_TEXT.replacen(
+        "SEND_GAP_WEIGHT",
+        &format!("{:?}", crawler_sched::politeness::SEND_GAP_WEIGHT),
+        1,
+    )
+});
+
+/// The step script's text. Every key a section touches gets `idle_ttl_ms` to live, so a
+/// job nobody works on any more leaves nothing behind in Redis.
+const STEP_TEXT: &str = r#"
+local SGW = SEND_GAP_WEIGHT
 local wid = ARGV[1]
 local timeout = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[3])
@@ -354,7 +364,7 @@ for s = 1, nsec do
           if last and p.dp and p.dp > last then last = p.dp end
           if last and last >= (p.hu or 0) then
             local g = math.max(at - last, 0)
-            if (p.sg or 0) > 0 then p.sg = 0.8 * p.sg + 0.2 * g else p.sg = g end
+            if (p.sg or 0) > 0 then p.sg = (1 - SGW) * p.sg + SGW * g else p.sg = g end
           end
           p.ba = at
           if p.ql then
@@ -467,3 +477,18 @@ if ttl > 0 then
 end
 return { epoch, worker, created and 1 or 0, tonumber(shards), redis.call('EXISTS', P .. 'ready') }
 "#;
+
+#[cfg(test)]
+mod tests {
+    /// The machine's constant is written into the script, once, as a Lua number.
+    #[test]
+    fn the_step_script_weighs_a_send_gap_as_the_machine_does() {
+        let script = super::STEP.as_str();
+        assert!(!script.contains("SEND_GAP_WEIGHT"), "placeholder left");
+        let expected = format!(
+            "local SGW = {:?}\n",
+            crawler_sched::politeness::SEND_GAP_WEIGHT
+        );
+        assert!(script.contains(&expected), "no {expected:?}");
+    }
+}

@@ -334,7 +334,7 @@ impl RedisStore {
             // redis-rs takes rustls' process-wide provider; the workspace uses ring.
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
-        let mut link = Link::open(&options.url, options.retry_for, STEP, options.stop)?;
+        let mut link = Link::open(&options.url, options.retry_for, STEP.as_str(), options.stop)?;
         let origin = std::time::Instant::now();
         let time: Vec<String> = link.query(&redis::cmd("TIME"), "read the server's clock")?;
         let local = origin.elapsed().as_secs_f64() * 1_000.0;

@@ -53,7 +53,8 @@ impl HostMachine {
         if let Some(prev) = last.filter(|&p| p >= self.state.hold_until) {
             let gap = (now - prev).max(0.0);
             self.state.send_gap = if self.state.send_gap > 0.0 {
-                0.8 * self.state.send_gap + 0.2 * gap
+                (1.0 - super::super::SEND_GAP_WEIGHT) * self.state.send_gap
+                    + super::super::SEND_GAP_WEIGHT * gap
             } else {
                 gap
             };
