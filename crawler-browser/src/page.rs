@@ -31,6 +31,10 @@ use crate::config::BrowserConfig;
 const IDLE_FOR: Duration = Duration::from_millis(500);
 /// How often a condition in the page is polled.
 const POLL: Duration = Duration::from_millis(50);
+/// The share of the page's deadline the network-idle wait may take: the rest is for what
+/// follows it (a wait, a screenshot, taking the DOM), so a page that never goes quiet is
+/// still taken.
+const IDLE_SHARE_OF_DEADLINE: f64 = 0.5;
 /// Sub-requests get a priority above any page's in their host's queue: the page that
 /// waits for them is already paid for, and holds a tab until they are answered.
 const SUBREQUEST_PRIORITY: i32 = 1_000_000;
@@ -155,8 +159,11 @@ pub(crate) async fn render(
             break;
         }
     }
-    if options.network_idle {
-        network_idle(&shared).await;
+    if options.waits_for_network() {
+        // A page that never goes quiet (a beacon, a long poll) is taken anyway, at half its
+        // deadline: its DOM then, with a warning, rather than a failed page.
+        let bound = config.page_timeout.mul_f64(IDLE_SHARE_OF_DEADLINE);
+        let _ = tokio::time::timeout(bound, network_idle(&shared)).await;
     }
     if let Some(wait) = options.wait {
         tokio::time::sleep(wait).await;
@@ -170,6 +177,18 @@ pub(crate) async fn render(
             .map_err(|e| page_failed(format!("cannot write the screenshot {path}: {e}")))?;
     }
     let html = page.content().await.map_err(browser)?;
+    let (pending, _) = *shared.network.lock().await;
+    if pending > 0 {
+        tracing::warn!(
+            url = %request.url,
+            pending,
+            "rendered page taken with sub-requests still in flight: what they bring is not \
+             in it (wait for it with RenderOptions::wait_for or the default network idle)"
+        );
+        if let Some(subs) = &shared.subs {
+            subs.count_pending_at_render(pending as u64);
+        }
+    }
     drop(handler);
     Ok(html)
 }

@@ -13,7 +13,7 @@ struct Book {
 
 /// Plain requests: the spider's own settings ask for every page to be rendered.
 struct Rendered {
-    start: String,
+    start: Vec<String>,
 }
 
 impl Spider for Rendered {
@@ -22,7 +22,7 @@ impl Spider for Rendered {
         "rendered"
     }
     fn start_urls(&self) -> Vec<String> {
-        vec![self.start.clone()]
+        self.start.clone()
     }
     fn custom_settings(&self) -> Vec<(&'static str, String)> {
         vec![
@@ -46,8 +46,11 @@ impl Spider for Rendered {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_render_setting_renders_pages_that_did_not_ask() {
     let lab = Lab::builder().books(100).start().await.expect("lab");
+    // Every page of the catalogue (the next links need a click): 5 pages of 20 books.
     let spider = Rendered {
-        start: lab.url_for("/js/page-1.html"),
+        start: (1..=5)
+            .map(|n| lab.url_for(&format!("/js/page-{n}.html")))
+            .collect(),
     };
     let dir = tempfile::tempdir().expect("temp dir");
     let record = dir.path().join("politeness.jsonl");
@@ -58,10 +61,16 @@ async fn the_render_setting_renders_pages_that_did_not_ask() {
         .run()
         .await
         .expect("crawl");
-    assert_eq!(stats.fetched, 1, "{stats:?}");
-    // The page was rendered: the browser loaded its script (which the load event waits
-    // for), through the crawl. (What the script then fetches may come after the DOM was
-    // taken: this spider asks for no wait.)
+    assert_eq!(stats.fetched, 5, "{stats:?}");
+    // `render = true` alone gives every book: the render waits for the network to go
+    // quiet, so the data the script fetches after the load event is in the page.
+    assert_eq!(stats.items_scraped, 100, "{stats:?}");
+    assert_eq!(
+        stats.subrequests.get("pending_at_render"),
+        None,
+        "{stats:?}"
+    );
+    // The page was rendered: the browser loaded its script, through the crawl.
     let paths: Vec<String> = lab
         .recorder()
         .requests()

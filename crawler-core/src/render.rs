@@ -18,18 +18,24 @@ pub const RENDER_META: &str = "render";
 /// What to do in the browser before the rendered DOM is taken as the page's body.
 ///
 /// After the page's load event they run in this order: `wait_for` (what the page shows
-/// first), `script` (a click), `scroll`, `network_idle` (what the script or the scroll
-/// brought in), `wait`, then `screenshot`. Each is bounded by the handler's page deadline,
-/// so none of them can hang a crawl.
+/// first), `script` (a click), `scroll`, `network_idle` (what the page, the script or the
+/// scroll brought in), `wait`, then `screenshot`. Each is bounded by the handler's page
+/// deadline, so none of them can hang a crawl.
+///
+/// Options with no wait of their own (no `wait_for`, no `wait`: [`Request::render`] among
+/// them) wait for the network to go quiet, unless told not to: a page whose data comes by
+/// script after its load event (most of them) is taken with its data, not empty.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RenderOptions {
     /// Wait until an element matches this CSS selector.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wait_for: Option<String>,
-    /// Wait until no sub-request has been in flight for 500 ms.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub network_idle: bool,
+    /// Wait until no sub-request has been in flight for 500 ms (a page that never goes
+    /// quiet is taken after half the page's deadline, with a warning). Unset: wait when no
+    /// other wait is set ([`RenderOptions::waits_for_network`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network_idle: Option<bool>,
     /// Wait this long (after the other waits).
     #[serde(
         with = "humantime_serde",
@@ -54,9 +60,16 @@ fn is_zero(v: &u32) -> bool {
 }
 
 impl RenderOptions {
-    /// Render with no extra waits: the page's load event and the handler's settling time.
+    /// The defaults: the page's load event, then until the network goes quiet.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Whether the render waits for the network to go quiet: as set, or, unset, when no
+    /// other wait (`wait_for`, `wait`) says what the page needs.
+    pub fn waits_for_network(&self) -> bool {
+        self.network_idle
+            .unwrap_or(self.wait_for.is_none() && self.wait.is_none())
     }
 
     /// Wait until an element matches `selector`.
@@ -65,9 +78,17 @@ impl RenderOptions {
         self
     }
 
-    /// Wait until the page's network has been idle for 500 ms.
+    /// Wait until the page's network has been idle for 500 ms, whatever else waits.
     pub fn network_idle(mut self) -> Self {
-        self.network_idle = true;
+        self.network_idle = Some(true);
+        self
+    }
+
+    /// Take the page without waiting for its network to go quiet: for a page whose content
+    /// is in its HTML or after `wait_for`, and whose scripts keep fetching (a ticker, a
+    /// beacon). What is still in flight then is counted and warned about.
+    pub fn without_network_idle(mut self) -> Self {
+        self.network_idle = Some(false);
         self
     }
 
@@ -165,5 +186,28 @@ mod tests {
         r.meta
             .insert(RENDER_META.into(), serde_json::json!({"x": 1}));
         assert_eq!(RenderOptions::of(&r), Some(RenderOptions::default()));
+    }
+
+    #[test]
+    fn without_a_wait_of_their_own_options_wait_for_the_network() {
+        assert!(RenderOptions::default().waits_for_network());
+        assert!(RenderOptions::new().scroll(2).waits_for_network());
+        assert!(!RenderOptions::new().wait_for("li").waits_for_network());
+        assert!(
+            !RenderOptions::new()
+                .wait(Duration::from_secs(1))
+                .waits_for_network()
+        );
+        assert!(
+            RenderOptions::new()
+                .wait_for("li")
+                .network_idle()
+                .waits_for_network()
+        );
+        let r = Request::get("http://127.0.0.1/").unwrap();
+        let off = r.render_with(RenderOptions::new().without_network_idle());
+        let text = serde_json::to_string(&off).unwrap();
+        let back: Request = serde_json::from_str(&text).unwrap();
+        assert!(!RenderOptions::of(&back).unwrap().waits_for_network());
     }
 }

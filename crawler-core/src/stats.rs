@@ -53,7 +53,8 @@ pub struct Stats {
     /// XHR, styles, images), by outcome: `sent` (through their host's slot), `disallowed`
     /// (robots.txt), `blocked` (a resource type the handler refuses), `filtered`,
     /// `skipped_host`, `failed`, `retried`, `abandoned` (dropped unsent: the page stopped
-    /// waiting). Not part of `requests_enqueued`: they end with their page.
+    /// waiting), `pending_at_render` (still in flight when their rendered page was taken).
+    /// Not part of `requests_enqueued`: they end with their page.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub subrequests: BTreeMap<String, u64>,
     /// Links dropped because their page had more than `max_links_per_page` (never offered

@@ -34,6 +34,9 @@ pub struct SubRequests {
     /// Sub-requests answered without reaching the engine (blocked by the downloader's own
     /// rules), counted here so the crawl's stats show them beside the ones sent.
     blocked: Arc<AtomicU64>,
+    /// Sub-requests still in flight when a rendered page was taken (its DOM may lack what
+    /// they would have brought).
+    pending_at_render: Arc<AtomicU64>,
 }
 
 impl SubRequests {
@@ -44,6 +47,7 @@ impl SubRequests {
             Self {
                 tx,
                 blocked: Arc::new(AtomicU64::new(0)),
+                pending_at_render: Arc::new(AtomicU64::new(0)),
             },
             rx,
         )
@@ -70,6 +74,16 @@ impl SubRequests {
     /// Sub-requests the downloader refused itself so far.
     pub fn blocked(&self) -> u64 {
         self.blocked.load(Ordering::Relaxed)
+    }
+
+    /// Count `n` sub-requests still in flight when a rendered page was taken.
+    pub fn count_pending_at_render(&self, n: u64) {
+        self.pending_at_render.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Sub-requests still in flight when their pages were taken, so far.
+    pub fn pending_at_render(&self) -> u64 {
+        self.pending_at_render.load(Ordering::Relaxed)
     }
 }
 

@@ -240,11 +240,18 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
         *self.stats.subrequests.entry(label.to_owned()).or_default() += 1;
     }
 
-    /// The downloader's own refusals, into the stats.
+    /// The downloader's own refusals, and the sub-requests its rendered pages did not wait
+    /// for, into the stats.
     pub(super) fn count_blocked(&mut self) {
         let blocked = self.subs.handle.blocked();
         if blocked > 0 {
             self.stats.subrequests.insert("blocked".to_owned(), blocked);
+        }
+        let pending = self.subs.handle.pending_at_render();
+        if pending > 0 {
+            self.stats
+                .subrequests
+                .insert("pending_at_render".to_owned(), pending);
         }
     }
 }
