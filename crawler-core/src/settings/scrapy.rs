@@ -176,7 +176,7 @@ pub(super) const SCRAPY_NAMES: &[ScrapyName] = &[
     ),
     instead(
         "COMPRESSION_ENABLED",
-        "gzip, brotli and deflate are always accepted and decoded",
+        "gzip, brotli, deflate and zstd are always accepted and decoded, under `max_body_size`",
     ),
     // Middlewares, pipelines, extensions.
     key(

@@ -113,6 +113,9 @@ pub(super) fn build_client(
         .gzip(true)
         .brotli(true)
         .deflate(true)
+        // zstd as the others: decoded while streaming, so `send`'s cap on the decoded bytes
+        // stops a zstd bomb at `max_body_size` as it stops a gzip one.
+        .zstd(true)
         .tcp_nodelay(true)
         // A broad crawl touches each host briefly: an idle keep-alive connection costs a
         // file descriptor and ~20 KiB until it expires, so keep no more per host than the
