@@ -317,7 +317,7 @@ impl Nginx {
              http {{\n\
              types {{ text/html html; text/plain txt; }}\n\
              default_type application/octet-stream;\n\
-             log_format proto '$server_protocol $request_uri $status';\n\
+             log_format proto '$server_protocol $connection $request_uri $status';\n\
              client_body_temp_path {d}/tmp_body; proxy_temp_path {d}/tmp_proxy;\n\
              fastcgi_temp_path {d}/tmp_fastcgi; uwsgi_temp_path {d}/tmp_uwsgi;\n\
              scgi_temp_path {d}/tmp_scgi;\n\
@@ -372,10 +372,22 @@ impl Nginx {
 
     /// The protocols of the requests one server block logged (`HTTP/2.0`, `HTTP/1.1`).
     fn protocols(&self, log: &str) -> Vec<String> {
+        self.log_field(log, 0)
+    }
+
+    /// How many connections the requests one server block logged came on.
+    fn connections(&self, log: &str) -> usize {
+        let serials: std::collections::HashSet<String> =
+            self.log_field(log, 1).into_iter().collect();
+        serials.len()
+    }
+
+    /// Field `n` of each line of an access log.
+    fn log_field(&self, log: &str, n: usize) -> Vec<String> {
         std::fs::read_to_string(self.dir.path().join(log))
             .unwrap_or_default()
             .lines()
-            .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+            .filter_map(|l| l.split_whitespace().nth(n).map(str::to_owned))
             .collect()
     }
 }
@@ -448,6 +460,9 @@ async fn nginx_on_tls_is_crawled_over_http2_where_it_offers_it_and_http1_where_n
     let served = nginx.protocols("h2.log");
     assert_eq!(served.len(), NGINX_PAGES + 2, "{served:?}");
     assert!(served.iter().all(|p| p == "HTTP/2.0"), "{served:?}");
+    // Two requests in flight at a time (`concurrency_per_host = 2`), as two streams of one
+    // connection: robots.txt, the index and every page came on it.
+    assert_eq!(nginx.connections("h2.log"), 1, "{served:?}");
 
     // The server block without HTTP/2: `auto` speaks HTTP/1.1 to it.
     let (titles, failures, stats) =
