@@ -90,6 +90,7 @@ impl HttpDownloader {
             if lower.contains(crate::guard::REFUSED)
                 || lower.contains("dns error")
                 || lower.contains("failed to lookup address")
+                || tls_refused(&lower)
             {
                 // Not an outage to wait out: the host cannot be reached at all, and the page
                 // fails the same way on its own (nothing is sent), with that reason.
@@ -192,6 +193,21 @@ fn is_unreachable(lower: &str) -> bool {
         "network is unreachable",
         "no route to host",
         "host is unreachable",
+    ]
+    .iter()
+    .any(|m| lower.contains(m))
+}
+
+/// Whether a robots.txt failure is a TLS handshake the host will refuse every time: a
+/// certificate that does not verify, or an alert (no TLS or HTTP version in common, such as
+/// `http_version = "2"` against a server without HTTP/2). Not an outage to wait out: the
+/// page then fails the same way, as `tls`, with the reason. A handshake cut off (reset,
+/// closed) is not one of these.
+fn tls_refused(lower: &str) -> bool {
+    [
+        "invalid peer certificate",
+        "received fatal alert",
+        "peer is incompatible",
     ]
     .iter()
     .any(|m| lower.contains(m))
