@@ -16,6 +16,8 @@ use tokio::net::{TcpListener, TcpStream};
 #[derive(Debug, serde::Serialize)]
 struct Product {
     title: String,
+    /// The HTTP version the page came in, as `Response::http_version` gives it.
+    http: String,
 }
 
 struct Shop {
@@ -32,7 +34,10 @@ impl Spider for Shop {
     }
     async fn parse(&self, page: Response, out: &mut Output<Product>) -> Result<()> {
         if let Some(h1) = page.select_first("div.product h1") {
-            out.item(Product { title: h1.text() });
+            out.item(Product {
+                title: h1.text(),
+                http: format!("{:?}", page.http_version()),
+            });
         }
         out.follow_all(page.select("a[href]").attrs("href"));
         Ok(())
@@ -118,12 +123,17 @@ async fn zstd_server() -> SocketAddr {
 
 /// The items' titles in a JSON Lines feed.
 fn titles(items: &std::path::Path) -> Vec<String> {
+    item_field(items, "title")
+}
+
+/// One field of each item in a JSON Lines feed.
+fn item_field(items: &std::path::Path, field: &str) -> Vec<String> {
     std::fs::read_to_string(items)
         .expect("items file")
         .lines()
         .map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).expect("JSON line");
-            v["title"].as_str().unwrap_or_default().to_owned()
+            v[field].as_str().unwrap_or_default().to_owned()
         })
         .collect()
 }
@@ -401,12 +411,17 @@ impl Drop for Nginx {
 }
 
 /// Crawl `start` with the test's CA trusted, and `settings` on top; the items' titles, the
-/// failures file's lines and the stats.
+/// failures file's lines, the stats, and the HTTP versions the items' pages came in.
 async fn crawl_tls(
     start: String,
     ca_file: &str,
     settings: &[(&str, &str)],
-) -> (Vec<String>, Vec<serde_json::Value>, Stats) {
+) -> (
+    Vec<String>,
+    Vec<serde_json::Value>,
+    Stats,
+    std::collections::BTreeSet<String>,
+) {
     let dir = tempfile::tempdir().expect("tempdir");
     let failures = dir.path().join("failures.jsonl");
     let items = dir.path().join("items.jsonl");
@@ -426,12 +441,13 @@ async fn crawl_tls(
     let stats = crawl.run().await.expect("crawl runs");
     let mut titles = titles(&items);
     titles.sort();
+    let versions = item_field(&items, "http").into_iter().collect();
     let failures = std::fs::read_to_string(&failures)
         .unwrap_or_default()
         .lines()
         .map(|l| serde_json::from_str(l).expect("JSON line"))
         .collect();
-    (titles, failures, stats)
+    (titles, failures, stats, versions)
 }
 
 fn product_titles() -> Vec<String> {
@@ -444,9 +460,10 @@ async fn nginx_on_tls_is_crawled_over_http2_where_it_offers_it_and_http1_where_n
     let ca = nginx.ca_file();
 
     // HTTP/2 negotiated by ALPN: every response came in HTTP/2, as nginx logged them too.
-    let (titles, failures, stats) =
+    let (titles, failures, stats, versions) =
         crawl_tls(format!("https://127.0.0.1:{}/", nginx.h2_port), &ca, &[]).await;
     assert_eq!(titles, product_titles(), "{failures:?}\n{stats}");
+    assert_eq!(versions.into_iter().collect::<Vec<_>>(), ["Some(HTTP/2.0)"]);
     assert!(failures.is_empty(), "{failures:?}");
     let responses: u64 = stats.status.values().sum();
     // The index, its pages and robots.txt (nginx's 404).
@@ -465,9 +482,10 @@ async fn nginx_on_tls_is_crawled_over_http2_where_it_offers_it_and_http1_where_n
     assert_eq!(nginx.connections("h2.log"), 1, "{served:?}");
 
     // The server block without HTTP/2: `auto` speaks HTTP/1.1 to it.
-    let (titles, failures, stats) =
+    let (titles, failures, stats, versions) =
         crawl_tls(format!("https://127.0.0.1:{}/", nginx.h1_port), &ca, &[]).await;
     assert_eq!(titles, product_titles(), "{failures:?}\n{stats}");
+    assert_eq!(versions.into_iter().collect::<Vec<_>>(), ["Some(HTTP/1.1)"]);
     let responses: u64 = stats.status.values().sum();
     assert_eq!(
         stats.http_versions.get("HTTP/1.1"),
@@ -491,7 +509,7 @@ async fn http_version_rules_force_a_version_per_host() {
 
     // A `[[hosts]]` rule forcing HTTP/1.1 on the server that offers HTTP/2.
     let rule = format!(r#"[{{"match":"{h2}","http_version":"1.1"}}]"#);
-    let (titles, _, stats) =
+    let (titles, _, stats, _) =
         crawl_tls(format!("https://{h2}/"), &ca, &[("hosts", rule.as_str())]).await;
     assert_eq!(titles, product_titles(), "{stats}");
     assert_eq!(
@@ -503,7 +521,7 @@ async fn http_version_rules_force_a_version_per_host() {
     // HTTP/2 forced on the server without it fails at the handshake, as `tls`, clearly,
     // and is not retried (robots.txt's handshake fails the same way: not an outage to
     // hold the host for, the page goes and fails with the reason).
-    let (titles, failures, stats) =
+    let (titles, failures, stats, _) =
         crawl_tls(format!("https://{h1}/"), &ca, &[("http_version", "2")]).await;
     assert!(titles.is_empty(), "{titles:?}");
     assert_eq!(failures.len(), 1, "{failures:?}");
