@@ -133,8 +133,15 @@ impl HttpDownloader {
     /// Answer a robots-sitemaps request from the robots.txt cache (see
     /// [`ROBOTS_SITEMAPS_META`]).
     pub(super) async fn robots_sitemaps(&self, robots: &RobotsCache, req: &Request) -> Download {
-        let check = robots.check(&req.url).await;
-        let rules = robots.rules(&req.url).await;
+        // Through the client the host's pages use (its `[[hosts]]` rule's HTTP version and
+        // TLS options, the address policy's public client), as the gate fetches it.
+        let (rules, _) = robots
+            .fetch_rules_via(
+                &req.url,
+                self.client_for(req),
+                crate::guard::private_ok(req),
+            )
+            .await;
         let mut body = String::new();
         // Relative lines are resolved against robots.txt: the RFC asks for absolute URLs,
         // but sites write `Sitemap: /sitemap.xml` often enough.
@@ -163,7 +170,7 @@ impl HttpDownloader {
         // The robots.txt fetch (if this check made it) is the robots cache's own request,
         // outside the host's pacing, as for every robots check.
         let feedback = Feedback {
-            crawl_delay: check.crawl_delay,
+            crawl_delay: rules.crawl_delay(),
             ..Feedback::default()
         };
         Download {
