@@ -26,6 +26,7 @@ mod hostile;
 mod lab_crawl;
 mod many_hosts;
 mod middlewares;
+mod network;
 mod politeness;
 mod recrawl;
 #[cfg(feature = "redis")]

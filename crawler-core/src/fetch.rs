@@ -185,6 +185,21 @@ pub struct Feedback {
     /// latency baseline (a static robots.txt in front of dynamic pages would make every
     /// page look slow). Redirects and 304s are known as such by their status.
     pub cheap: bool,
+    /// The HTTP version the answer came in, when one came from the network (counted per
+    /// version in [`Stats::http_versions`](crate::Stats::http_versions)).
+    pub http_version: Option<http::Version>,
+}
+
+/// The name of an HTTP version as the stats and logs write it: `HTTP/1.1`, `HTTP/2`.
+pub fn http_version_name(version: http::Version) -> &'static str {
+    match version {
+        http::Version::HTTP_09 => "HTTP/0.9",
+        http::Version::HTTP_10 => "HTTP/1.0",
+        http::Version::HTTP_11 => "HTTP/1.1",
+        http::Version::HTTP_2 => "HTTP/2",
+        http::Version::HTTP_3 => "HTTP/3",
+        _ => "HTTP/?",
+    }
 }
 
 /// A signed difference between a server's clock and ours.

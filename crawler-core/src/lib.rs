@@ -61,6 +61,7 @@ pub use conditional::{
 };
 pub use error::{Context, Error, ErrorKind, Result};
 pub use feed::{FeedFormat, FeedSpec, STDOUT_FEED, expand_feed_path, feed_problem, feed_time};
+pub use fetch::http_version_name;
 pub use fetch::{
     Admission, ClockOffset, Download, Downloader, Failure, FailureKind, Feedback, Fetched,
     FilterReason, HostStats, Lease, Next, RateLimitReading, Scheduler,
@@ -84,6 +85,7 @@ pub use settings::{
     FeedFsync, HOST_RULE_KEYS, HostKeyMode, HostRule, LogFormat, SECTIONS, Section, Settings,
     ThrottleMode, section_of, settings_markdown, text_form as settings_text,
 };
+pub use settings::{HttpVersion, TlsVersion};
 pub use shutdown::Shutdown;
 pub use spider::Spider;
 pub use spider_args::{SpiderContext, open_spider, parse_spider_arg};

@@ -39,6 +39,8 @@ pub struct Response {
     after_ack: Mutex<Option<AfterAck>>,
     /// The address the response came from, when it came from the network.
     remote_addr: Option<std::net::IpAddr>,
+    /// The HTTP version the response came in, when it came from the network.
+    http_version: Option<http::Version>,
     /// The bounds the HTML parse must stay within (the crawl's `parse_*` settings).
     limits: ParseLimits,
 }
@@ -112,6 +114,7 @@ impl Response {
             history: None,
             after_ack: Mutex::new(None),
             remote_addr: None,
+            http_version: None,
             limits: ParseLimits::default(),
         }
     }
@@ -153,6 +156,19 @@ impl Response {
     /// The address the response was served from, when known.
     pub fn remote_addr(&self) -> Option<std::net::IpAddr> {
         self.remote_addr
+    }
+
+    /// Record the HTTP version the response came in (downloaders call this).
+    pub fn with_http_version(mut self, version: http::Version) -> Self {
+        self.http_version = Some(version);
+        self
+    }
+
+    /// The HTTP version the response came in (`http::Version::HTTP_2` when HTTP/2 was
+    /// negotiated), when it came from the network; `None` for a page replayed from the HTTP
+    /// cache or built by hand. [`crate::http_version_name`] gives its name (`HTTP/2`).
+    pub fn http_version(&self) -> Option<http::Version> {
+        self.http_version
     }
 
     /// Whether the page was served from a private, loopback or link-local address (by its

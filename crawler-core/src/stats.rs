@@ -81,6 +81,10 @@ pub struct Stats {
     /// `spider:NAME`), filled in at the end by the crawl that ran them.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub middlewares: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Responses from the network by the HTTP version they came in (`HTTP/1.1`, `HTTP/2`;
+    /// see the `http_version` setting).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub http_versions: BTreeMap<String, u64>,
 }
 
 mod secs {
@@ -187,6 +191,9 @@ impl fmt::Display for Stats {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         writeln!(f, "  statuses           {}", statuses.join(" "))?;
+        if !self.http_versions.is_empty() {
+            writeln!(f, "  http versions      {}", join(&self.http_versions))?;
+        }
         writeln!(
             f,
             "  items              {} scraped, {} dropped",

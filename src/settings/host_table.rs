@@ -17,6 +17,7 @@ const PER_HOST_KEYS: &[&str] = &[
     "download_delay",
     "obey_robots",
     "render",
+    "http_version",
 ];
 
 /// One block per rule, in the order rules are tried; empty without rules.

@@ -47,6 +47,14 @@ pub struct HostRule {
     /// Render this host's pages in a browser (sets `render`; needs the `browser` feature).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub render: Option<bool>,
+    /// The HTTP version spoken to this host: `"auto"`, `"1.1"` or `"2"` (sets
+    /// `http_version`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_version: Option<crate::settings::HttpVersion>,
+    /// `false`: accept any certificate from this host, unverified (a host you own with a
+    /// self-signed certificate; warned at start). Unset or `true`: verified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_verify: Option<bool>,
 }
 
 /// The fields of a `[[hosts]]` rule, as written in crawler.toml.
@@ -59,6 +67,8 @@ pub const HOST_RULE_KEYS: &[&str] = &[
     "start_rate",
     "ignore_robots",
     "render",
+    "http_version",
+    "tls_verify",
 ];
 
 impl HostRule {

@@ -30,6 +30,7 @@ mod text;
 pub use docs::settings_markdown;
 pub use host_rules::{HOST_RULE_KEYS, HostRule};
 pub use schema::{FeedFsync, HostKeyMode, LogFormat, Settings, ThrottleMode};
+pub use schema::{HttpVersion, TlsVersion};
 pub use sections::{SECTIONS, Section, section_of};
 
 /// The text form of settings, for the settings loader (the `crawler` facade reads

@@ -322,6 +322,49 @@ pub struct Settings {
     /// crawler does not resolve names, so only the registrable-domain joins apply. Default
     /// true.
     pub limiter_groups: bool,
+    /// Which HTTP version requests speak: `auto` (HTTP/2 where the server offers it in the
+    /// TLS handshake, by ALPN, HTTP/1.1 where it prefers that and on plain `http://`), `1.1`
+    /// (HTTP/1.1 only) or `2` (HTTP/2 only: over TLS a server without it fails the
+    /// handshake, as `tls`; on plain `http://` HTTP/2 is spoken from the first byte, h2c
+    /// with prior knowledge). Politeness is the same on both: `concurrency_per_host` bounds
+    /// the streams in flight on one HTTP/2 connection as it bounds HTTP/1.1 connections.
+    /// `[[hosts]]` rules may set it per host. Default `auto`.
+    pub http_version: HttpVersion,
+    /// A PEM file of extra CA certificates trusted beside the system's roots (a private CA,
+    /// a test's own); a file that cannot be read or holds no certificate stops the crawl at
+    /// start. Unset: the system's roots only.
+    pub tls_ca_file: Option<String>,
+    /// The oldest TLS version accepted: `1.2` or `1.3`. Default `1.2`.
+    pub tls_min_version: TlsVersion,
+}
+
+/// Which HTTP version requests speak (the `http_version` setting and `[[hosts]]` field).
+/// Written `"auto"`, `"1.1"` or `"2"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub enum HttpVersion {
+    /// HTTP/2 where the server offers it in the TLS handshake (ALPN), else HTTP/1.1.
+    #[default]
+    #[serde(rename = "auto")]
+    Auto,
+    /// HTTP/1.1 only.
+    #[serde(rename = "1.1")]
+    Http1,
+    /// HTTP/2 only (h2c with prior knowledge on plain http).
+    #[serde(rename = "2")]
+    Http2,
+}
+
+/// The oldest TLS version a connection may use (the `tls_min_version` setting). Written
+/// `"1.2"` or `"1.3"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub enum TlsVersion {
+    /// TLS 1.2 and 1.3.
+    #[default]
+    #[serde(rename = "1.2")]
+    Tls12,
+    /// TLS 1.3 only.
+    #[serde(rename = "1.3")]
+    Tls13,
 }
 
 /// What one per-host politeness slot covers.
@@ -482,6 +525,9 @@ impl Default for Settings {
             proxy: None,
             host_key: HostKeyMode::Host,
             limiter_groups: true,
+            http_version: HttpVersion::Auto,
+            tls_ca_file: None,
+            tls_min_version: TlsVersion::Tls12,
         }
     }
 }
@@ -623,6 +669,13 @@ impl Settings {
                 ),
             ));
         }
+        if self
+            .tls_ca_file
+            .as_deref()
+            .is_some_and(|f| f.trim().is_empty())
+        {
+            return bad(&["tls_ca_file"], "must name a PEM file (or be unset)");
+        }
         if let Some(why) = crate::middleware::settings_problem(self) {
             return Some(why);
         }
@@ -724,6 +777,9 @@ impl HostRule {
         if let Some(render) = self.render {
             s.render = render;
         }
+        if let Some(version) = self.http_version {
+            s.http_version = version;
+        }
     }
 }
 
@@ -805,5 +861,31 @@ mod tests {
             s.for_host("other.test").start_rate,
             Settings::default().start_rate
         );
+    }
+
+    #[test]
+    fn http_version_and_tls_settings_are_read_from_text_and_rules() {
+        let mut s = Settings::default();
+        assert_eq!(s.http_version, HttpVersion::Auto);
+        s.set("http_version", "2").unwrap();
+        assert_eq!(s.http_version, HttpVersion::Http2);
+        s.set("http_version", "1.1").unwrap();
+        assert_eq!(s.http_version, HttpVersion::Http1);
+        let err = s.set("http_version", "3").unwrap_err().to_string();
+        assert!(err.contains("http_version"), "{err}");
+        s.set("tls_min_version", "1.3").unwrap();
+        assert_eq!(s.tls_min_version, TlsVersion::Tls13);
+        assert!(s.set("tls_min_version", "1.1").is_err());
+        s.set("tls_ca_file", "/etc/ca.pem").unwrap();
+        assert_eq!(s.tls_ca_file.as_deref(), Some("/etc/ca.pem"));
+        s.set(
+            "hosts",
+            r#"[{"match":"old.test","http_version":"1.1","tls_verify":false}]"#,
+        )
+        .unwrap();
+        s.set("http_version", "auto").unwrap();
+        assert_eq!(s.for_host("old.test").http_version, HttpVersion::Http1);
+        assert_eq!(s.for_host("new.test").http_version, HttpVersion::Auto);
+        assert_eq!(s.hosts[0].tls_verify, Some(false));
     }
 }

@@ -176,7 +176,25 @@ pub(super) const SCRAPY_NAMES: &[ScrapyName] = &[
     ),
     instead(
         "COMPRESSION_ENABLED",
-        "gzip, brotli and deflate are always accepted and decoded",
+        "gzip, brotli, deflate and zstd are always accepted and decoded, under `max_body_size`",
+    ),
+    value(
+        "DOWNLOAD_HANDLERS",
+        "http_version",
+        "\"2\"",
+        "for Scrapy's `H2DownloadHandler`; the default `\"auto\"` already speaks HTTP/2 to \
+         servers that offer it (ALPN), and a `[[hosts]]` rule sets it per host",
+    ),
+    key(
+        "DOWNLOADER_CLIENT_TLS_METHOD",
+        "tls_min_version",
+        "the oldest TLS version accepted (`\"1.2\"` or `\"1.3\"`), newer ones always offered",
+    ),
+    instead(
+        "DOWNLOADER_CLIENTCONTEXTFACTORY",
+        "certificates are verified (Scrapy's default does not) against the system's roots \
+         and `tls_ca_file`; `tls_verify = false` in a `[[hosts]]` rule turns that off for \
+         hosts you own",
     ),
     // Middlewares, pipelines, extensions.
     key(

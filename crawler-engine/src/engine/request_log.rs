@@ -8,7 +8,8 @@ use crawler_core::{BodyOrigin, Response};
 /// Log `response` to `req` at debug level: method, URL and status as the message; the
 /// callback that parses it, its depth, the body's size, the latency, where the body came
 /// from (`network`, `revalidated`: a 304 answered with the cached copy, `cache`: replayed
-/// offline) and the attempts before this one.
+/// offline), the attempts before this one and the HTTP version it came in (`-` from the
+/// cache).
 pub(super) fn log_response(req: &Request, response: &Response, feedback: &Feedback) {
     // The fields cost a formatted URL each: build them only when the line is wanted.
     if !tracing::enabled!(tracing::Level::DEBUG) {
@@ -26,6 +27,7 @@ pub(super) fn log_response(req: &Request, response: &Response, feedback: &Feedba
         latency = ?feedback.latency,
         from = %from,
         retries = req.retries,
+        http = response.http_version().map_or("-", crawler_core::http_version_name),
         "{} {} {}",
         req.method,
         req.url,

@@ -237,6 +237,12 @@ fn account<Q: Scheduler>(
     if let Some(status) = done.status {
         *stats.status.entry(status).or_default() += 1;
     }
+    if let Some(version) = done.feedback.http_version {
+        Stats::bump(
+            &mut stats.http_versions,
+            crawler_core::http_version_name(version),
+        );
+    }
     stats.response_bytes += done.bytes;
     stats.items_scraped += done.items;
     stats.items_dropped += done.dropped;

@@ -2,7 +2,7 @@
 //! transport error.
 
 use bytes::BytesMut;
-use crawler_core::{Failure, FailureKind, Request, Settings, Url};
+use crawler_core::{Failure, FailureKind, HttpVersion, Request, Settings, TlsVersion, Url};
 
 use super::HttpDownloader;
 use crate::error::Error;
@@ -27,6 +27,7 @@ impl HttpDownloader {
         let status = resp.status().as_u16();
         let url = resp.url().clone();
         let remote = resp.remote_addr().map(|a| a.ip());
+        let version = resp.version();
         if let Some(len) = resp.content_length() {
             // A declared length over the cap fails before a byte of body is read. (With
             // compression the declared length is the compressed size; the streaming check
@@ -61,6 +62,7 @@ impl HttpDownloader {
             headers,
             body: body.freeze(),
             remote,
+            version,
         })
     }
 }
@@ -73,6 +75,8 @@ pub(super) struct Sent {
     pub(super) body: bytes::Bytes,
     /// The address it came from (the proxy's, behind one).
     pub(super) remote: Option<std::net::IpAddr>,
+    /// The HTTP version it came in.
+    pub(super) version: http::Version,
 }
 
 fn too_large(cap: u64, status: u16) -> Failure {
@@ -94,6 +98,7 @@ const POOL_IDLE: std::time::Duration = std::time::Duration::from_secs(20);
 /// reach private space.
 pub(super) fn build_client(
     settings: &Settings,
+    route: Route,
     policy: &std::sync::Arc<AddressPolicy>,
     private_ok: bool,
 ) -> Result<reqwest::Client, Error> {
@@ -101,6 +106,23 @@ pub(super) fn build_client(
         policy: std::sync::Arc::clone(policy),
         private_ok,
     }));
+    builder = match route.http_version {
+        // ALPN offers h2 then http/1.1 and the server picks; plain http stays on HTTP/1.1.
+        HttpVersion::Auto => builder,
+        HttpVersion::Http1 => builder.http1_only(),
+        // ALPN offers h2 alone (a server without it fails the handshake), and plain http
+        // speaks HTTP/2 from the first byte (h2c with prior knowledge).
+        HttpVersion::Http2 => builder.http2_prior_knowledge(),
+    };
+    if !route.tls_verify {
+        builder = builder.tls_danger_accept_invalid_certs(true);
+    }
+    if settings.tls_min_version == TlsVersion::Tls13 {
+        builder = builder.tls_version_min(reqwest::tls::Version::TLS_1_3);
+    }
+    if let Some(path) = settings.tls_ca_file.as_deref() {
+        builder = builder.tls_certs_merge(ca_certificates(path)?);
+    }
     if let Some(proxy) = settings.proxy.as_deref().filter(|p| !p.trim().is_empty()) {
         let proxy = reqwest::Proxy::all(proxy.trim())
             .map_err(|e| Error::new(format!("invalid proxy URL '{proxy}'"), e))?;
@@ -113,6 +135,9 @@ pub(super) fn build_client(
         .gzip(true)
         .brotli(true)
         .deflate(true)
+        // zstd as the others: decoded while streaming, so `send`'s cap on the decoded bytes
+        // stops a zstd bomb at `max_body_size` as it stops a gzip one.
+        .zstd(true)
         .tcp_nodelay(true)
         // A broad crawl touches each host briefly: an idle keep-alive connection costs a
         // file descriptor and ~20 KiB until it expires, so keep no more per host than the
@@ -120,8 +145,57 @@ pub(super) fn build_client(
         // after 5 to 75 s; a host paced slower than this reconnects, which it can afford).
         .pool_max_idle_per_host(settings.concurrency_per_host.max(1))
         .pool_idle_timeout(POOL_IDLE)
+        // No resend hidden in the transport: a stream the server refused (REFUSED_STREAM) or
+        // a connection it is closing (GOAWAY) comes back as a `connection` failure, which the
+        // host's slot sees and the engine retries after its backoff, so a server shedding
+        // load is not sent the same request again at once, and nothing is lost.
+        .retry(reqwest::retry::never())
         .build()
         .map_err(|e| Error::new("cannot build the HTTP client", e))
+}
+
+/// What a request's client depends on beside the address policy: the options `[[hosts]]`
+/// rules may set per host. Requests of hosts with the same options share one client (and its
+/// connection pool).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) struct Route {
+    /// The HTTP version spoken.
+    pub(super) http_version: HttpVersion,
+    /// Whether the server's certificate is verified.
+    pub(super) tls_verify: bool,
+}
+
+impl Route {
+    /// The route of hosts no `[[hosts]]` rule changes.
+    pub(super) fn of(settings: &Settings) -> Self {
+        Self {
+            http_version: settings.http_version,
+            tls_verify: true,
+        }
+    }
+
+    /// The route of the hosts `rule` matches.
+    pub(super) fn of_rule(settings: &Settings, rule: &crawler_core::HostRule) -> Self {
+        Self {
+            http_version: rule.http_version.unwrap_or(settings.http_version),
+            tls_verify: rule.tls_verify.unwrap_or(true),
+        }
+    }
+}
+
+/// The certificates of the `tls_ca_file` PEM file at `path`.
+fn ca_certificates(path: &str) -> Result<Vec<reqwest::Certificate>, Error> {
+    let pem = std::fs::read(path)
+        .map_err(|e| Error::new(format!("cannot read tls_ca_file '{path}'"), e))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem)
+        .map_err(|e| Error::new(format!("tls_ca_file '{path}' is not PEM"), e))?;
+    if certs.is_empty() {
+        return Err(Error::new(
+            format!("tls_ca_file '{path}' holds no certificate"),
+            std::io::Error::other("no -----BEGIN CERTIFICATE----- block"),
+        ));
+    }
+    Ok(certs)
 }
 
 /// Whether the error's causes include the connection failing under it (reset, aborted,
@@ -164,6 +238,13 @@ pub(super) fn classify(e: reqwest::Error) -> Failure {
             status: None,
             bytes: 0,
         };
+    } else if lower.contains("http2 error") {
+        // The HTTP/2 layer failed under the request: a stream the server refused
+        // (REFUSED_STREAM), a connection it closed (GOAWAY), a reset or protocol error. A
+        // connection failure whatever the request was: another attempt, on a new stream or
+        // connection, may well succeed (before the decode check below: reqwest reports a
+        // reset under a compressed body as a decode error).
+        FailureKind::Connection
     } else if cut_off(&e) {
         // A connection reset or closed mid-exchange (a body shorter than its
         // Content-Length, a reset mid-body): reqwest reports a body cut while decoding as a
@@ -172,6 +253,19 @@ pub(super) fn classify(e: reqwest::Error) -> Failure {
         FailureKind::Connection
     } else if lower.contains("dns error") || lower.contains("failed to lookup address") {
         FailureKind::Dns
+    } else if lower.contains("noapplicationprotocol") {
+        // The server and the client have no HTTP version in common in the TLS handshake
+        // (ALPN): `http_version = "2"` against a server without HTTP/2. Not retried: the
+        // same server will answer the same.
+        return Failure {
+            kind: FailureKind::Tls,
+            message: format!(
+                "the server offers no HTTP version this request may use (http_version = \"2\" \
+                 against a server without HTTP/2?): {chain}"
+            ),
+            status: None,
+            bytes: 0,
+        };
     } else if (lower.contains("tls") || lower.contains("handshake"))
         && (lower.contains("reset")
             || lower.contains("broken pipe")
@@ -181,7 +275,14 @@ pub(super) fn classify(e: reqwest::Error) -> Failure {
         // The peer hung up mid-handshake (an overloaded TLS terminator): the network failed,
         // not the certificate, and another attempt may well succeed.
         FailureKind::Connection
-    } else if lower.contains("certificate") || lower.contains("tls") || lower.contains("handshake")
+    } else if lower.contains("certificate")
+        || lower.contains("tls")
+        || lower.contains("handshake")
+        // rustls's words for a handshake the peer refused (an alert: no TLS version in
+        // common under `tls_min_version`, no cipher) or could not agree on: the same server
+        // answers the same, so not retried.
+        || lower.contains("received fatal alert")
+        || lower.contains("peer is incompatible")
     {
         FailureKind::Tls
     } else if e.is_decode() {

@@ -27,18 +27,20 @@ use crate::error::Error;
 use crate::guard::{AddressPolicy, private_ok};
 use crate::headers::{parse_rate_limit, retry_after, server_clock_offset};
 use crate::robots::{RobotsCache, RobotsOptions};
-use client::{Sent, build_client};
+use client::{Route, Sent, build_client};
 use http_cache::{conditional_headers, header_of, read_cached, read_validators, remember};
 use robots_gate::{Unreachable, wants_robots_sitemaps};
 
 /// Downloads requests with reqwest, politely and within limits.
 pub struct HttpDownloader {
-    /// The client of requests that may reach private space (start requests, and links and
-    /// redirects from private pages).
-    client: reqwest::Client,
-    /// The client of requests from public pages, with `deny_private_addresses`: its own
-    /// resolver and connection pool, so nothing it sends reaches a private address.
-    public_client: Option<reqwest::Client>,
+    /// The clients of hosts no `[[hosts]]` rule gives connection options of their own.
+    clients: Clients,
+    /// The clients of hosts whose rule sets connection options (`http_version`,
+    /// `tls_verify`) other than the crawl's, one per distinct set of options.
+    routes: Vec<Clients>,
+    /// For each `[[hosts]]` rule, the index in `routes` of its hosts' clients (`None`: the
+    /// crawl's own).
+    rule_routes: Vec<Option<usize>>,
     /// Which addresses requests may reach.
     policy: Arc<AddressPolicy>,
     robots: Option<RobotsCache>,
@@ -60,6 +62,29 @@ pub struct HttpDownloader {
     offline: bool,
     /// Origins whose robots.txt found them unreachable, and those given up.
     unreachable: Unreachable,
+}
+
+/// The clients of one set of connection options.
+struct Clients {
+    /// The client of requests that may reach private space (start requests, and links and
+    /// redirects from private pages).
+    client: reqwest::Client,
+    /// The client of requests from public pages, with `deny_private_addresses`: its own
+    /// resolver and connection pool, so nothing it sends reaches a private address.
+    public: Option<reqwest::Client>,
+}
+
+impl Clients {
+    fn new(settings: &Settings, route: Route, policy: &Arc<AddressPolicy>) -> Result<Self, Error> {
+        Ok(Self {
+            client: build_client(settings, route, policy, true)?,
+            public: if policy.denies_private() {
+                Some(build_client(settings, route, policy, false)?)
+            } else {
+                None
+            },
+        })
+    }
 }
 
 /// Request meta key: the largest body accepted for this request, in bytes, overriding
@@ -88,12 +113,35 @@ impl HttpDownloader {
         // small; install ring's once per process (a second install is a harmless no-op).
         let _ = rustls::crypto::ring::default_provider().install_default();
         let policy = Arc::new(AddressPolicy::from_settings(settings)?);
-        let client = build_client(settings, &policy, true)?;
-        let public_client = if policy.denies_private() {
-            Some(build_client(settings, &policy, false)?)
-        } else {
-            None
-        };
+        let default_route = Route::of(settings);
+        let clients = Clients::new(settings, default_route, &policy)?;
+        // One client per distinct set of options the rules ask for, not one per rule.
+        let mut keys: Vec<Route> = Vec::new();
+        let mut routes = Vec::new();
+        let mut rule_routes = Vec::with_capacity(settings.hosts.len());
+        for rule in &settings.hosts {
+            let route = Route::of_rule(settings, rule);
+            if route == default_route {
+                rule_routes.push(None);
+                continue;
+            }
+            if !route.tls_verify {
+                tracing::warn!(
+                    hosts = %rule.pattern,
+                    "tls_verify = false: these hosts' certificates are not verified, so anyone \
+                     on the path can impersonate them"
+                );
+            }
+            let index = match keys.iter().position(|k| *k == route) {
+                Some(i) => i,
+                None => {
+                    keys.push(route);
+                    routes.push(Clients::new(settings, route, &policy)?);
+                    routes.len() - 1
+                }
+            };
+            rule_routes.push(Some(index));
+        }
         // A host rule may turn robots on for one host of a crawl that ignores them.
         let any_host_obeys = settings
             .hosts
@@ -113,15 +161,16 @@ impl HttpDownloader {
                 // The same client (one connection pool): the page request that follows a
                 // robots.txt fetch reuses its connection instead of opening a second one
                 // while the first sits idle in another pool.
-                RobotsCache::with_options(client.clone(), &settings.user_agent, options)
+                RobotsCache::with_options(clients.client.clone(), &settings.user_agent, options)
                     .address_policy(Arc::clone(&policy)),
             )
         } else {
             None
         };
         Ok(Self {
-            client,
-            public_client,
+            clients,
+            routes,
+            rule_routes,
             policy,
             robots,
             obey_robots: settings.obey_robots,
@@ -175,10 +224,32 @@ impl HttpDownloader {
     /// The client `req` goes out through: the one that may reach private space, or (with
     /// `deny_private_addresses`) the public one for requests from public pages.
     fn client_for(&self, req: &Request) -> &reqwest::Client {
-        match &self.public_client {
+        let clients = self.clients_for(&req.url);
+        match &clients.public {
             Some(public) if !private_ok(req) => public,
-            _ => &self.client,
+            _ => &clients.client,
         }
+    }
+
+    /// The clients of `url`'s host: those of the first `[[hosts]]` rule that matches it
+    /// (as the rules match hosts everywhere: `host`, or `host:port` for a non-default
+    /// port), or the crawl's.
+    fn clients_for(&self, url: &crawler_core::Url) -> &Clients {
+        if self.routes.is_empty() {
+            // The common case costs no formatted host per request.
+            return &self.clients;
+        }
+        let host = url.host_str().unwrap_or("");
+        let host = match url.port() {
+            Some(p) => format!("{host}:{p}"),
+            None => host.to_owned(),
+        };
+        self.host_rules
+            .iter()
+            .position(|r| r.matches(&host))
+            .and_then(|i| self.rule_routes.get(i).copied().flatten())
+            .and_then(|i| self.routes.get(i))
+            .unwrap_or(&self.clients)
     }
 
     /// Why `req` may not go out at all, judged before DNS (an IP literal or a metadata
@@ -355,8 +426,10 @@ impl Downloader for HttpDownloader {
                 headers,
                 body,
                 remote,
+                version,
             }) => {
                 feedback.status = Some(status);
+                feedback.http_version = Some(version);
                 let now = SystemTime::now();
                 // A Retry-After is an instruction on whatever status carries it (a 301 or 302
                 // during maintenance, a 413, a 5xx), read against the server's clock.
@@ -393,12 +466,13 @@ impl Downloader for HttpDownloader {
                         })
                     });
                     let mut response = match cached {
-                        Some(page) if status == 304 && conditional.is_some() => {
-                            self.replay(req, page, BodyOrigin::Revalidated, &headers)
-                        }
+                        Some(page) if status == 304 && conditional.is_some() => self
+                            .replay(req, page, BodyOrigin::Revalidated, &headers)
+                            .with_http_version(version),
                         _ => self.attach(
                             Response::new(req.clone(), url, status, headers, body)
-                                .with_remote_addr(remote),
+                                .with_remote_addr(remote)
+                                .with_http_version(version),
                         ),
                     };
                     if let Some(work) = after_ack {

@@ -90,6 +90,7 @@ impl HttpDownloader {
             if lower.contains(crate::guard::REFUSED)
                 || lower.contains("dns error")
                 || lower.contains("failed to lookup address")
+                || tls_refused(&lower)
             {
                 // Not an outage to wait out: the host cannot be reached at all, and the page
                 // fails the same way on its own (nothing is sent), with that reason.
@@ -132,8 +133,15 @@ impl HttpDownloader {
     /// Answer a robots-sitemaps request from the robots.txt cache (see
     /// [`ROBOTS_SITEMAPS_META`]).
     pub(super) async fn robots_sitemaps(&self, robots: &RobotsCache, req: &Request) -> Download {
-        let check = robots.check(&req.url).await;
-        let rules = robots.rules(&req.url).await;
+        // Through the client the host's pages use (its `[[hosts]]` rule's HTTP version and
+        // TLS options, the address policy's public client), as the gate fetches it.
+        let (rules, _) = robots
+            .fetch_rules_via(
+                &req.url,
+                self.client_for(req),
+                crate::guard::private_ok(req),
+            )
+            .await;
         let mut body = String::new();
         // Relative lines are resolved against robots.txt: the RFC asks for absolute URLs,
         // but sites write `Sitemap: /sitemap.xml` often enough.
@@ -162,7 +170,7 @@ impl HttpDownloader {
         // The robots.txt fetch (if this check made it) is the robots cache's own request,
         // outside the host's pacing, as for every robots check.
         let feedback = Feedback {
-            crawl_delay: check.crawl_delay,
+            crawl_delay: rules.crawl_delay(),
             ..Feedback::default()
         };
         Download {
@@ -192,6 +200,21 @@ fn is_unreachable(lower: &str) -> bool {
         "network is unreachable",
         "no route to host",
         "host is unreachable",
+    ]
+    .iter()
+    .any(|m| lower.contains(m))
+}
+
+/// Whether a robots.txt failure is a TLS handshake the host will refuse every time: a
+/// certificate that does not verify, or an alert (no TLS or HTTP version in common, such as
+/// `http_version = "2"` against a server without HTTP/2). Not an outage to wait out: the
+/// page then fails the same way, as `tls`, with the reason. A handshake cut off (reset,
+/// closed) is not one of these.
+fn tls_refused(lower: &str) -> bool {
+    [
+        "invalid peer certificate",
+        "received fatal alert",
+        "peer is incompatible",
     ]
     .iter()
     .any(|m| lower.contains(m))

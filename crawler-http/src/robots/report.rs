@@ -80,6 +80,7 @@ pub fn robots_client(
         .gzip(true)
         .brotli(true)
         .deflate(true)
+        .zstd(true)
         .build()
         .map_err(|e| Error::new("cannot build the HTTP client", e))
 }
