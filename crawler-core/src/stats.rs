@@ -80,6 +80,10 @@ pub struct Stats {
     /// `spider:NAME`), filled in at the end by the crawl that ran them.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub middlewares: BTreeMap<String, BTreeMap<String, u64>>,
+    /// The spider's own counters, by name: what its callbacks and errbacks counted with
+    /// [`Output::stats`](crate::Output::stats) (Scrapy's `self.crawler.stats.inc_value`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub spider: BTreeMap<String, u64>,
 }
 
 mod secs {
@@ -221,6 +225,9 @@ impl fmt::Display for Stats {
         }
         if self.hosts.len() > 10 {
             write!(f, "\n  ... and {} more hosts", self.hosts.len() - 10)?;
+        }
+        if !self.spider.is_empty() {
+            write!(f, "\n  spider stats       {}", join(&self.spider))?;
         }
         for (name, counters) in &self.middlewares {
             let counters: Vec<String> = counters.iter().map(|(k, v)| format!("{k}={v}")).collect();

@@ -322,6 +322,13 @@ pub struct Settings {
     /// crawler does not resolve names, so only the registrable-domain joins apply. Default
     /// true.
     pub limiter_groups: bool,
+    /// Non-2xx statuses whose answers reach the spider's callback instead of failing the
+    /// request: a list (`[404, 410]`) or `"all"` (Scrapy's `HTTPERROR_ALLOWED_CODES` and
+    /// `HTTPERROR_ALLOW_ALL`). Retries come first and politeness is unchanged (an allowed
+    /// 503 is retried and holds its host); redirects are still followed. A spider's own
+    /// `allowed_statuses()` list replaces this list, a request's `allow_statuses` both.
+    /// Default none.
+    pub allowed_statuses: crate::statuses::AllowedStatuses,
 }
 
 /// What one per-host politeness slot covers.
@@ -482,6 +489,7 @@ impl Default for Settings {
             proxy: None,
             host_key: HostKeyMode::Host,
             limiter_groups: true,
+            allowed_statuses: crate::statuses::AllowedStatuses::default(),
         }
     }
 }
