@@ -63,7 +63,9 @@ async fn errback<S: Spider, D: Downloader>(
         Terminal::Failed(kind) => kind,
         _ => FailureKind::Disallowed,
     };
-    let attempts = req.retries + u32::from(done.feedback.sent);
+    // A refusal (robots.txt, a forbidden address) is decided before this request is sent.
+    let refused = matches!(kind, FailureKind::Disallowed | FailureKind::Forbidden);
+    let attempts = req.retries + u32::from(!refused);
     let name = req.errback.clone().unwrap_or_default();
     let url = req.url.clone();
     // The errback's requests may go where the failed request could: into private space
