@@ -166,11 +166,11 @@ pub async fn run_engine<S: Spider>(engine: HttpEngine<S>) -> Result<Stats, Error
 pub mod prelude {
     pub use crate::Crawl;
     pub use crawler_core::FormRequest;
+    pub use crawler_core::{AllowedStatuses, FailedRequest, FailureKind};
     pub use crawler_core::{
         Context, Node, Output, Pipeline, Processed, Request, Response, Result, Selection, Settings,
         Spider, SpiderContext, Stats,
     };
-    pub use crawler_core::{AllowedStatuses, FailedRequest, FailureKind};
     pub use serde::Serialize;
 }
 

@@ -15,7 +15,8 @@ use crawler_lab::{Lab, ScriptReply};
 async fn lab() -> Lab {
     Lab::builder()
         .script(|req| {
-            let html = |status: u16, body: &str| Some(ScriptReply::new(status).html(body.to_owned()));
+            let html =
+                |status: u16, body: &str| Some(ScriptReply::new(status).html(body.to_owned()));
             match req.path {
                 "/robots.txt" => None,
                 "/" => html(
@@ -158,11 +159,13 @@ async fn an_allowed_404_reaches_the_callback_with_its_body_and_closed_sees_the_c
     let json = serde_json::to_value(&stats).expect("stats serialise");
     assert_eq!(json["spider"]["status/404"], 1, "{json}");
     assert!(
-        stats.to_string().contains("spider stats       pages=3 status/404=1"),
+        stats
+            .to_string()
+            .contains("spider stats       pages=3 status/404=1"),
         "{stats}"
     );
     // `closed` ran once, after the crawl, with its reason and the final counters.
-    let calls = closed.lock().expect("lock");
+    let calls = closed.lock().expect("lock").clone();
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].0, "finished");
     assert_eq!(calls[0].1.spider.get("pages"), Some(&3));
@@ -218,7 +221,11 @@ async fn the_allowed_statuses_setting_lets_a_410_through() {
     assert_eq!(seen.len(), 1, "{stats}");
     assert_eq!((seen[0].url.as_str(), seen[0].status), ("/gone", 410));
     assert_eq!(seen[0].text, "Gone for good");
-    assert_eq!(stats.failed.get("http_status"), Some(&1), "the 404: {stats}");
+    assert_eq!(
+        stats.failed.get("http_status"),
+        Some(&1),
+        "the 404: {stats}"
+    );
     lab.shutdown().await;
 }
 
@@ -324,7 +331,7 @@ impl Spider for Errbacks {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_errback_receives_a_connection_failure_and_emits_an_item() {
+async fn an_errback_receives_a_connection_failure_and_a_forbidden_address_and_emits_items() {
     // A port nothing listens on: the connection is refused.
     let closed_port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -340,6 +347,10 @@ async fn an_errback_receives_a_connection_failure_and_emits_an_item() {
             .errback("lost")
             .meta("tag", "t1")
             .expect("meta"),
+        // A cloud metadata address: refused before connecting, nothing leaves the machine.
+        Request::get("http://169.254.169.254/latest/meta-data/")
+            .expect("url")
+            .errback("lost"),
     ];
     let stats = tokio::time::timeout(
         Duration::from_secs(60),
@@ -357,10 +368,23 @@ async fn an_errback_receives_a_connection_failure_and_emits_an_item() {
     .expect("in time")
     .expect("crawl");
     let seen = read_items(&items);
-    assert_eq!(seen.len(), 1, "{stats}");
-    assert_eq!(seen[0].url, "/down");
-    assert_eq!(seen[0].text, "connection attempts=1 tag=t1 headers=false");
+    let got: Vec<(&str, &str)> = seen
+        .iter()
+        .map(|s| (s.url.as_str(), s.text.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("/down", "connection attempts=1 tag=t1 headers=false"),
+            (
+                "/latest/meta-data/",
+                "forbidden_address attempts=0 tag= headers=false"
+            ),
+        ],
+        "{stats}"
+    );
     assert_eq!(stats.failed.get("connection"), Some(&1), "{stats}");
+    assert_eq!(stats.failed.get("forbidden_address"), Some(&1), "{stats}");
     assert_eq!(stats.spider.get("errback/connection"), Some(&1), "{stats}");
     // Handled by the errback: not in the failures file.
     let listed = std::fs::read_to_string(&failures).unwrap_or_default();
@@ -395,7 +419,11 @@ async fn an_errback_receives_robots_refusals_and_statuses_and_its_requests_are_f
         [
             ("/gone", 410, "http_status attempts=1 tag= headers=true"),
             ("/instead", 200, "parsed"),
-            ("/private/p", 0, "robots_disallowed attempts=0 tag= headers=false"),
+            (
+                "/private/p",
+                0,
+                "robots_disallowed attempts=0 tag= headers=false"
+            ),
         ],
         "{stats}"
     );

@@ -6,11 +6,11 @@ use serde::Serialize;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::failed::FailedRequest;
-use crate::stats::Stats;
 use crate::output::Output;
 use crate::request::Request;
 use crate::response::Response;
 use crate::spider_args::SpiderContext;
+use crate::stats::Stats;
 use crate::statuses::AllowedStatuses;
 
 /// A spider: where to start, and how to turn pages into items and more requests.

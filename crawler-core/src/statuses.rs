@@ -245,7 +245,10 @@ mod tests {
         assert_eq!(s.allowed_statuses, AllowedStatuses::list([503]));
         s.set("allowed_statuses", "").unwrap();
         assert!(s.allowed_statuses.is_none());
-        let e = s.set("allowed_statuses", "404, 9999").unwrap_err().to_string();
+        let e = s
+            .set("allowed_statuses", "404, 9999")
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("allowed_statuses") && e.contains("100-599"),
             "{e}"

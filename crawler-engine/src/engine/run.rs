@@ -548,7 +548,10 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
         debug_assert!(written <= stats.items_scraped);
         // Once, with the final stats, after the feeds and the pipelines are closed.
         if let Err(e) = spider.closed(&stats.close_reason, &stats).await {
-            tracing::error!(spider = spider.name(), "the spider's closed hook failed: {e}");
+            tracing::error!(
+                spider = spider.name(),
+                "the spider's closed hook failed: {e}"
+            );
         }
         // The final checkpoint keeps pending counts out: they are recomputed on resume.
         let mut saved = stats.clone();

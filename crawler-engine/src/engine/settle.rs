@@ -222,8 +222,7 @@ fn account<Q: Scheduler>(
         Terminal::Failed(kind) => {
             Stats::bump(&mut stats.failed, kind.as_str());
             // A failure the errback handled is the spider's to report.
-            if let (Some(log), Some(req), false) =
-                (failures.as_mut(), &done.request, done.handled)
+            if let (Some(log), Some(req), false) = (failures.as_mut(), &done.request, done.handled)
             {
                 // A failed redirect hop is reported under the URL that was asked for; the hop
                 // that failed goes in the message.
