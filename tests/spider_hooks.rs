@@ -440,3 +440,28 @@ async fn an_errback_receives_robots_refusals_and_statuses_and_its_requests_are_f
     );
     lab.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_errback_the_spider_does_not_implement_fails_as_a_spider_error_and_is_listed() {
+    let lab = lab().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let failures = dir.path().join("failures.jsonl");
+    // `Plain` has no errback: the default one refuses, so nothing is lost silently.
+    let requests = vec![
+        Request::get(&lab.url_for("/gone"))
+            .expect("url")
+            .errback("nowhere"),
+    ];
+    let stats = Crawl::new(Plain { requests })
+        .progress(false)
+        .set("failures_file", failures.to_string_lossy().to_string())
+        .run()
+        .await
+        .expect("crawl");
+    assert_eq!(stats.spider_errors, 1, "{stats}");
+    assert_eq!(stats.failed.get("http_status"), Some(&1), "{stats}");
+    let listed = std::fs::read_to_string(&failures).expect("failures file");
+    assert_eq!(listed.lines().count(), 1, "{listed}");
+    assert!(listed.contains(&lab.url_for("/gone")), "{listed}");
+    lab.shutdown().await;
+}
