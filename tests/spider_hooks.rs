@@ -25,6 +25,7 @@ async fn lab() -> Lab {
                 ),
                 "/missing" => html(404, "<h1>No such product</h1><a href='/instead'>i</a>"),
                 "/instead" => html(200, "<h1>Replacement</h1>"),
+                "/moved" | "/moved-too" => Some(ScriptReply::redirect(301, "/instead")),
                 "/gone" => html(410, "<h1>Gone for good</h1>"),
                 "/busy" => Some(
                     ScriptReply::new(503)
@@ -463,5 +464,34 @@ async fn an_errback_the_spider_does_not_implement_fails_as_a_spider_error_and_is
     let listed = std::fs::read_to_string(&failures).expect("failures file");
     assert_eq!(listed.lines().count(), 1, "{listed}");
     assert!(listed.contains(&lab.url_for("/gone")), "{listed}");
+    lab.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_are_followed_unless_the_request_lists_their_status() {
+    let lab = lab().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let items = dir.path().join("items.jsonl");
+    let requests = vec![
+        // The setting's "all" lets redirects be followed, as Scrapy's HTTPERROR_ALLOW_ALL.
+        Request::get(&lab.url_for("/moved")).expect("url"),
+        // The request's own list hands the 301 to the callback.
+        Request::get(&lab.url_for("/moved-too"))
+            .expect("url")
+            .allow_statuses([301]),
+    ];
+    let stats = Crawl::new(Plain { requests })
+        .progress(false)
+        .set("start_rate", "20")
+        .set("allowed_statuses", "all")
+        .feed(&items)
+        .expect("feed")
+        .run()
+        .await
+        .expect("crawl");
+    let seen = read_items(&items);
+    let got: Vec<(&str, u16)> = seen.iter().map(|s| (s.url.as_str(), s.status)).collect();
+    assert_eq!(got, [("/instead", 200), ("/moved-too", 301)], "{stats}");
+    assert_eq!(stats.redirected, 1, "{stats}");
     lab.shutdown().await;
 }
