@@ -206,8 +206,9 @@ pub trait Spider: Send + Sync + 'static {
     ///         out.item(page.text_of("h1")?);
     ///         Ok(())
     ///     }
-    ///     async fn errback(&self, failure: FailedRequest, out: &mut Output<String>) -> Result<()> {
-    ///         out.item(format!("{} failed: {} ({:?})", failure.url(), failure.kind(), failure.status()));
+    ///     async fn errback(&self, failed: FailedRequest, out: &mut Output<String>) -> Result<()> {
+    ///         let (url, kind) = (failed.url(), failed.kind());
+    ///         out.item(format!("{url} failed: {kind} ({:?})", failed.status()));
     ///         Ok(())
     ///     }
     /// }
