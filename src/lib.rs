@@ -61,6 +61,8 @@ pub use crawler_core::{
 };
 // On a line of its own, apart from the selection types' list above.
 pub use crawler_core::FormRequest;
+// The spider's hooks beyond its callbacks: statuses it asks for, errbacks, its counters.
+pub use crawler_core::{AllowedStatuses, Counters, FailedRequest, FailureKind};
 pub use crawler_engine::Progress;
 pub use logging::{init_logging, init_logging_with};
 
@@ -164,6 +166,7 @@ pub async fn run_engine<S: Spider>(engine: HttpEngine<S>) -> Result<Stats, Error
 pub mod prelude {
     pub use crate::Crawl;
     pub use crawler_core::FormRequest;
+    pub use crawler_core::{AllowedStatuses, FailedRequest, FailureKind};
     pub use crawler_core::{
         Context, Node, Output, Pipeline, Processed, Request, Response, Result, Selection, Settings,
         Spider, SpiderContext, Stats,

@@ -39,6 +39,7 @@ mod scrapy_port;
 mod settings;
 mod sitemaps;
 mod spider_api;
+mod spider_hooks;
 mod unreachable_host;
 
 /// The name the test harness knows a test by (`module::name`), from the `module_path!()`

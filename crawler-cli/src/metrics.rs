@@ -172,6 +172,15 @@ pub fn exposition(p: &Progress) -> String {
             .map(|(k, v)| (format!("{{reason=\"{}\"}}", label(k)), *v as f64))
             .collect(),
     );
+    metric(
+        "spider_stats_total",
+        "counter",
+        "The spider's own counters (Output::stats), by name.",
+        s.spider
+            .iter()
+            .map(|(k, v)| (format!("{{name=\"{}\"}}", label(k)), *v as f64))
+            .collect(),
+    );
     let host = |h: &crawler::core::HostStats| format!("{{host=\"{}\"}}", label(&h.host));
     metric(
         "host_rate",
@@ -244,6 +253,7 @@ mod tests {
             ..Default::default()
         };
         p.stats.status.insert(429, 3);
+        p.stats.spider.insert("products/missing".into(), 4);
         p.stats.hosts.push(crawler::core::HostStats {
             host: "a\"b".into(),
             rate: Some(2.5),
@@ -262,6 +272,10 @@ mod tests {
         );
         assert!(
             text.contains("crawler_host_holds_total{host=\"a\\\"b\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("crawler_spider_stats_total{name=\"products/missing\"} 4\n"),
             "{text}"
         );
     }

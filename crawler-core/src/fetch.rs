@@ -49,12 +49,16 @@ pub enum FailureKind {
     HostSkipped,
     /// Anything else.
     Other,
+    /// robots.txt forbids the URL; nothing was sent. Only an errback sees this kind
+    /// ([`FailedRequest::kind`](crate::FailedRequest::kind)): the stats count such requests
+    /// as `disallowed`, not as failed.
+    Disallowed,
 }
 
 impl FailureKind {
     /// Every kind, in declaration order (the docs checks walk it; a test below fails when a
     /// new kind is missing from it).
-    pub const ALL: [FailureKind; 15] = [
+    pub const ALL: [FailureKind; 16] = [
         Self::Timeout,
         Self::Connection,
         Self::Dns,
@@ -70,6 +74,7 @@ impl FailureKind {
         Self::Forbidden,
         Self::HostSkipped,
         Self::Other,
+        Self::Disallowed,
     ];
 
     /// The short, stable name used in stats and failure files.
@@ -90,6 +95,7 @@ impl FailureKind {
             Self::Forbidden => "forbidden_address",
             Self::HostSkipped => "host_skipped",
             Self::Other => "other",
+            Self::Disallowed => "robots_disallowed",
         }
     }
 }
@@ -448,11 +454,12 @@ mod failure_kind_tests {
             Forbidden => 12,
             HostSkipped => 13,
             Other => 14,
+            Disallowed => 15,
         }
     }
 
     #[test]
     fn all_lists_every_kind_once_in_order() {
-        assert!(FailureKind::ALL.iter().map(|&k| ordinal(k)).eq(0..15));
+        assert!(FailureKind::ALL.iter().map(|&k| ordinal(k)).eq(0..16));
     }
 }

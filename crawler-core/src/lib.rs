@@ -34,6 +34,7 @@ mod conditional;
 #[cfg(test)]
 mod docs_check;
 mod error;
+mod failed;
 mod feed;
 mod fetch;
 mod form;
@@ -54,12 +55,14 @@ mod shutdown;
 mod spider;
 mod spider_args;
 mod stats;
+mod statuses;
 mod subrequest;
 
 pub use conditional::{
     CachedPage, ConditionalStore, MemoryConditional, Validators, canonical_url, conditional_key,
 };
 pub use error::{Context, Error, ErrorKind, Result};
+pub use failed::FailedRequest;
 pub use feed::{FeedFormat, FeedSpec, STDOUT_FEED, expand_feed_path, feed_problem, feed_time};
 pub use fetch::http_version_name;
 pub use fetch::{
@@ -72,7 +75,7 @@ pub use middleware::{
     DownloaderMiddleware, DynDownloaderMiddleware, Page, REFERER_POLICIES, RefererPolicy,
     SPIDER_MIDDLEWARES, SpiderMiddleware, order_stack, parse_header_line, spider_stack,
 };
-pub use output::{Follow, Output};
+pub use output::{Counters, Follow, Output};
 pub use parse::ParseLimits;
 pub use pipeline::{BoxFuture, DynPipeline, Pipeline, Processed};
 pub use redirect::{DONT_REDIRECT_META, REDIRECTS, redirect};
@@ -90,6 +93,9 @@ pub use shutdown::Shutdown;
 pub use spider::Spider;
 pub use spider_args::{SpiderContext, open_spider, parse_spider_arg};
 pub use stats::{CLOSE_ERROR, CLOSE_FINISHED, CLOSE_STOPPED, Stats};
+pub use statuses::{
+    AllowedStatuses, HANDLE_HTTPSTATUS_ALL_META, HANDLE_HTTPSTATUS_LIST_META, StatusRules,
+};
 pub use subrequest::{SUBREQUEST_META, SubRequest, SubRequests};
 
 /// Re-exported so middlewares can build a [`Response`] without depending on these crates.

@@ -23,6 +23,40 @@ pub struct Output<I> {
     max_links: usize,
     /// Links dropped because the page had more than `max_links`.
     dropped_links: u64,
+    /// The spider's own counters this callback added to.
+    counters: Counters,
+}
+
+/// The spider's own counters, added to by a callback through [`Output::stats`] and summed
+/// into [`Stats::spider`](crate::Stats::spider) (Scrapy's `self.crawler.stats.inc_value`).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Counters(std::collections::BTreeMap<String, u64>);
+
+impl Counters {
+    /// Add one to the counter `name` (created at 0).
+    pub fn inc(&mut self, name: &str) {
+        self.inc_by(name, 1);
+    }
+
+    /// Add `n` to the counter `name` (created at 0).
+    pub fn inc_by(&mut self, name: &str, n: u64) {
+        match self.0.get_mut(name) {
+            Some(v) => *v = v.saturating_add(n),
+            None => {
+                self.0.insert(name.to_owned(), n);
+            }
+        }
+    }
+
+    /// What this callback counted under `name` so far (0 if nothing).
+    pub fn get(&self, name: &str) -> u64 {
+        self.0.get(name).copied().unwrap_or(0)
+    }
+
+    /// Every counter, by name.
+    pub fn into_map(self) -> std::collections::BTreeMap<String, u64> {
+        self.0
+    }
 }
 
 impl<I> Output<I> {
@@ -37,7 +71,20 @@ impl<I> Output<I> {
             close: None,
             max_links: usize::MAX,
             dropped_links: 0,
+            counters: Counters::default(),
         }
+    }
+
+    /// The spider's own counters, which end up in the final stats
+    /// ([`Stats::spider`](crate::Stats::spider)), the JSON stats and the printed summary:
+    /// `out.stats().inc("products/missing_price")`.
+    pub fn stats(&mut self) -> &mut Counters {
+        &mut self.counters
+    }
+
+    /// Take the counters out (the engine sums them into the crawl's stats).
+    pub fn take_counters(&mut self) -> Counters {
+        std::mem::take(&mut self.counters)
     }
 
     /// Keep at most `max` requests from this page (the engine sets `max_links_per_page`):
@@ -262,6 +309,24 @@ impl<I> Follow<'_, I> {
             r.meta.insert(key.clone(), value.clone());
             r
         }))
+    }
+
+    /// Name the errback that receives these requests' failures (see [`Request::errback`]).
+    pub fn errback(self, name: impl Into<String>) -> Self {
+        let name = name.into();
+        self.map(|r| r.errback(name.clone()))
+    }
+
+    /// Hand answers with these statuses to the callback (see [`Request::allow_statuses`]).
+    pub fn allow_statuses(self, statuses: impl IntoIterator<Item = u16>) -> Self {
+        let statuses: Vec<u16> = statuses.into_iter().collect();
+        self.map(|r| r.allow_statuses(statuses.iter().copied()))
+    }
+
+    /// Hand every answer to the callback, whatever its status (see
+    /// [`Request::allow_all_statuses`]).
+    pub fn allow_all_statuses(self) -> Self {
+        self.map(Request::allow_all_statuses)
     }
 
     /// Set the priority (higher runs sooner within the host's queue).

@@ -31,6 +31,11 @@ pub struct Request {
     /// The name of the spider callback that parses the response; `None` means the default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callback: Option<String>,
+    /// The name of the spider's errback that receives this request's failure
+    /// ([`Spider::errback`](crate::Spider::errback)); `None`: a failure goes to the failures
+    /// file and the stats only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errback: Option<String>,
     /// Free-form data carried from the page that made this request to the one that parses it.
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub meta: serde_json::Map<String, serde_json::Value>,
@@ -133,6 +138,7 @@ impl Request {
             priority: 0,
             depth: 0,
             callback: None,
+            errback: None,
             meta: serde_json::Map::new(),
             dont_filter: false,
             retries: 0,
@@ -143,6 +149,39 @@ impl Request {
     /// Set the callback that will parse the response.
     pub fn callback(mut self, name: impl Into<String>) -> Self {
         self.callback = Some(name.into());
+        self
+    }
+
+    /// Name the errback that receives this request's failure (after its retries): a
+    /// [`FailedRequest`](crate::FailedRequest) given to
+    /// [`Spider::errback`](crate::Spider::errback), which can still emit items and requests.
+    /// Scrapy's `errback=`.
+    pub fn errback(mut self, name: impl Into<String>) -> Self {
+        self.errback = Some(name.into());
+        self
+    }
+
+    /// Hand answers with these statuses to the callback instead of failing the request
+    /// (Scrapy's meta `handle_httpstatus_list`): it replaces the spider's
+    /// [`allowed_statuses`](crate::Spider::allowed_statuses) and the `allowed_statuses`
+    /// setting for this request. Retries come first (an allowed 503 is still retried), and
+    /// a listed redirect status is handed over instead of followed.
+    pub fn allow_statuses(mut self, statuses: impl IntoIterator<Item = u16>) -> Self {
+        let list: Vec<serde_json::Value> = statuses.into_iter().map(Into::into).collect();
+        self.meta.insert(
+            crate::statuses::HANDLE_HTTPSTATUS_LIST_META.to_owned(),
+            serde_json::Value::Array(list),
+        );
+        self
+    }
+
+    /// Hand every answer to the callback, whatever its status (Scrapy's meta
+    /// `handle_httpstatus_all`): retries come first, and redirects are not followed.
+    pub fn allow_all_statuses(mut self) -> Self {
+        self.meta.insert(
+            crate::statuses::HANDLE_HTTPSTATUS_ALL_META.to_owned(),
+            serde_json::Value::Bool(true),
+        );
         self
     }
 

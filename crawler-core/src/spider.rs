@@ -4,11 +4,14 @@ use std::future::Future;
 
 use serde::Serialize;
 
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
+use crate::failed::FailedRequest;
 use crate::output::Output;
 use crate::request::Request;
 use crate::response::Response;
 use crate::spider_args::SpiderContext;
+use crate::stats::Stats;
+use crate::statuses::AllowedStatuses;
 
 /// A spider: where to start, and how to turn pages into items and more requests.
 ///
@@ -118,7 +121,37 @@ pub trait Spider: Send + Sync + 'static {
         Vec::new()
     }
 
-    /// Parse a successful (2xx) response.
+    /// Non-2xx statuses whose answers reach the callback instead of failing the request
+    /// (Scrapy's spider attribute `handle_httpstatus_list`): none by default. Retries come
+    /// first (an allowed 503 is retried, and its host is held, as any 503), then the last
+    /// answer goes to the request's callback with [`Response::status`] set and its body.
+    /// A redirect status listed here is handed over instead of followed. A request's own
+    /// [`Request::allow_statuses`] replaces this list; this list replaces the
+    /// `allowed_statuses` setting's (unless the setting says `"all"`).
+    ///
+    /// ```
+    /// use crawler_core::{AllowedStatuses, Output, Response, Result, Spider};
+    ///
+    /// struct Gone;
+    ///
+    /// impl Spider for Gone {
+    ///     type Item = String;
+    ///     fn name(&self) -> &str { "gone" }
+    ///     fn allowed_statuses(&self) -> AllowedStatuses { AllowedStatuses::list([404, 410]) }
+    ///     async fn parse(&self, page: Response, out: &mut Output<String>) -> Result<()> {
+    ///         if page.status() == 404 {
+    ///             out.item(format!("missing: {}", page.url()));
+    ///         }
+    ///         Ok(())
+    ///     }
+    /// }
+    /// ```
+    fn allowed_statuses(&self) -> AllowedStatuses {
+        AllowedStatuses::default()
+    }
+
+    /// Parse a successful (2xx) response, or one whose status the spider, the request or the
+    /// settings allow ([`Spider::allowed_statuses`]).
     fn parse(
         &self,
         page: Response,
@@ -139,6 +172,71 @@ pub trait Spider: Send + Sync + 'static {
         out: &mut Output<Self::Item>,
     ) -> impl Future<Output = Result<()>> + Send {
         let _ = (page, out);
+        async { Ok(()) }
+    }
+
+    /// Called when a request that named an errback ([`Request::errback`], Scrapy's
+    /// `errback=`) ends without a page for its callback: after its retries (a timeout, a
+    /// refused connection, a DNS error, a status the spider does not handle…), or refused
+    /// before it was sent (robots.txt, a forbidden address). Dispatch on
+    /// [`FailedRequest::errback`] as `parse` does on [`Response::callback`]. It may emit
+    /// items and requests like a callback (an item saying the page is gone, a request to a
+    /// mirror); the failure is still counted in the stats as what it was, but not listed in
+    /// the failures file unless the errback returns an error. Requests without an errback
+    /// fail as ever. Requests given up with their host (`skipped_host`: a Retry-After over
+    /// `max_retry_after`, an unreachable robots.txt) do not reach it, and spider
+    /// middlewares do not see its output.
+    ///
+    /// The default returns an error (the request named an errback the spider does not
+    /// implement), so the failure is listed in the failures file and counted as a spider
+    /// error.
+    ///
+    /// ```
+    /// use crawler_core::{FailedRequest, Output, Request, Response, Result, Spider};
+    ///
+    /// struct Products;
+    ///
+    /// impl Spider for Products {
+    ///     type Item = String;
+    ///     fn name(&self) -> &str { "products" }
+    ///     fn start_requests(&self) -> Result<Vec<Request>> {
+    ///         Ok(vec![Request::get("http://127.0.0.1:8080/p/1")?.errback("gone")])
+    ///     }
+    ///     async fn parse(&self, page: Response, out: &mut Output<String>) -> Result<()> {
+    ///         out.item(page.text_of("h1")?);
+    ///         Ok(())
+    ///     }
+    ///     async fn errback(&self, failed: FailedRequest, out: &mut Output<String>) -> Result<()> {
+    ///         let (url, kind) = (failed.url(), failed.kind());
+    ///         out.item(format!("{url} failed: {kind} ({:?})", failed.status()));
+    ///         Ok(())
+    ///     }
+    /// }
+    /// ```
+    fn errback(
+        &self,
+        failure: FailedRequest,
+        out: &mut Output<Self::Item>,
+    ) -> impl Future<Output = Result<()>> + Send {
+        let _ = out;
+        let message = format!(
+            "the request names the errback '{}', but the spider does not implement \
+             Spider::errback ({} failed: {})",
+            failure.errback().unwrap_or_default(),
+            failure.url(),
+            failure.message()
+        );
+        async move { Err(Error::new(ErrorKind::Other, message)) }
+    }
+
+    /// Called once when the crawl ends, after the feeds are written and the pipelines are
+    /// closed (Scrapy's `closed(reason)`), with the reason it closed
+    /// ([`Stats::close_reason`]: `finished`, `stopped`, a close setting's name, the
+    /// reason given to [`Output::close_spider`]…) and the final stats, the spider's own
+    /// counters ([`Output::stats`]) included. Write a summary, flush a connection, check
+    /// counts. An error is logged; the crawl's result does not change.
+    fn closed(&self, reason: &str, stats: &Stats) -> impl Future<Output = Result<()>> + Send {
+        let _ = (reason, stats);
         async { Ok(()) }
     }
 }

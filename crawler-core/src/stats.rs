@@ -85,6 +85,10 @@ pub struct Stats {
     /// see the `http_version` setting).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub http_versions: BTreeMap<String, u64>,
+    /// The spider's own counters, by name: what its callbacks and errbacks counted with
+    /// [`Output::stats`](crate::Output::stats) (Scrapy's `self.crawler.stats.inc_value`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub spider: BTreeMap<String, u64>,
 }
 
 mod secs {
@@ -229,6 +233,9 @@ impl fmt::Display for Stats {
         }
         if self.hosts.len() > 10 {
             write!(f, "\n  ... and {} more hosts", self.hosts.len() - 10)?;
+        }
+        if !self.spider.is_empty() {
+            write!(f, "\n  spider stats       {}", join(&self.spider))?;
         }
         for (name, counters) in &self.middlewares {
             let counters: Vec<String> = counters.iter().map(|(k, v)| format!("{k}={v}")).collect();

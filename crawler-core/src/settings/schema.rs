@@ -336,6 +336,13 @@ pub struct Settings {
     pub tls_ca_file: Option<String>,
     /// The oldest TLS version accepted: `1.2` or `1.3`. Default `1.2`.
     pub tls_min_version: TlsVersion,
+    /// Non-2xx statuses whose answers reach the spider's callback instead of failing the
+    /// request: a list (`[404, 410]`) or `"all"` (Scrapy's `HTTPERROR_ALLOWED_CODES` and
+    /// `HTTPERROR_ALLOW_ALL`). Retries come first and politeness is unchanged (an allowed
+    /// 503 is retried and holds its host); redirects are still followed. A spider's own
+    /// `allowed_statuses()` list replaces this list, a request's `allow_statuses` both.
+    /// Default none.
+    pub allowed_statuses: crate::statuses::AllowedStatuses,
 }
 
 /// Which HTTP version requests speak (the `http_version` setting and `[[hosts]]` field).
@@ -528,6 +535,7 @@ impl Default for Settings {
             http_version: HttpVersion::Auto,
             tls_ca_file: None,
             tls_min_version: TlsVersion::Tls12,
+            allowed_statuses: crate::statuses::AllowedStatuses::default(),
         }
     }
 }

@@ -144,16 +144,19 @@ pub(super) const SCRAPY_NAMES: &[ScrapyName] = &[
         "a page with `<meta http-equiv=\"refresh\">` reaches the spider; `LinkExtractor` (and \
          so `Rules`) follows its target, `.meta_refresh(false)` turns that off",
     ),
-    instead(
+    key(
         "HTTPERROR_ALLOWED_CODES",
-        "`parse` sees 2xx answers only; other statuses are retried if listed in \
-         `retry_http_codes` and then end as failures (`failures_file` lists them); a downloader \
-         middleware added in code sees every response first",
+        "allowed_statuses",
+        "a list of codes; a spider's `allowed_statuses()` (Scrapy's `handle_httpstatus_list`) \
+         and a request's `.allow_statuses([..])` / `.allow_all_statuses()` (the meta \
+         `handle_httpstatus_list` / `handle_httpstatus_all`) work as in Scrapy; retries come \
+         first",
     ),
-    instead(
+    value(
         "HTTPERROR_ALLOW_ALL",
-        "`parse` sees 2xx answers only; a downloader middleware added in code sees every \
-         response first",
+        "allowed_statuses",
+        "\"all\"",
+        "redirects are still followed, as in Scrapy",
     ),
     key("URLLENGTH_LIMIT", "max_url_length", ""),
     key("COOKIES_ENABLED", "cookies_enabled", ""),

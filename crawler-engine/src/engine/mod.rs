@@ -23,6 +23,7 @@ use crawler_core::{DynPipeline, Pipeline};
 use crawler_core::{Shutdown, Stats};
 
 mod feeds;
+mod late;
 mod request_log;
 mod retry;
 mod run;

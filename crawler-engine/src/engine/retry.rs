@@ -373,7 +373,9 @@ mod doc_tests {
         // own errors, `other` and the host skip, described in prose, excepted).
         for kind in all_kinds() {
             use FailureKind::*;
-            if matches!(kind, Status | Spider | Other | HostSkipped) {
+            // `robots_disallowed` is an errback's name for a refusal the stats count as
+            // `disallowed`, never a `failed:` state.
+            if matches!(kind, Status | Spider | Other | HostSkipped | Disallowed) {
                 continue;
             }
             assert!(

@@ -70,7 +70,7 @@ pub(super) struct Crawl<S: Spider, D: Downloader, Q: Scheduler> {
     pub(super) has_feeds: bool,
     feed: FeedThread<S::Item>,
     pub(super) retry: RetryPolicy,
-    tasks: JoinSet<Completion>,
+    pub(super) tasks: JoinSet<Completion>,
     pub(super) leases: HashMap<tokio::task::Id, Lease>,
     /// Workers report what a response told its host's slot the moment it arrives, before
     /// the spider parses it: with several requests in flight to one host, a `remaining=0`
@@ -169,6 +169,11 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
         let elapsed_before = stats.elapsed;
 
         let has_feeds = !feeds.is_empty();
+        // Read once: a spider's list does not change during its crawl.
+        let statuses = crawler_core::StatusRules {
+            spider: spider.allowed_statuses(),
+            setting: settings.allowed_statuses.clone(),
+        };
         let ctx = Arc::new(Ctx {
             spider,
             downloader,
@@ -186,6 +191,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
                 n => n,
             },
             queue_cap: super::settle::queue_cap(&settings),
+            statuses,
         });
         let subs = Subs::new();
         ctx.downloader.attach(subs.handle.clone());
@@ -507,6 +513,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             return Err(Error::msg("internal error: a worker outlived the crawl"));
         };
         let Ctx {
+            spider,
             pipelines,
             items_tx,
             ..
@@ -539,6 +546,13 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
         stats.elapsed = elapsed_before + started.elapsed();
         stats.close_reason = close_reason.unwrap_or_else(|| CLOSE_FINISHED.to_owned());
         debug_assert!(written <= stats.items_scraped);
+        // Once, with the final stats, after the feeds and the pipelines are closed.
+        if let Err(e) = spider.closed(&stats.close_reason, &stats).await {
+            tracing::error!(
+                spider = spider.name(),
+                "the spider's closed hook failed: {e}"
+            );
+        }
         // The final checkpoint keeps pending counts out: they are recomputed on resume.
         let mut saved = stats.clone();
         saved.pending = 0;

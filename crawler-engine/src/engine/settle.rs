@@ -82,6 +82,8 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             if let Some(req) = done.request.take() {
                 self.scheduler.retry(lease, req, now);
             }
+        } else if done.late {
+            // The spider's late turn is the request's end: no retry after it.
         } else if let Some((req, at)) = {
             let unwell = done
                 .request
@@ -91,6 +93,17 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
         } {
             self.scheduler.retry(lease, req, at);
             self.stats.retries += 1;
+        } else if super::late::wants_late(&done) {
+            // No retry follows: the spider gets its turn (an allowed status's callback, or
+            // the errback) as a task of its own under the same lease, which stays open
+            // until that turn's items and requests are safe. The slot has had this
+            // answer's feedback already.
+            self.reported.insert(lease);
+            let handle = self
+                .tasks
+                .spawn(super::late::late(std::sync::Arc::clone(&self.ctx), done));
+            self.leases.insert(handle.id(), lease);
+            return;
         }
         let terminal = !matches!(done.terminal, Terminal::Retrying | Terminal::Requeued);
         let wrote_items = self.has_feeds && done.items > 0;
@@ -208,7 +221,9 @@ fn account<Q: Scheduler>(
         Terminal::Redirected => stats.redirected += 1,
         Terminal::Failed(kind) => {
             Stats::bump(&mut stats.failed, kind.as_str());
-            if let (Some(log), Some(req)) = (failures.as_mut(), &done.request) {
+            // A failure the errback handled is the spider's to report.
+            if let (Some(log), Some(req), false) = (failures.as_mut(), &done.request, done.handled)
+            {
                 // A failed redirect hop is reported under the URL that was asked for; the hop
                 // that failed goes in the message.
                 let (url, message) = match req.redirect_urls.first() {
@@ -250,6 +265,10 @@ fn account<Q: Scheduler>(
     stats.links_dropped += done.links_dropped;
     stats.robots_not_text += u64::from(done.feedback.robots_not_text);
     stats.spider_errors += u64::from(done.spider_error);
+    for (name, n) in done.counters.into_map() {
+        let v = stats.spider.entry(name).or_default();
+        *v = v.saturating_add(n);
+    }
     let now = Instant::now();
     let before = scheduler.queued();
     for req in done.requests {

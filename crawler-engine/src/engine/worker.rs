@@ -43,6 +43,8 @@ pub(super) struct Ctx<S: Spider, D> {
     /// The cap on requests queued in memory (`max_queued_requests`), when the queue is
     /// in memory.
     pub(super) queue_cap: Option<usize>,
+    /// Which non-2xx answers reach the callback (the spider's list, the setting).
+    pub(super) statuses: crawler_core::StatusRules,
 }
 
 /// Counts a worker as parked in a render for as long as it lives (a panic or a cancelled
@@ -104,6 +106,21 @@ pub(super) struct Completion {
     pub(super) after_ack: Option<crawler_core::AfterAck>,
     /// Why the spider or a pipeline asked to close the crawl, if one did.
     pub(super) close: Option<String>,
+    /// The answer of a failed request, kept when the spider may still see it: its status
+    /// is allowed (the callback gets it once no retry is planned), or the request names an
+    /// errback (which gets its headers and body).
+    /// Boxed: most completions carry none, and a completion is moved once per request.
+    pub(super) answer: Option<Box<Response>>,
+    /// The answer's status is one the spider asked to see.
+    pub(super) allowed: bool,
+    /// The spider already had its late turn at this request (an allowed status's
+    /// callback, or the errback): no retry, no second turn.
+    pub(super) late: bool,
+    /// The errback ran and succeeded: the failure is counted but not listed in the
+    /// failures file.
+    pub(super) handled: bool,
+    /// What the spider counted ([`Output::stats`]).
+    pub(super) counters: crawler_core::Counters,
 }
 
 impl Completion {
@@ -124,6 +141,11 @@ impl Completion {
             feed_closed: false,
             after_ack: None,
             close: None,
+            answer: None,
+            allowed: false,
+            late: false,
+            handled: false,
+            counters: crawler_core::Counters::default(),
         }
     }
 
@@ -152,7 +174,15 @@ pub(super) async fn work<S: Spider, D: Downloader>(
     // The slot learns now; parsing and pipelines may take a while.
     let _ = report.tx.send((report.lease, feedback.clone()));
     let response = match outcome {
-        Fetched::Disallowed => return Completion::new(feedback, Terminal::Disallowed),
+        Fetched::Disallowed => {
+            let mut c = Completion::new(feedback, Terminal::Disallowed);
+            // Kept only for an errback: a refusal otherwise needs nothing of it.
+            if req.errback.is_some() {
+                c.message = "forbidden by robots.txt".to_owned();
+                c.request = Some(req);
+            }
+            return c;
+        }
         Fetched::Requeue(why) => {
             tracing::debug!(url = %req.url, "back to the queue: {why}");
             let mut c = Completion::new(feedback, Terminal::Requeued);
@@ -199,6 +229,7 @@ async fn answered<S: Spider, D: Downloader>(
     };
     if !revalidated
         && REDIRECTS.contains(&status)
+        && !ctx.statuses.keeps_redirect(&req, status)
         && !req
             .meta
             .get(DONT_REDIRECT_META)
@@ -216,10 +247,16 @@ async fn answered<S: Spider, D: Downloader>(
         response.body().len() as u64
     };
     if let Terminal::Failed(_) = done.terminal {
-        if status >= 400 {
+        done.message = format!("HTTP {status}");
+        // An allowed status still goes through the retry policy first (the engine decides
+        // retries when it settles the request); the answer waits here for the callback.
+        done.allowed = status >= 300 && ctx.statuses.allows(&req, status);
+        if status >= 400 && !done.allowed {
             tracing::debug!(url = %req.url, status, "response not handled by the spider");
         }
-        done.message = format!("HTTP {status}");
+        if done.allowed || req.errback.is_some() {
+            done.answer = Some(Box::new(response));
+        }
         done.request = Some(req);
         return done;
     }
@@ -287,7 +324,7 @@ enum Parsed<I> {
 
 /// Have the spider parse the page (its `not_modified` hook when it is `unchanged` and no
 /// copy is at hand), then send its items through the pipelines to the feeds.
-async fn parse_page<S: Spider, D: Downloader>(
+pub(super) async fn parse_page<S: Spider, D: Downloader>(
     ctx: &Ctx<S, D>,
     req: Request,
     mut response: Response,
@@ -397,6 +434,7 @@ async fn parse_page<S: Spider, D: Downloader>(
         );
     }
     done.close = out.close_requested().map(str::to_owned);
+    done.counters = out.take_counters();
     let (items, mut requests) = out.into_parts();
     // Follow-ups inherit nothing implicitly except depth; keep the referrer for debugging.
     // A copy of the URL's text per request, not a formatting pass (`to_string`) per link.
@@ -457,7 +495,7 @@ async fn on_parse_pool<T: Send + 'static>(
 }
 
 /// The error standing for a callback's panic, with the panic's message when it has one.
-fn panicked_error(panic: &(dyn std::any::Any + Send)) -> crawler_core::Error {
+pub(super) fn panicked_error(panic: &(dyn std::any::Any + Send)) -> crawler_core::Error {
     let message = panic
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
@@ -471,7 +509,7 @@ fn panicked_error(panic: &(dyn std::any::Any + Send)) -> crawler_core::Error {
 
 /// Log what went wrong in a callback (its error, and invalid selectors it used), each with
 /// the page's URL and the callback's name; whether anything did.
-fn spider_errors(
+pub(super) fn spider_errors(
     url: &Url,
     callback: &str,
     result: &crawler_core::Result<()>,
@@ -493,7 +531,7 @@ fn spider_errors(
 
 /// Run each item through the pipelines, then (when a feed is open) to the feed writer,
 /// counting what was kept and dropped; stops when the writer is gone.
-async fn deliver<S: Spider, D: Downloader>(
+pub(super) async fn deliver<S: Spider, D: Downloader>(
     ctx: &Ctx<S, D>,
     items: Vec<S::Item>,
     url: &Url,

@@ -141,6 +141,24 @@ impl<S: Spider> Spider for SpiderWithMiddlewares<S> {
         self.run_output(&info, out);
         result
     }
+
+    fn allowed_statuses(&self) -> crawler_core::AllowedStatuses {
+        self.inner.allowed_statuses()
+    }
+
+    // An errback's output has no page for the middlewares to judge it by: it goes on as
+    // the errback made it.
+    async fn errback(
+        &self,
+        failure: crawler_core::FailedRequest,
+        out: &mut Output<S::Item>,
+    ) -> Result<()> {
+        self.inner.errback(failure, out).await
+    }
+
+    async fn closed(&self, reason: &str, stats: &crawler_core::Stats) -> Result<()> {
+        self.inner.closed(reason, stats).await
+    }
 }
 
 #[cfg(test)]
