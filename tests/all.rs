@@ -39,6 +39,7 @@ mod settings;
 mod sitemaps;
 mod spider_api;
 mod unreachable_host;
+mod warc;
 
 /// The name the test harness knows a test by (`module::name`), from the `module_path!()`
 /// of the module that defines it, for `--exact` when a test re-runs this binary.

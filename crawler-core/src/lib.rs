@@ -34,6 +34,7 @@ mod conditional;
 #[cfg(test)]
 mod docs_check;
 mod error;
+mod exchange;
 mod feed;
 mod fetch;
 mod form;
@@ -60,6 +61,7 @@ pub use conditional::{
     CachedPage, ConditionalStore, MemoryConditional, Validators, canonical_url, conditional_key,
 };
 pub use error::{Context, Error, ErrorKind, Result};
+pub use exchange::{Exchange, ExchangeTap};
 pub use feed::{FeedFormat, FeedSpec, STDOUT_FEED, expand_feed_path, feed_problem, feed_time};
 pub use fetch::{
     Admission, ClockOffset, Download, Downloader, Failure, FailureKind, Feedback, Fetched,

@@ -322,6 +322,20 @@ pub struct Settings {
     /// crawler does not resolve names, so only the registrable-domain joins apply. Default
     /// true.
     pub limiter_groups: bool,
+    /// Write every request and response the crawl makes (pages, robots.txt, sitemaps) to
+    /// WARC 1.1 files at this path, relative to the working directory: `request`, `response`
+    /// and (for a 304 to a conditional request) `revisit` records after a `warcinfo` record
+    /// naming the crawler and its settings, one gzip member per record when the name ends in
+    /// `.gz`. `%(name)s` and `%(time)s` are the spider's name and the crawl's start time, as
+    /// in feed paths; a serial number is added before the extension
+    /// (`crawl-%(time)s.warc.gz` gives `crawl-2024-05-21T12-33-41-00000.warc.gz`, then
+    /// `-00001` after `warc_max_size`). Unset: no WARC.
+    pub warc: Option<String>,
+    /// The size at which a WARC file is closed and the next one started, in bytes or with a
+    /// unit (`500MB`, `1GB`; 1 KB is 1,000 bytes, 1 KiB 1,024). A request and its response
+    /// always share a file. Default 1GB, as Heritrix.
+    #[serde(deserialize_with = "byte_size")]
+    pub warc_max_size: u64,
 }
 
 /// What one per-host politeness slot covers.
@@ -482,6 +496,8 @@ impl Default for Settings {
             proxy: None,
             host_key: HostKeyMode::Host,
             limiter_groups: true,
+            warc: None,
+            warc_max_size: 1_000_000_000,
         }
     }
 }
@@ -627,6 +643,9 @@ impl Settings {
             return Some(why);
         }
         if let Some(why) = self.feeds_problem() {
+            return Some(why);
+        }
+        if let Some(why) = self.warc_problem() {
             return Some(why);
         }
         for rule in &self.hosts {
@@ -805,5 +824,73 @@ mod tests {
             s.for_host("other.test").start_rate,
             Settings::default().start_rate
         );
+    }
+}
+
+/// A size in bytes from a number or a text with a unit: `1GB`, `500 MB`, `64KiB`, `10000`.
+fn byte_size<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<u64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        Bytes(u64),
+        Text(String),
+    }
+    match Size::deserialize(d)? {
+        Size::Bytes(n) => Ok(n),
+        Size::Text(text) => parse_byte_size(&text).map_err(serde::de::Error::custom),
+    }
+}
+
+/// `text` as a number of bytes: digits, then an optional unit (`B`, `KB`/`MB`/`GB`/`TB` in
+/// powers of 1,000, `KiB`/`MiB`/`GiB`/`TiB` in powers of 1,024; case-insensitive).
+pub(crate) fn parse_byte_size(text: &str) -> std::result::Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("'{text}' is not a size: write bytes, or a number and a unit such as 500MB or 1GB"))?;
+    let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" | "k" => 1_000,
+        "mb" | "m" => 1_000_000,
+        "gb" | "g" => 1_000_000_000,
+        "tb" | "t" => 1_000_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        other => {
+            return Err(format!(
+                "unknown size unit '{other}' in '{text}': use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB"
+            ));
+        }
+    };
+    n.checked_mul(factor)
+        .ok_or_else(|| format!("'{text}' is too large"))
+}
+
+impl Settings {
+    /// Why `warc` or `warc_max_size` cannot be used: an unknown placeholder, an empty path,
+    /// standard output, or a size too small for a record.
+    fn warc_problem(&self) -> Option<(Vec<&'static str>, String)> {
+        if self.warc_max_size < 1024 {
+            return Some((
+                vec!["warc_max_size"],
+                "must be at least 1KiB (1024 bytes)".to_owned(),
+            ));
+        }
+        let path = self.warc.as_deref()?;
+        if path.trim().is_empty() || path == crate::feed::STDOUT_FEED {
+            return Some((
+                vec!["warc"],
+                format!("'{path}' is not a file path: WARC files are written to a file"),
+            ));
+        }
+        crate::feed::expand_feed_path(path, "spider", std::time::SystemTime::UNIX_EPOCH)
+            .err()
+            .map(|e| (vec!["warc"], e.to_string().replace("feed path", "WARC path")))
     }
 }

@@ -16,15 +16,23 @@ impl HttpDownloader {
                 format!("invalid method '{}'", req.method),
             )
         })?;
-        let mut builder = self.client_for(req).request(method, req.url.clone());
+        let client = self.client_for(req);
+        let mut builder = client.request(method, req.url.clone());
         for (k, v) in &req.headers {
             builder = builder.header(k.as_str(), v.as_str());
         }
         if let Some(body) = &req.body {
             builder = builder.body(body.clone());
         }
-        let mut resp = builder.send().await.map_err(classify)?;
+        let request = builder.build().map_err(classify)?;
+        // Only an archive needs the request as sent; without one nothing is copied.
+        let request_headers = self
+            .tap
+            .as_ref()
+            .map(|tap| tap.wire_headers(request.headers(), request.url()));
+        let mut resp = client.execute(request).await.map_err(classify)?;
         let status = resp.status().as_u16();
+        let version = resp.version();
         let url = resp.url().clone();
         let remote = resp.remote_addr().map(|a| a.ip());
         if let Some(len) = resp.content_length() {
@@ -61,6 +69,8 @@ impl HttpDownloader {
             headers,
             body: body.freeze(),
             remote,
+            version,
+            request_headers,
         })
     }
 }
@@ -73,6 +83,10 @@ pub(super) struct Sent {
     pub(super) body: bytes::Bytes,
     /// The address it came from (the proxy's, behind one).
     pub(super) remote: Option<std::net::IpAddr>,
+    /// The response's HTTP version.
+    pub(super) version: http::Version,
+    /// The request headers as sent, when an archive taps the exchanges.
+    pub(super) request_headers: Option<http::HeaderMap>,
 }
 
 fn too_large(cap: u64, status: u16) -> Failure {

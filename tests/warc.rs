@@ -1,0 +1,258 @@
+//! WARC archives of lab crawls (the `warc` setting), read back by `warcio` (PyPI), the
+//! reader archivists use: `warcio check` verifies every record's digests, `warcio index`
+//! lists the records. warcio missing is a failure, not a skip: `pip install warcio`.
+#![allow(clippy::unwrap_used)]
+
+#[allow(dead_code)]
+#[path = "../examples/books/spider.rs"]
+mod books;
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use books::{Book, Books};
+use crawler::prelude::*;
+use crawler_lab::Lab;
+use serde_json::Value;
+
+fn fast(crawl: Crawl<Books>) -> Crawl<Books> {
+    // Our own loopback server: lift the per-host budget so the test runs in seconds.
+    crawl
+        .set("concurrency", "16")
+        .set("concurrency_per_host", "16")
+        .set("throttle", "fixed")
+        .set("download_delay", "0s")
+        .progress(false)
+}
+
+/// Run warcio with `args`; its standard output. Panics (fails the test) when warcio is not
+/// installed or exits with an error.
+fn warcio(args: &[&str]) -> String {
+    let out = Command::new("warcio").args(args).output().unwrap_or_else(|e| {
+        panic!("cannot run warcio ({e}): install it with `pip install warcio`")
+    });
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "warcio {args:?} failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// `warcio check` on `file`: no problem at all, and every record's digests verified (the
+/// verbose listing says `digest pass` for each one).
+fn check(file: &Path) -> usize {
+    let path = file.to_str().unwrap();
+    let quiet = warcio(&["check", path]);
+    assert!(quiet.trim().is_empty(), "warcio check found problems:\n{quiet}");
+    let verbose = warcio(&["check", "-v", path]);
+    assert!(!verbose.contains("failed"), "{verbose}");
+    verbose.matches("digest pass").count()
+}
+
+/// `warcio index` of `file`: one JSON object per record.
+fn index(file: &Path) -> Vec<Value> {
+    let fields = "warc-type,warc-target-uri,warc-record-id,warc-concurrent-to,\
+                  warc-ip-address,warc-profile,warc-warcinfo-id,http:status,content-type";
+    warcio(&["index", "-f", fields, file.to_str().unwrap()])
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The WARC files in `dir`, by name (their serial numbers in order).
+fn warc_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".warc.gz"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn field<'a>(record: &'a Value, name: &str) -> &'a str {
+    record.get(name).and_then(Value::as_str).unwrap_or("")
+}
+
+/// Every response (or revisit) in `records` has its request in the same file, pointing at
+/// it with WARC-Concurrent-To, and every record points at the file's warcinfo.
+fn assert_pairs(records: &[Value]) {
+    assert_eq!(field(&records[0], "warc-type"), "warcinfo", "{:?}", records[0]);
+    let info = field(&records[0], "warc-record-id");
+    let answers: HashMap<&str, &Value> = records
+        .iter()
+        .filter(|r| matches!(field(r, "warc-type"), "response" | "revisit"))
+        .map(|r| (field(r, "warc-record-id"), r))
+        .collect();
+    let requests: Vec<&Value> = records
+        .iter()
+        .filter(|r| field(r, "warc-type") == "request")
+        .collect();
+    assert_eq!(requests.len(), answers.len(), "a request per response");
+    for req in requests {
+        let answer = answers
+            .get(field(req, "warc-concurrent-to"))
+            .unwrap_or_else(|| panic!("request without its response: {req}"));
+        assert_eq!(
+            field(answer, "warc-target-uri"),
+            field(req, "warc-target-uri")
+        );
+        assert_eq!(field(req, "content-type"), "application/http;msgtype=request");
+    }
+    for r in &records[1..] {
+        assert_eq!(field(r, "warc-type") == "warcinfo", false, "one warcinfo, first");
+        assert_eq!(field(r, "warc-warcinfo-id"), info);
+    }
+}
+
+/// The crawl's item URLs.
+fn item_urls(feed: &Path) -> HashSet<String> {
+    std::fs::read_to_string(feed)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Book>(l).unwrap().url)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_exchange_of_a_lab_crawl_is_archived_and_warcio_checks_it() {
+    let lab = Lab::builder().books(200).start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let feed = dir.path().join("books.jsonl");
+    let pattern = dir.path().join("crawl-%(name)s.warc.gz");
+    let stats = fast(Crawl::new(Books { start: lab.url() }))
+        .set("warc", pattern.to_str().unwrap())
+        .feed(&feed)
+        .unwrap()
+        .run()
+        .await
+        .unwrap();
+    let items = item_urls(&feed);
+    assert_eq!(items.len(), 200, "{stats}");
+
+    let files = warc_files(dir.path());
+    assert_eq!(
+        files,
+        [dir.path().join("crawl-books-00000.warc.gz")],
+        "one file under 1GB, named from the pattern and serial 0"
+    );
+    let records = index(&files[0]);
+    let verified = check(&files[0]);
+    assert_eq!(verified, records.len(), "every record's digests verified");
+    assert_eq!(stats.warc_records, records.len() as u64, "{stats}");
+    assert_pairs(&records);
+
+    let responses: HashMap<&str, &Value> = records
+        .iter()
+        .filter(|r| field(r, "warc-type") == "response")
+        .map(|r| (field(r, "warc-target-uri"), r))
+        .collect();
+    for url in &items {
+        let r = responses
+            .get(url.as_str())
+            .unwrap_or_else(|| panic!("no response record for {url}"));
+        assert_eq!(field(r, "http:status"), "200");
+        assert_eq!(field(r, "warc-ip-address"), "127.0.0.1");
+        assert_eq!(field(r, "content-type"), "application/http;msgtype=response");
+    }
+    let robots = format!("{}robots.txt", lab.url());
+    assert!(responses.contains_key(robots.as_str()), "robots.txt archived");
+    // Every page the crawl fetched, and robots.txt: nothing more, nothing less.
+    let pages: u64 = stats.status.values().sum();
+    assert_eq!(responses.len() as u64, pages + 1, "{stats}");
+    // What the lab served is what the archive holds.
+    let seen = lab.recorder().requests();
+    assert_eq!(seen.len(), responses.len(), "a record per request the lab saw");
+    lab.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_warc_max_size_rotates_into_valid_files_each_opening_with_warcinfo() {
+    let lab = Lab::builder().books(200).start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let pattern = dir.path().join("rotated.warc.gz");
+    let stats = fast(Crawl::new(Books { start: lab.url() }))
+        .set("warc", pattern.to_str().unwrap())
+        .set("warc_max_size", "50KB")
+        .run()
+        .await
+        .unwrap();
+    let files = warc_files(dir.path());
+    assert!(files.len() >= 3, "{} files: {files:?}", files.len());
+    let mut total = 0;
+    let mut uris = HashSet::new();
+    for (n, file) in files.iter().enumerate() {
+        assert_eq!(
+            file.file_name().unwrap().to_str().unwrap(),
+            format!("rotated-{n:05}.warc.gz")
+        );
+        let size = std::fs::metadata(file).unwrap().len();
+        // Closed once past the limit: at most one exchange over it.
+        assert!(size < 50_000 + 40_000, "{} is {size} bytes", file.display());
+        let records = index(file);
+        assert_eq!(check(file), records.len());
+        assert_pairs(&records);
+        total += records.len();
+        uris.extend(
+            records
+                .iter()
+                .filter(|r| field(r, "warc-type") == "response")
+                .map(|r| field(r, "warc-target-uri").to_owned()),
+        );
+    }
+    assert_eq!(stats.warc_records, total as u64, "{stats}");
+    let pages: u64 = stats.status.values().sum();
+    assert_eq!(uris.len() as u64, pages + 1, "every page once, and robots.txt");
+    lab.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recrawl_archives_its_304s_as_server_not_modified_revisits() {
+    let lab = Lab::builder().books(100).start().await.unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let crawl = |warc: Option<PathBuf>| {
+        let mut c = fast(Crawl::new(Books { start: lab.url() }))
+            .set("cache_dir", cache.path().to_str().unwrap())
+            .set("http_cache", "true");
+        if let Some(path) = warc {
+            c = c.set("warc", path.to_str().unwrap());
+        }
+        c
+    };
+    let first = crawl(None).run().await.unwrap();
+    assert_eq!(first.items_scraped, 100, "{first}");
+    let second = crawl(Some(dir.path().join("again.warc.gz")))
+        .run()
+        .await
+        .unwrap();
+    assert_eq!(second.items_scraped, 100, "{second}");
+    assert!(second.not_modified > 100, "{second}");
+
+    let files = warc_files(dir.path());
+    assert_eq!(files.len(), 1);
+    let records = index(&files[0]);
+    assert_eq!(check(&files[0]), records.len() - revisits(&records).len());
+    assert_pairs(&records);
+    let revisits = revisits(&records);
+    assert_eq!(revisits.len() as u64, second.not_modified, "{second}");
+    for r in &revisits {
+        assert_eq!(field(r, "http:status"), "304");
+        assert_eq!(
+            field(r, "warc-profile"),
+            "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
+        );
+    }
+    lab.shutdown().await;
+}
+
+fn revisits(records: &[Value]) -> Vec<&Value> {
+    records
+        .iter()
+        .filter(|r| field(r, "warc-type") == "revisit")
+        .collect()
+}
