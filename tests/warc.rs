@@ -126,6 +126,10 @@ async fn every_exchange_of_a_lab_crawl_is_archived_and_warcio_checks_it() {
     let pattern = dir.path().join("crawl-%(name)s.warc.gz");
     let stats = fast(Crawl::new(Books { start: lab.url() }))
         .set("warc", pattern.to_str().unwrap())
+        // A secret, for another site: the warcinfo lists the settings, this one redacted.
+        .set("http_auth_domain", "elsewhere.example")
+        .set("http_auth_user", "archivist")
+        .set("http_auth_pass", "hunter2-in-the-warc")
         .feed(&feed)
         .unwrap()
         .run()
@@ -162,12 +166,36 @@ async fn every_exchange_of_a_lab_crawl_is_archived_and_warcio_checks_it() {
     let robots = format!("{}robots.txt", lab.url());
     assert!(responses.contains_key(robots.as_str()), "robots.txt archived");
     // Every page the crawl fetched, and robots.txt: nothing more, nothing less.
+    // (The lab's home page links to /robots.txt: that page is archived too, beside the
+    // robots.txt check's own fetch.)
     let pages: u64 = stats.status.values().sum();
-    assert_eq!(responses.len() as u64, pages + 1, "{stats}");
+    let answered = records
+        .iter()
+        .filter(|r| field(r, "warc-type") == "response")
+        .count();
+    assert_eq!(answered as u64, pages + 1, "{stats}");
     // What the lab served is what the archive holds.
     let seen = lab.recorder().requests();
-    assert_eq!(seen.len(), responses.len(), "a record per request the lab saw");
+    assert_eq!(seen.len(), answered, "a record per request the lab saw");
+
+    let text = warc_text(&files[0]);
+    let info = text.split("WARC/1.1\r\n").nth(1).unwrap();
+    assert!(info.contains("WARC-Type: warcinfo\r\n"), "{info}");
+    assert!(info.contains("software: crawler/"), "{info}");
+    assert!(info.contains("crawler-setting-http_auth_user: archivist\r\n"), "{info}");
+    assert!(info.contains("crawler-setting-http_auth_pass: ***\r\n"), "{info}");
+    assert!(!text.contains("hunter2-in-the-warc"), "the secret is in the WARC");
     lab.shutdown().await;
+}
+
+/// The records of a .warc.gz file as text (every gzip member).
+fn warc_text(file: &Path) -> String {
+    use std::io::Read;
+    let mut text = Vec::new();
+    flate2::read::MultiGzDecoder::new(std::fs::File::open(file).unwrap())
+        .read_to_end(&mut text)
+        .unwrap();
+    String::from_utf8_lossy(&text).into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,7 +212,7 @@ async fn a_small_warc_max_size_rotates_into_valid_files_each_opening_with_warcin
     let files = warc_files(dir.path());
     assert!(files.len() >= 3, "{} files: {files:?}", files.len());
     let mut total = 0;
-    let mut uris = HashSet::new();
+    let mut answered = 0;
     for (n, file) in files.iter().enumerate() {
         assert_eq!(
             file.file_name().unwrap().to_str().unwrap(),
@@ -197,16 +225,14 @@ async fn a_small_warc_max_size_rotates_into_valid_files_each_opening_with_warcin
         assert_eq!(check(file), records.len());
         assert_pairs(&records);
         total += records.len();
-        uris.extend(
-            records
-                .iter()
-                .filter(|r| field(r, "warc-type") == "response")
-                .map(|r| field(r, "warc-target-uri").to_owned()),
-        );
+        answered += records
+            .iter()
+            .filter(|r| field(r, "warc-type") == "response")
+            .count();
     }
     assert_eq!(stats.warc_records, total as u64, "{stats}");
     let pages: u64 = stats.status.values().sum();
-    assert_eq!(uris.len() as u64, pages + 1, "every page once, and robots.txt");
+    assert_eq!(answered as u64, pages + 1, "every page once, and robots.txt");
     lab.shutdown().await;
 }
 
@@ -255,4 +281,116 @@ fn revisits(records: &[Value]) -> Vec<&Value> {
         .iter()
         .filter(|r| field(r, "warc-type") == "revisit")
         .collect()
+}
+
+/// A page of one title, served by [`compressing_server`].
+const PAGE: &str = "<html><head><title>Squeezed</title></head><body>compressed and chunked</body></html>";
+
+/// A server on 127.0.0.1 that answers every page with [`PAGE`] gzip-compressed and sent in
+/// chunks (what many real servers do), and robots.txt with a 404.
+async fn compressing_server() -> String {
+    use std::io::Write;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(PAGE.as_bytes()).unwrap();
+    let gzipped = gz.finish().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let gzipped = gzipped.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        match conn.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                    buf.drain(..end + 4);
+                    let reply = if head.starts_with("GET /robots.txt") {
+                        b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n".to_vec()
+                    } else {
+                        let mut r = b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\n\
+                                      content-encoding: gzip\r\ntransfer-encoding: chunked\r\n\r\n"
+                            .to_vec();
+                        for piece in gzipped.chunks(16) {
+                            r.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                            r.extend_from_slice(piece);
+                            r.extend_from_slice(b"\r\n");
+                        }
+                        r.extend_from_slice(b"0\r\n\r\n");
+                        r
+                    };
+                    if conn.write_all(&reply).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    format!("http://{addr}/")
+}
+
+/// Takes each page's title.
+struct Titles {
+    start: String,
+}
+
+impl Spider for Titles {
+    type Item = String;
+    fn name(&self) -> &str {
+        "titles"
+    }
+    fn start_urls(&self) -> Vec<String> {
+        vec![self.start.clone()]
+    }
+    async fn parse(&self, page: Response, out: &mut Output<String>) -> Result<()> {
+        out.item(page.text_of("title")?);
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compressed_chunked_body_is_stored_decoded_with_headers_that_match_it() {
+    let start = compressing_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let stats = Crawl::new(Titles {
+        start: start.clone(),
+    })
+    .set("warc", dir.path().join("page.warc.gz").to_str().unwrap())
+    .progress(false)
+    .run()
+    .await
+    .unwrap();
+    assert_eq!(stats.items_scraped, 1, "{stats}");
+    let file = dir.path().join("page-00000.warc.gz");
+    let records = index(&file);
+    // warcinfo, and a request and a response each for robots.txt and the page.
+    assert_eq!(records.len(), 5, "{records:?}");
+    assert_eq!(check(&file), 5, "the decoded body's digests hold");
+    assert_pairs(&records);
+    let text = warc_text(&file);
+    let response = text
+        .split("WARC/1.1\r\n")
+        .find(|r| r.contains("WARC-Type: response") && r.contains(&format!("WARC-Target-URI: {start}\r\n")))
+        .unwrap();
+    assert!(response.contains(PAGE), "the body decoded: {response}");
+    assert!(response.contains("X-Crawler-Original-Transfer-Encoding: chunked\r\n"));
+    assert!(response.contains(&format!("content-length: {}\r\n", PAGE.len())));
+    assert!(!response.contains("content-encoding"), "{response}");
+    assert!(!response.contains("\r\ntransfer-encoding"), "{response}");
+    // The request as sent, with what the client adds.
+    let request = text
+        .split("WARC/1.1\r\n")
+        .find(|r| r.contains("WARC-Type: request") && r.contains(&format!("WARC-Target-URI: {start}\r\n")))
+        .unwrap();
+    assert!(request.contains("GET / HTTP/1.1\r\n"), "{request}");
+    assert!(request.contains("accept-encoding: gzip,deflate,br\r\n"), "{request}");
+    assert!(request.contains("user-agent: "), "{request}");
+    assert!(request.contains(&format!("host: {}\r\n", &start[7..start.len() - 1])), "{request}");
 }

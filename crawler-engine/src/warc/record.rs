@@ -9,16 +9,16 @@ use http::HeaderMap;
 use sha1::{Digest, Sha1};
 
 /// The profile of a revisit record for a 304 answer to a conditional request.
-pub(crate) const SERVER_NOT_MODIFIED: &str =
+pub const SERVER_NOT_MODIFIED: &str =
     "http://netpreserve.org/warc/1.1/revisit/server-not-modified";
 
 /// Headers added to a response block in place of ones that no longer describe the stored
 /// body: the body is stored de-chunked (and decoded when the client decoded it), so replay
 /// tools must not undo a transfer coding again.
-pub(crate) const ORIGINAL_TRANSFER_ENCODING: &str = "X-Crawler-Original-Transfer-Encoding";
+pub const ORIGINAL_TRANSFER_ENCODING: &str = "X-Crawler-Original-Transfer-Encoding";
 /// See [`ORIGINAL_TRANSFER_ENCODING`]: the Content-Length the server sent, when the stored
 /// body's length differs.
-pub(crate) const ORIGINAL_CONTENT_LENGTH: &str = "X-Crawler-Original-Content-Length";
+pub const ORIGINAL_CONTENT_LENGTH: &str = "X-Crawler-Original-Content-Length";
 
 /// A fresh record ID, `<urn:uuid:...>` (a random, version 4 UUID).
 pub(crate) fn record_id() -> String {
