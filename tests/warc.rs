@@ -29,9 +29,12 @@ fn fast(crawl: Crawl<Books>) -> Crawl<Books> {
 /// Run warcio with `args`; its standard output. Panics (fails the test) when warcio is not
 /// installed or exits with an error.
 fn warcio(args: &[&str]) -> String {
-    let out = Command::new("warcio").args(args).output().unwrap_or_else(|e| {
-        panic!("cannot run warcio ({e}): install it with `pip install warcio`")
-    });
+    let out = Command::new("warcio")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run warcio ({e}): install it with `pip install warcio`")
+        });
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -47,7 +50,10 @@ fn warcio(args: &[&str]) -> String {
 fn check(file: &Path) -> usize {
     let path = file.to_str().unwrap();
     let quiet = warcio(&["check", path]);
-    assert!(quiet.trim().is_empty(), "warcio check found problems:\n{quiet}");
+    assert!(
+        quiet.trim().is_empty(),
+        "warcio check found problems:\n{quiet}"
+    );
     let verbose = warcio(&["check", "-v", path]);
     assert!(!verbose.contains("failed"), "{verbose}");
     verbose.matches("digest pass").count()
@@ -81,7 +87,12 @@ fn field<'a>(record: &'a Value, name: &str) -> &'a str {
 /// Every response (or revisit) in `records` has its request in the same file, pointing at
 /// it with WARC-Concurrent-To, and every record points at the file's warcinfo.
 fn assert_pairs(records: &[Value]) {
-    assert_eq!(field(&records[0], "warc-type"), "warcinfo", "{:?}", records[0]);
+    assert_eq!(
+        field(&records[0], "warc-type"),
+        "warcinfo",
+        "{:?}",
+        records[0]
+    );
     let info = field(&records[0], "warc-record-id");
     let answers: HashMap<&str, &Value> = records
         .iter()
@@ -101,10 +112,17 @@ fn assert_pairs(records: &[Value]) {
             field(answer, "warc-target-uri"),
             field(req, "warc-target-uri")
         );
-        assert_eq!(field(req, "content-type"), "application/http;msgtype=request");
+        assert_eq!(
+            field(req, "content-type"),
+            "application/http;msgtype=request"
+        );
     }
     for r in &records[1..] {
-        assert_eq!(field(r, "warc-type") == "warcinfo", false, "one warcinfo, first");
+        assert_eq!(
+            field(r, "warc-type") == "warcinfo",
+            false,
+            "one warcinfo, first"
+        );
         assert_eq!(field(r, "warc-warcinfo-id"), info);
     }
 }
@@ -161,10 +179,16 @@ async fn every_exchange_of_a_lab_crawl_is_archived_and_warcio_checks_it() {
             .unwrap_or_else(|| panic!("no response record for {url}"));
         assert_eq!(field(r, "http:status"), "200");
         assert_eq!(field(r, "warc-ip-address"), "127.0.0.1");
-        assert_eq!(field(r, "content-type"), "application/http;msgtype=response");
+        assert_eq!(
+            field(r, "content-type"),
+            "application/http;msgtype=response"
+        );
     }
     let robots = format!("{}robots.txt", lab.url());
-    assert!(responses.contains_key(robots.as_str()), "robots.txt archived");
+    assert!(
+        responses.contains_key(robots.as_str()),
+        "robots.txt archived"
+    );
     // Every page the crawl fetched, and robots.txt: nothing more, nothing less.
     // (The lab's home page links to /robots.txt: that page is archived too, beside the
     // robots.txt check's own fetch.)
@@ -182,9 +206,18 @@ async fn every_exchange_of_a_lab_crawl_is_archived_and_warcio_checks_it() {
     let info = text.split("WARC/1.1\r\n").nth(1).unwrap();
     assert!(info.contains("WARC-Type: warcinfo\r\n"), "{info}");
     assert!(info.contains("software: crawler/"), "{info}");
-    assert!(info.contains("crawler-setting-http_auth_user: archivist\r\n"), "{info}");
-    assert!(info.contains("crawler-setting-http_auth_pass: ***\r\n"), "{info}");
-    assert!(!text.contains("hunter2-in-the-warc"), "the secret is in the WARC");
+    assert!(
+        info.contains("crawler-setting-http_auth_user: archivist\r\n"),
+        "{info}"
+    );
+    assert!(
+        info.contains("crawler-setting-http_auth_pass: ***\r\n"),
+        "{info}"
+    );
+    assert!(
+        !text.contains("hunter2-in-the-warc"),
+        "the secret is in the WARC"
+    );
     lab.shutdown().await;
 }
 
@@ -232,7 +265,11 @@ async fn a_small_warc_max_size_rotates_into_valid_files_each_opening_with_warcin
     }
     assert_eq!(stats.warc_records, total as u64, "{stats}");
     let pages: u64 = stats.status.values().sum();
-    assert_eq!(answered as u64, pages + 1, "every page once, and robots.txt");
+    assert_eq!(
+        answered as u64,
+        pages + 1,
+        "every page once, and robots.txt"
+    );
     lab.shutdown().await;
 }
 
@@ -284,7 +321,8 @@ fn revisits(records: &[Value]) -> Vec<&Value> {
 }
 
 /// A page of one title, served by [`compressing_server`].
-const PAGE: &str = "<html><head><title>Squeezed</title></head><body>compressed and chunked</body></html>";
+const PAGE: &str =
+    "<html><head><title>Squeezed</title></head><body>compressed and chunked</body></html>";
 
 /// A server on 127.0.0.1 that answers every page with [`PAGE`] gzip-compressed and sent in
 /// chunks (what many real servers do), and robots.txt with a 404.
@@ -377,7 +415,10 @@ async fn a_compressed_chunked_body_is_stored_decoded_with_headers_that_match_it(
     let text = warc_text(&file);
     let response = text
         .split("WARC/1.1\r\n")
-        .find(|r| r.contains("WARC-Type: response") && r.contains(&format!("WARC-Target-URI: {start}\r\n")))
+        .find(|r| {
+            r.contains("WARC-Type: response")
+                && r.contains(&format!("WARC-Target-URI: {start}\r\n"))
+        })
         .unwrap();
     assert!(response.contains(PAGE), "the body decoded: {response}");
     assert!(response.contains("X-Crawler-Original-Transfer-Encoding: chunked\r\n"));
@@ -387,10 +428,18 @@ async fn a_compressed_chunked_body_is_stored_decoded_with_headers_that_match_it(
     // The request as sent, with what the client adds.
     let request = text
         .split("WARC/1.1\r\n")
-        .find(|r| r.contains("WARC-Type: request") && r.contains(&format!("WARC-Target-URI: {start}\r\n")))
+        .find(|r| {
+            r.contains("WARC-Type: request") && r.contains(&format!("WARC-Target-URI: {start}\r\n"))
+        })
         .unwrap();
     assert!(request.contains("GET / HTTP/1.1\r\n"), "{request}");
-    assert!(request.contains("accept-encoding: gzip,deflate,br\r\n"), "{request}");
+    assert!(
+        request.contains("accept-encoding: gzip,deflate,br\r\n"),
+        "{request}"
+    );
     assert!(request.contains("user-agent: "), "{request}");
-    assert!(request.contains(&format!("host: {}\r\n", &start[7..start.len() - 1])), "{request}");
+    assert!(
+        request.contains(&format!("host: {}\r\n", &start[7..start.len() - 1])),
+        "{request}"
+    );
 }

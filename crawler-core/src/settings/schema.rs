@@ -849,9 +849,9 @@ pub(crate) fn parse_byte_size(text: &str) -> std::result::Result<u64, String> {
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(text.len());
     let (digits, unit) = text.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("'{text}' is not a size: write bytes, or a number and a unit such as 500MB or 1GB"))?;
+    let n: u64 = digits.parse().map_err(|_| {
+        format!("'{text}' is not a size: write bytes, or a number and a unit such as 500MB or 1GB")
+    })?;
     let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "kb" | "k" => 1_000,
@@ -891,6 +891,49 @@ impl Settings {
         }
         crate::feed::expand_feed_path(path, "spider", std::time::SystemTime::UNIX_EPOCH)
             .err()
-            .map(|e| (vec!["warc"], e.to_string().replace("feed path", "WARC path")))
+            .map(|e| {
+                (
+                    vec!["warc"],
+                    e.to_string().replace("feed path", "WARC path"),
+                )
+            })
+    }
+}
+
+#[cfg(test)]
+mod warc_tests {
+    use super::*;
+
+    #[test]
+    fn warc_max_size_takes_bytes_or_a_unit() {
+        let mut s = Settings::default();
+        assert_eq!(s.warc_max_size, 1_000_000_000);
+        for (text, bytes) in [
+            ("500MB", 500_000_000),
+            ("1 GiB", 1 << 30),
+            ("64kb", 64_000),
+            ("2048", 2048),
+        ] {
+            s.set("warc_max_size", text).expect(text);
+            assert_eq!(s.warc_max_size, bytes, "{text}");
+        }
+        let e = s
+            .set("warc_max_size", "3 parsecs")
+            .expect_err("no such unit");
+        assert!(e.to_string().contains("unknown size unit"), "{e}");
+        let e = s.set("warc_max_size", "100").expect_err("too small");
+        assert!(e.to_string().contains("at least 1KiB"), "{e}");
+    }
+
+    #[test]
+    fn a_warc_path_with_an_unknown_placeholder_or_stdout_is_refused() {
+        let mut s = Settings::default();
+        s.set("warc", "out/%(name)s-%(time)s.warc.gz")
+            .expect("placeholders");
+        let e = s
+            .set("warc", "out/%(batch)s.warc.gz")
+            .expect_err("unknown placeholder");
+        assert!(e.to_string().contains("WARC path"), "{e}");
+        assert!(s.set("warc", "-").is_err());
     }
 }

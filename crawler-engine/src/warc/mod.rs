@@ -153,7 +153,9 @@ impl WarcWriter {
         let thread = std::thread::Builder::new()
             .name("warc-writer".to_owned())
             .spawn(move || files.run(rx))
-            .map_err(|e| Error::new(ErrorKind::Io, "cannot start the WARC writer").with_source(e))?;
+            .map_err(|e| {
+                Error::new(ErrorKind::Io, "cannot start the WARC writer").with_source(e)
+            })?;
         Ok(Self {
             tx,
             budget: Arc::new(Semaphore::new(BUDGET)),
@@ -377,9 +379,10 @@ impl Files {
     /// Sync and close the current file.
     fn close_current(&mut self) -> Result<()> {
         match self.current.take() {
-            Some(c) => c.file.sync_all().map_err(|e| {
-                Error::new(ErrorKind::Io, "cannot sync the WARC file").with_source(e)
-            }),
+            Some(c) => c
+                .file
+                .sync_all()
+                .map_err(|e| Error::new(ErrorKind::Io, "cannot sync the WARC file").with_source(e)),
             None => Ok(()),
         }
     }

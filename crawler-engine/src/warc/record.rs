@@ -9,8 +9,7 @@ use http::HeaderMap;
 use sha1::{Digest, Sha1};
 
 /// The profile of a revisit record for a 304 answer to a conditional request.
-pub const SERVER_NOT_MODIFIED: &str =
-    "http://netpreserve.org/warc/1.1/revisit/server-not-modified";
+pub const SERVER_NOT_MODIFIED: &str = "http://netpreserve.org/warc/1.1/revisit/server-not-modified";
 
 /// Headers added to a response block in place of ones that no longer describe the stored
 /// body: the body is stored de-chunked (and decoded when the client decoded it), so replay
@@ -124,7 +123,10 @@ pub(crate) fn request_head(ex: &Exchange) -> Vec<u8> {
     out.extend_from_slice(if target.is_empty() { "/" } else { target }.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
     headers(&mut out, &ex.request_headers);
-    if !ex.request_body.is_empty() && !ex.request_headers.contains_key(http::header::CONTENT_LENGTH)
+    if !ex.request_body.is_empty()
+        && !ex
+            .request_headers
+            .contains_key(http::header::CONTENT_LENGTH)
     {
         line(
             &mut out,
@@ -243,7 +245,10 @@ pub(crate) fn exchange_records(ex: Exchange, warcinfo_id: &str) -> [Record; 2] {
     if let Some(ip) = ex.remote_ip {
         fields.push(("WARC-IP-Address", ip.to_string()));
     }
-    fields.push(("Content-Type", "application/http;msgtype=request".to_owned()));
+    fields.push((
+        "Content-Type",
+        "application/http;msgtype=request".to_owned(),
+    ));
     let request = Record {
         fields,
         head: request_head(&ex),
