@@ -120,7 +120,7 @@ impl WarcConfig {
 /// What the writer thread is sent.
 enum Msg {
     /// An exchange, with the share of [`BUDGET`] it holds until written.
-    Exchange(Exchange, OwnedSemaphorePermit),
+    Exchange(Box<Exchange>, OwnedSemaphorePermit),
     /// Close the file and report.
     Close(oneshot::Sender<Result<WarcSummary>>),
 }
@@ -212,7 +212,7 @@ impl ExchangeTap for Tap {
                 tracing::debug!(url = %exchange.url, "WARC writer closed; exchange not archived");
                 return;
             };
-            let _ = self.tx.send(Msg::Exchange(exchange, permit));
+            let _ = self.tx.send(Msg::Exchange(Box::new(exchange), permit));
         })
     }
 }
@@ -257,7 +257,7 @@ impl Files {
             match msg {
                 Msg::Exchange(exchange, permit) => {
                     if self.failed.is_none()
-                        && let Err(e) = self.write(exchange)
+                        && let Err(e) = self.write(*exchange)
                     {
                         tracing::error!("WARC writing stopped: {e}");
                         self.failed = Some(e);
