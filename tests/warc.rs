@@ -118,11 +118,7 @@ fn assert_pairs(records: &[Value]) {
         );
     }
     for r in &records[1..] {
-        assert_eq!(
-            field(r, "warc-type") == "warcinfo",
-            false,
-            "one warcinfo, first"
-        );
+        assert_ne!(field(r, "warc-type"), "warcinfo", "one warcinfo, first");
         assert_eq!(field(r, "warc-warcinfo-id"), info);
     }
 }
