@@ -6,6 +6,9 @@
 #[allow(dead_code)]
 #[path = "../examples/books/spider.rs"]
 mod books;
+#[allow(dead_code)]
+#[path = "../examples/sitemap.rs"]
+mod sitemap;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -438,4 +441,53 @@ async fn a_compressed_chunked_body_is_stored_decoded_with_headers_that_match_it(
         request.contains(&format!("host: {}\r\n", &start[7..start.len() - 1])),
         "{request}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sitemap_crawl_archives_its_sitemaps_as_fetched() {
+    let lab = Lab::builder().books(300).start().await.unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let warc = dir.path().join("sitemaps.warc.gz");
+    let (stats, _) = sitemap::crawl(&lab.url(), cache.path(), |c| {
+        c.set("concurrency_per_host", "16")
+            .set("throttle", "fixed")
+            .set("download_delay", "0s")
+            .set("warc", warc.to_str().unwrap())
+            .progress(false)
+    })
+    .await
+    .unwrap();
+    assert_eq!(stats.items_scraped, 300, "{stats}");
+    let file = dir.path().join("sitemaps-00000.warc.gz");
+    let records = index(&file);
+    assert_eq!(check(&file), records.len());
+    assert_pairs(&records);
+    let uris: HashSet<&str> = records
+        .iter()
+        .filter(|r| field(r, "warc-type") == "response")
+        .map(|r| field(r, "warc-target-uri"))
+        .collect();
+    for path in ["robots.txt", "sitemap.xml", "sitemaps/books-1.xml.gz"] {
+        let url = format!("{}{path}", lab.url());
+        assert!(uris.contains(url.as_str()), "{url} not archived");
+    }
+    lab.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_warc_path_that_cannot_be_written_fails_the_crawl_before_any_request() {
+    let lab = Lab::builder().books(100).start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // A directory where a file is: nothing can be created under it.
+    let blocker = dir.path().join("file");
+    std::fs::write(&blocker, "not a directory").unwrap();
+    let e = fast(Crawl::new(Books { start: lab.url() }))
+        .set("warc", blocker.join("x.warc.gz").to_str().unwrap())
+        .run()
+        .await
+        .expect_err("the WARC file cannot be created");
+    assert!(e.to_string().contains("WARC file"), "{e}");
+    assert!(lab.recorder().requests().is_empty(), "nothing was fetched");
+    lab.shutdown().await;
 }
