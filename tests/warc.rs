@@ -491,3 +491,85 @@ async fn a_warc_path_that_cannot_be_written_fails_the_crawl_before_any_request()
     assert!(lab.recorder().requests().is_empty(), "nothing was fetched");
     lab.shutdown().await;
 }
+
+/// The crawl the kill test runs in a child process: the lab's books, slowly, into the WARC
+/// named by `CHILD_WARC`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "helper: run as a child process by the WARC kill test"]
+async fn child_warc_crawl() {
+    let url = std::env::var("CHILD_LAB_URL").expect("CHILD_LAB_URL");
+    let warc = std::env::var("CHILD_WARC").expect("CHILD_WARC");
+    let stats = Crawl::new(Books { start: url })
+        .set("throttle", "fixed")
+        .set("download_delay", "3ms")
+        .set("concurrency_per_host", "4")
+        .set("warc", warc)
+        .progress(false)
+        .run()
+        .await;
+    println!("CHILD_DONE {}", stats.is_ok());
+}
+
+/// The end of the last complete gzip member of `data` and how many members precede it.
+fn complete_members(data: &[u8]) -> (usize, usize) {
+    use std::io::Read;
+    let (mut at, mut members) = (0, 0);
+    while at < data.len() {
+        let mut member = flate2::bufread::GzDecoder::new(&data[at..]);
+        let mut out = Vec::new();
+        if member.read_to_end(&mut out).is_err() {
+            break;
+        }
+        at = data.len() - member.into_inner().len();
+        members += 1;
+    }
+    (at, members)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_kill_nine_every_complete_record_reads_and_checks() {
+    let lab = Lab::builder().books(1000).start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("killed-00000.warc.gz");
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            &crate::test_path(module_path!(), "child_warc_crawl"),
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("CHILD_LAB_URL", lab.url())
+        .env("CHILD_WARC", dir.path().join("killed.warc.gz"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed mid-crawl, once a few hundred records are out.
+    for _ in 0..1500 {
+        if std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0) > 300_000 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    child.kill().unwrap(); // SIGKILL
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !stdout.contains("CHILD_DONE"),
+        "killed before the end: {stdout}"
+    );
+
+    // Every complete member is a whole record: up to the last one, the file checks clean.
+    let data = std::fs::read(&file).unwrap();
+    let (end, members) = complete_members(&data);
+    assert!(members > 100, "{members} records before the kill");
+    assert!(data.len() - end < 64 * 1024, "at most one record cut short");
+    let kept = dir.path().join("kept.warc.gz");
+    std::fs::write(&kept, &data[..end]).unwrap();
+    let records = index(&kept);
+    assert_eq!(records.len(), members, "one record per gzip member");
+    assert_eq!(check(&kept), members);
+    assert_eq!(field(&records[0], "warc-type"), "warcinfo");
+    lab.shutdown().await;
+}
