@@ -376,9 +376,17 @@ impl Downloader for HttpDownloader {
                 version,
                 request_headers,
             }) => {
+                feedback.status = Some(status);
+                let now = SystemTime::now();
+                // A Retry-After is an instruction on whatever status carries it (a 301 or 302
+                // during maintenance, a 413, a 5xx), read against the server's clock.
+                feedback.retry_after = retry_after(&headers, now);
+                feedback.server_clock_offset = server_clock_offset(&headers, now);
+                feedback.rate_limit = parse_rate_limit(&headers, now);
                 if let (Some(tap), Some(request_headers)) = (&self.tap, request_headers) {
-                    // Archived outside the download's deadline: a writer that is behind
-                    // delays the worker, it does not time the page out.
+                    // Archived outside the download's deadline and after the clock readings
+                    // above: a writer that is behind delays the worker, it neither times the
+                    // page out nor skews what the server's Date says.
                     tap.record(Exchange {
                         method: sent_req.method.clone(),
                         url: sent_req.url.clone(),
@@ -394,13 +402,6 @@ impl Downloader for HttpDownloader {
                     })
                     .await;
                 }
-                feedback.status = Some(status);
-                let now = SystemTime::now();
-                // A Retry-After is an instruction on whatever status carries it (a 301 or 302
-                // during maintenance, a 413, a 5xx), read against the server's clock.
-                feedback.retry_after = retry_after(&headers, now);
-                feedback.server_clock_offset = server_clock_offset(&headers, now);
-                feedback.rate_limit = parse_rate_limit(&headers, now);
                 if status != 304 && self.is_challenge(&headers, &body) {
                     feedback.soft_block = true;
                     Fetched::Failed(Failure {
