@@ -644,6 +644,19 @@ impl<S: Spider> Crawl<S> {
         if let Some(store) = &fleet {
             downloader = downloader.with_robots_share(fleet_robots(store));
         }
+        let started = std::time::SystemTime::now();
+        // Opened before the first request, so a bad path costs nothing; the downloader hands
+        // it every exchange, the engine closes it at the end.
+        let warc = crawler_engine::warc::WarcConfig::from_settings(
+            &settings,
+            self.spider.name(),
+            started,
+        )?
+        .map(crawler_engine::warc::WarcWriter::open)
+        .transpose()?;
+        if let Some(writer) = &warc {
+            downloader = downloader.with_tap(writer.tap());
+        }
         let downloader = conditional::attach(downloader, &settings, self.conditional)?;
         let downloader = fetcher(downloader, &settings)?;
         let downloader = Middlewares::new(
@@ -688,7 +701,9 @@ impl<S: Spider> Crawl<S> {
         }
         let mut engine =
             Engine::new(spider, downloader, frontier, settings).with_shutdown(shutdown);
-        let started = std::time::SystemTime::now();
+        if let Some(writer) = warc {
+            engine = engine.warc(writer);
+        }
         for (path, append) in self.feeds {
             // `%(name)s` and `%(time)s`, as in Scrapy's feed URIs.
             let path = match path.to_str() {

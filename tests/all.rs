@@ -41,6 +41,7 @@ mod sitemaps;
 mod spider_api;
 mod spider_hooks;
 mod unreachable_host;
+mod warc;
 
 /// The name the test harness knows a test by (`module::name`), from the `module_path!()`
 /// of the module that defines it, for `--exact` when a test re-runs this binary.

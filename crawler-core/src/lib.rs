@@ -35,6 +35,7 @@ mod conditional;
 mod docs_check;
 mod error;
 mod failed;
+mod exchange;
 mod feed;
 mod fetch;
 mod form;
@@ -63,6 +64,7 @@ pub use conditional::{
 };
 pub use error::{Context, Error, ErrorKind, Result};
 pub use failed::FailedRequest;
+pub use exchange::{Exchange, ExchangeTap};
 pub use feed::{FeedFormat, FeedSpec, STDOUT_FEED, expand_feed_path, feed_problem, feed_time};
 pub use fetch::http_version_name;
 pub use fetch::{

@@ -89,6 +89,14 @@ pub struct Stats {
     /// [`Output::stats`](crate::Output::stats) (Scrapy's `self.crawler.stats.inc_value`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub spider: BTreeMap<String, u64>,
+    /// WARC records written by this run (`warc` setting): warcinfo, request, response and
+    /// revisit records, in every file.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub warc_records: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 mod secs {
@@ -207,6 +215,9 @@ impl fmt::Display for Stats {
         writeln!(f, "  invalid links      {}", self.invalid_links)?;
         if self.robots_not_text > 0 {
             writeln!(f, "  robots not text    {}", self.robots_not_text)?;
+        }
+        if self.warc_records > 0 {
+            writeln!(f, "  WARC records       {}", self.warc_records)?;
         }
         if self.links_dropped > 0 {
             writeln!(f, "  links dropped      {}", self.links_dropped)?;

@@ -13,11 +13,13 @@
 //! - `middleware/`: the downloader and spider middleware stacks and their counters.
 //! - `feed_writer.rs`: writing one feed, torn tails cut on resume.
 //! - `failures.rs`: the failures file, a record per request that ended failed.
+//! - `warc/`: WARC archives of every exchange (the `warc` setting).
 
 mod engine;
 mod failures;
 mod feed_writer;
 mod middleware;
+pub mod warc;
 
 pub use engine::{Engine, FINAL_HOSTS, PROGRESS_HOSTS, Progress};
 pub use middleware::{MiddlewareStats, Middlewares, SpiderWithMiddlewares};

@@ -31,6 +31,7 @@ mod lastmod;
 mod middlewares;
 mod robots;
 mod sitemap;
+mod tap;
 
 pub use downloader::{
     HttpDownloader, MAX_BODY_META, NOT_PAGE_META, ROBOTS_SITEMAPS_META, fetch_once_with,

@@ -52,6 +52,7 @@ const SERVICE_SETTINGS: &[&str] = &[
     "metrics_addr",
     "browser_executable",
     "redis_url",
+    "warc",
 ];
 /// Bytes of a job's log shown in its live view.
 const LOG_TAIL: u64 = 16 * 1024;

@@ -343,6 +343,20 @@ pub struct Settings {
     /// `allowed_statuses()` list replaces this list, a request's `allow_statuses` both.
     /// Default none.
     pub allowed_statuses: crate::statuses::AllowedStatuses,
+    /// Write every request and response the crawl makes (pages, robots.txt, sitemaps) to
+    /// WARC 1.1 files at this path, relative to the working directory: `request`, `response`
+    /// and (for a 304 to a conditional request) `revisit` records after a `warcinfo` record
+    /// naming the crawler and its settings, one gzip member per record when the name ends in
+    /// `.gz`. `%(name)s` and `%(time)s` are the spider's name and the crawl's start time, as
+    /// in feed paths; a serial number is added before the extension
+    /// (`crawl-%(time)s.warc.gz` gives `crawl-2024-05-21T12-33-41-00000.warc.gz`, then
+    /// `-00001` after `warc_max_size`). Unset: no WARC.
+    pub warc: Option<String>,
+    /// The size at which a WARC file is closed and the next one started, in bytes or with a
+    /// unit (`500MB`, `1GB`; 1 KB is 1,000 bytes, 1 KiB 1,024). A request and its response
+    /// always share a file. Default 1GB, as Heritrix.
+    #[serde(deserialize_with = "byte_size")]
+    pub warc_max_size: u64,
 }
 
 /// Which HTTP version requests speak (the `http_version` setting and `[[hosts]]` field).
@@ -536,6 +550,8 @@ impl Default for Settings {
             tls_ca_file: None,
             tls_min_version: TlsVersion::Tls12,
             allowed_statuses: crate::statuses::AllowedStatuses::default(),
+            warc: None,
+            warc_max_size: 1_000_000_000,
         }
     }
 }
@@ -688,6 +704,9 @@ impl Settings {
             return Some(why);
         }
         if let Some(why) = self.feeds_problem() {
+            return Some(why);
+        }
+        if let Some(why) = self.warc_problem() {
             return Some(why);
         }
         for rule in &self.hosts {
@@ -895,5 +914,116 @@ mod tests {
         assert_eq!(s.for_host("old.test").http_version, HttpVersion::Http1);
         assert_eq!(s.for_host("new.test").http_version, HttpVersion::Auto);
         assert_eq!(s.hosts[0].tls_verify, Some(false));
+    }
+}
+
+/// A size in bytes from a number or a text with a unit: `1GB`, `500 MB`, `64KiB`, `10000`.
+fn byte_size<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<u64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        Bytes(u64),
+        Text(String),
+    }
+    match Size::deserialize(d)? {
+        Size::Bytes(n) => Ok(n),
+        Size::Text(text) => parse_byte_size(&text).map_err(serde::de::Error::custom),
+    }
+}
+
+/// `text` as a number of bytes: digits, then an optional unit (`B`, `KB`/`MB`/`GB`/`TB` in
+/// powers of 1,000, `KiB`/`MiB`/`GiB`/`TiB` in powers of 1,024; case-insensitive).
+pub(crate) fn parse_byte_size(text: &str) -> std::result::Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| {
+        format!("'{text}' is not a size: write bytes, or a number and a unit such as 500MB or 1GB")
+    })?;
+    let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" | "k" => 1_000,
+        "mb" | "m" => 1_000_000,
+        "gb" | "g" => 1_000_000_000,
+        "tb" | "t" => 1_000_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        other => {
+            return Err(format!(
+                "unknown size unit '{other}' in '{text}': use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB"
+            ));
+        }
+    };
+    n.checked_mul(factor)
+        .ok_or_else(|| format!("'{text}' is too large"))
+}
+
+impl Settings {
+    /// Why `warc` or `warc_max_size` cannot be used: an unknown placeholder, an empty path,
+    /// standard output, or a size too small for a record.
+    fn warc_problem(&self) -> Option<(Vec<&'static str>, String)> {
+        if self.warc_max_size < 1024 {
+            return Some((
+                vec!["warc_max_size"],
+                "must be at least 1KiB (1024 bytes)".to_owned(),
+            ));
+        }
+        let path = self.warc.as_deref()?;
+        if path.trim().is_empty() || path == crate::feed::STDOUT_FEED {
+            return Some((
+                vec!["warc"],
+                format!("'{path}' is not a file path: WARC files are written to a file"),
+            ));
+        }
+        crate::feed::expand_feed_path(path, "spider", std::time::SystemTime::UNIX_EPOCH)
+            .err()
+            .map(|e| {
+                (
+                    vec!["warc"],
+                    e.to_string().replace("feed path", "WARC path"),
+                )
+            })
+    }
+}
+
+#[cfg(test)]
+mod warc_tests {
+    use super::*;
+
+    #[test]
+    fn warc_max_size_takes_bytes_or_a_unit() {
+        let mut s = Settings::default();
+        assert_eq!(s.warc_max_size, 1_000_000_000);
+        for (text, bytes) in [
+            ("500MB", 500_000_000),
+            ("1 GiB", 1 << 30),
+            ("64kb", 64_000),
+            ("2048", 2048),
+        ] {
+            s.set("warc_max_size", text).expect(text);
+            assert_eq!(s.warc_max_size, bytes, "{text}");
+        }
+        let e = s
+            .set("warc_max_size", "3 parsecs")
+            .expect_err("no such unit");
+        assert!(e.to_string().contains("unknown size unit"), "{e}");
+        let e = s.set("warc_max_size", "100").expect_err("too small");
+        assert!(e.to_string().contains("at least 1KiB"), "{e}");
+    }
+
+    #[test]
+    fn a_warc_path_with_an_unknown_placeholder_or_stdout_is_refused() {
+        let mut s = Settings::default();
+        s.set("warc", "out/%(name)s-%(time)s.warc.gz")
+            .expect("placeholders");
+        let e = s
+            .set("warc", "out/%(batch)s.warc.gz")
+            .expect_err("unknown placeholder");
+        assert!(e.to_string().contains("WARC path"), "{e}");
+        assert!(s.set("warc", "-").is_err());
     }
 }

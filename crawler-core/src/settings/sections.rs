@@ -148,6 +148,12 @@ pub const SECTIONS: &[Section] = &[
         keys: &[],
         prefixes: &["metrics_"],
     },
+    Section {
+        name: "warc",
+        about: "WARC archives of every request and response the crawl makes.",
+        keys: &["warc"],
+        prefixes: &["warc_"],
+    },
 ];
 
 /// Keys that are not plain settings of a section (`[[hosts]]` is an array of tables).

@@ -67,6 +67,8 @@ pub struct Engine<S: Spider, D: Downloader, Q: Scheduler> {
     shutdown: Shutdown,
     progress: watch::Sender<Progress>,
     handle_ctrl_c: bool,
+    /// The WARC writer whose tap the downloader holds, closed when the crawl ends.
+    warc: Option<crate::warc::WarcWriter>,
 }
 
 impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
@@ -82,7 +84,16 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
             shutdown: Shutdown::new(),
             progress: watch::channel(Progress::default()).0,
             handle_ctrl_c: false,
+            warc: None,
         }
+    }
+
+    /// Close `writer` when the crawl ends (after the last download), and count its records
+    /// in the stats (`warc_records`). The downloader must hold its
+    /// [`tap`](crate::warc::WarcWriter::tap).
+    pub fn warc(mut self, writer: crate::warc::WarcWriter) -> Self {
+        self.warc = Some(writer);
+        self
     }
 
     /// Add a pipeline stage after the ones already added.

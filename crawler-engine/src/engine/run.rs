@@ -105,6 +105,8 @@ pub(super) struct Crawl<S: Spider, D: Downloader, Q: Scheduler> {
     at_start: Counts,
     /// When `close_timeout` closes the crawl.
     deadline: Option<Instant>,
+    /// The WARC writer, closed at the end (see [`Engine::warc`]).
+    warc: Option<crate::warc::WarcWriter>,
     /// Requests the downloader makes for the pages it answers (see `subrequests`).
     pub(super) subs: Subs,
     /// Workers of pages the downloader renders, from their hand-out to their end: at
@@ -145,6 +147,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             shutdown,
             progress,
             handle_ctrl_c,
+            warc,
         } = engine;
         settings.validate()?;
         let started = Instant::now();
@@ -241,6 +244,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             deadline,
             subs,
             rendering: HashSet::new(),
+            warc,
         })
     }
 
@@ -500,6 +504,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             started,
             elapsed_before,
             close_reason,
+            warc,
             ..
         } = self;
         let FeedThread {
@@ -540,6 +545,23 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
                 "failed requests listed in {}",
                 settings.failures_file.as_deref().unwrap_or("")
             );
+        }
+        if let Some(warc) = warc {
+            // Every download is over: what the tap was handed is all there is.
+            match warc.close().await {
+                Ok(summary) => {
+                    stats.warc_records = summary.records;
+                    tracing::info!(
+                        records = summary.records,
+                        files = summary.files.len(),
+                        "WARC written"
+                    );
+                }
+                Err(e) => {
+                    tracing::error!("the WARC archive is incomplete: {e}");
+                    fatal.get_or_insert(e);
+                }
+            }
         }
         stats.pending = scheduler.queued() as u64 + abandoned;
         stats.hosts = busiest(scheduler.host_stats(), FINAL_HOSTS);

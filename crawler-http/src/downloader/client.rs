@@ -16,18 +16,25 @@ impl HttpDownloader {
                 format!("invalid method '{}'", req.method),
             )
         })?;
-        let mut builder = self.client_for(req).request(method, req.url.clone());
+        let client = self.client_for(req);
+        let mut builder = client.request(method, req.url.clone());
         for (k, v) in &req.headers {
             builder = builder.header(k.as_str(), v.as_str());
         }
         if let Some(body) = &req.body {
             builder = builder.body(body.clone());
         }
-        let mut resp = builder.send().await.map_err(classify)?;
+        let request = builder.build().map_err(classify)?;
+        // Only an archive needs the request as sent; without one nothing is copied.
+        let request_headers = self
+            .tap
+            .as_ref()
+            .map(|tap| tap.wire_headers(request.headers(), request.url()));
+        let mut resp = client.execute(request).await.map_err(classify)?;
         let status = resp.status().as_u16();
+        let version = resp.version();
         let url = resp.url().clone();
         let remote = resp.remote_addr().map(|a| a.ip());
-        let version = resp.version();
         if let Some(len) = resp.content_length() {
             // A declared length over the cap fails before a byte of body is read. (With
             // compression the declared length is the compressed size; the streaming check
@@ -63,6 +70,7 @@ impl HttpDownloader {
             body: body.freeze(),
             remote,
             version,
+            request_headers,
         })
     }
 }
@@ -77,6 +85,8 @@ pub(super) struct Sent {
     pub(super) remote: Option<std::net::IpAddr>,
     /// The HTTP version it came in.
     pub(super) version: http::Version,
+    /// The request headers as sent, when an archive taps the exchanges.
+    pub(super) request_headers: Option<http::HeaderMap>,
 }
 
 fn too_large(cap: u64, status: u16) -> Failure {

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crawler_core::{
-    AfterAck, BodyOrigin, ConditionalStore, Download, Downloader, Failure, FailureKind, Feedback,
-    Fetched, Request, Response, Settings,
+    AfterAck, BodyOrigin, ConditionalStore, Download, Downloader, Exchange, ExchangeTap, Failure,
+    FailureKind, Feedback, Fetched, Request, Response, Settings,
 };
 use tokio::time::Instant;
 
@@ -27,6 +27,7 @@ use crate::error::Error;
 use crate::guard::{AddressPolicy, private_ok};
 use crate::headers::{parse_rate_limit, retry_after, server_clock_offset};
 use crate::robots::{RobotsCache, RobotsOptions};
+use crate::tap::WireTap;
 use client::{Route, Sent, build_client};
 use http_cache::{conditional_headers, header_of, read_cached, read_validators, remember};
 use robots_gate::{Unreachable, wants_robots_sitemaps};
@@ -62,6 +63,10 @@ pub struct HttpDownloader {
     offline: bool,
     /// Origins whose robots.txt found them unreachable, and those given up.
     unreachable: Unreachable,
+    /// Where completed exchanges are archived (the `warc` setting), if anywhere.
+    tap: Option<WireTap>,
+    /// The User-Agent the client sends, for the archived requests.
+    user_agent: String,
 }
 
 /// The clients of one set of connection options.
@@ -183,7 +188,19 @@ impl HttpDownloader {
             send_validators: settings.conditional_requests,
             offline: settings.http_cache && settings.http_cache_offline,
             unreachable: Unreachable::default(),
+            tap: None,
+            user_agent: settings.user_agent.clone(),
         })
+    }
+
+    /// Hand every exchange that got a response (pages, sitemaps, robots.txt, sub-requests)
+    /// to `tap`, such as a WARC writer. A download waits while the tap is behind, so what
+    /// waits to be archived stays bounded.
+    pub fn with_tap(mut self, tap: Arc<dyn ExchangeTap>) -> Self {
+        let wire = WireTap::new(tap, &self.user_agent);
+        self.robots = self.robots.take().map(|r| r.with_tap(wire.clone()));
+        self.tap = Some(wire);
+        self
     }
 
     /// Keep validators (and, if the store keeps responses, whole responses) in `store`:
@@ -408,6 +425,7 @@ impl Downloader for HttpDownloader {
         feedback.sent = true;
         feedback.cheap = req.meta.contains_key(NOT_PAGE_META);
         let started = Instant::now();
+        let sent_at = SystemTime::now();
         feedback.sent_at = Some(started);
         // One deadline for the whole exchange, body included: an idle timeout alone would let
         // a server that trickles a byte a second hold a worker forever.
@@ -427,6 +445,7 @@ impl Downloader for HttpDownloader {
                 body,
                 remote,
                 version,
+                request_headers,
             }) => {
                 feedback.status = Some(status);
                 feedback.http_version = Some(version);
@@ -436,6 +455,25 @@ impl Downloader for HttpDownloader {
                 feedback.retry_after = retry_after(&headers, now);
                 feedback.server_clock_offset = server_clock_offset(&headers, now);
                 feedback.rate_limit = parse_rate_limit(&headers, now);
+                if let (Some(tap), Some(request_headers)) = (&self.tap, request_headers) {
+                    // Archived outside the download's deadline and after the clock readings
+                    // above: a writer that is behind delays the worker, it neither times the
+                    // page out nor skews what the server's Date says.
+                    tap.record(Exchange {
+                        method: sent_req.method.clone(),
+                        url: sent_req.url.clone(),
+                        request_headers,
+                        request_body: sent_req.body.clone().map(Into::into).unwrap_or_default(),
+                        version,
+                        status,
+                        headers: headers.clone(),
+                        body: body.clone(),
+                        remote_ip: remote,
+                        sent_at,
+                        truncated: None,
+                    })
+                    .await;
+                }
                 if status != 304 && self.is_challenge(&headers, &body) {
                     feedback.soft_block = true;
                     Fetched::Failed(Failure {

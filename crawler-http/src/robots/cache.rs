@@ -12,6 +12,7 @@ use super::fetch::{Retrieved, retrieve, verdict};
 use super::origins::{Cell, Origins};
 use super::{ROBOTS_MAX_ORIGINS, RobotsOptions, RobotsRules, product_token};
 use crate::guard::AddressPolicy;
+use crate::tap::WireTap;
 
 /// A per-origin cache of robots.txt verdicts. Each origin's robots.txt is fetched once per
 /// TTL, and concurrent checks for one origin share a single fetch.
@@ -27,6 +28,8 @@ pub struct RobotsCache {
     policy: Option<Arc<AddressPolicy>>,
     /// Files fetched by the other workers of a fleet, and where this one's go.
     share: Option<Arc<dyn RobotsShare>>,
+    /// Where each robots.txt exchange is archived (the `warc` setting).
+    tap: Option<WireTap>,
 }
 
 impl std::fmt::Debug for RobotsCache {
@@ -79,7 +82,14 @@ impl RobotsCache {
             origins: Mutex::new(Origins::new(ROBOTS_MAX_ORIGINS)),
             policy: None,
             share: None,
+            tap: None,
         }
+    }
+
+    /// Archive every robots.txt exchange (each redirect hop too) through `tap`.
+    pub(crate) fn with_tap(mut self, tap: WireTap) -> Self {
+        self.tap = Some(tap);
+        self
     }
 
     /// Take robots.txt files from `share` before fetching them, and put the ones fetched
@@ -208,7 +218,14 @@ impl RobotsCache {
                     return Arc::new(rules);
                 }
                 fetched.store(true, Ordering::Relaxed);
-                let got = retrieve(client, &robots_url, self.options.fetch_timeout, guard).await;
+                let got = retrieve(
+                    client,
+                    &robots_url,
+                    self.options.fetch_timeout,
+                    guard,
+                    self.tap.as_ref(),
+                )
+                .await;
                 self.share(&origin, &got).await;
                 Arc::new(verdict(&robots_url, got, &self.agent, &self.options).0)
             })

@@ -2,9 +2,9 @@
 //! and reading the answer under RFC 9309 §2.3.1 into a verdict.
 
 use std::collections::HashSet;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use crawler_core::Url;
+use crawler_core::{Exchange, Url};
 use tokio::time::Instant;
 
 use super::parse::RobotsTxt;
@@ -13,6 +13,7 @@ use super::{
 };
 use crate::error_chain::error_chain;
 use crate::guard::AddressPolicy;
+use crate::tap::{WireTap, get_exchange};
 
 /// What one robots.txt retrieval produced, before interpretation.
 pub(super) enum Retrieved {
@@ -31,22 +32,35 @@ pub(super) enum Retrieved {
 
 /// Fetch `robots_url`, following up to [`ROBOTS_MAX_REDIRECTS`] redirects that the client
 /// hands back, within `timeout` in total.
+/// With `tap`, every hop that got a response is archived, once the retrieval is over (a
+/// writer that is behind does not eat into the fetch's time).
 pub(super) async fn retrieve(
     client: &reqwest::Client,
     robots_url: &str,
     timeout: Duration,
     guard: Option<(&AddressPolicy, bool)>,
+    tap: Option<&WireTap>,
 ) -> Retrieved {
-    match tokio::time::timeout(timeout, retrieve_inner(client, robots_url, guard)).await {
+    let mut exchanges = Vec::new();
+    let inner = retrieve_inner(client, robots_url, guard, tap, &mut exchanges);
+    let got = match tokio::time::timeout(timeout, inner).await {
         Ok(r) => r,
         Err(_) => Retrieved::Failed(format!("no complete response within {timeout:?}")),
+    };
+    if let Some(tap) = tap {
+        for exchange in exchanges {
+            tap.record(exchange).await;
+        }
     }
+    got
 }
 
 async fn retrieve_inner(
     client: &reqwest::Client,
     robots_url: &str,
     guard: Option<(&AddressPolicy, bool)>,
+    tap: Option<&WireTap>,
+    exchanges: &mut Vec<Exchange>,
 ) -> Retrieved {
     let mut url = match Url::parse(robots_url) {
         Ok(u) => u,
@@ -59,10 +73,16 @@ async fn retrieve_inner(
         // Fetched once a day per origin, and the page request that follows races the
         // connection's return to the pool: kept alive, it would mostly sit idle (a file
         // descriptor each, on a broad crawl of many hosts) until the pool drops it.
-        let request = client
+        let request = match client
             .get(url.clone())
-            .header(http::header::CONNECTION, "close");
-        let mut resp = match request.send().await {
+            .header(http::header::CONNECTION, "close")
+            .build()
+        {
+            Ok(r) => r,
+            Err(e) => return Retrieved::Failed(error_chain(&e)),
+        };
+        let sent = tap.map(|t| (t.wire_headers(request.headers(), &url), SystemTime::now()));
+        let mut resp = match client.execute(request).await {
             Ok(r) => r,
             // The client's own redirect policy gave up: as unavailable as too many hops here.
             Err(e) if e.is_redirect() => {
@@ -75,7 +95,25 @@ async fn retrieve_inner(
         };
         let status = resp.status().as_u16();
         let retry_after = crate::headers::retry_after(resp.headers(), std::time::SystemTime::now());
+        // The exchange as archived, once its body (if read) is known.
+        let archive = |body: Vec<u8>, truncated| {
+            sent.clone().map(|(request_headers, sent_at)| {
+                get_exchange(
+                    url.clone(),
+                    request_headers,
+                    resp.version(),
+                    status,
+                    resp.headers().clone(),
+                    body.into(),
+                    resp.remote_addr().map(|a| a.ip()),
+                    sent_at,
+                    truncated,
+                )
+            })
+        };
         if (300..400).contains(&status) && status != 304 {
+            // A hop's body is not read: it is archived as such.
+            exchanges.extend(archive(Vec::new(), Some("unspecified")));
             let next = resp
                 .headers()
                 .get(http::header::LOCATION)
@@ -115,8 +153,10 @@ async fn retrieve_inner(
                 }
             }
         }
+        let head = archive(Vec::new(), None);
         let mut body = Vec::new();
         let mut truncated = false;
+        let mut cut = false;
         loop {
             match resp.chunk().await {
                 Ok(Some(chunk)) => {
@@ -134,8 +174,23 @@ async fn retrieve_inner(
                 Err(e) if (200..300).contains(&status) => {
                     return Retrieved::Failed(error_chain(&e));
                 }
-                Err(_) => break,
+                Err(_) => {
+                    cut = true;
+                    break;
+                }
             }
+        }
+        if let Some(mut exchange) = head {
+            // The body as received, before the cut at a line break below.
+            exchange.body = bytes::Bytes::copy_from_slice(&body);
+            exchange.truncated = if truncated {
+                Some("length")
+            } else if cut {
+                Some("unspecified")
+            } else {
+                None
+            };
+            exchanges.push(exchange);
         }
         if truncated {
             tracing::warn!(

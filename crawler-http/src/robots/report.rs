@@ -41,7 +41,7 @@ pub async fn fetch_robots(client: &reqwest::Client, url: &Url, agent: &str) -> R
     let options = RobotsOptions::default();
     let token = product_token(agent).to_owned();
     let robots_url = format!("{}/robots.txt", url.origin().ascii_serialization());
-    let got = retrieve(client, &robots_url, options.fetch_timeout, None).await;
+    let got = retrieve(client, &robots_url, options.fetch_timeout, None, None).await;
     let (rules, truncated) = verdict(&robots_url, got, &token, &options);
     // The explanation comes from the very match that decides.
     let (allowed, group, matched_rule) = match &rules.access {
