@@ -238,8 +238,11 @@ pub struct RateLimitReading {
 pub struct HostStats {
     /// The host key.
     pub host: String,
-    /// Requests sent.
+    /// Requests sent (that reached the wire).
     pub requests: u64,
+    /// Requests handed out for the host that never reached it: refused by robots.txt or the
+    /// address policy, or sub-requests whose page stopped waiting.
+    pub unsent: u64,
     /// Responses by status.
     pub status: std::collections::BTreeMap<u16, u64>,
     /// Mean latency in seconds.

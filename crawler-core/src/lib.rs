@@ -34,8 +34,8 @@ mod conditional;
 #[cfg(test)]
 mod docs_check;
 mod error;
-mod failed;
 mod exchange;
+mod failed;
 mod feed;
 mod fetch;
 mod form;
@@ -63,8 +63,8 @@ pub use conditional::{
     CachedPage, ConditionalStore, MemoryConditional, Validators, canonical_url, conditional_key,
 };
 pub use error::{Context, Error, ErrorKind, Result};
-pub use failed::FailedRequest;
 pub use exchange::{Exchange, ExchangeTap};
+pub use failed::FailedRequest;
 pub use feed::{FeedFormat, FeedSpec, STDOUT_FEED, expand_feed_path, feed_problem, feed_time};
 pub use fetch::http_version_name;
 pub use fetch::{

@@ -238,6 +238,9 @@ impl fmt::Display for Stats {
                 h.holds,
                 h.hold_secs
             )?;
+            if h.unsent > 0 {
+                write!(f, ", {} not sent (refused before the wire)", h.unsent)?;
+            }
             if let Some(why) = &h.skipped {
                 write!(f, ", skipped: {why}")?;
             }

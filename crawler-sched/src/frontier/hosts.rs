@@ -48,6 +48,8 @@ pub(super) struct Host {
 #[derive(Default)]
 pub(super) struct Figures {
     pub(super) requests: u64,
+    /// Handed out and never sent (see `HostStats::unsent`).
+    pub(super) unsent: u64,
     pub(super) status: std::collections::BTreeMap<u16, u64>,
     pub(super) latency_sum: f64,
     pub(super) latency_n: u64,
@@ -174,6 +176,7 @@ impl<S: QueueStore> Frontier<S> {
         HostStats {
             host: h.key.clone(),
             requests: f.requests,
+            unsent: f.unsent,
             status: f.status.clone(),
             latency_mean: if f.latency_n > 0 {
                 f.latency_sum / f.latency_n as f64

@@ -93,37 +93,16 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
     }
 
     fn complete(&mut self, lease: Lease, feedback: &Feedback, now: Instant) {
-        let Some(id) = self.leases.remove(&lease.0) else {
-            return;
-        };
-        let mut verdict = Verdict::Continue;
-        let mut held_before = None;
-        self.count_sharers(id, feedback, now);
-        if let Some(host) = self.hosts.get_mut(id) {
-            host.in_flight = host.in_flight.saturating_sub(1);
-            host.figures.record(feedback);
-            held_before = host.throttle.held_until();
-            verdict = host.throttle.on_feedback(feedback, now);
-            if let Some(r) = self.recorder.as_mut() {
-                r.outcome(&host.key, feedback, now);
-            }
-            self.record_audit(id);
-        }
-        // Other host names behind the same limiter wait as long as this one does.
-        self.share_holds(id, held_before, feedback, now);
-        if let Verdict::Skip(why) = verdict {
-            self.skip_host(id, why);
-        }
-        // The feedback may have moved the host's ready time; a heap entry already pushed is
-        // re-checked against the throttle when it comes up in next().
-        self.reschedule(id, now);
-        if let Some(host) = self.hosts.get(id)
-            && host.in_flight == 0
-            && !host.scheduled
-            && self.idle.len() < self.hosts.len().saturating_mul(2).max(64)
+        // Handed out but never on the wire (refused by robots.txt or the address policy, a
+        // sub-request its page stopped waiting for): not one of the host's requests.
+        if !feedback.sent
+            && let Some(&id) = self.leases.get(&lease.0)
+            && let Some(host) = self.hosts.get_mut(id)
         {
-            self.idle.push_back((now, id));
+            host.figures.requests = host.figures.requests.saturating_sub(1);
+            host.figures.unsent += 1;
         }
+        self.settle(lease, feedback, now);
     }
 
     fn queued(&self) -> usize {
@@ -175,7 +154,7 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
                 r.unsent(&host.key, request.retries > 0, sub, now);
             }
         }
-        self.complete(lease, &Feedback::default(), now);
+        self.settle(lease, &Feedback::default(), now);
         self.retry(lease, request, now);
     }
 
@@ -245,5 +224,42 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
             )
             .with_source(e)
         })
+    }
+}
+
+impl<S: QueueStore> Frontier<S> {
+    /// A lease ends with `feedback`: the host's figures, its slot, its limiter group.
+    fn settle(&mut self, lease: Lease, feedback: &Feedback, now: Instant) {
+        let Some(id) = self.leases.remove(&lease.0) else {
+            return;
+        };
+        let mut verdict = Verdict::Continue;
+        let mut held_before = None;
+        self.count_sharers(id, feedback, now);
+        if let Some(host) = self.hosts.get_mut(id) {
+            host.in_flight = host.in_flight.saturating_sub(1);
+            host.figures.record(feedback);
+            held_before = host.throttle.held_until();
+            verdict = host.throttle.on_feedback(feedback, now);
+            if let Some(r) = self.recorder.as_mut() {
+                r.outcome(&host.key, feedback, now);
+            }
+            self.record_audit(id);
+        }
+        // Other host names behind the same limiter wait as long as this one does.
+        self.share_holds(id, held_before, feedback, now);
+        if let Verdict::Skip(why) = verdict {
+            self.skip_host(id, why);
+        }
+        // The feedback may have moved the host's ready time; a heap entry already pushed is
+        // re-checked against the throttle when it comes up in next().
+        self.reschedule(id, now);
+        if let Some(host) = self.hosts.get(id)
+            && host.in_flight == 0
+            && !host.scheduled
+            && self.idle.len() < self.hosts.len().saturating_mul(2).max(64)
+        {
+            self.idle.push_back((now, id));
+        }
     }
 }

@@ -522,6 +522,32 @@ async fn a_recorder_gets_sends_retries_outcomes_and_the_holds_they_cause() {
     assert!(seconds.iter().all(|s| s.host == "a.test"));
 }
 
+/// A request refused before the wire (robots.txt, the address policy: feedback with
+/// nothing sent) is counted apart from the host's requests, which count what reached it.
+#[tokio::test(start_paused = true)]
+async fn a_request_refused_before_the_wire_is_not_one_of_the_hosts_requests() {
+    let s = Settings {
+        throttle: ThrottleMode::Fixed,
+        download_delay: Duration::ZERO,
+        ..Default::default()
+    };
+    let mut f = frontier(&s, &[]);
+    let now = Instant::now();
+    f.enqueue(req("http://a.test/private"), now);
+    f.enqueue(req("http://a.test/public"), now);
+    let (lease, _) = ready(&mut f, now);
+    f.complete(lease, &Feedback::default(), now);
+    let (lease, _) = ready(&mut f, now);
+    let ok = Feedback {
+        sent: true,
+        status: Some(200),
+        ..Default::default()
+    };
+    f.complete(lease, &ok, now);
+    let host = f.host_stats().into_iter().next().expect("the host");
+    assert_eq!((host.requests, host.unsent), (1, 1), "{host:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_request_given_back_unsent_is_not_counted_and_comes_out_again() {
     use crate::record::{RecordLine, Recorder};
