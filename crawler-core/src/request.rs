@@ -123,9 +123,17 @@ pub(crate) fn meta_value(key: &str, value: impl Serialize) -> Result<serde_json:
 }
 
 impl Request {
-    /// A GET request for an absolute http(s) URL.
-    pub fn get(url: &str) -> Result<Self> {
-        Ok(Self::new(parse_http_url(url)?))
+    /// A GET request for an absolute http(s) URL: a `&str`, a `String` (`format!(..)`) or
+    /// a `&String`.
+    ///
+    /// ```
+    /// # use crawler_core::Request;
+    /// let page = 2;
+    /// let r = Request::get(format!("http://127.0.0.1/page-{page}.html")).unwrap();
+    /// assert_eq!(r.url.path(), "/page-2.html");
+    /// ```
+    pub fn get(url: impl AsRef<str>) -> Result<Self> {
+        Ok(Self::new(parse_http_url(url.as_ref())?))
     }
 
     /// A GET request for an already parsed URL.
