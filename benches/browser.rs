@@ -63,7 +63,7 @@ impl Spider for AllPages {
     fn start_requests(&self) -> Result<Vec<Request>> {
         (1..=self.pages)
             .map(|n| {
-                Ok(Request::get(&format!("{}js/page-{n}.html", self.base))?
+                Ok(Request::get(format!("{}js/page-{n}.html", self.base))?
                     .render_with(RenderOptions::new().wait_for(LOADED)))
             })
             .collect()

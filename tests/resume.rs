@@ -265,7 +265,7 @@ async fn a_running_hold_and_a_learned_rate_survive_a_restart() {
     let now = tokio::time::Instant::now();
     let mut f = open();
     for i in 0..3 {
-        f.enqueue(Request::get(&format!("http://a.test/{i}")).unwrap(), now);
+        f.enqueue(Request::get(format!("http://a.test/{i}")).unwrap(), now);
     }
     let Next::Ready(lease, _) = f.next(now) else {
         panic!("nothing ready")

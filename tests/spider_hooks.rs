@@ -206,8 +206,8 @@ async fn the_allowed_statuses_setting_lets_a_410_through() {
     let dir = tempfile::tempdir().expect("tempdir");
     let items = dir.path().join("items.jsonl");
     let requests = vec![
-        Request::get(&lab.url_for("/gone")).expect("url"),
-        Request::get(&lab.url_for("/missing")).expect("url"),
+        Request::get(lab.url_for("/gone")).expect("url"),
+        Request::get(lab.url_for("/missing")).expect("url"),
     ];
     let stats = Crawl::new(Plain { requests })
         .progress(false)
@@ -236,7 +236,7 @@ async fn an_allowed_503_is_retried_first_and_its_host_held_then_reaches_the_call
     let dir = tempfile::tempdir().expect("tempdir");
     let items = dir.path().join("items.jsonl");
     let requests = vec![
-        Request::get(&lab.url_for("/busy"))
+        Request::get(lab.url_for("/busy"))
             .expect("url")
             .allow_statuses([503]),
     ];
@@ -400,7 +400,7 @@ async fn an_errback_receives_robots_refusals_and_statuses_and_its_requests_are_f
     let items = dir.path().join("items.jsonl");
     let requests = ["/private/p", "/gone"]
         .into_iter()
-        .map(|p| Request::get(&lab.url_for(p)).expect("url").errback("lost"))
+        .map(|p| Request::get(lab.url_for(p)).expect("url").errback("lost"))
         .collect();
     let stats = Crawl::new(Errbacks { requests })
         .progress(false)
@@ -449,7 +449,7 @@ async fn an_errback_the_spider_does_not_implement_fails_as_a_spider_error_and_is
     let failures = dir.path().join("failures.jsonl");
     // `Plain` has no errback: the default one refuses, so nothing is lost silently.
     let requests = vec![
-        Request::get(&lab.url_for("/gone"))
+        Request::get(lab.url_for("/gone"))
             .expect("url")
             .errback("nowhere"),
     ];
@@ -474,9 +474,9 @@ async fn redirects_are_followed_unless_the_request_lists_their_status() {
     let items = dir.path().join("items.jsonl");
     let requests = vec![
         // The setting's "all" lets redirects be followed, as Scrapy's HTTPERROR_ALLOW_ALL.
-        Request::get(&lab.url_for("/moved")).expect("url"),
+        Request::get(lab.url_for("/moved")).expect("url"),
         // The request's own list hands the 301 to the callback.
-        Request::get(&lab.url_for("/moved-too"))
+        Request::get(lab.url_for("/moved-too"))
             .expect("url")
             .allow_statuses([301]),
     ];

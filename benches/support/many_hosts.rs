@@ -20,7 +20,7 @@ impl Spider for ManyHosts {
 
     fn start_requests(&self) -> Result<Vec<Request>> {
         (0..self.hosts)
-            .map(|i| Request::get(&format!("http://h{i}.hosts.test/")))
+            .map(|i| Request::get(format!("http://h{i}.hosts.test/")))
             .collect()
     }
 

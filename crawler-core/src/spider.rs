@@ -106,7 +106,7 @@ pub trait Spider: Send + Sync + 'static {
 
     /// The first requests. By default, one GET per start URL; an invalid start URL is an error.
     fn start_requests(&self) -> Result<Vec<Request>> {
-        self.start_urls().iter().map(|u| Request::get(u)).collect()
+        self.start_urls().iter().map(Request::get).collect()
     }
 
     /// Domains this spider may visit; links elsewhere are filtered as offsite. Empty = any.

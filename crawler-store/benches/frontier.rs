@@ -54,7 +54,7 @@ fn main() {
     let (mut offered, mut queued) = (0u64, 0u64);
     let start = Instant::now();
     for i in 0..n {
-        let req = Request::get(&url(i)).expect("url");
+        let req = Request::get(url(i)).expect("url");
         offered += 1;
         if frontier.enqueue(req, now) == crawler_core::Admission::Queued {
             queued += 1;
@@ -63,7 +63,7 @@ fn main() {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let dup = Request::get(&url(x % (i + 1))).expect("url");
+            let dup = Request::get(url(x % (i + 1))).expect("url");
             offered += 1;
             assert_ne!(frontier.enqueue(dup, now), crawler_core::Admission::Queued);
         }

@@ -244,7 +244,7 @@ fn push(store: &mut RedisStore, count: usize, hosts: usize, seen: bool, seed: u6
     let mut json = 0usize;
     for i in 0..count {
         let h = i % hosts;
-        let mut request = Request::get(&url(&mut draw, h, i)).unwrap();
+        let mut request = Request::get(url(&mut draw, h, i)).unwrap();
         request.depth = 3;
         json += serde_json::to_vec(&request).unwrap().len();
         if seen {

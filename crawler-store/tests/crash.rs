@@ -39,7 +39,7 @@ fn options() -> StoreOptions {
 }
 
 fn req(n: u64) -> Request {
-    Request::get(&format!("http://{}/{n}", HOSTS[(n % 3) as usize])).unwrap()
+    Request::get(format!("http://{}/{n}", HOSTS[(n % 3) as usize])).unwrap()
 }
 
 /// Round r pushes ids [50r, 50r+50), leases the 30 oldest unleased ids and acknowledges the

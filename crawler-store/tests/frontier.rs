@@ -42,7 +42,7 @@ fn priority(n: u64) -> i32 {
 }
 
 fn request(n: u64) -> Request {
-    Request::get(&format!("http://{}/{n}", HOSTS[(n % 3) as usize]))
+    Request::get(format!("http://{}/{n}", HOSTS[(n % 3) as usize]))
         .unwrap()
         .priority(priority(n))
 }

@@ -27,7 +27,7 @@ fn open(dir: &Path) -> SledStore {
 }
 
 fn req(host: &str, n: u64) -> Request {
-    Request::get(&format!("http://{host}/{n}")).unwrap()
+    Request::get(format!("http://{host}/{n}")).unwrap()
 }
 
 /// Record the request as seen and queue it, as the frontier does.

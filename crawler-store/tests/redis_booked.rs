@@ -96,7 +96,7 @@ impl QueueStore for SlowReplies {
 }
 
 fn request(n: usize) -> Request {
-    Request::get(&format!("http://h.test/{n}")).unwrap()
+    Request::get(format!("http://h.test/{n}")).unwrap()
 }
 
 fn answered() -> Feedback {

@@ -28,7 +28,7 @@ fn open(cluster: &RedisCluster, job: &str) -> RedisStore {
 }
 
 fn queue(store: &mut RedisStore, host: &str, path: &str) {
-    let request = Request::get(&format!("http://{host}/{path}")).unwrap();
+    let request = Request::get(format!("http://{host}/{path}")).unwrap();
     if store.insert_seen(fingerprint(&request)).unwrap() {
         store
             .push(

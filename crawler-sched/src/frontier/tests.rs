@@ -344,8 +344,8 @@ mod host_rule_tests {
         let mut f = Frontier::new(FrontierConfig::from_settings(&s, vec![]));
         let now = Instant::now();
         for i in 0..5 {
-            f.enqueue(Request::get(&format!("http://fast.test/{i}")).unwrap(), now);
-            f.enqueue(Request::get(&format!("http://slow.test/{i}")).unwrap(), now);
+            f.enqueue(Request::get(format!("http://fast.test/{i}")).unwrap(), now);
+            f.enqueue(Request::get(format!("http://slow.test/{i}")).unwrap(), now);
         }
         let mut hosts = Vec::new();
         while let Next::Ready(_, r) = f.next(now) {
@@ -386,7 +386,7 @@ mod domain_rule_tests {
         let now = Instant::now();
         for i in 0..5 {
             f.enqueue(
-                Request::get(&format!("http://a.example.com/{i}")).unwrap(),
+                Request::get(format!("http://a.example.com/{i}")).unwrap(),
                 now,
             );
         }
