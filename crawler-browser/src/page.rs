@@ -250,7 +250,7 @@ async fn answer(shared: Arc<Shared>, event: Arc<EventRequestPaused>) {
     {
         // The page itself was fetched by the crawl (through its slot) before the render.
         fulfil(id, &shared.document)
-    } else if shared.config.blocks(kind.as_ref()) {
+    } else if shared.config.blocks(kind.as_ref()) || is_favicon(url) {
         if let Some(subs) = &shared.subs {
             subs.count_blocked();
         }
@@ -271,6 +271,12 @@ async fn answer(shared: Arc<Shared>, event: Arc<EventRequestPaused>) {
         // The page may have been closed or navigated away meanwhile.
         tracing::debug!(%url, "could not answer the browser's request: {e}");
     }
+}
+
+/// A site's icon, which the browser asks for on its own for every page: the spider never
+/// sees it, so it is refused without a request, as blocked resource types are.
+fn is_favicon(url: &str) -> bool {
+    url::Url::parse(url).is_ok_and(|u| u.path() == "/favicon.ico")
 }
 
 enum Reply {
@@ -387,4 +393,16 @@ fn fulfil(id: fetch::RequestId, response: &Answer) -> Reply {
     params.response_headers = Some(headers);
     params.body = Some(BASE64.encode(&response.body).into());
     Reply::Fulfil(params)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_an_origins_icon_is_a_favicon() {
+        assert!(super::is_favicon("http://127.0.0.1:8080/favicon.ico"));
+        assert!(super::is_favicon("https://example.com/favicon.ico?v=2"));
+        assert!(!super::is_favicon("https://example.com/img/favicon.ico"));
+        assert!(!super::is_favicon("https://example.com/favicon.ico.js"));
+        assert!(!super::is_favicon("not a url"));
+    }
 }
