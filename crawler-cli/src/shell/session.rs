@@ -81,6 +81,12 @@ impl Session {
         Ok(summary)
     }
 
+    /// Take the current page out of the session (`parse` hands it to a spider's callback).
+    pub(crate) fn take_page(&mut self) -> Option<Response> {
+        self.list.clear();
+        self.page.take()
+    }
+
     /// Why robots.txt refused `url`, naming the deciding rule when the file has one.
     fn refusal(&self, url: &Url) -> String {
         let robots = format!("{}/robots.txt", url.origin().ascii_serialization());
