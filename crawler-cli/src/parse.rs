@@ -219,10 +219,16 @@ async fn parse_one<S: Spider>(
         );
         return (report, Vec::new());
     }
+    let from_private = page.served_from_private();
     let mut out = Output::new(page.base_url().clone(), req.depth);
     let result = spider.parse(page, &mut out).await;
-    let (items, requests) = out.into_parts();
+    let (items, mut requests) = out.into_parts();
     report.requests = requests.iter().map(RequestReport::from).collect();
+    // As the engine does: a page served from a private address may lead to others there
+    // (`deny_private_addresses`); the mark is the crawl's, so it is left out of the report.
+    for r in &mut requests {
+        crawler::core::address::mark_from_private(&mut r.meta, from_private);
+    }
     for (i, item) in items.iter().enumerate() {
         match serde_json::to_value(item) {
             Ok(v) => report.items.push(v),
