@@ -5,8 +5,9 @@
 //! custom settings, robots.txt obeyed, the downloader middlewares the settings name), then
 //! handed to [`Spider::parse`] with the callback's name on its request, as a crawl
 //! dispatches it. `--depth N` parses N levels: the requests a page produced are fetched
-//! (one after the other, `download_delay` apart) and parsed with their own callbacks; the
-//! last level's requests are listed, not fetched.
+//! (one after the other; on one host the delay of its `[[hosts]]` rule, or robots.txt's
+//! Crawl-delay when longer, apart) and parsed with their own callbacks; the last level's
+//! requests are listed, not fetched.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -134,6 +135,7 @@ pub(crate) async fn run<S: Spider>(
     let mut pages = Vec::new();
     let mut seen = HashSet::new();
     let mut level = vec![first];
+    let mut last_host: Option<String> = None;
     'levels: for depth in 1..=args.depth {
         let mut next = Vec::new();
         for req in level {
@@ -147,9 +149,19 @@ pub(crate) async fn run<S: Spider>(
                 );
                 break 'levels;
             }
-            if !pages.is_empty() && !settings.download_delay.is_zero() {
-                tokio::time::sleep(settings.download_delay).await;
+            // Back to back on one host, the pause a crawl's slot would make: the delay of
+            // the host's `[[hosts]]` rule, or robots.txt's Crawl-delay when longer.
+            let host = host_key(&req.url);
+            if last_host.as_deref() == Some(host.as_str()) {
+                let delay = settings.for_host(&host).download_delay;
+                let delay = session
+                    .crawl_delay(&req.url)
+                    .map_or(delay, |d| d.max(delay));
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
             }
+            last_host = Some(host);
             let (page, produced) = parse_one(spider, &mut session, &rules, req, depth).await;
             if depth < args.depth {
                 next.extend(produced);
@@ -170,6 +182,15 @@ pub(crate) async fn run<S: Spider>(
         )));
     }
     Ok(())
+}
+
+/// The host key `[[hosts]]` rules match: `host`, or `host:port` for a non-default port.
+fn host_key(url: &crawler::core::Url) -> String {
+    let host = url.host_str().unwrap_or("");
+    match url.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_owned(),
+    }
 }
 
 /// Fetch `req` and run its callback; the report, and the requests to follow.
