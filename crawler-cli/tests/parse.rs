@@ -75,14 +75,15 @@ async fn parse_child() {
     std::process::exit(status);
 }
 
-/// Run this test binary as the project with `parse ARGS`, the lab at full speed.
+/// Run this test binary as the project with `parse ARGS`.
 async fn parse(dir: &Path, args: &[&str]) -> std::process::Output {
     let settings = dir.join("crawler.toml");
     std::fs::write(&settings, "").expect("write settings");
     let settings = settings.to_string_lossy().into_owned();
+    // The lab at full speed unless `args` say otherwise (a later `-s` wins).
     let mut all = vec!["project", "--settings", &settings, "parse"];
-    all.extend_from_slice(args);
     all.extend_from_slice(&["-s", "throttle=fixed", "-s", "download_delay=0s"]);
+    all.extend_from_slice(args);
     let exe = std::env::current_exe().expect("test binary");
     let mut cmd = clean(Command::new(exe), dir);
     cmd.args([
@@ -249,5 +250,48 @@ async fn parse_refuses_unknown_callbacks_and_disallowed_urls_and_reports_callbac
             && stderr.contains("the broken callback broke"),
         "{stderr}"
     );
+    lab.shutdown().await;
+}
+
+/// Followed pages on one host are paced as a crawl paces them: `download_delay` apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parse_paces_followed_pages_on_one_host() {
+    let lab = Lab::builder().books(100).start().await.expect("lab");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let listing = format!("{}catalogue/page-1.html", lab.url());
+    let out = parse(
+        dir.path(),
+        &[
+            &listing,
+            "--spider",
+            "books",
+            "--depth",
+            "2",
+            "--max-pages",
+            "3",
+            "--json",
+            "-s",
+            "download_delay=400ms",
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(document(&out)["pages"].as_array().map(Vec::len), Some(3));
+    let pages: Vec<_> = lab
+        .recorder()
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.starts_with("/catalogue/"))
+        .collect();
+    assert_eq!(pages.len(), 3);
+    for pair in pages.windows(2) {
+        let gap = pair[1].at.saturating_sub(pair[0].replied_at);
+        assert!(
+            gap >= std::time::Duration::from_millis(350),
+            "{} then {} only {gap:?} apart",
+            pair[0].path,
+            pair[1].path
+        );
+    }
     lab.shutdown().await;
 }
