@@ -376,8 +376,8 @@ fn contract_request<S: Spider>(spider: &S, url: &str) -> Result<Request, Error> 
 /// The runner a project's `main.rs` calls with its spiders: register them with
 /// [`Runner::spider`] (or [`Runner::spider_with`] for pipelines and middlewares), then
 /// [`Runner::run_cli`] gives the binary Scrapy's verbs: `crawl NAME [-a KEY=VALUE]...
-/// [-o FILE]... [-O FILE]... [-s KEY=VALUE]...`, `list`, `settings [NAME]` and
-/// `check [NAME] [-a KEY=VALUE]...`. `-a` gives the spider an argument, read in
+/// [-o FILE]... [-O FILE]... [-s KEY=VALUE]...`, `list`, `settings [NAME]`,
+/// `check [NAME] [-a KEY=VALUE]...`, `shell URL` and `parse URL --spider NAME [-c CALLBACK]`. `-a` gives the spider an argument, read in
 /// [`Spider::open`](crawler::core::Spider::open); exit status 0 on success, 1 when a crawl or
 /// check fails, 2 for usage, argument and settings errors.
 #[derive(Default)]
