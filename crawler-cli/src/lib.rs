@@ -2,7 +2,7 @@
 //! compiles only what its spiders need.
 //!
 //! - [`Runner`]: a project's `main.rs` registers its spiders and gets Scrapy's verbs
-//!   (`crawl`, `list`, `settings`, `check`, `shell`), with a live progress display and the
+//!   (`crawl`, `list`, `settings`, `check`, `shell`, `parse`), with a live progress display and the
 //!   metrics endpoint.
 //! - The `crawler` binary ([`run_standalone`]): `new` and `genspider` (scaffolding),
 //!   `fetch`, `shell`, `robots`, `sitemap`, `settings`, `report` (see [`report`]), and with the
@@ -17,6 +17,7 @@ mod bench;
 mod common;
 #[cfg(feature = "metrics")]
 pub mod metrics;
+mod parse;
 pub mod report;
 mod runner;
 mod scaffold;

@@ -36,6 +36,7 @@
 //! settings [NAME] [--markdown]
 //! check [NAME] [-a KEY=VALUE]...
 //! shell URL [--css SELECTOR]... [--spider NAME]
+//! parse URL --spider NAME [-c CALLBACK] [--depth N] [-m KEY=VALUE]... [-a KEY=VALUE]... [--json]
 //! serve [--port N] [--bind ADDR] [--max-jobs N] [--root DIR] [--token-file FILE]
 //! ```
 //!
@@ -78,6 +79,12 @@ pub(crate) trait ErasedSpider {
         contract: &'a Contract,
         settings: &'a Settings,
     ) -> Boxed<'a, Result<String, Error>>;
+    /// `parse URL`: run a callback on one page (the spider opened) and print its output.
+    fn parse_url<'a>(
+        &'a self,
+        settings: &'a Settings,
+        args: &'a crate::parse::ParseArgs,
+    ) -> Boxed<'a, Result<(), Failure>>;
 }
 
 /// What `crawl` was asked to do.
@@ -184,6 +191,14 @@ impl<S: Spider> ErasedSpider for Holder<S> {
         settings: &'a Settings,
     ) -> Boxed<'a, Result<String, Error>> {
         Box::pin(run_contract(&self.spider, contract, settings))
+    }
+
+    fn parse_url<'a>(
+        &'a self,
+        settings: &'a Settings,
+        args: &'a crate::parse::ParseArgs,
+    ) -> Boxed<'a, Result<(), Failure>> {
+        Box::pin(crate::parse::run(&self.spider, settings, args))
     }
 }
 
@@ -361,8 +376,8 @@ fn contract_request<S: Spider>(spider: &S, url: &str) -> Result<Request, Error> 
 /// The runner a project's `main.rs` calls with its spiders: register them with
 /// [`Runner::spider`] (or [`Runner::spider_with`] for pipelines and middlewares), then
 /// [`Runner::run_cli`] gives the binary Scrapy's verbs: `crawl NAME [-a KEY=VALUE]...
-/// [-o FILE]... [-O FILE]... [-s KEY=VALUE]...`, `list`, `settings [NAME]` and
-/// `check [NAME] [-a KEY=VALUE]...`. `-a` gives the spider an argument, read in
+/// [-o FILE]... [-O FILE]... [-s KEY=VALUE]...`, `list`, `settings [NAME]`,
+/// `check [NAME] [-a KEY=VALUE]...`, `shell URL` and `parse URL --spider NAME [-c CALLBACK]`. `-a` gives the spider an argument, read in
 /// [`Spider::open`](crawler::core::Spider::open); exit status 0 on success, 1 when a crawl or
 /// check fails, 2 for usage, argument and settings errors.
 #[derive(Default)]
@@ -416,6 +431,9 @@ enum RunnerVerb {
         #[arg(long, value_name = "NAME")]
         spider: Option<String>,
     },
+    /// Run one of a spider's callbacks on one page and print its items and requests, as
+    /// Scrapy's `parse` does (`--depth N` follows them).
+    Parse(crate::parse::ParseArgs),
     /// Run the spiders as jobs over HTTP: scrapyd's API, a JSON API and a live dashboard.
     Serve(crate::serve::ServeArgs),
 }
@@ -451,7 +469,7 @@ pub(crate) struct CrawlArgs {
 }
 
 /// Parse one `-a KEY=VALUE` (clap reports the error with the option's name).
-fn spider_arg(text: &str) -> Result<(String, String), String> {
+pub(crate) fn spider_arg(text: &str) -> Result<(String, String), String> {
     parse_spider_arg(text).map_err(|e| e.to_string())
 }
 
@@ -663,6 +681,26 @@ impl Runner {
                     .settings;
                 crawler::init_logging_with(&settings).map_err(usage)?;
                 crate::shell::run(&settings, &args).await
+            }
+            RunnerVerb::Parse(args) => {
+                let Some(at) = self.spiders.iter().position(|s| s.name() == args.spider) else {
+                    return Err(self.unknown_spider(&args.spider));
+                };
+                let spider = &mut self.spiders[at];
+                let custom = spider.custom_settings();
+                let settings = layers
+                    .resolve(Some((&args.spider, &custom)))
+                    .map_err(usage)?
+                    .settings;
+                crawler::init_logging_with(&settings).map_err(usage)?;
+                spider.open(&settings, &args.arg).map_err(|e| {
+                    if e.kind() == ErrorKind::Argument {
+                        usage(e)
+                    } else {
+                        failed(e)
+                    }
+                })?;
+                spider.parse_url(&settings, &args).await
             }
             RunnerVerb::Check { name, arg } => {
                 if let Some(n) = &name

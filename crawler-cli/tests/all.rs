@@ -15,6 +15,7 @@
 
 mod cli;
 mod output;
+mod parse;
 mod report;
 mod runner;
 mod secrets;

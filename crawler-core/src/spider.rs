@@ -150,6 +150,13 @@ pub trait Spider: Send + Sync + 'static {
         AllowedStatuses::default()
     }
 
+    /// The callback names [`parse`](Spider::parse) dispatches on ([`Response::callback`]),
+    /// besides the default `parse`: what `parse URL --callback NAME` accepts, and lists when
+    /// a name is not among them. Empty (the default): not declared, so any name is run.
+    fn callbacks(&self) -> Vec<&str> {
+        Vec::new()
+    }
+
     /// Parse a successful (2xx) response, or one whose status the spider, the request or the
     /// settings allow ([`Spider::allowed_statuses`]).
     fn parse(

@@ -23,7 +23,22 @@ use crate::common::{Failure, failed, usage};
 use command::{Command, Limits};
 use crawler::{Error, ErrorKind};
 use input::{Line, Prompt};
-use session::{Flow, Session};
+use session::Flow;
+
+pub(crate) use session::Session;
+
+/// A session that only fetches (no printing limits apply): what `parse` fetches pages with,
+/// so they go out as the shell's and a crawl's do (robots.txt, downloader middlewares).
+pub(crate) fn fetcher(settings: &Settings) -> Result<Session, Error> {
+    Session::new(
+        settings,
+        Limits {
+            max_matches: 0,
+            max_chars: 0,
+            numbered: false,
+        },
+    )
+}
 
 /// Options of `shell`.
 #[derive(clap::Args, Debug, Clone)]

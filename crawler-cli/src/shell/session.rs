@@ -81,6 +81,21 @@ impl Session {
         Ok(summary)
     }
 
+    /// The Crawl-delay robots.txt gives `url`'s host, when its file is cached.
+    pub(crate) fn crawl_delay(&self, url: &Url) -> Option<std::time::Duration> {
+        self.downloader
+            .inner()
+            .robots()
+            .and_then(|cache| cache.cached(url))
+            .and_then(|rules| rules.crawl_delay())
+    }
+
+    /// Take the current page out of the session (`parse` hands it to a spider's callback).
+    pub(crate) fn take_page(&mut self) -> Option<Response> {
+        self.list.clear();
+        self.page.take()
+    }
+
     /// Why robots.txt refused `url`, naming the deciding rule when the file has one.
     fn refusal(&self, url: &Url) -> String {
         let robots = format!("{}/robots.txt", url.origin().ascii_serialization());
