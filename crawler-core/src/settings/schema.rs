@@ -564,7 +564,11 @@ impl std::fmt::Debug for Settings {
                 serde_json::Value::String(text) => {
                     d.field(&key, &crate::redact::redact_setting(&key, &text))
                 }
-                other => d.field(&key, &format_args!("{other}")),
+                // `[[hosts]]` rules may carry a proxy URL with its password.
+                other => d.field(
+                    &key,
+                    &format_args!("{}", crate::redact::redact_text(&other.to_string())),
+                ),
             };
         }
         d.finish()
@@ -714,6 +718,19 @@ impl Settings {
                 return Some((
                     vec!["hosts"],
                     format!("rule '{}': {field} {why}", rule.pattern),
+                ));
+            }
+            if let Some(proxy) = rule.proxy.as_deref()
+                && !proxy_url_ok(proxy.trim())
+            {
+                return Some((
+                    vec!["hosts"],
+                    format!(
+                        "rule '{}': proxy is an invalid proxy URL '{}': use http://host:port \
+                         or https://host:port",
+                        rule.pattern,
+                        crate::redact::redact_url(proxy)
+                    ),
                 ));
             }
         }

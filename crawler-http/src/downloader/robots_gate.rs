@@ -64,10 +64,11 @@ impl HttpDownloader {
         // robots.txt goes out as this slot's send, so it is paced like any request to the
         // host; the page waits for its own send.
         let started = Instant::now();
+        let client = self.client_for(req).map_err(Fetched::Failed)?;
         let (rules, fetched) = robots
             .fetch_rules_via(
                 &req.url,
-                self.client_for(req),
+                &client,
                 crate::guard::private_ok(req),
             )
             .await;
@@ -135,10 +136,19 @@ impl HttpDownloader {
     pub(super) async fn robots_sitemaps(&self, robots: &RobotsCache, req: &Request) -> Download {
         // Through the client the host's pages use (its `[[hosts]]` rule's HTTP version and
         // TLS options, the address policy's public client), as the gate fetches it.
+        let client = match self.client_for(req) {
+            Ok(client) => client,
+            Err(failure) => {
+                return Download {
+                    outcome: Fetched::Failed(failure),
+                    feedback: Feedback::default(),
+                };
+            }
+        };
         let (rules, _) = robots
             .fetch_rules_via(
                 &req.url,
-                self.client_for(req),
+                &client,
                 crate::guard::private_ok(req),
             )
             .await;
