@@ -16,7 +16,7 @@ impl HttpDownloader {
                 format!("invalid method '{}'", req.method),
             )
         })?;
-        let client = self.client_for(req)?;
+        let (client, via_proxy) = self.client_for(req)?;
         let mut builder = client.request(method, req.url.clone());
         for (k, v) in &req.headers {
             builder = builder.header(k.as_str(), v.as_str());
@@ -30,7 +30,13 @@ impl HttpDownloader {
             .tap
             .as_ref()
             .map(|tap| tap.wire_headers(request.headers(), request.url()));
-        let mut resp = client.execute(request).await.map_err(classify)?;
+        let mut resp = client.execute(request).await.map_err(|e| {
+            if via_proxy {
+                classify_via_proxy(e)
+            } else {
+                classify(e)
+            }
+        })?;
         let status = resp.status().as_u16();
         let version = resp.version();
         let url = resp.url().clone();
@@ -257,6 +263,23 @@ fn cut_off(e: &reqwest::Error) -> bool {
         cause = c.source();
     }
     false
+}
+
+/// Put a reqwest error of a request sent through a proxy in its class: a connection that
+/// failed before any response is the proxy's (the only connection an `http://` request
+/// makes is to the proxy; an `https://` one's tunnel is the proxy's answer to `CONNECT`),
+/// so it is a `proxy` failure, not the target's (whose pace it does not lower).
+fn classify_via_proxy(e: reqwest::Error) -> Failure {
+    let connect = e.is_connect();
+    let mut failure = classify(e);
+    let tunnel = failure.message.to_ascii_lowercase().contains("tunnel");
+    if failure.kind == FailureKind::Connection && (connect || tunnel) {
+        failure.kind = FailureKind::Proxy;
+        failure.message = format!("proxy failed: {}", failure.message);
+    }
+    // A proxy URL's password never reaches a message (registered when the route was made).
+    failure.message = crawler_core::redact::scrub(&failure.message).into_owned();
+    failure
 }
 
 /// Put a reqwest error in the class the stats and the retry policy use.

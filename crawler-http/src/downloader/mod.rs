@@ -254,16 +254,21 @@ impl HttpDownloader {
     /// A request with its own proxy (`Request::proxy`, meta `proxy`) goes through the
     /// clients of its host's route with that proxy instead, built on first use and kept
     /// (one per distinct route). Its host key, and so its politeness, stay the target's.
-    fn client_for(&self, req: &Request) -> Result<reqwest::Client, Failure> {
+    ///
+    /// With the client, whether it goes through a proxy.
+    fn client_for(&self, req: &Request) -> Result<(reqwest::Client, bool), Failure> {
         let base = self.clients_for(&req.url);
         let proxy = req
             .meta
             .get(crawler_core::PROXY_META)
             .and_then(|v| v.as_str())
             .filter(|p| !p.trim().is_empty());
-        let pick = |clients: &Clients| match &clients.public {
-            Some(public) if !private_ok(req) => public.clone(),
-            _ => clients.client.clone(),
+        let pick = |clients: &Clients| {
+            let client = match &clients.public {
+                Some(public) if !private_ok(req) => public.clone(),
+                _ => clients.client.clone(),
+            };
+            (client, clients.route.proxy.is_some())
         };
         let Some(proxy) = proxy else {
             return Ok(pick(base));

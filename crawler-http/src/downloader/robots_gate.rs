@@ -64,7 +64,7 @@ impl HttpDownloader {
         // robots.txt goes out as this slot's send, so it is paced like any request to the
         // host; the page waits for its own send.
         let started = Instant::now();
-        let client = self.client_for(req).map_err(Fetched::Failed)?;
+        let (client, _) = self.client_for(req).map_err(Fetched::Failed)?;
         let (rules, fetched) = robots
             .fetch_rules_via(
                 &req.url,
@@ -137,7 +137,7 @@ impl HttpDownloader {
         // Through the client the host's pages use (its `[[hosts]]` rule's HTTP version and
         // TLS options, the address policy's public client), as the gate fetches it.
         let client = match self.client_for(req) {
-            Ok(client) => client,
+            Ok((client, _)) => client,
             Err(failure) => {
                 return Download {
                     outcome: Fetched::Failed(failure),
