@@ -187,7 +187,10 @@ async fn a_hosts_rule_and_a_request_proxy_go_through_the_proxy_and_other_hosts_g
     // The mixed lab's book pages came through the proxy, its listings directly.
     let mixed_books: Vec<&String> = through(&mixed);
     assert_eq!(mixed_books.len(), 100, "{forwarded:?}");
-    assert!(mixed_books.iter().all(|u| u.contains("book-")), "{mixed_books:?}");
+    assert!(
+        mixed_books.iter().all(|u| u.contains("book-")),
+        "{mixed_books:?}"
+    );
     assert!(mixed.recorder().requests().len() > 100);
     // Nothing of the plain lab went through the proxy.
     assert!(through(&plain).is_empty(), "{forwarded:?}");
@@ -206,7 +209,10 @@ async fn a_hosts_rule_and_a_request_proxy_go_through_the_proxy_and_other_hosts_g
         std::fs::read_to_string(&failures).unwrap_or_default()
     );
     assert!(!printed.contains(PASSWORD), "{printed}");
-    assert!(printed.contains(USER), "the user name stays readable: {printed}");
+    assert!(
+        printed.contains(USER),
+        "the user name stays readable: {printed}"
+    );
     ruled.shutdown().await;
     mixed.shutdown().await;
     plain.shutdown().await;
@@ -243,7 +249,10 @@ async fn a_proxy_refusing_the_connection_fails_the_requests_without_printing_the
     .await
     .expect("crawl runs");
     assert_eq!(stats.items_scraped, 0, "{stats}");
-    assert!(lab.recorder().requests().is_empty(), "nothing reached the origin");
+    assert!(
+        lab.recorder().requests().is_empty(),
+        "nothing reached the origin"
+    );
     let text = std::fs::read_to_string(&failures).unwrap_or_default();
     let printed = format!("{stats}\n{stats:?}\n{text}");
     assert!(!printed.contains(PASSWORD), "{printed}");

@@ -824,6 +824,9 @@ impl HostRule {
         if let Some(version) = self.http_version {
             s.http_version = version;
         }
+        if let Some(proxy) = &self.proxy {
+            s.proxy = Some(proxy.clone());
+        }
     }
 }
 

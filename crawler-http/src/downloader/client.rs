@@ -208,7 +208,8 @@ impl Route {
         Self {
             http_version: rule.http_version.unwrap_or(settings.http_version),
             tls_verify: rule.tls_verify.unwrap_or(true),
-            proxy: non_empty(rule.proxy.as_deref()).or_else(|| non_empty(settings.proxy.as_deref())),
+            proxy: non_empty(rule.proxy.as_deref())
+                .or_else(|| non_empty(settings.proxy.as_deref())),
         }
     }
 

@@ -66,11 +66,7 @@ impl HttpDownloader {
         let started = Instant::now();
         let (client, _) = self.client_for(req).map_err(Fetched::Failed)?;
         let (rules, fetched) = robots
-            .fetch_rules_via(
-                &req.url,
-                &client,
-                crate::guard::private_ok(req),
-            )
+            .fetch_rules_via(&req.url, &client, crate::guard::private_ok(req))
             .await;
         feedback.sent = fetched;
         feedback.robots_not_text = fetched && rules.not_text();
@@ -146,11 +142,7 @@ impl HttpDownloader {
             }
         };
         let (rules, _) = robots
-            .fetch_rules_via(
-                &req.url,
-                &client,
-                crate::guard::private_ok(req),
-            )
+            .fetch_rules_via(&req.url, &client, crate::guard::private_ok(req))
             .await;
         let mut body = String::new();
         // Relative lines are resolved against robots.txt: the RFC asks for absolute URLs,
