@@ -93,9 +93,11 @@ impl Tinyproxy {
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("tinyproxy must be installed (apt-get install tinyproxy)");
+        // Owned first, so a proxy that never comes up is still killed (by `Drop`).
+        let proxy = Self { child, dir, port };
         for _ in 0..250 {
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Self { child, dir, port };
+                return proxy;
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }

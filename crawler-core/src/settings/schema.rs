@@ -1046,4 +1046,30 @@ mod warc_tests {
         assert!(e.to_string().contains("WARC path"), "{e}");
         assert!(s.set("warc", "-").is_err());
     }
+
+    #[test]
+    fn a_hosts_rule_proxy_is_checked_applied_and_redacted() {
+        let mut s = Settings::default();
+        s.set(
+            "hosts",
+            r#"[{"match":"geo.test","proxy":"http://u:rule-pass-42@127.0.0.1:3128"}]"#,
+        )
+        .unwrap();
+        assert_eq!(
+            s.for_host("geo.test").proxy.as_deref(),
+            Some("http://u:rule-pass-42@127.0.0.1:3128")
+        );
+        assert_eq!(s.for_host("other.test").proxy, None);
+        let shown = format!("{s:?}");
+        assert!(!shown.contains("rule-pass-42"), "{shown}");
+        let err = s
+            .set(
+                "hosts",
+                r#"[{"match":"geo.test","proxy":"ftp://u:rule-pass-42@127.0.0.1:21"}]"#,
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("proxy") && err.contains("geo.test"), "{err}");
+        assert!(!err.contains("rule-pass-42"), "{err}");
+    }
 }
