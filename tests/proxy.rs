@@ -268,3 +268,92 @@ async fn a_proxy_refusing_the_connection_fails_the_requests_without_printing_the
     assert_eq!(records[0]["attempts"], 2, "{text}");
     lab.shutdown().await;
 }
+
+/// A microsocks SOCKS5 server on a free 127.0.0.1 port, with credentials; it prints one line
+/// per connection it makes (`client[n] 127.0.0.1: connected to HOST:PORT`).
+struct Microsocks {
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl Microsocks {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port on loopback")
+            .port();
+        let out = std::fs::File::create(dir.path().join("microsocks.log")).expect("log file");
+        let child = std::process::Command::new("microsocks")
+            .args(["-i", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-u", USER, "-P", PASSWORD])
+            // It logs on stderr (unbuffered); stdout too, in case.
+            .stdout(out.try_clone().expect("log file"))
+            .stderr(out)
+            .spawn()
+            .expect("microsocks must be installed (apt-get install microsocks)");
+        // Owned first, so a server that never comes up is still killed (by `Drop`).
+        let socks = Self { child, dir, port };
+        for _ in 0..250 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return socks;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        panic!("microsocks did not come up on port {port}");
+    }
+
+    /// How many connections the server made to `host` (`127.0.0.1:port`).
+    fn connections_to(&self, host: &str) -> usize {
+        std::fs::read_to_string(self.dir.path().join("microsocks.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.ends_with(&format!("connected to {host}")))
+            .count()
+    }
+}
+
+impl Drop for Microsocks {
+    fn drop(&mut self) {
+        // Our own child, by its id.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socks5_proxy_in_a_hosts_rule_carries_every_request_of_its_hosts() {
+    let socks = Microsocks::start();
+    let ruled = Lab::builder().books(100).start().await.expect("lab starts");
+    let plain = Lab::builder().books(100).start().await.expect("lab starts");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let items = dir.path().join("items.jsonl");
+    let url = format!("socks5h://{USER}:{PASSWORD}@127.0.0.1:{}", socks.port);
+    let rules = serde_json::json!([{ "match": host_of(&ruled), "proxy": url }]).to_string();
+    let stats = Crawl::new(Shelves {
+        starts: vec![ruled.url(), plain.url()],
+        via: None,
+    })
+    .feed(&items)
+    .expect("feed path")
+    .set("hosts", rules)
+    .set("concurrency_per_host", "4")
+    .set("throttle", "fixed")
+    .set("download_delay", "0s")
+    .progress(false)
+    .run()
+    .await
+    .expect("crawl runs");
+    let lines = std::fs::read_to_string(&items).expect("items file");
+    assert_eq!(lines.lines().count(), 200, "{stats}");
+    // Connections are kept alive, so fewer than requests, but some went through the proxy
+    // and none of the plain lab's.
+    assert!(ruled.recorder().requests().len() > 100);
+    assert!(socks.connections_to(&host_of(&ruled)) > 0, "{stats}");
+    assert_eq!(socks.connections_to(&host_of(&plain)), 0);
+    let printed = format!("{stats}\n{stats:?}");
+    assert!(!printed.contains(PASSWORD), "{printed}");
+    ruled.shutdown().await;
+    plain.shutdown().await;
+}

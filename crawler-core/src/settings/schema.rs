@@ -305,8 +305,11 @@ pub struct Settings {
     /// to http), `no-referrer`, `same-origin`, `origin` (scheme and host only) or
     /// `unsafe-url` (always the page URL). Default `default`.
     pub referer_policy: String,
-    /// Send every request through this HTTP proxy (`http://host:port`, credentials in the
-    /// URL if needed). Unset: direct, or the `HTTP_PROXY` / `HTTPS_PROXY` environment.
+    /// Send every request through this proxy (`http://host:port`, `https://` for TLS to the
+    /// proxy, `socks5://` or `socks5h://` (names resolved by the proxy); credentials in the
+    /// URL if needed). A `[[hosts]]` rule's `proxy` and a request's own
+    /// (`Request::proxy`) win over it. Unset: direct, or the `HTTP_PROXY` / `HTTPS_PROXY`
+    /// environment.
     pub proxy: Option<String>,
     /// What one politeness slot covers: `host` (the host and any explicit port, the default),
     /// `domain` (the registrable domain, so `a.example.com` and `b.example.com` share one
@@ -692,7 +695,8 @@ impl Settings {
             return Some((
                 vec!["proxy"],
                 format!(
-                    "is an invalid proxy URL '{}': use http://host:port or https://host:port",
+                    "is an invalid proxy URL '{}': use http://host:port, https://host:port, \
+                     socks5://host:port or socks5h://host:port",
                     crate::redact::redact_url(proxy)
                 ),
             ));
@@ -726,8 +730,8 @@ impl Settings {
                 return Some((
                     vec!["hosts"],
                     format!(
-                        "rule '{}': proxy is an invalid proxy URL '{}': use http://host:port \
-                         or https://host:port",
+                        "rule '{}': proxy is an invalid proxy URL '{}': use http://, https://, \
+                         socks5:// or socks5h://host:port",
                         rule.pattern,
                         crate::redact::redact_url(proxy)
                     ),
@@ -841,7 +845,8 @@ fn proxy_url_ok(proxy: &str) -> bool {
         Err(e) => Err(e),
     };
     parsed.is_ok_and(|u| {
-        matches!(u.scheme(), "http" | "https") && u.host_str().is_some_and(|h| !h.is_empty())
+        matches!(u.scheme(), "http" | "https" | "socks5" | "socks5h")
+            && u.host_str().is_some_and(|h| !h.is_empty())
     })
 }
 
