@@ -1,5 +1,6 @@
 //! Proxies per host and per request (issue 47): a real HTTP proxy (Debian's `tinyproxy`,
-//! with Basic credentials) started by the test, a `[[hosts]]` rule sending one lab's
+//! with Basic credentials) and a real SOCKS5 one (Debian's `microsocks`) started by the
+//! tests, a `[[hosts]]` rule sending one lab's
 //! requests through it, a request with its own proxy, and another lab reached directly.
 //! The proxy's log says which requests went through it; the password appears nowhere in
 //! what the crawl prints. Everything stays on 127.0.0.1.

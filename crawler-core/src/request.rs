@@ -227,8 +227,8 @@ impl Request {
         self
     }
 
-    /// Send this request through the proxy at `url` (`http://user:pass@host:port` or
-    /// `https://...`), whatever the `[[hosts]]` rule or the crawl's `proxy` say (Scrapy's
+    /// Send this request through the proxy at `url` (`http://user:pass@host:port`,
+    /// `https://`, `socks5://` or `socks5h://`), whatever the `[[hosts]]` rule or the crawl's `proxy` say (Scrapy's
     /// `meta["proxy"]`). Kept in the meta under [`PROXY_META`], so it persists with the
     /// request; politeness stays per target host.
     pub fn proxy(mut self, url: impl Into<String>) -> Self {
