@@ -28,6 +28,7 @@ mod many_hosts;
 mod middlewares;
 mod network;
 mod politeness;
+mod proxy;
 mod recrawl;
 #[cfg(feature = "redis")]
 mod redis_fleet;

@@ -53,12 +53,16 @@ pub enum FailureKind {
     /// ([`FailedRequest::kind`](crate::FailedRequest::kind)): the stats count such requests
     /// as `disallowed`, not as failed.
     Disallowed,
+    /// The proxy the request goes through failed: it refused the connection or answered
+    /// the tunnel (`CONNECT`) with an error (407, 502). Retried, as a connection failure;
+    /// the target host's pace is not lowered for it (the host was not reached).
+    Proxy,
 }
 
 impl FailureKind {
     /// Every kind, in declaration order (the docs checks walk it; a test below fails when a
     /// new kind is missing from it).
-    pub const ALL: [FailureKind; 16] = [
+    pub const ALL: [FailureKind; 17] = [
         Self::Timeout,
         Self::Connection,
         Self::Dns,
@@ -75,6 +79,7 @@ impl FailureKind {
         Self::HostSkipped,
         Self::Other,
         Self::Disallowed,
+        Self::Proxy,
     ];
 
     /// The short, stable name used in stats and failure files.
@@ -96,6 +101,7 @@ impl FailureKind {
             Self::HostSkipped => "host_skipped",
             Self::Other => "other",
             Self::Disallowed => "robots_disallowed",
+            Self::Proxy => "proxy",
         }
     }
 }
@@ -458,11 +464,12 @@ mod failure_kind_tests {
             HostSkipped => 13,
             Other => 14,
             Disallowed => 15,
+            Proxy => 16,
         }
     }
 
     #[test]
     fn all_lists_every_kind_once_in_order() {
-        assert!(FailureKind::ALL.iter().map(|&k| ordinal(k)).eq(0..16));
+        assert!(FailureKind::ALL.iter().map(|&k| ordinal(k)).eq(0..17));
     }
 }

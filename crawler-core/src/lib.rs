@@ -82,7 +82,7 @@ pub use parse::ParseLimits;
 pub use pipeline::{BoxFuture, DynPipeline, Pipeline, Processed};
 pub use redirect::{DONT_REDIRECT_META, REDIRECTS, redirect};
 pub use render::{RENDER_META, RenderOptions};
-pub use request::{Request, parse_http_url};
+pub use request::{PROXY_META, Request, parse_http_url};
 pub use response::{AfterAck, BodyOrigin, Response};
 pub use robots_share::{RobotsShare, SharedRobots};
 pub use select::{IntoNodes, Node, Selection, check_css, check_xpath, looks_like_xpath};

@@ -329,6 +329,12 @@ impl<I> Follow<'_, I> {
         self.map(Request::allow_all_statuses)
     }
 
+    /// Send through the proxy at `url` (see [`Request::proxy`]).
+    pub fn proxy(self, url: impl Into<String>) -> Self {
+        let url = url.into();
+        self.map(|r| r.proxy(url.clone()))
+    }
+
     /// Set the priority (higher runs sooner within the host's queue).
     pub fn priority(self, priority: i32) -> Self {
         self.map(|r| r.priority(priority))

@@ -156,7 +156,16 @@ pub fn register_secrets(settings: &Settings) {
     for url in [&settings.redis_url, &settings.proxy].into_iter().flatten() {
         found.extend(url_secrets(url));
     }
+    for url in settings.hosts.iter().filter_map(|r| r.proxy.as_ref()) {
+        found.extend(url_secrets(url));
+    }
     register(found);
+}
+
+/// Remember the password `url` carries (a request's own proxy), so [`scrub`] removes it
+/// from any text.
+pub fn register_url_secrets(url: &str) {
+    register(url_secrets(url));
 }
 
 /// Add secrets to scrub from every text [`scrub`] sees.

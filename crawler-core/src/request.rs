@@ -5,6 +5,10 @@ use url::Url;
 
 use crate::error::{Error, ErrorKind, Result};
 
+/// Request meta key: the proxy this request goes through (set by [`Request::proxy`]),
+/// winning over the `[[hosts]]` rule's and the crawl's `proxy`.
+pub const PROXY_META: &str = "proxy";
+
 /// One HTTP request the crawler will make.
 ///
 /// Requests are plain data and serialisable, because the frontier may persist them (sled) or
@@ -220,6 +224,16 @@ impl Request {
     /// Bypass the duplicate filter.
     pub fn dont_filter(mut self) -> Self {
         self.dont_filter = true;
+        self
+    }
+
+    /// Send this request through the proxy at `url` (`http://user:pass@host:port`,
+    /// `https://`, `socks5://` or `socks5h://`), whatever the `[[hosts]]` rule or the crawl's `proxy` say (Scrapy's
+    /// `meta["proxy"]`). Kept in the meta under [`PROXY_META`], so it persists with the
+    /// request; politeness stays per target host.
+    pub fn proxy(mut self, url: impl Into<String>) -> Self {
+        self.meta
+            .insert(PROXY_META.into(), serde_json::Value::String(url.into()));
         self
     }
 

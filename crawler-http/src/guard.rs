@@ -218,8 +218,14 @@ pub(crate) fn proxy_in_use(
     settings: &Settings,
     env: impl IntoIterator<Item = (String, String)>,
 ) -> Option<(String, String)> {
+    // A `[[hosts]]` rule's proxy routes some hosts only, but those are as unchecked.
+    let rule = settings.hosts.iter().find_map(|r| {
+        let p = r.proxy.as_deref().filter(|p| !p.trim().is_empty())?;
+        Some((p.to_owned(), format!("the [[hosts]] rule '{}'", r.pattern)))
+    });
     match settings.proxy.as_deref().filter(|p| !p.trim().is_empty()) {
         Some(p) => Some((p.to_owned(), "the proxy setting".to_owned())),
+        None if rule.is_some() => rule,
         None => env
             .into_iter()
             .find(|(k, v)| PROXY_ENV_VARS.contains(&k.as_str()) && !v.trim().is_empty())

@@ -55,6 +55,10 @@ pub struct HostRule {
     /// self-signed certificate; warned at start). Unset or `true`: verified.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_verify: Option<bool>,
+    /// Send this host's requests through this proxy (`http://user:pass@host:port`,
+    /// `https://`, `socks5://` or `socks5h://`), instead of the crawl's `proxy`; a request's own proxy wins over it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<String>,
 }
 
 /// The fields of a `[[hosts]]` rule, as written in crawler.toml.
@@ -69,6 +73,7 @@ pub const HOST_RULE_KEYS: &[&str] = &[
     "render",
     "http_version",
     "tls_verify",
+    "proxy",
 ];
 
 impl HostRule {

@@ -305,8 +305,11 @@ pub struct Settings {
     /// to http), `no-referrer`, `same-origin`, `origin` (scheme and host only) or
     /// `unsafe-url` (always the page URL). Default `default`.
     pub referer_policy: String,
-    /// Send every request through this HTTP proxy (`http://host:port`, credentials in the
-    /// URL if needed). Unset: direct, or the `HTTP_PROXY` / `HTTPS_PROXY` environment.
+    /// Send every request through this proxy (`http://host:port`, `https://` for TLS to the
+    /// proxy, `socks5://` or `socks5h://` (names resolved by the proxy); credentials in the
+    /// URL if needed). A `[[hosts]]` rule's `proxy` and a request's own
+    /// (`Request::proxy`) win over it. Unset: direct, or the `HTTP_PROXY` / `HTTPS_PROXY`
+    /// environment.
     pub proxy: Option<String>,
     /// What one politeness slot covers: `host` (the host and any explicit port, the default),
     /// `domain` (the registrable domain, so `a.example.com` and `b.example.com` share one
@@ -564,7 +567,11 @@ impl std::fmt::Debug for Settings {
                 serde_json::Value::String(text) => {
                     d.field(&key, &crate::redact::redact_setting(&key, &text))
                 }
-                other => d.field(&key, &format_args!("{other}")),
+                // `[[hosts]]` rules may carry a proxy URL with its password.
+                other => d.field(
+                    &key,
+                    &format_args!("{}", crate::redact::redact_text(&other.to_string())),
+                ),
             };
         }
         d.finish()
@@ -688,7 +695,8 @@ impl Settings {
             return Some((
                 vec!["proxy"],
                 format!(
-                    "is an invalid proxy URL '{}': use http://host:port or https://host:port",
+                    "is an invalid proxy URL '{}': use http://host:port, https://host:port, \
+                     socks5://host:port or socks5h://host:port",
                     crate::redact::redact_url(proxy)
                 ),
             ));
@@ -714,6 +722,19 @@ impl Settings {
                 return Some((
                     vec!["hosts"],
                     format!("rule '{}': {field} {why}", rule.pattern),
+                ));
+            }
+            if let Some(proxy) = rule.proxy.as_deref()
+                && !proxy_url_ok(proxy.trim())
+            {
+                return Some((
+                    vec!["hosts"],
+                    format!(
+                        "rule '{}': proxy is an invalid proxy URL '{}': use http://, https://, \
+                         socks5:// or socks5h://host:port",
+                        rule.pattern,
+                        crate::redact::redact_url(proxy)
+                    ),
                 ));
             }
         }
@@ -807,6 +828,9 @@ impl HostRule {
         if let Some(version) = self.http_version {
             s.http_version = version;
         }
+        if let Some(proxy) = &self.proxy {
+            s.proxy = Some(proxy.clone());
+        }
     }
 }
 
@@ -821,7 +845,8 @@ fn proxy_url_ok(proxy: &str) -> bool {
         Err(e) => Err(e),
     };
     parsed.is_ok_and(|u| {
-        matches!(u.scheme(), "http" | "https") && u.host_str().is_some_and(|h| !h.is_empty())
+        matches!(u.scheme(), "http" | "https" | "socks5" | "socks5h")
+            && u.host_str().is_some_and(|h| !h.is_empty())
     })
 }
 
@@ -1025,5 +1050,31 @@ mod warc_tests {
             .expect_err("unknown placeholder");
         assert!(e.to_string().contains("WARC path"), "{e}");
         assert!(s.set("warc", "-").is_err());
+    }
+
+    #[test]
+    fn a_hosts_rule_proxy_is_checked_applied_and_redacted() {
+        let mut s = Settings::default();
+        s.set(
+            "hosts",
+            r#"[{"match":"geo.test","proxy":"http://u:rule-pass-42@127.0.0.1:3128"}]"#,
+        )
+        .unwrap();
+        assert_eq!(
+            s.for_host("geo.test").proxy.as_deref(),
+            Some("http://u:rule-pass-42@127.0.0.1:3128")
+        );
+        assert_eq!(s.for_host("other.test").proxy, None);
+        let shown = format!("{s:?}");
+        assert!(!shown.contains("rule-pass-42"), "{shown}");
+        let err = s
+            .set(
+                "hosts",
+                r#"[{"match":"geo.test","proxy":"ftp://u:rule-pass-42@127.0.0.1:21"}]"#,
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("proxy") && err.contains("geo.test"), "{err}");
+        assert!(!err.contains("rule-pass-42"), "{err}");
     }
 }

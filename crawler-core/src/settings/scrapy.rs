@@ -162,8 +162,9 @@ pub(super) const SCRAPY_NAMES: &[ScrapyName] = &[
     key("COOKIES_ENABLED", "cookies_enabled", ""),
     instead(
         "HTTPPROXY_ENABLED",
-        "set `proxy` to the proxy's URL; unset, `HTTP_PROXY` / `HTTPS_PROXY` from the \
-         environment are used, as in Scrapy",
+        "set `proxy` to the proxy's URL (`proxy` in a `[[hosts]]` rule for some hosts, \
+         `Request::proxy(url)` / meta `proxy` per request, as `meta[\"proxy\"]`); unset, \
+         `HTTP_PROXY` / `HTTPS_PROXY` from the environment are used, as in Scrapy",
     ),
     key(
         "REFERRER_POLICY",

@@ -32,7 +32,10 @@ impl RetryPolicy {
     /// Whether a failure of this kind (and status) can succeed on another attempt.
     fn retryable(&self, kind: FailureKind, status: Option<u16>) -> bool {
         match kind {
-            FailureKind::Timeout | FailureKind::Connection | FailureKind::SoftBlock => true,
+            FailureKind::Timeout
+            | FailureKind::Connection
+            | FailureKind::SoftBlock
+            | FailureKind::Proxy => true,
             FailureKind::Status => status.is_some_and(|s| self.codes.contains(&s)),
             _ => false,
         }

@@ -16,7 +16,7 @@ impl HttpDownloader {
                 format!("invalid method '{}'", req.method),
             )
         })?;
-        let client = self.client_for(req);
+        let (client, via_proxy) = self.client_for(req)?;
         let mut builder = client.request(method, req.url.clone());
         for (k, v) in &req.headers {
             builder = builder.header(k.as_str(), v.as_str());
@@ -30,7 +30,13 @@ impl HttpDownloader {
             .tap
             .as_ref()
             .map(|tap| tap.wire_headers(request.headers(), request.url()));
-        let mut resp = client.execute(request).await.map_err(classify)?;
+        let mut resp = client.execute(request).await.map_err(|e| {
+            if via_proxy {
+                classify_via_proxy(e)
+            } else {
+                classify(e)
+            }
+        })?;
         let status = resp.status().as_u16();
         let version = resp.version();
         let url = resp.url().clone();
@@ -108,7 +114,7 @@ const POOL_IDLE: std::time::Duration = std::time::Duration::from_secs(20);
 /// reach private space.
 pub(super) fn build_client(
     settings: &Settings,
-    route: Route,
+    route: &Route,
     policy: &std::sync::Arc<AddressPolicy>,
     private_ok: bool,
 ) -> Result<reqwest::Client, Error> {
@@ -133,9 +139,17 @@ pub(super) fn build_client(
     if let Some(path) = settings.tls_ca_file.as_deref() {
         builder = builder.tls_certs_merge(ca_certificates(path)?);
     }
-    if let Some(proxy) = settings.proxy.as_deref().filter(|p| !p.trim().is_empty()) {
-        let proxy = reqwest::Proxy::all(proxy.trim())
-            .map_err(|e| Error::new(format!("invalid proxy URL '{proxy}'"), e))?;
+    if let Some(proxy) = route.proxy.as_deref() {
+        // Echoed redacted: a proxy URL often carries a password.
+        let proxy = reqwest::Proxy::all(proxy).map_err(|e| {
+            Error::new(
+                format!(
+                    "invalid proxy URL '{}'",
+                    crawler_core::redact::redact_url(proxy)
+                ),
+                e,
+            )
+        })?;
         builder = builder.proxy(proxy);
     }
     builder
@@ -167,12 +181,16 @@ pub(super) fn build_client(
 /// What a request's client depends on beside the address policy: the options `[[hosts]]`
 /// rules may set per host. Requests of hosts with the same options share one client (and its
 /// connection pool).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) struct Route {
     /// The HTTP version spoken.
     pub(super) http_version: HttpVersion,
     /// Whether the server's certificate is verified.
     pub(super) tls_verify: bool,
+    /// The proxy requests go through (`None`: direct, or the environment's `HTTP_PROXY`).
+    /// A client per distinct proxy: each has its own connection pool, so a request never
+    /// rides a connection to another proxy.
+    pub(super) proxy: Option<String>,
 }
 
 impl Route {
@@ -181,6 +199,7 @@ impl Route {
         Self {
             http_version: settings.http_version,
             tls_verify: true,
+            proxy: non_empty(settings.proxy.as_deref()),
         }
     }
 
@@ -189,8 +208,26 @@ impl Route {
         Self {
             http_version: rule.http_version.unwrap_or(settings.http_version),
             tls_verify: rule.tls_verify.unwrap_or(true),
+            proxy: non_empty(rule.proxy.as_deref())
+                .or_else(|| non_empty(settings.proxy.as_deref())),
         }
     }
+
+    /// This route through `proxy` instead (a request's own proxy).
+    pub(super) fn via(&self, proxy: &str) -> Self {
+        Self {
+            proxy: non_empty(Some(proxy)),
+            ..self.clone()
+        }
+    }
+}
+
+/// A proxy setting's URL, trimmed; `None` when unset or blank.
+fn non_empty(proxy: Option<&str>) -> Option<String> {
+    proxy
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(str::to_owned)
 }
 
 /// The certificates of the `tls_ca_file` PEM file at `path`.
@@ -227,6 +264,23 @@ fn cut_off(e: &reqwest::Error) -> bool {
         cause = c.source();
     }
     false
+}
+
+/// Put a reqwest error of a request sent through a proxy in its class: a connection that
+/// failed before any response is the proxy's (the only connection an `http://` request
+/// makes is to the proxy; an `https://` one's tunnel is the proxy's answer to `CONNECT`),
+/// so it is a `proxy` failure, not the target's (whose pace it does not lower).
+fn classify_via_proxy(e: reqwest::Error) -> Failure {
+    let connect = e.is_connect();
+    let mut failure = classify(e);
+    let tunnel = failure.message.to_ascii_lowercase().contains("tunnel");
+    if failure.kind == FailureKind::Connection && (connect || tunnel) {
+        failure.kind = FailureKind::Proxy;
+        failure.message = format!("proxy failed: {}", failure.message);
+    }
+    // A proxy URL's password never reaches a message (registered when the route was made).
+    failure.message = crawler_core::redact::scrub(&failure.message).into_owned();
+    failure
 }
 
 /// Put a reqwest error in the class the stats and the retry policy use.

@@ -42,6 +42,11 @@ pub struct HttpDownloader {
     /// For each `[[hosts]]` rule, the index in `routes` of its hosts' clients (`None`: the
     /// crawl's own).
     rule_routes: Vec<Option<usize>>,
+    /// The clients of requests with a proxy of their own (`Request::proxy`), by route,
+    /// built on first use.
+    request_routes: std::sync::Mutex<std::collections::HashMap<Route, Clients>>,
+    /// The crawl's settings, to build those clients.
+    settings: Arc<Settings>,
     /// Which addresses requests may reach.
     policy: Arc<AddressPolicy>,
     robots: Option<RobotsCache>,
@@ -71,6 +76,8 @@ pub struct HttpDownloader {
 
 /// The clients of one set of connection options.
 struct Clients {
+    /// The connection options these clients were built with.
+    route: Route,
     /// The client of requests that may reach private space (start requests, and links and
     /// redirects from private pages).
     client: reqwest::Client,
@@ -82,12 +89,13 @@ struct Clients {
 impl Clients {
     fn new(settings: &Settings, route: Route, policy: &Arc<AddressPolicy>) -> Result<Self, Error> {
         Ok(Self {
-            client: build_client(settings, route, policy, true)?,
+            client: build_client(settings, &route, policy, true)?,
             public: if policy.denies_private() {
-                Some(build_client(settings, route, policy, false)?)
+                Some(build_client(settings, &route, policy, false)?)
             } else {
                 None
             },
+            route,
         })
     }
 }
@@ -119,7 +127,7 @@ impl HttpDownloader {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let policy = Arc::new(AddressPolicy::from_settings(settings)?);
         let default_route = Route::of(settings);
-        let clients = Clients::new(settings, default_route, &policy)?;
+        let clients = Clients::new(settings, default_route.clone(), &policy)?;
         // One client per distinct set of options the rules ask for, not one per rule.
         let mut keys: Vec<Route> = Vec::new();
         let mut routes = Vec::new();
@@ -140,7 +148,7 @@ impl HttpDownloader {
             let index = match keys.iter().position(|k| *k == route) {
                 Some(i) => i,
                 None => {
-                    keys.push(route);
+                    keys.push(route.clone());
                     routes.push(Clients::new(settings, route, &policy)?);
                     routes.len() - 1
                 }
@@ -176,6 +184,8 @@ impl HttpDownloader {
             clients,
             routes,
             rule_routes,
+            request_routes: std::sync::Mutex::new(std::collections::HashMap::new()),
+            settings: Arc::new(settings.clone()),
             policy,
             robots,
             obey_robots: settings.obey_robots,
@@ -240,12 +250,51 @@ impl HttpDownloader {
 
     /// The client `req` goes out through: the one that may reach private space, or (with
     /// `deny_private_addresses`) the public one for requests from public pages.
-    fn client_for(&self, req: &Request) -> &reqwest::Client {
-        let clients = self.clients_for(&req.url);
-        match &clients.public {
-            Some(public) if !private_ok(req) => public,
-            _ => &clients.client,
+    ///
+    /// A request with its own proxy (`Request::proxy`, meta `proxy`) goes through the
+    /// clients of its host's route with that proxy instead, built on first use and kept
+    /// (one per distinct route). Its host key, and so its politeness, stay the target's.
+    ///
+    /// With the client, whether it goes through a proxy.
+    fn client_for(&self, req: &Request) -> Result<(reqwest::Client, bool), Failure> {
+        let base = self.clients_for(&req.url);
+        let proxy = req
+            .meta
+            .get(crawler_core::PROXY_META)
+            .and_then(|v| v.as_str())
+            .filter(|p| !p.trim().is_empty());
+        let pick = |clients: &Clients| {
+            let client = match &clients.public {
+                Some(public) if !private_ok(req) => public.clone(),
+                _ => clients.client.clone(),
+            };
+            (client, clients.route.proxy.is_some())
+        };
+        let Some(proxy) = proxy else {
+            return Ok(pick(base));
+        };
+        let route = base.route.via(proxy);
+        if route == base.route {
+            return Ok(pick(base));
         }
+        let mut by_proxy = self
+            .request_routes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(clients) = by_proxy.get(&route) {
+            return Ok(pick(clients));
+        }
+        // The password must never show in a log line or error from here on.
+        crawler_core::redact::register_url_secrets(proxy);
+        let clients = Clients::new(&self.settings, route.clone(), &self.policy).map_err(|e| {
+            Failure::new(
+                FailureKind::Other,
+                crawler_core::redact::scrub(&format!("request proxy: {e}")).into_owned(),
+            )
+        })?;
+        let client = pick(&clients);
+        by_proxy.insert(route, clients);
+        Ok(client)
     }
 
     /// The clients of `url`'s host: those of the first `[[hosts]]` rule that matches it

@@ -64,12 +64,9 @@ impl HttpDownloader {
         // robots.txt goes out as this slot's send, so it is paced like any request to the
         // host; the page waits for its own send.
         let started = Instant::now();
+        let (client, _) = self.client_for(req).map_err(Fetched::Failed)?;
         let (rules, fetched) = robots
-            .fetch_rules_via(
-                &req.url,
-                self.client_for(req),
-                crate::guard::private_ok(req),
-            )
+            .fetch_rules_via(&req.url, &client, crate::guard::private_ok(req))
             .await;
         feedback.sent = fetched;
         feedback.robots_not_text = fetched && rules.not_text();
@@ -135,12 +132,17 @@ impl HttpDownloader {
     pub(super) async fn robots_sitemaps(&self, robots: &RobotsCache, req: &Request) -> Download {
         // Through the client the host's pages use (its `[[hosts]]` rule's HTTP version and
         // TLS options, the address policy's public client), as the gate fetches it.
+        let client = match self.client_for(req) {
+            Ok((client, _)) => client,
+            Err(failure) => {
+                return Download {
+                    outcome: Fetched::Failed(failure),
+                    feedback: Feedback::default(),
+                };
+            }
+        };
         let (rules, _) = robots
-            .fetch_rules_via(
-                &req.url,
-                self.client_for(req),
-                crate::guard::private_ok(req),
-            )
+            .fetch_rules_via(&req.url, &client, crate::guard::private_ok(req))
             .await;
         let mut body = String::new();
         // Relative lines are resolved against robots.txt: the RFC asks for absolute URLs,
