@@ -100,6 +100,15 @@ impl Clients {
     }
 }
 
+/// How `[[hosts]]` rules name `url`'s host: the host, with its port when not the default.
+fn rule_host(url: &crawler_core::Url) -> String {
+    let host = url.host_str().unwrap_or("");
+    match url.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_owned(),
+    }
+}
+
 /// Request meta key: the largest body accepted for this request, in bytes, overriding
 /// `max_body_size` (sitemaps may be 50 MB, more than pages are allowed).
 pub const MAX_BODY_META: &str = "max_body_size";
@@ -305,11 +314,7 @@ impl HttpDownloader {
             // The common case costs no formatted host per request.
             return &self.clients;
         }
-        let host = url.host_str().unwrap_or("");
-        let host = match url.port() {
-            Some(p) => format!("{host}:{p}"),
-            None => host.to_owned(),
-        };
+        let host = rule_host(url);
         self.host_rules
             .iter()
             .position(|r| r.matches(&host))

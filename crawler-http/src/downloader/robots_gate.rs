@@ -20,11 +20,7 @@ impl HttpDownloader {
             // The common case costs no formatted host per request.
             return self.obey_robots;
         }
-        let host = url.host_str().unwrap_or("");
-        let host = match url.port() {
-            Some(p) => format!("{host}:{p}"),
-            None => host.to_owned(),
-        };
+        let host = super::rule_host(url);
         self.host_rules
             .iter()
             .find(|r| r.matches(&host))
