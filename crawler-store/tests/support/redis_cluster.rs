@@ -91,8 +91,10 @@ impl RedisCluster {
             masters,
             dir,
         };
+        // A node's first PONG: generous, because the whole test binary starts its servers,
+        // chromium and crawls at once on a machine of two cores (10 s was seen to pass).
         for n in &c.nodes {
-            wait_for(Duration::from_secs(10), || {
+            wait_for(Duration::from_secs(30), || {
                 command_on(n.port, &["PING"]).is_some_and(|r| r.starts_with("+PONG"))
             });
         }
