@@ -70,6 +70,9 @@
 //! implementation. This script books the slots by the machine's own rule (the GCRA step of
 //! `HostMachine::on_send`), refuses leases while the host is held or its fleet-wide
 //! concurrency is in flight, and counts the requests in flight per host across the fleet.
+//! `booking_tests` drives the script (on a real Redis) and the machine with the same random
+//! leases, answers, give-backs, late rebookings, holds and quotas, and asserts the same
+//! slots: the two implementations of the rule cannot drift apart unseen.
 //!
 //! Times are the Redis server's clock (`TIME`), so workers on different machines share
 //! one clock; each reply carries it so workers can keep their estimate of it. (In a

@@ -44,6 +44,8 @@ use link::Link;
 use lua::STEP;
 use reply::server_ms;
 
+#[cfg(test)]
+mod booking_tests;
 mod clock;
 mod fleet;
 mod job;

@@ -129,9 +129,15 @@ impl HostMachine {
     /// the slot it was booked for (it could not leave on time, see
     /// [`HostMachine::late_limit_ms`]). The missed slot stays spent: nothing was sent in it,
     /// so the gaps the server sees only widen. The request is in flight already, so the
-    /// count does not change. Returns the new slot.
+    /// count does not change. Never inside a hold or a spent quota placed since the first
+    /// booking (the fleet's script books by this rule too). Returns the new slot.
     pub fn rebook(&mut self, at: Millis) -> Millis {
-        let slot = self.state.tat.max(at);
+        let slot = self
+            .state
+            .tat
+            .max(at)
+            .max(self.state.hold_until)
+            .max(self.state.spent_until.unwrap_or(f64::NEG_INFINITY));
         let gap = self.gap();
         self.state.last_gap = gap;
         self.state.tat = slot + gap;
