@@ -38,8 +38,9 @@ struct Case {
     machine: HostMachine,
     version: u64,
     heard: Option<(crawler_sched::politeness::HostState, Pacing)>,
-    /// Lease numbers granted and not yet answered, oldest first.
+    /// Lease numbers granted and not yet answered, oldest first, with their booked slots.
     open: Vec<u64>,
+    booked: std::collections::HashMap<u64, f64>,
     next_lease: u64,
     concurrency: u32,
 }
@@ -172,6 +173,7 @@ impl Case {
             version: 0,
             heard: None,
             open: Vec::new(),
+            booked: std::collections::HashMap::new(),
             next_lease: 1,
             concurrency,
         }
@@ -276,6 +278,7 @@ impl Case {
         state.seed = seed_after;
         self.machine = HostMachine::with_state(self.machine.params().clone(), state);
         self.open.push(n);
+        self.booked.insert(n, at);
         let pacing = Pacing::parse(&text(reply.get(8))).expect("a pacing record");
         self.check("a lease", &pacing);
         self.hear(pacing);
@@ -304,6 +307,38 @@ impl Case {
                 ..Section::default()
             },
         );
+    }
+
+    /// The oldest open request is answered with a page, having left late (a worker
+    /// starved of CPU between the booking and the send), and the worker folds what it
+    /// learned into a commit, as `RedisStore` does with routine answers.
+    fn answer_late(&mut self, con: &mut redis::Connection, now: f64) {
+        if self.open.is_empty() {
+            return;
+        }
+        let n = self.open.remove(0);
+        let booked = self.booked.get(&n).copied().unwrap_or(now);
+        let sent_at = micros(booked + self.rng.random_range(0.0..400.0)).min(now);
+        let latency = self.rng.random_range(5..300);
+        let fb = Feedback {
+            sent: true,
+            status: Some(200),
+            latency: std::time::Duration::from_millis(latency),
+            ..Feedback::default()
+        };
+        self.machine
+            .on_feedback_sent(&fb, sent_at, sent_at + latency as f64);
+        let merge = merge_arg(&self.machine, self.heard.as_ref());
+        let state = serde_json::to_string(self.machine.state()).unwrap();
+        let (_, sec) = step(
+            con,
+            Section {
+                acks: vec![n],
+                commits: vec![(self.version, state, merge)],
+                ..Section::default()
+            },
+        );
+        self.committed(&sec, "a late departure answered");
     }
 
     /// The last open request was not sent (a robots refusal from cache): the machine gives
@@ -466,7 +501,8 @@ fn the_step_script_books_sends_as_the_machine_does() {
                         let ahead = case.rng.random_range(0.0..3_000.0);
                         case.lease(&mut con, ahead);
                     }
-                    5 | 6 => case.answer(&mut con),
+                    5 => case.answer(&mut con),
+                    6 => case.answer_late(&mut con, now),
                     7 => case.give_back(&mut con, now),
                     8 => case.learn(&mut con, now),
                     _ => case.rebook(&mut con, now),

@@ -54,7 +54,8 @@
 //! slot, `iv` the interval, `sl` the burst's slack, `cd` the Crawl-delay floor, `hu` the
 //! hold's end, the quota `ql`/`qt`/`su`, the booking's `lg`/`ba`/`sg`, a booking count `n`
 //! and `fl` in flight; and `dp`, the latest departure a worker reported, which only dates
-//! the send gap and is not returned) is what a lease needs, and the script books a send in it itself:
+//! the send gap, and `df`, the departure floor a slot given back never goes under, neither
+//! returned) is what a lease needs, and the script books a send in it itself:
 //! slot = max(next slot less the slack, hold, spent quota, now + look-ahead), next slot =
 //! max(next slot, slot) + interval. So a lease never loses a race: leases of several workers
 //! on one host take consecutive slots, and none touches the learning state's version. A
@@ -125,8 +126,9 @@ local function nxt() local v = ARGV[i]; i = i + 1; return v end
 local function num() return tonumber(nxt()) end
 local function touch(key) if ttl > 0 then redis.call('PEXPIRE', key, ttl) end end
 -- The pacing record's fields, in the order `penc` writes them (absent optional ones as ''),
--- then `dp`, the latest departure the workers reported, kept for the send gap only.
-local PF = { 't', 'iv', 'sl', 'cd', 'hu', 'su', 'ql', 'qt', 'lg', 'ba', 'sg', 'n', 'fl', 'dp' }
+-- then `dp`, the latest departure the workers reported, kept for the send gap only, and
+-- `df`, the departure floor (one gap after the latest late departure), for give-backs.
+local PF = { 't', 'iv', 'sl', 'cd', 'hu', 'su', 'ql', 'qt', 'lg', 'ba', 'sg', 'n', 'fl', 'dp', 'df' }
 local function pread(bkey)
   local r = redis.call('HMGET', bkey, unpack(PF))
   local p = {}
@@ -137,7 +139,7 @@ end
 local function fmt(x) if x == nil then return '' end return string.format('%.3f', x) end
 local function penc(p)
   local o = {}
-  for k, f in ipairs(PF) do if f ~= 'dp' then o[k] = fmt(p[f]) end end
+  for k, f in ipairs(PF) do if f ~= 'dp' and f ~= 'df' then o[k] = fmt(p[f]) end end
   return table.concat(o, ',')
 end
 local function pwrite(bkey, p)
@@ -215,7 +217,8 @@ for s = 1, nsec do
 
   -- 4. Learning state commits, each a compare-and-set on the state's version, rewriting
   --    the pacing fields the machine derives from what it learned (`merge`:
-  --    iv, sl, cd, hu, t, quota_changed, ql, qt, su, bookings_seen, departed_at).
+  --    iv, sl, cd, hu, t, quota_changed, ql, qt, su, bookings_seen, departed_at,
+--    departure_floor).
   local cas = {}
   for _ = 1, num() do
     local host, expected, state, skip, merge = nxt(), num(), nxt(), nxt(), csv(nxt())
@@ -233,6 +236,8 @@ for s = 1, nsec do
       if tat and (p.t == nil or tat > p.t) then p.t = tat end
       local dp = tonumber(merge[11])
       if dp and (p.dp == nil or dp > p.dp) then p.dp = dp end
+      local df = tonumber(merge[12])
+      if df and (p.df == nil or df > p.df) then p.df = df end
       if merge[6] == '1' then
         local ql = tonumber(merge[7])
         -- The worker counted the requests booked when it read; those booked since spend
@@ -265,8 +270,9 @@ for s = 1, nsec do
       -- Only while its booking is still the last thing that moved the next slot (`at`, the
       -- slot its lease left next, to the record's precision): a slot booked or moved since
       -- is another request's.
+      -- Never before the departure floor: one gap after the latest late departure.
       if p.t and math.abs(p.t - at) < 0.01 then
-        p.t = math.min(p.t, math.max(p.t - (p.lg or 0), now))
+        p.t = math.min(p.t, math.max(p.t - (p.lg or 0), now, p.df or now))
         p.lg = 0
       end
     else

@@ -137,7 +137,7 @@ pub(super) fn gap_factor(m: &HostMachine, draw: u64) -> f64 {
 }
 
 /// The arguments a learning commit merges into the pacing record (see `lua`, step 4):
-/// `iv,sl,cd,hu,t,quota_changed,ql,qt,su,bookings_seen,departed_at`. The quota is rewritten only when
+/// `iv,sl,cd,hu,t,quota_changed,ql,qt,su,bookings_seen,departed_at,departure_floor`. The quota is rewritten only when
 /// the commit changed it from what the worker last heard (`heard`).
 pub(super) fn merge_arg(m: &HostMachine, heard: Option<&(HostState, Pacing)>) -> String {
     let (iv, sl, cd) = pace_of(m);
@@ -152,7 +152,7 @@ pub(super) fn merge_arg(m: &HostMachine, heard: Option<&(HostState, Pacing)>) ->
         None => (quota != (None, None, None), 0),
     };
     format!(
-        "{iv:.3},{sl:.3},{cd:.3},{:.3},{:.3},{},{},{},{},{seen},{}",
+        "{iv:.3},{sl:.3},{cd:.3},{:.3},{:.3},{},{},{},{},{seen},{},{:.3}",
         s.hold_until,
         s.tat,
         u8::from(changed),
@@ -160,6 +160,7 @@ pub(super) fn merge_arg(m: &HostMachine, heard: Option<&(HostState, Pacing)>) ->
         f(s.quota_turn_by),
         f(s.spent_until),
         f(s.departed_at),
+        s.departure_floor,
     )
 }
 
