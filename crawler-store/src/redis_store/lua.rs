@@ -254,18 +254,16 @@ for s = 1, nsec do
     end
   end
 
-  -- 4b. Pacing operations that need no compare-and-set: a late departure moves the next
-  --     slot forward (`r`), a held request that missed its slot books a new one (`b`), a
-  --     request that was not sent gives its slot back (`g`).
+  -- 4b. Pacing operations that need no compare-and-set: a held request that missed its
+  --     slot books a new one (`b`), a request that was not sent gives its slot back (`g`).
+  --     (A late departure moves the next slot forward through its commit, step 4.)
   local ops = {}
   for _ = 1, num() do
     local host, kind, at, factor = nxt(), nxt(), num(), num()
     local bkey = P .. 'b:' .. host
     local p = pread(bkey)
     local slot = 0
-    if kind == 'r' then
-      if p.t == nil or at > p.t then p.t = at end
-    elseif kind == 'g' then
+    if kind == 'g' then
       -- A slot given back (`HostMachine::give_back`): the request booked last was not sent.
       -- Only while its booking is still the last thing that moved the next slot (`at`, the
       -- slot its lease left next, to the record's precision): a slot booked or moved since

@@ -132,7 +132,7 @@ struct Commit {
 #[derive(Debug, Clone)]
 struct PacingOp {
     host: String,
-    /// `r`: the next slot no sooner than `at` (a late departure); `b`: book a new slot at
+    /// `b`: book a new slot at
     /// `at` or the next free one after it (a held request that missed its own); `g`: give
     /// back the slot of a request that was not sent, if the next slot is still `at`, the
     /// one its lease left (nothing booked or moved it since).
