@@ -105,6 +105,9 @@ pub use crawler_browser as browser;
 pub use crawler_core as core;
 #[doc(hidden)]
 pub use crawler_engine as engine;
+/// The files and images pipelines: files and images that items name, fetched through the
+/// crawl (paced, robots-gated, retried) and stored once by content.
+pub use crawler_engine::files;
 #[doc(hidden)]
 pub use crawler_http as http;
 #[doc(hidden)]

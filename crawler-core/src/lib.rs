@@ -79,7 +79,7 @@ pub use middleware::{
 };
 pub use output::{Counters, Follow, Output};
 pub use parse::ParseLimits;
-pub use pipeline::{BoxFuture, DynPipeline, Pipeline, Processed};
+pub use pipeline::{BoxFuture, DynPipeline, Pipeline, PipelineContext, Processed};
 pub use redirect::{DONT_REDIRECT_META, REDIRECTS, redirect};
 pub use render::{RENDER_META, RenderOptions};
 pub use request::{PROXY_META, Request, parse_http_url};

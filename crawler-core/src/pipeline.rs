@@ -4,6 +4,8 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::error::Result;
+use crate::settings::Settings;
+use crate::subrequest::SubRequests;
 
 /// What a pipeline stage decided about an item.
 #[derive(Debug)]
@@ -19,6 +21,11 @@ pub enum Processed<I> {
 /// Stages run in the order they were added. Items from different pages may be processed
 /// concurrently, so a stage with state keeps it behind a lock.
 pub trait Pipeline<I>: Send + Sync + 'static {
+    /// Given the crawl this stage is part of, once, before [`Pipeline::open`]: its settings,
+    /// and a way to send requests through it (a stage that downloads what items name, as
+    /// the files pipeline does, fetches under the crawl's politeness). Default: ignored.
+    fn attach(&self, _crawl: &PipelineContext) {}
+
     /// Called once before the crawl starts.
     fn open(&self) -> impl Future<Output = Result<()>> + Send {
         async { Ok(()) }
@@ -43,6 +50,34 @@ pub trait Pipeline<I>: Send + Sync + 'static {
     }
 }
 
+/// What a pipeline stage may use of its crawl ([`Pipeline::attach`]).
+#[derive(Debug, Clone)]
+pub struct PipelineContext {
+    settings: std::sync::Arc<Settings>,
+    subrequests: SubRequests,
+}
+
+impl PipelineContext {
+    /// The context of a crawl with these settings, whose sub-requests go to `subrequests`.
+    pub fn new(settings: std::sync::Arc<Settings>, subrequests: SubRequests) -> Self {
+        Self {
+            settings,
+            subrequests,
+        }
+    }
+
+    /// The crawl's settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Requests sent through the crawl: queued for their host's slot (paced, held with
+    /// the pages), gated by robots.txt, retried, counted in `Stats::subrequests`.
+    pub fn subrequests(&self) -> &SubRequests {
+        &self.subrequests
+    }
+}
+
 /// A boxed future, as [`DynPipeline`] returns.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -50,6 +85,8 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// The engine keeps its stages as `Box<dyn DynPipeline<Item>>`; implement [`Pipeline`],
 /// never this.
 pub trait DynPipeline<I>: Send + Sync {
+    /// [`Pipeline::attach`].
+    fn attach(&self, crawl: &PipelineContext);
     /// [`Pipeline::open`], boxed.
     fn open(&self) -> BoxFuture<'_, Result<()>>;
     /// [`Pipeline::process`], boxed.
@@ -63,6 +100,9 @@ pub trait DynPipeline<I>: Send + Sync {
 }
 
 impl<I: Send + 'static, P: Pipeline<I>> DynPipeline<I> for P {
+    fn attach(&self, crawl: &PipelineContext) {
+        Pipeline::attach(self, crawl);
+    }
     fn open(&self) -> BoxFuture<'_, Result<()>> {
         Box::pin(Pipeline::open(self))
     }

@@ -14,10 +14,13 @@
 //! - `feed_writer.rs`: writing one feed, torn tails cut on resume.
 //! - `failures.rs`: the failures file, a record per request that ended failed.
 //! - `warc/`: WARC archives of every exchange (the `warc` setting).
+//! - `files/`: the files and images pipelines (items' files fetched through the crawl,
+//!   stored by content).
 
 mod engine;
 mod failures;
 mod feed_writer;
+pub mod files;
 mod middleware;
 pub mod warc;
 

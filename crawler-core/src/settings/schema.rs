@@ -360,6 +360,45 @@ pub struct Settings {
     /// always share a file. Default 1GB, as Heritrix.
     #[serde(deserialize_with = "byte_size")]
     pub warc_max_size: u64,
+    /// The directory the files pipeline (`crawler::files::FilesPipeline::files()`) stores
+    /// files in, relative to the working directory: `full/<SHA-256 of the
+    /// content>.<extension>`, so the same bytes are stored once whatever URL served them,
+    /// with `index.jsonl` beside them (what was fetched when, for expiry). Required when
+    /// the pipeline is added. Scrapy's `FILES_STORE`.
+    pub files_store: Option<String>,
+    /// The item field that lists the URLs to download. Default `file_urls`.
+    pub files_urls_field: String,
+    /// The item field the results are written to (one `{url, path, checksum, status}` per
+    /// file stored). Default `files`.
+    pub files_result_field: String,
+    /// How long a stored file is fresh: within it an item naming its URL again gets the
+    /// stored file without a request (`uptodate`); after it the file is asked for again
+    /// with its validators (ETag, Last-Modified), and a 304 keeps it. Default 90 days.
+    #[serde(with = "humantime_serde")]
+    pub files_expires: Duration,
+    /// The directory the images pipeline stores images in, as `files_store` (the original
+    /// bytes in `full/`, thumbnails in `thumbs/<name>/`, JPEG). Scrapy's `IMAGES_STORE`.
+    pub images_store: Option<String>,
+    /// The item field that lists the image URLs. Default `image_urls`.
+    pub images_urls_field: String,
+    /// The item field the image results are written to. Default `images`.
+    pub images_result_field: String,
+    /// As `files_expires`, for images. Default 90 days.
+    #[serde(with = "humantime_serde")]
+    pub images_expires: Duration,
+    /// Images narrower than this many pixels are not stored (left out of the results,
+    /// counted). Default 0.
+    pub images_min_width: u32,
+    /// Images lower than this many pixels are not stored. Default 0.
+    pub images_min_height: u32,
+    /// Thumbnails to make of each image: a name and the box it fits in,
+    /// `{ small = [50, 50], big = [270, 270] }` (aspect ratio kept). Default none.
+    pub images_thumbs: std::collections::BTreeMap<String, [u32; 2]>,
+    /// The most pixels (width times height, read from the image's header before it is
+    /// decoded) an image may have: a larger one is refused unread, so a decompression bomb
+    /// (a small file that decodes to gigabytes) costs nothing. Default 40,000,000 (a
+    /// 160 MB decode at most).
+    pub images_max_pixels: u64,
 }
 
 /// Which HTTP version requests speak (the `http_version` setting and `[[hosts]]` field).
@@ -555,6 +594,18 @@ impl Default for Settings {
             allowed_statuses: crate::statuses::AllowedStatuses::default(),
             warc: None,
             warc_max_size: 1_000_000_000,
+            files_store: None,
+            files_urls_field: "file_urls".to_owned(),
+            files_result_field: "files".to_owned(),
+            files_expires: Duration::from_secs(90 * 86_400),
+            images_store: None,
+            images_urls_field: "image_urls".to_owned(),
+            images_result_field: "images".to_owned(),
+            images_expires: Duration::from_secs(90 * 86_400),
+            images_min_width: 0,
+            images_min_height: 0,
+            images_thumbs: std::collections::BTreeMap::new(),
+            images_max_pixels: 40_000_000,
         }
     }
 }
@@ -715,6 +766,9 @@ impl Settings {
             return Some(why);
         }
         if let Some(why) = self.warc_problem() {
+            return Some(why);
+        }
+        if let Some(why) = self.media_problem() {
             return Some(why);
         }
         for rule in &self.hosts {
@@ -1012,6 +1066,91 @@ impl Settings {
                     e.to_string().replace("feed path", "WARC path"),
                 )
             })
+    }
+}
+
+impl Settings {
+    /// Why the files or images pipeline's settings cannot be used: an empty field name or
+    /// store, a thumbnail box with a zero side or a name that is not a plain directory
+    /// name, no pixels allowed.
+    fn media_problem(&self) -> Option<(Vec<&'static str>, String)> {
+        let bad = |k: &'static str, why: String| Some((vec![k], why));
+        for (key, value) in [
+            ("files_urls_field", &self.files_urls_field),
+            ("files_result_field", &self.files_result_field),
+            ("images_urls_field", &self.images_urls_field),
+            ("images_result_field", &self.images_result_field),
+        ] {
+            if value.trim().is_empty() {
+                return bad(key, "must name an item field".to_owned());
+            }
+        }
+        for (key, store) in [
+            ("files_store", &self.files_store),
+            ("images_store", &self.images_store),
+        ] {
+            if store.as_deref().is_some_and(|s| s.trim().is_empty()) {
+                return bad(key, "must name a directory (or be unset)".to_owned());
+            }
+        }
+        if self.images_max_pixels == 0 {
+            return bad("images_max_pixels", "must be at least 1".to_owned());
+        }
+        for (name, [w, h]) in &self.images_thumbs {
+            let plain = !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            if !plain {
+                return bad(
+                    "images_thumbs",
+                    format!(
+                        "'{name}' is not a thumbnail name (letters, digits, '-' and '_': it \
+                         names a directory)"
+                    ),
+                );
+            }
+            if *w == 0 || *h == 0 {
+                return bad(
+                    "images_thumbs",
+                    format!("'{name}': a thumbnail's box needs both sides over 0, not {w}x{h}"),
+                );
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod media_tests {
+    use super::*;
+
+    #[test]
+    fn media_settings_have_scrapy_defaults_and_refuse_bad_thumbnails() {
+        let s = Settings::default();
+        assert_eq!(s.files_urls_field, "file_urls");
+        assert_eq!(s.images_result_field, "images");
+        assert_eq!(s.files_expires, Duration::from_secs(90 * 86_400));
+        let mut s = Settings::default();
+        s.set("images_thumbs", "{ small = [50, 50] }")
+            .expect("a box");
+        assert_eq!(s.images_thumbs.get("small"), Some(&[50, 50]));
+        s.set("images_expires", "7days").expect("a duration");
+        assert_eq!(s.images_expires, Duration::from_secs(7 * 86_400));
+        let mut s = Settings::default();
+        s.images_thumbs.insert("../up".into(), [10, 10]);
+        let e = s.validate().expect_err("a path is not a name").to_string();
+        assert!(e.contains("images_thumbs") && e.contains("../up"), "{e}");
+        let mut s = Settings::default();
+        s.images_thumbs.insert("zero".into(), [0, 10]);
+        let e = s.validate().expect_err("a zero side").to_string();
+        assert!(e.contains("0x10"), "{e}");
+        let s = Settings {
+            files_result_field: " ".into(),
+            ..Settings::default()
+        };
+        let e = s.validate().expect_err("no field").to_string();
+        assert!(e.contains("files_result_field"), "{e}");
     }
 }
 

@@ -154,6 +154,18 @@ pub const SECTIONS: &[Section] = &[
         keys: &["warc"],
         prefixes: &["warc_"],
     },
+    Section {
+        name: "files",
+        about: "The files pipeline: files that items name, fetched through the crawl and stored by content.",
+        keys: &[],
+        prefixes: &["files_"],
+    },
+    Section {
+        name: "images",
+        about: "The images pipeline: the files pipeline for images, with a size filter and thumbnails.",
+        keys: &[],
+        prefixes: &["images_"],
+    },
 ];
 
 /// Keys that are not plain settings of a section (`[[hosts]]` is an array of tables).

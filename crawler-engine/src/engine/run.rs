@@ -152,6 +152,16 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
         settings.validate()?;
         let started = Instant::now();
 
+        // Pipelines learn their crawl before they open: a stage that fetches (the files
+        // pipeline) sends its requests through the crawl's sub-request channel.
+        let subs = Subs::new();
+        let context = crawler_core::PipelineContext::new(
+            std::sync::Arc::new(settings.clone()),
+            subs.handle.clone(),
+        );
+        for p in &pipelines {
+            p.attach(&context);
+        }
         // Open everything fallible before the first request, so a bad path costs nothing.
         let writers = open_outputs(&feeds, &pipelines).await?;
         let restored = scheduler.restored_stats();
@@ -196,7 +206,6 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             queue_cap: super::settle::queue_cap(&settings),
             statuses,
         });
-        let subs = Subs::new();
         ctx.downloader.attach(subs.handle.clone());
         let (feedback_tx, feedback_rx) = mpsc::unbounded_channel::<(Lease, Feedback)>();
         let stop_rx = shutdown.subscribe();
