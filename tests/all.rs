@@ -20,6 +20,7 @@ mod durability;
 mod errors;
 mod examples;
 mod feeds;
+mod files;
 #[cfg(feature = "redis")]
 mod fleet_durability;
 mod hostile;

@@ -55,6 +55,8 @@ pub trait Pipeline<I>: Send + Sync + 'static {
 pub struct PipelineContext {
     settings: std::sync::Arc<Settings>,
     subrequests: SubRequests,
+    /// Whether a stage took the sub-request handle (so items may wait for fetches).
+    fetches: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl PipelineContext {
@@ -63,6 +65,7 @@ impl PipelineContext {
         Self {
             settings,
             subrequests,
+            fetches: std::sync::Arc::default(),
         }
     }
 
@@ -74,7 +77,16 @@ impl PipelineContext {
     /// Requests sent through the crawl: queued for their host's slot (paced, held with
     /// the pages), gated by robots.txt, retried, counted in `Stats::subrequests`.
     pub fn subrequests(&self) -> &SubRequests {
+        self.fetches
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         &self.subrequests
+    }
+
+    /// Whether a stage took [`PipelineContext::subrequests`]: its items may wait for
+    /// fetches, so the engine does not count a page whose items are in the pipelines
+    /// against `concurrency` (the fetches they wait for need a turn).
+    pub fn fetches(&self) -> bool {
+        self.fetches.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

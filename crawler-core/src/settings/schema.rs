@@ -1132,7 +1132,7 @@ mod media_tests {
         assert_eq!(s.images_result_field, "images");
         assert_eq!(s.files_expires, Duration::from_secs(90 * 86_400));
         let mut s = Settings::default();
-        s.set("images_thumbs", "{ small = [50, 50] }")
+        s.set("images_thumbs", r#"{"small": [50, 50]}"#)
             .expect("a box");
         assert_eq!(s.images_thumbs.get("small"), Some(&[50, 50]));
         s.set("images_expires", "7days").expect("a duration");

@@ -162,6 +162,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
         for p in &pipelines {
             p.attach(&context);
         }
+        let park_delivery = context.fetches();
         // Open everything fallible before the first request, so a bad path costs nothing.
         let writers = open_outputs(&feeds, &pipelines).await?;
         let restored = scheduler.restored_stats();
@@ -195,6 +196,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             has_feeds,
             max_redirects: settings.max_redirects,
             parked: AtomicUsize::new(0),
+            park_delivery,
             parse_pool: Arc::new(tokio::sync::Semaphore::new(super::worker::parse_threads(
                 &settings,
             ))),

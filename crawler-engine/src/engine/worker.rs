@@ -31,6 +31,9 @@ pub(super) struct Ctx<S: Spider, D> {
     /// Workers inside [`Downloader::render`]: the engine does not count them against
     /// `concurrency` (they wait for sub-requests the engine must still hand out).
     pub(super) parked: AtomicUsize,
+    /// A pipeline stage fetches (the files pipeline): a page whose items are in the
+    /// pipelines waits for sub-requests, so it is parked as a page in a render is.
+    pub(super) park_delivery: bool,
     /// Permits for the parse pool: HTML parsing and the spider's callbacks run on blocking
     /// threads, at most this many at once, so the runtime's threads stay free for the
     /// network (a page that takes seconds to parse would otherwise stall every download
@@ -47,7 +50,7 @@ pub(super) struct Ctx<S: Spider, D> {
     pub(super) statuses: crawler_core::StatusRules,
 }
 
-/// Counts a worker as parked in a render for as long as it lives (a panic or a cancelled
+/// Counts a worker as parked (in a render, or its items in pipelines that fetch) for as long as it lives (a panic or a cancelled
 /// task included).
 struct Parked<'a>(&'a AtomicUsize);
 
@@ -537,6 +540,9 @@ pub(super) async fn deliver<S: Spider, D: Downloader>(
     url: &Url,
     done: &mut Completion,
 ) {
+    // Waiting for a stage's fetches, not for this page's network: the sub-requests those
+    // wait for need a turn that a full count of workers would never give them.
+    let _parked = ctx.park_delivery.then(|| Parked::new(&ctx.parked));
     'items: for mut item in items {
         for p in &ctx.pipelines {
             let processed = p.process(item).await;

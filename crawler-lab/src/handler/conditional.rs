@@ -32,6 +32,16 @@ fn not_modified(req: &Req<'_>, v: Validators) -> bool {
 
 /// Sets the validators and answers 304 when they match; true when the body is still needed.
 pub(super) fn validate(req: &Req<'_>, v: Validators, reply: &mut Reply) -> bool {
+    validate_as(req, v, reply, HTML)
+}
+
+/// [`validate`] for a body of another type than HTML.
+pub(super) fn validate_as(
+    req: &Req<'_>,
+    v: Validators,
+    reply: &mut Reply,
+    content_type: &str,
+) -> bool {
     put!(
         &mut reply.headers,
         "ETag: \"{:016x}\"\r\nLast-Modified: {}\r\n",
@@ -42,7 +52,7 @@ pub(super) fn validate(req: &Req<'_>, v: Validators, reply: &mut Reply) -> bool 
         reply.status = 304;
         false
     } else {
-        reply.header("Content-Type", HTML);
+        reply.header("Content-Type", content_type);
         true
     }
 }

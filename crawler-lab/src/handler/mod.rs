@@ -21,6 +21,7 @@ use crate::sitemap::Sitemaps;
 mod conditional;
 mod control;
 mod fault_pages;
+mod media;
 mod pipeline;
 mod routes;
 

@@ -89,6 +89,10 @@ pub(super) async fn route(
             cat.render_private(&mut reply.body);
         }
     } else if crate::js::route(shared, path, reply) {
+    } else if let Some(rest) = path.strip_prefix("/media/") {
+        if !super::media::route(rest, req, reply) {
+            not_found(reply);
+        }
     } else if path == "/api/books" {
         crate::api::books(shared, req, reply);
     } else if let Some(n) = path.strip_prefix("/blob/") {
