@@ -83,15 +83,13 @@ fn colour(n: u64) -> [u8; 3] {
 
 /// A PNG of one colour.
 fn png(width: u32, height: u32, rgb: [u8; 3]) -> Vec<u8> {
-    let row = 1 + 3 * width as usize;
-    let mut raw = Vec::with_capacity(row * height as usize);
-    for _ in 0..height {
-        // Filter type 0 (none), then the pixels.
-        raw.push(0);
-        for _ in 0..width {
-            raw.extend_from_slice(&rgb);
-        }
+    // Each row: filter type 0 (none), then the pixels.
+    let mut row = Vec::with_capacity(1 + 3 * width as usize);
+    row.push(0);
+    for _ in 0..width {
+        row.extend_from_slice(&rgb);
     }
+    let raw = row.repeat(height as usize);
     encode(width, height, &raw)
 }
 
