@@ -74,7 +74,12 @@ impl<S: QueueStore> Frontier<S> {
         let site = site_of(url, address.as_deref());
         let caps = self.hosts.get(id).map_or((1, f64::INFINITY), |h| {
             h.throttle.pacing_machine().map_or_else(
-                || (u32::try_from(h.throttle.concurrency()).unwrap_or(u32::MAX), f64::INFINITY),
+                || {
+                    (
+                        u32::try_from(h.throttle.concurrency()).unwrap_or(u32::MAX),
+                        f64::INFINITY,
+                    )
+                },
                 |m| (m.params().concurrency, m.params().max_rate),
             )
         });
@@ -112,9 +117,10 @@ impl<S: QueueStore> Frontier<S> {
             .map_or(1, |c| usize::try_from(c.0).unwrap_or(usize::MAX));
         host.in_flight < own
             && self.hosts.get(p).is_some_and(|h| {
-                h.throttle
-                    .pacing_machine()
-                    .map_or(h.in_flight < h.throttle.concurrency(), HostMachine::has_room)
+                h.throttle.pacing_machine().map_or(
+                    h.in_flight < h.throttle.concurrency(),
+                    HostMachine::has_room,
+                )
             })
     }
 

@@ -958,4 +958,72 @@ mod group_tests {
         enqueue_pages(&mut f, "b.shop.test", 1, t1 + secs(1.0));
         assert_eq!(ready_hosts(&mut f, t1 + secs(2.0)), Vec::<String>::new());
     }
+
+    /// Four names of one site behind one nginx bucket without a burst (4 r/s, 429 with
+    /// `Retry-After: 5`), default settings, 20 virtual minutes: once the first refusal
+    /// reaches the group its names are paced as one slot, so together they take most of
+    /// the bucket's rate with few refusals (four machines each climbing and probing against
+    /// it refuse and hold each other over and over).
+    #[tokio::test(start_paused = true)]
+    async fn four_names_behind_one_bucket_are_paced_as_one_slot() {
+        use crate::politeness::worlds::Limiter;
+        let mut f = grouped(&Settings::default());
+        let t0 = Instant::now();
+        let names = ["a.shop.test", "b.shop.test", "c.shop.test", "d.shop.test"];
+        for host in names {
+            enqueue_pages(&mut f, host, 3_000, t0);
+        }
+        let mut limiter = Limiter::nginx(4.0, 1, true);
+        let mut pending: Vec<(Instant, Lease, Feedback)> = Vec::new();
+        let (end, half) = (t0 + secs(1_200.0), t0 + secs(600.0));
+        let (mut now, mut refusals, mut late_ok) = (t0, 0u32, 0u32);
+        let mut by_name: HashMap<String, u32> = HashMap::new();
+        while now < end {
+            let next_ready = loop {
+                match f.next(now) {
+                    Next::Ready(lease, r) => {
+                        let ms = (now - t0).as_secs_f64() * 1e3;
+                        let fb = if limiter.admit(ms).ok {
+                            if now >= half {
+                                late_ok += 1;
+                                *by_name
+                                    .entry(r.url.host_str().unwrap_or("").to_owned())
+                                    .or_default() += 1;
+                            }
+                            ok()
+                        } else {
+                            refusals += 1;
+                            refused(5)
+                        };
+                        pending.push((now + secs(0.03), lease, fb));
+                    }
+                    Next::NotBefore(at) => break Some(at),
+                    _ => break None,
+                }
+            };
+            let next_answer = pending.iter().map(|p| p.0).min();
+            let next = match (next_ready, next_answer) {
+                (Some(a), Some(b)) => a.min(b),
+                (a, b) => a.or(b).unwrap_or(end),
+            };
+            now = next.max(now + Duration::from_millis(1));
+            let (done, waiting): (Vec<_>, Vec<_>) = pending.into_iter().partition(|p| p.0 <= now);
+            pending = waiting;
+            for (at, lease, fb) in done {
+                f.complete(lease, &fb, at);
+                f.acknowledge(lease);
+            }
+        }
+        let steady = f64::from(late_ok) / 600.0;
+        assert!(steady >= 0.85 * 4.0, "{steady:.2} r/s, {refusals} refusals");
+        assert!(refusals <= 20, "{refusals} refusals, {steady:.2} r/s");
+        // The group's rate is shared among the names with work: none starves.
+        for host in names {
+            let n = by_name.get(host).copied().unwrap_or(0);
+            assert!(
+                f64::from(n) >= 0.1 * f64::from(late_ok),
+                "{host}: {n} of {late_ok}"
+            );
+        }
+    }
 }

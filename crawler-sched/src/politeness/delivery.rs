@@ -100,7 +100,9 @@ impl Delivery {
     /// their rates (their rings are on other clocks).
     pub fn scale(&mut self, factor: f64) {
         for c in &mut self.bins {
-            *c = (f64::from(*c) * factor.max(0.0)).round().min(f64::from(u32::MAX)) as u32;
+            *c = (f64::from(*c) * factor.max(0.0))
+                .round()
+                .min(f64::from(u32::MAX)) as u32;
         }
     }
 

@@ -85,7 +85,13 @@ pub trait Throttle: Send {
     /// the sums over its live names, and the machines of `others` (names that were sending
     /// when a refusal reached the group) add their pace to this one's (see
     /// [`HostMachine::absorb`]).
-    fn pool(&mut self, _concurrency: usize, _max_rate: f64, _others: &[HostMachine], _now: Instant) {
+    fn pool(
+        &mut self,
+        _concurrency: usize,
+        _max_rate: f64,
+        _others: &[HostMachine],
+        _now: Instant,
+    ) {
     }
 }
 

@@ -164,7 +164,11 @@ impl HostMachine {
         let own = self.state.rate.max(1e-9);
         let s = &mut self.state;
         let mut rate = s.rate;
-        let mut inverse_gap = if s.send_gap > 0.0 { 1.0 / s.send_gap } else { 0.0 };
+        let mut inverse_gap = if s.send_gap > 0.0 {
+            1.0 / s.send_gap
+        } else {
+            0.0
+        };
         for o in others {
             let t = &o.state;
             rate += t.rate;
