@@ -4,8 +4,9 @@
 //! A server with one limiter counts every host name it serves together: when it tells one
 //! name to wait (Retry-After, a refusal, a backoff), a request to another name lands inside
 //! that wait. So each slot belongs to a group, and a hold placed on one slot reaches every
-//! live slot of its group; pacing stays per slot. Which names form a group is decided by
-//! evidence ([`LimiterGroups`]): the names of one registrable domain from the start (a name
+//! live slot of its group; pacing stays per slot until a refusal (below). Which names form
+//! a group is decided by evidence ([`LimiterGroups`]): the names of one registrable domain
+//! from the start (a name
 //! without one, such as an IP literal or `localhost`, is the site of its address); names
 //! of other domains on the same address (a CDN, shared hosting) only when one is refused
 //! while the other is held, or both announce the same RateLimit quota window. Every join is

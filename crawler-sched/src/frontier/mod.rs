@@ -9,7 +9,8 @@
 //! - `config`: [`FrontierConfig`] and the slot keys (host, registrable domain, IP address).
 //! - `hosts`: the per-host slots: made on first use, dropped once idle with nothing
 //!   learned, and their running figures for [`HostStats`].
-//! - `groups`: limiter groups: the host names behind one limiter share its holds.
+//! - `groups`: limiter groups: the host names behind one limiter share its holds, and
+//!   once refused are paced as one slot.
 //! - `scheduler`: crawler-core's [`Scheduler`] for [`Frontier`].
 //! - `tests`: the frontier's tests.
 

@@ -45,7 +45,9 @@ pub const QUOTA_TURN_TOLERANCE_MS: f64 = 1_500.0;
 
 /// A name counts among a quota's sharers when it sent within this long (ms), or within the
 /// quota's window when that is longer: a name that sends holds its share of a window
-/// however short the window is, and one idle for a minute takes none.
+/// however short the window is, and one idle for a minute takes none. The same span says
+/// which names' paces a refused group's machine takes over when it pools them
+/// ([`LimiterGroups::pool`]): what the limiter saw in its last minute.
 pub const ACTIVE_SHARER_MS: f64 = 60_000.0;
 
 /// One live name.

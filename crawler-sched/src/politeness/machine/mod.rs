@@ -125,8 +125,13 @@ impl HostMachine {
         m
     }
 
-    /// A machine with a known state (restored, or read from the fleet's store).
-    pub fn with_state(params: Params, state: HostState) -> Self {
+    /// A machine with a known state (restored, or read from the fleet's store). A rate over
+    /// `max_rate` (a state saved while it paced a pooled limiter group, see
+    /// [`HostMachine::set_pool`]) comes back under it: alone, the name keeps its own limit.
+    pub fn with_state(params: Params, mut state: HostState) -> Self {
+        if params.mode != Mode::Fixed {
+            state.rate = state.rate.min(params.max_rate);
+        }
         Self {
             params,
             state,
