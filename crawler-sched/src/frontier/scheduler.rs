@@ -127,9 +127,10 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
     }
 
     fn host_unwell(&self, url: &url::Url) -> bool {
+        // In a pooled limiter group the group's machine learns every name's failures.
         self.host_ids
             .get(&self.config.key(url))
-            .and_then(|id| self.hosts.get(*id))
+            .and_then(|&id| self.hosts.get(self.pacer_of(id)))
             .is_some_and(|h| h.throttle.unwell())
     }
 
