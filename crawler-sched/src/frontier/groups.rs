@@ -4,19 +4,29 @@
 //! A server with one limiter counts every host name it serves together: when it tells one
 //! name to wait (Retry-After, a refusal, a backoff), a request to another name lands inside
 //! that wait. So each slot belongs to a group, and a hold placed on one slot reaches every
-//! live slot of its group; pacing stays per slot. Which names form a group is decided by
-//! evidence ([`LimiterGroups`]): the names of one registrable domain from the start (a name
+//! live slot of its group; pacing stays per slot until a refusal (below). Which names form
+//! a group is decided by evidence ([`LimiterGroups`]): the names of one registrable domain
+//! from the start (a name
 //! without one, such as an IP literal or `localhost`, is the site of its address); names
 //! of other domains on the same address (a CDN, shared hosting) only when one is refused
 //! while the other is held, or both announce the same RateLimit quota window. Every join is
 //! logged, and the holds it spreads are in the politeness record as `limiter group` holds.
+//!
+//! Once a refusal reaches a group (a 429 or 503, or a hold spread to it), the group is paced
+//! as one slot: the throttle that learned the refusal paces every name of it (its rate,
+//! probes and refusal memory), with the sums of the names' in-flight caps and `max_rate`s;
+//! each name still keeps its own cap and its own `max_rate` gap, and only names with work
+//! take sends. Before any refusal nothing changes.
+
+use std::collections::HashMap;
+use std::time::Duration;
 
 use crawler_core::{Feedback, Url};
 use tokio::time::Instant;
 
 use super::Frontier;
 use super::config::host_key;
-use crate::politeness::{Join, JoinEvidence, LimiterGroups, asks_hold};
+use crate::politeness::{HostMachine, Join, JoinEvidence, LimiterGroups, asks_hold};
 use crate::store::QueueStore;
 
 /// A slot's place in the limiter groups (the groups themselves know its domain and address).
@@ -27,12 +37,20 @@ pub(super) struct Membership;
 pub(super) struct Groups {
     core: LimiterGroups,
     origin: Option<Instant>,
+    /// Open leases booked on a pooled group's pacer rather than on their own slot: their
+    /// answers go to the machine that booked them.
+    pub(super) booked: HashMap<u64, usize>,
 }
 
 impl Groups {
     fn ms(&mut self, now: Instant) -> f64 {
         let origin = *self.origin.get_or_insert(now);
         now.saturating_duration_since(origin).as_secs_f64() * 1_000.0
+    }
+
+    fn instant(&self, ms: f64) -> Option<Instant> {
+        let origin = self.origin?;
+        (ms.is_finite() && ms >= 0.0).then(|| origin + Duration::from_secs_f64(ms / 1_000.0))
     }
 }
 
@@ -55,11 +73,136 @@ impl<S: QueueStore> Frontier<S> {
         };
         let address = self.config.group_by_address.then_some(address);
         let site = site_of(url, address.as_deref());
-        self.groups.core.enter(id, &site, address.as_deref());
+        let caps = self.hosts.get(id).map_or((1, f64::INFINITY), |h| {
+            h.throttle.pacing_machine().map_or_else(
+                || {
+                    (
+                        u32::try_from(h.throttle.concurrency()).unwrap_or(u32::MAX),
+                        f64::INFINITY,
+                    )
+                },
+                |m| (m.params().concurrency, m.params().max_rate),
+            )
+        });
+        self.groups.core.enter(id, &site, address.as_deref(), caps);
         if let Some(h) = self.hosts.get_mut(id) {
             h.limiter = Some(Membership);
         }
         self.spread_hold(id, now, false);
+        self.refresh_pool(id, now);
+    }
+
+    /// The slot whose throttle paces slot `id`: its pooled group's pacer, or itself.
+    pub(super) fn pacer_of(&self, id: usize) -> usize {
+        self.groups
+            .core
+            .pacer(id)
+            .filter(|&p| self.hosts.contains(p))
+            .unwrap_or(id)
+    }
+
+    /// Whether slot `id` may have another request in flight: in a pooled group, when the
+    /// group's pacer has room and the name is under its own cap.
+    pub(super) fn has_room(&self, id: usize) -> bool {
+        let Some(host) = self.hosts.get(id) else {
+            return false;
+        };
+        let p = self.pacer_of(id);
+        if p == id && self.groups.core.pacer(id) != Some(id) {
+            return host.in_flight < host.throttle.concurrency();
+        }
+        let own = self
+            .groups
+            .core
+            .caps(id)
+            .map_or(1, |c| usize::try_from(c.0).unwrap_or(usize::MAX));
+        host.in_flight < own
+            && self.hosts.get(p).is_some_and(|h| {
+                h.throttle.pacing_machine().map_or(
+                    h.in_flight < h.throttle.concurrency(),
+                    HostMachine::has_room,
+                )
+            })
+    }
+
+    /// When slot `id` may send next: in a pooled group, at the pacer's next slot, after any
+    /// hold of its own and one `max_rate` gap after its own last send.
+    pub(super) fn ready_at_of(&self, id: usize) -> Instant {
+        let Some(host) = self.hosts.get(id) else {
+            return Instant::now();
+        };
+        let own = host.throttle.ready_at();
+        let p = self.pacer_of(id);
+        if p == id {
+            return own;
+        }
+        let Some(pacer) = self.hosts.get(p) else {
+            return own;
+        };
+        let mut at = pacer.throttle.ready_at();
+        if let Some(h) = host.throttle.held_until() {
+            at = at.max(h);
+        }
+        if let Some(f) = self.groups.instant(self.groups.core.own_floor(id)) {
+            at = at.max(f);
+        }
+        at
+    }
+
+    /// The live slots of `id`'s group when it is pooled (they wait on one pacer, so any
+    /// answer may free one of them), else `id` alone.
+    pub(super) fn pooled_with(&self, id: usize) -> Vec<usize> {
+        if self.groups.core.pacer(id).is_some() {
+            self.groups.core.group(id).to_vec()
+        } else {
+            vec![id]
+        }
+    }
+
+    /// A refusal reached the group of slot `q`, whose throttle learned it: pace the group
+    /// as one on `q`'s throttle, the pace of the names that were sending added to it.
+    fn pool_group(&mut self, q: usize, now: Instant) {
+        if self
+            .hosts
+            .get(q)
+            .is_none_or(|h| h.throttle.pacing_machine().is_none())
+        {
+            return;
+        }
+        let was = self.groups.core.pacer(q);
+        let at = self.groups.ms(now);
+        let absorbed = self.groups.core.pool(q, at);
+        if was.is_some() || self.groups.core.pacer(q) != Some(q) {
+            return;
+        }
+        let others: Vec<HostMachine> = absorbed
+            .iter()
+            .filter_map(|&j| self.hosts.get(j)?.throttle.pacing_machine().cloned())
+            .collect();
+        let (c, r) = self.groups.core.pool_caps(q);
+        if let Some(h) = self.hosts.get_mut(q) {
+            h.throttle
+                .pool(usize::try_from(c).unwrap_or(usize::MAX), r, &others, now);
+            tracing::info!(
+                host = %h.key, names = self.groups.core.group(q).len(),
+                "limiter group refused: its names are paced as one from now on (in flight \
+                 up to {c}, max_rate {r:.3})"
+            );
+        }
+        self.record_audit(q);
+    }
+
+    /// The caps of `id`'s pooled group, if it is pooled, are the sums over its live names
+    /// (a name came in, or a join brought some).
+    fn refresh_pool(&mut self, id: usize, now: Instant) {
+        let Some(p) = self.groups.core.pacer(id) else {
+            return;
+        };
+        let (c, r) = self.groups.core.pool_caps(p);
+        if let Some(h) = self.hosts.get_mut(p) {
+            h.throttle
+                .pool(usize::try_from(c).unwrap_or(usize::MAX), r, &[], now);
+        }
     }
 
     /// Take a slot being dropped out of its group.
@@ -74,11 +217,15 @@ impl<S: QueueStore> Frontier<S> {
     }
 
     /// Before slot `id` learns from `feedback`: a quota its RateLimit headers announce is
-    /// shared by the names of its group that sent within the quota's window.
+    /// shared by the names of its group that sent within the quota's window (a pooled
+    /// group's pacer has the whole quota).
     pub(super) fn count_sharers(&mut self, id: usize, feedback: &Feedback, now: Instant) {
         let Some(rl) = feedback.rate_limit else {
             return;
         };
+        if self.groups.core.pacer(id).is_some() {
+            return;
+        }
         if self.hosts.get(id).is_none_or(|h| h.limiter.is_none()) {
             return;
         }
@@ -95,23 +242,25 @@ impl<S: QueueStore> Frontier<S> {
         }
     }
 
-    /// After slot `id` learned from `feedback`: the evidence its answer gives joins groups
-    /// (a refusal while a neighbour on its address is held, a quota window a neighbour
-    /// announced too), and a hold it placed or extended (its end moved later than
-    /// `before`) reaches the rest of its group.
+    /// After slot `id`'s answer taught `feedback` to slot `q`'s throttle (its own, or its
+    /// pooled group's pacer): the evidence the answer gives joins groups (a refusal while a
+    /// neighbour on its address is held, a quota window a neighbour announced too), a hold
+    /// it placed or extended (its end moved later than `before`) reaches the rest of its
+    /// group, and a refusal that reached the group pools it.
     pub(super) fn share_holds(
         &mut self,
         id: usize,
+        q: usize,
         before: Option<Instant>,
         feedback: &Feedback,
         now: Instant,
     ) {
-        let Some(host) = self.hosts.get(id) else {
-            return;
-        };
-        if host.limiter.is_none() {
+        if self.hosts.get(id).is_none_or(|h| h.limiter.is_none()) {
             return;
         }
+        let Some(host) = self.hosts.get(q) else {
+            return;
+        };
         let after = host.throttle.held_until();
         let moved = after > before && after.is_some_and(|a| a > now);
         let refusal = matches!(feedback.status, Some(429 | 503));
@@ -134,15 +283,20 @@ impl<S: QueueStore> Frontier<S> {
         for j in &joins {
             self.log_join(j);
         }
+        let spread = (moved || asks_hold(feedback)) && after.is_some_and(|a| a > now);
         if !joins.is_empty() {
             // The joined names line up on the latest hold among them.
-            self.spread_hold(id, now, refusal);
-        } else if (moved || asks_hold(feedback))
-            && let Some(until) = after.filter(|&a| a > now)
-        {
+            self.spread_hold(q, now, refusal);
+        } else if spread && let Some(until) = after {
             // A hold this answer placed, extended or asked for (a hold shared here earlier
             // may end later than the one it announced; a sibling's shorter one must not).
-            self.spread_until(id, until, now, refusal);
+            self.spread_until(q, until, now, refusal);
+        }
+        if refusal || spread {
+            self.pool_group(q, now);
+        }
+        if !joins.is_empty() {
+            self.refresh_pool(q, now);
         }
     }
 

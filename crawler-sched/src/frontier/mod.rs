@@ -9,7 +9,8 @@
 //! - `config`: [`FrontierConfig`] and the slot keys (host, registrable domain, IP address).
 //! - `hosts`: the per-host slots: made on first use, dropped once idle with nothing
 //!   learned, and their running figures for [`HostStats`].
-//! - `groups`: limiter groups: the host names behind one limiter share its holds.
+//! - `groups`: limiter groups: the host names behind one limiter share its holds, and
+//!   once refused are paced as one slot.
 //! - `scheduler`: crawler-core's [`Scheduler`] for [`Frontier`].
 //! - `tests`: the frontier's tests.
 
@@ -265,17 +266,15 @@ impl<S: QueueStore> Frontier<S> {
 
     /// Put a host in the ready heap if it has work and room for another request.
     pub(super) fn reschedule(&mut self, id: usize, now: Instant) {
+        let (room, ready_at) = (self.has_room(id), self.ready_at_of(id));
         let Some(host) = self.hosts.get_mut(id) else {
             return;
         };
-        if host.scheduled
-            || host.in_flight >= host.throttle.concurrency()
-            || self.store.host_len(&host.key) == 0
-        {
+        if host.scheduled || !room || self.store.host_len(&host.key) == 0 {
             return;
         }
         host.scheduled = true;
-        if host.throttle.ready_at() <= now && self.store.leased_ahead(&host.key) {
+        if ready_at <= now && self.store.leased_ahead(&host.key) {
             // The store holds the host's next request already, for a short while: first in
             // line.
             let first = self
@@ -286,7 +285,6 @@ impl<S: QueueStore> Frontier<S> {
             return;
         }
         self.seq += 1;
-        self.ready
-            .push(Reverse((host.throttle.ready_at().max(now), self.seq, id)));
+        self.ready.push(Reverse((ready_at.max(now), self.seq, id)));
     }
 }

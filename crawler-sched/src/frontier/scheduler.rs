@@ -44,14 +44,19 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
                 continue;
             };
             host.scheduled = false;
-            if host.in_flight >= host.throttle.concurrency() {
+            if !self.has_room(id) {
                 continue;
             }
-            // A hold may have arrived since this entry was pushed.
-            if host.throttle.ready_at() > now {
+            // A hold may have arrived since this entry was pushed (or, in a pooled limiter
+            // group, another name took the group's slot).
+            if self.ready_at_of(id) > now {
                 self.reschedule(id, now);
                 continue;
             }
+            let pacer = self.pacer_of(id);
+            let Some(host) = self.hosts.get_mut(id) else {
+                continue;
+            };
             let (lease, mut request) = match self.store.lease(&host.key) {
                 Ok(Some(leased)) => leased,
                 Ok(None) => continue,
@@ -76,10 +81,16 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
             }
             host.in_flight += 1;
             host.figures.requests += 1;
-            host.throttle.on_send(now);
             if let Some(r) = self.recorder.as_mut() {
                 let sub = request.meta.contains_key(SUBREQUEST_META);
                 r.sent(&host.key, request.retries > 0, sub, now);
+            }
+            if pacer == id {
+                host.throttle.on_send(now);
+            } else if let Some(p) = self.hosts.get_mut(pacer) {
+                // A pooled limiter group: the slot is the group's, booked on its pacer.
+                p.throttle.on_send(now);
+                self.groups.booked.insert(lease, pacer);
             }
             self.leases.insert(lease, id);
             self.group_sent(id, now);
@@ -116,9 +127,10 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
     }
 
     fn host_unwell(&self, url: &url::Url) -> bool {
+        // In a pooled limiter group the group's machine learns every name's failures.
         self.host_ids
             .get(&self.config.key(url))
-            .and_then(|id| self.hosts.get(*id))
+            .and_then(|&id| self.hosts.get(self.pacer_of(id)))
             .is_some_and(|h| h.throttle.unwell())
     }
 
@@ -235,25 +247,39 @@ impl<S: QueueStore> Frontier<S> {
         };
         let mut verdict = Verdict::Continue;
         let mut held_before = None;
-        self.count_sharers(id, feedback, now);
+        // The throttle the send was booked on: the slot's own, or its pooled group's pacer.
+        let q = self
+            .groups
+            .booked
+            .remove(&lease.0)
+            .filter(|&q| self.hosts.contains(q))
+            .unwrap_or(id);
+        self.count_sharers(q, feedback, now);
         if let Some(host) = self.hosts.get_mut(id) {
             host.in_flight = host.in_flight.saturating_sub(1);
             host.figures.record(feedback);
-            held_before = host.throttle.held_until();
-            verdict = host.throttle.on_feedback(feedback, now);
             if let Some(r) = self.recorder.as_mut() {
                 r.outcome(&host.key, feedback, now);
             }
-            self.record_audit(id);
+        }
+        if let Some(host) = self.hosts.get_mut(q) {
+            held_before = host.throttle.held_until();
+            verdict = host.throttle.on_feedback(feedback, now);
+            self.record_audit(q);
         }
         // Other host names behind the same limiter wait as long as this one does.
-        self.share_holds(id, held_before, feedback, now);
+        self.share_holds(id, q, held_before, feedback, now);
         if let Verdict::Skip(why) = verdict {
-            self.skip_host(id, why);
+            // A pooled group's machine gave up on the group's limiter: all its names.
+            for s in self.pooled_with(id) {
+                self.skip_host(s, why.clone());
+            }
         }
-        // The feedback may have moved the host's ready time; a heap entry already pushed is
-        // re-checked against the throttle when it comes up in next().
-        self.reschedule(id, now);
+        // The feedback may have moved the host's ready time (in a pooled group, every
+        // name's); a heap entry already pushed is re-checked when it comes up in next().
+        for s in self.pooled_with(id) {
+            self.reschedule(s, now);
+        }
         if let Some(host) = self.hosts.get(id)
             && host.in_flight == 0
             && !host.scheduled

@@ -665,6 +665,20 @@ mod group_tests {
         Duration::from_secs_f64(s)
     }
 
+    /// The hosts served between `from` and `to` (asked every 50 ms, each answered 200 at
+    /// once), and the most handed out at one instant.
+    fn served_between(f: &mut Frontier, from: Instant, to: Instant) -> (Vec<String>, usize) {
+        let (mut all, mut most) = (std::collections::BTreeSet::new(), 0);
+        let mut at = from;
+        while at <= to {
+            let hosts = ready_hosts(f, at);
+            most = most.max(hosts.len());
+            all.extend(hosts);
+            at += secs(0.05);
+        }
+        (all.into_iter().collect(), most)
+    }
+
     fn triggers(f: &Frontier, host: &str) -> Vec<String> {
         let id = f.host_ids[host];
         f.hosts[id]
@@ -701,13 +715,12 @@ mod group_tests {
         // A name first seen during the hold starts held too.
         enqueue_pages(&mut f, "c.shop.test", 1, t0 + secs(5.0));
         assert_eq!(ready_hosts(&mut f, t0 + secs(9.9)), Vec::<String>::new());
-        // Each sibling comes back at its own point in one of its intervals after the hold
-        // (at most 1.25 s at the 0.8 r/s a refusal episode leaves), so they do not all send
-        // at once.
-        assert_eq!(
-            ready_hosts(&mut f, t1 + secs(12.0)),
-            ["a.shop.test", "b.shop.test", "c.shop.test"]
-        );
+        // The group a refusal reached is paced as one: after the hold its names take turns
+        // at the group's pace, one at a time (all at the hold's end would be a burst the
+        // limiter refuses), and every name with work gets its turns.
+        let (served, most) = served_between(&mut f, t1 + secs(10.0), t1 + secs(16.0));
+        assert_eq!(served, ["a.shop.test", "b.shop.test", "c.shop.test"]);
+        assert_eq!(most, 1);
         for sibling in ["b.shop.test", "c.shop.test"] {
             assert!(
                 triggers(&f, sibling).iter().any(|t| t == "limiter group"),
@@ -815,22 +828,28 @@ mod group_tests {
                 "{at}s"
             );
         }
-        // The neighbour comes back within one of its intervals after a's hold.
-        assert_eq!(
-            ready_hosts(&mut f, t0 + secs(12.5)),
-            ["a.shop.test", "neighbour.test"]
-        );
+        // After a's hold both come back, paced as one group (one at a time).
+        let (served, most) = served_between(&mut f, t0 + secs(10.5), t0 + secs(14.0));
+        assert_eq!(served, ["a.shop.test", "neighbour.test"]);
+        assert_eq!(most, 1);
         // For the rest of the crawl: a's next hold reaches the neighbour, which was not
         // refused.
-        let leased = lease_all(&mut f, t0 + secs(20.0));
-        assert_eq!(leased.len(), 2);
-        f.complete(leased["a.shop.test"], &refused(10), t0 + secs(20.1));
-        f.complete(leased["neighbour.test"], &ok(), t0 + secs(20.1));
+        let a = loop {
+            let leased = lease_all(&mut f, t0 + secs(20.0));
+            let mut leased = leased.into_iter();
+            let Some((host, lease)) = leased.next() else {
+                panic!("nothing ready at 20 s");
+            };
+            if host == "a.shop.test" {
+                break lease;
+            }
+            f.complete(lease, &ok(), t0 + secs(20.0));
+            f.acknowledge(lease);
+        };
+        f.complete(a, &refused(10), t0 + secs(20.1));
         assert_eq!(ready_hosts(&mut f, t0 + secs(25.0)), Vec::<String>::new());
-        assert_eq!(
-            ready_hosts(&mut f, t0 + secs(31.0)),
-            ["a.shop.test", "neighbour.test"]
-        );
+        let (served, _) = served_between(&mut f, t0 + secs(30.5), t0 + secs(40.0));
+        assert_eq!(served, ["a.shop.test", "neighbour.test"]);
         // The record shows the shared holds, for the report.
         f.checkpoint(&crawler_core::Stats::default());
         drop(f);
@@ -848,7 +867,18 @@ mod group_tests {
                     && matches!(a.what, crate::politeness::What::Hold { .. }))
             })
             .count();
-        assert_eq!(shared, 2, "the join's hold and x's next one");
+        assert_eq!(shared, 1, "the join's hold");
+        // From the join on, the group is paced as one on the neighbour's machine (its
+        // refusal pooled it): a's next refusal is that machine's own hold.
+        let own = lines
+            .iter()
+            .filter(|l| {
+                matches!(l, RecordLine::Audit(a) if a.host == "neighbour.test"
+                    && a.trigger == "Retry-After"
+                    && matches!(a.what, crate::politeness::What::Hold { .. }))
+            })
+            .count();
+        assert_eq!(own, 2, "its own refusal's hold and a's next one");
     }
 
     #[tokio::test(start_paused = true)]
@@ -927,5 +957,73 @@ mod group_tests {
         // b seen again joins its group, held.
         enqueue_pages(&mut f, "b.shop.test", 1, t1 + secs(1.0));
         assert_eq!(ready_hosts(&mut f, t1 + secs(2.0)), Vec::<String>::new());
+    }
+
+    /// Four names of one site behind one nginx bucket without a burst (4 r/s, 429 with
+    /// `Retry-After: 5`), default settings, 20 virtual minutes: once the first refusal
+    /// reaches the group its names are paced as one slot, so together they take most of
+    /// the bucket's rate with few refusals (four machines each climbing and probing against
+    /// it refuse and hold each other over and over).
+    #[tokio::test(start_paused = true)]
+    async fn four_names_behind_one_bucket_are_paced_as_one_slot() {
+        use crate::politeness::worlds::Limiter;
+        let mut f = grouped(&Settings::default());
+        let t0 = Instant::now();
+        let names = ["a.shop.test", "b.shop.test", "c.shop.test", "d.shop.test"];
+        for host in names {
+            enqueue_pages(&mut f, host, 3_000, t0);
+        }
+        let mut limiter = Limiter::nginx(4.0, 1, true);
+        let mut pending: Vec<(Instant, Lease, Feedback)> = Vec::new();
+        let (end, half) = (t0 + secs(1_200.0), t0 + secs(600.0));
+        let (mut now, mut refusals, mut late_ok) = (t0, 0u32, 0u32);
+        let mut by_name: HashMap<String, u32> = HashMap::new();
+        while now < end {
+            let next_ready = loop {
+                match f.next(now) {
+                    Next::Ready(lease, r) => {
+                        let ms = (now - t0).as_secs_f64() * 1e3;
+                        let fb = if limiter.admit(ms).ok {
+                            if now >= half {
+                                late_ok += 1;
+                                *by_name
+                                    .entry(r.url.host_str().unwrap_or("").to_owned())
+                                    .or_default() += 1;
+                            }
+                            ok()
+                        } else {
+                            refusals += 1;
+                            refused(5)
+                        };
+                        pending.push((now + secs(0.03), lease, fb));
+                    }
+                    Next::NotBefore(at) => break Some(at),
+                    _ => break None,
+                }
+            };
+            let next_answer = pending.iter().map(|p| p.0).min();
+            let next = match (next_ready, next_answer) {
+                (Some(a), Some(b)) => a.min(b),
+                (a, b) => a.or(b).unwrap_or(end),
+            };
+            now = next.max(now + Duration::from_millis(1));
+            let (done, waiting): (Vec<_>, Vec<_>) = pending.into_iter().partition(|p| p.0 <= now);
+            pending = waiting;
+            for (at, lease, fb) in done {
+                f.complete(lease, &fb, at);
+                f.acknowledge(lease);
+            }
+        }
+        let steady = f64::from(late_ok) / 600.0;
+        assert!(steady >= 0.85 * 4.0, "{steady:.2} r/s, {refusals} refusals");
+        assert!(refusals <= 20, "{refusals} refusals, {steady:.2} r/s");
+        // The group's rate is shared among the names with work: none starves.
+        for host in names {
+            let n = by_name.get(host).copied().unwrap_or(0);
+            assert!(
+                f64::from(n) >= 0.1 * f64::from(late_ok),
+                "{host}: {n} of {late_ok}"
+            );
+        }
     }
 }

@@ -95,6 +95,17 @@ impl Delivery {
         &self.bins
     }
 
+    /// Multiply every count by `factor` (rounded): a machine that takes over the pace of
+    /// other names behind its limiter reads what they delivered too, in proportion to
+    /// their rates (their rings are on other clocks).
+    pub fn scale(&mut self, factor: f64) {
+        for c in &mut self.bins {
+            *c = (f64::from(*c) * factor.max(0.0))
+                .round()
+                .min(f64::from(u32::MAX)) as u32;
+        }
+    }
+
     /// Move every instant by `delta` ms (a restored state on a new clock).
     pub fn shift(&mut self, delta: f64) {
         self.start += delta;

@@ -10,6 +10,11 @@
 //!   moment.
 //! - A quota announced in RateLimit headers is shared among the names of the group that
 //!   sent within its window, never by idle ones.
+//! - Once a refusal reaches a group of two names or more (a 429 or 503, or a hold spread to
+//!   the group), the group is *pooled*: one name's machine (its pacer) paces every name of
+//!   it, with the sums of the live names' in-flight caps and `max_rate`s; each name still
+//!   keeps its own cap and its own `max_rate` gap. N machines climbing and probing one
+//!   limiter on their own multiply its refusals; one machine learns it once.
 //!
 //! Pure: ids are the caller's (frontier slots, the judge's names), times are milliseconds on
 //! the caller's clock. The frontier and the judge run this same code, so the judge's worlds
@@ -40,7 +45,9 @@ pub const QUOTA_TURN_TOLERANCE_MS: f64 = 1_500.0;
 
 /// A name counts among a quota's sharers when it sent within this long (ms), or within the
 /// quota's window when that is longer: a name that sends holds its share of a window
-/// however short the window is, and one idle for a minute takes none.
+/// however short the window is, and one idle for a minute takes none. The same span says
+/// which names' paces a refused group's machine takes over when it pools them
+/// ([`LimiterGroups::pool`]): what the limiter saw in its last minute.
 pub const ACTIVE_SHARER_MS: f64 = 60_000.0;
 
 /// One live name.
@@ -52,6 +59,8 @@ struct Name {
     quota: Option<(u64, Millis)>,
     /// When it last sent.
     sent_at: Option<Millis>,
+    /// The user's limits for it: requests in flight and `max_rate` (requests/s).
+    caps: (u32, f64),
 }
 
 /// A join the evidence made: `name` and `other` now share holds.
@@ -84,6 +93,8 @@ pub struct LimiterGroups {
     members: HashMap<String, Vec<usize>>,
     /// Address → live ids.
     at_address: HashMap<String, Vec<usize>>,
+    /// Root domain → the name whose machine paces the group, once a refusal reached it.
+    pooled: HashMap<String, usize>,
 }
 
 impl LimiterGroups {
@@ -99,8 +110,9 @@ impl LimiterGroups {
     }
 
     /// A name `id` of registrable domain `domain` comes in, resolving to `address` (`None`
-    /// when unknown or not looked up: it then joins no other domain's group).
-    pub fn enter(&mut self, id: usize, domain: &str, address: Option<&str>) {
+    /// when unknown or not looked up: it then joins no other domain's group), with the
+    /// user's limits for it: `caps` is (requests in flight, `max_rate` in requests/s).
+    pub fn enter(&mut self, id: usize, domain: &str, address: Option<&str>, caps: (u32, f64)) {
         self.leave(id);
         let root = self.root(domain).to_owned();
         self.members.entry(root).or_default().push(id);
@@ -114,6 +126,7 @@ impl LimiterGroups {
                 address: address.map(str::to_owned),
                 quota: None,
                 sent_at: None,
+                caps,
             },
         );
     }
@@ -125,6 +138,11 @@ impl LimiterGroups {
         };
         let root = self.root(&name.domain).to_owned();
         remove_id(&mut self.members, &root, id);
+        if self.pooled.get(&root) == Some(&id) {
+            // Its machine goes with it: the rest of the group learns afresh, each on its
+            // own, until a refusal pools it again.
+            self.pooled.remove(&root);
+        }
         if let Some(a) = &name.address {
             remove_id(&mut self.at_address, a, id);
         }
@@ -202,6 +220,74 @@ impl LimiterGroups {
         self.join_all(id, candidates, JoinEvidence::SameQuota)
     }
 
+    /// A refusal reached `id`'s group (a 429 or 503, or a hold spread to the group) at
+    /// `now`: from now on one machine paces it, `id`'s (which learned the refusal). Returns
+    /// the names whose pace it takes over, the others that sent within
+    /// [`ACTIVE_SHARER_MS`] (an idle name's rate is no part of what the limiter saw): the
+    /// caller adds their rates to the pacer's (see [`HostMachine::absorb`]). Empty when the
+    /// group was pooled already or has one name.
+    ///
+    /// [`HostMachine::absorb`]: super::HostMachine::absorb
+    pub fn pool(&mut self, id: usize, now: Millis) -> Vec<usize> {
+        let Some(root) = self.root_of(id).map(str::to_owned) else {
+            return Vec::new();
+        };
+        let members = self.group(id);
+        if members.len() < 2 || self.pooled.contains_key(&root) {
+            return Vec::new();
+        }
+        let active = members
+            .iter()
+            .copied()
+            .filter(|&s| s != id)
+            .filter(|s| {
+                self.names
+                    .get(s)
+                    .and_then(|n| n.sent_at)
+                    .is_some_and(|t| now - t <= ACTIVE_SHARER_MS)
+            })
+            .collect();
+        self.pooled.insert(root, id);
+        active
+    }
+
+    /// The name whose machine paces `id`, once `id`'s group is pooled (itself when it is
+    /// the pacer); `None` while each name paces itself.
+    pub fn pacer(&self, id: usize) -> Option<usize> {
+        self.root_of(id).and_then(|r| self.pooled.get(r)).copied()
+    }
+
+    /// The pooled machine's limits for `id`'s group: the sums over its live names of their
+    /// in-flight caps and `max_rate`s.
+    pub fn pool_caps(&self, id: usize) -> (u32, f64) {
+        self.group(id)
+            .iter()
+            .filter_map(|s| self.names.get(s))
+            .fold((0u32, 0.0), |(c, r), n| {
+                (c.saturating_add(n.caps.0), r + n.caps.1)
+            })
+    }
+
+    /// The user's limits for `id` alone: (requests in flight, `max_rate`).
+    pub fn caps(&self, id: usize) -> Option<(u32, f64)> {
+        self.names.get(&id).map(|n| n.caps)
+    }
+
+    /// The earliest `id` may send again by its own `max_rate` (ms): in a pooled group the
+    /// group's rate is shared, but no name goes faster than the user allows it alone.
+    pub fn own_floor(&self, id: usize) -> Millis {
+        self.names
+            .get(&id)
+            .and_then(|n| Some(n.sent_at? + 1_000.0 / n.caps.1.max(1e-9)))
+            .unwrap_or(f64::NEG_INFINITY)
+    }
+
+    /// When `id` last sent (for sharing a pooled group's sends: the longest waiting name
+    /// goes first).
+    pub fn sent_at(&self, id: usize) -> Option<Millis> {
+        self.names.get(&id).and_then(|n| n.sent_at)
+    }
+
     /// Live names on `id`'s address outside its group.
     fn neighbours(&self, id: usize) -> Vec<usize> {
         let Some(address) = self.names.get(&id).and_then(|n| n.address.as_deref()) else {
@@ -228,6 +314,10 @@ impl LimiterGroups {
             let (a, b) = (a.to_owned(), b.to_owned());
             let moved = self.members.remove(&b).unwrap_or_default();
             self.members.entry(a.clone()).or_default().extend(moved);
+            // A pooled side keeps its pacer (the first side's when both were pooled).
+            if let Some(p) = self.pooled.remove(&b) {
+                self.pooled.entry(a.clone()).or_insert(p);
+            }
             self.joined.insert(b, a);
             joins.push(Join {
                 name: id,
@@ -254,12 +344,14 @@ fn remove_id(map: &mut HashMap<String, Vec<usize>>, key: &str, id: usize) {
 mod tests {
     use super::*;
 
+    const CAPS: (u32, f64) = (1, 20.0);
+
     #[test]
     fn names_of_one_domain_share_from_the_start_and_other_domains_never_by_address_alone() {
         let mut g = LimiterGroups::default();
-        g.enter(0, "example.com", Some("10.0.0.1:80"));
-        g.enter(1, "example.com", Some("10.0.0.2:80"));
-        g.enter(2, "other.org", Some("10.0.0.1:80"));
+        g.enter(0, "example.com", Some("10.0.0.1:80"), CAPS);
+        g.enter(1, "example.com", Some("10.0.0.2:80"), CAPS);
+        g.enter(2, "other.org", Some("10.0.0.1:80"), CAPS);
         assert!(g.same_group(0, 1));
         assert!(!g.same_group(0, 2));
         assert_eq!(g.group(2), &[2]);
@@ -268,9 +360,9 @@ mod tests {
     #[test]
     fn a_refusal_while_a_neighbour_is_held_joins_their_groups_for_good() {
         let mut g = LimiterGroups::default();
-        g.enter(0, "a.com", Some("1.1.1.1:80"));
-        g.enter(1, "b.com", Some("1.1.1.1:80"));
-        g.enter(2, "c.com", Some("2.2.2.2:80"));
+        g.enter(0, "a.com", Some("1.1.1.1:80"), CAPS);
+        g.enter(1, "b.com", Some("1.1.1.1:80"), CAPS);
+        g.enter(2, "c.com", Some("2.2.2.2:80"), CAPS);
         // Nobody held: no evidence.
         assert!(g.refused(0, |_| false).is_empty());
         // c.com is held but on another address: no evidence either.
@@ -280,16 +372,16 @@ mod tests {
         assert!(g.same_group(0, 1));
         // The join outlives the names: b.com seen again is in a.com's group.
         g.leave(1);
-        g.enter(7, "b.com", Some("1.1.1.1:80"));
+        g.enter(7, "b.com", Some("1.1.1.1:80"), CAPS);
         assert!(g.same_group(0, 7));
     }
 
     #[test]
     fn the_same_quota_turning_at_the_same_moment_joins_and_a_different_one_does_not() {
         let mut g = LimiterGroups::default();
-        g.enter(0, "a.com", Some("1.1.1.1:443"));
-        g.enter(1, "b.com", Some("1.1.1.1:443"));
-        g.enter(2, "c.com", Some("1.1.1.1:443"));
+        g.enter(0, "a.com", Some("1.1.1.1:443"), CAPS);
+        g.enter(1, "b.com", Some("1.1.1.1:443"), CAPS);
+        g.enter(2, "c.com", Some("1.1.1.1:443"), CAPS);
         assert!(g.quota(0, 100, 60_000.0).is_empty());
         // Another limit, or the same limit turning 10 s apart: not one quota.
         assert!(g.quota(1, 50, 60_000.0).is_empty());
@@ -306,7 +398,7 @@ mod tests {
     fn a_quota_is_shared_by_the_names_that_sent_within_its_window_only() {
         let mut g = LimiterGroups::default();
         for id in 0..5 {
-            g.enter(id, "shop.example", None);
+            g.enter(id, "shop.example", None, CAPS);
         }
         g.sent(0, 100_000.0);
         g.sent(1, 95_000.0);

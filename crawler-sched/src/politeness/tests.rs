@@ -964,3 +964,34 @@ fn an_early_long_refusal_hold_is_forgotten_after_many_short_ones() {
     );
     assert!(mean >= 5_000.0, "mean refusal hold {mean:.0} ms");
 }
+
+/// Four host names behind one nginx bucket without a burst (`burst=1`, `nodelay`), the
+/// default settings: the names are paced as one slot once the first refusal reaches them,
+/// so the group learns the limit once instead of four machines each climbing and probing
+/// against it (each of their refusals holding all four). The crawl takes most of what the
+/// bucket allows, with few refusals.
+#[test]
+fn four_names_behind_one_bucket_without_burst_are_paced_as_one() {
+    let params = defaults();
+    let minutes = 30.0;
+    for (seed, rate, retry_after) in [
+        (1, 4.0, RetryAfter::Secs(5.0)),
+        (2, 8.0, RetryAfter::Absent),
+        (3, 3.0, RetryAfter::Secs(30.0)),
+    ] {
+        let mut world = World::plain(seed, Limiter::nginx(rate, 1, true), retry_after);
+        world.hosts = 4;
+        let o = worlds::run(&world, &params, minutes * 60_000.0);
+        let share = o.steady / world.attainable(&params);
+        println!(
+            "{world}: {} sent, {} refused, steady {:.2} r/s ({:.0}%)",
+            o.sent,
+            o.refused,
+            o.steady,
+            share * 100.0
+        );
+        assert_eq!(o.violations, 0, "{world}");
+        assert!(share >= 0.85, "{world}: steady {:.0}%", share * 100.0);
+        assert!(o.refused <= 20, "{world}: {} refusals", o.refused);
+    }
+}

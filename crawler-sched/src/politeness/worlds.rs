@@ -911,6 +911,8 @@ impl Outcome {
 struct Pending {
     answer_at: f64,
     host: usize,
+    /// The machine its send was booked on: its own, or its pooled group's pacer.
+    booked: usize,
     sent: f64,
     feedback: Feedback,
 }
@@ -936,7 +938,7 @@ pub fn run_audited(
         .map(|_| HostMachine::new(params.clone(), 0.0))
         .collect();
     // The frontier's limiter groups, by the same rules: names of one site from the start,
-    // other sites on one address on evidence.
+    // other sites on one address on evidence; a group a refusal reached paced as one.
     let mut groups = super::LimiterGroups::default();
     for i in 0..n {
         let spec = world.name(i);
@@ -944,8 +946,10 @@ pub fn run_audited(
             i,
             &format!("site{}.test", spec.site),
             Some(&format!("address{}", spec.address)),
+            (params.concurrency, params.max_rate),
         );
     }
+    let mut name_in_flight = vec![0u32; n];
     let mut rng = Rng::new(world.seed.wrapping_mul(31).wrapping_add(7));
     let mut limiters: Vec<Limiter> = std::iter::once(world.limiter.clone())
         .chain(world.other_limiters.iter().cloned())
@@ -971,21 +975,43 @@ pub fn run_audited(
             .iter()
             .map(|p| p.answer_at)
             .fold(f64::INFINITY, f64::min);
-        let (host, send_at) = machines
-            .iter()
-            .enumerate()
-            .filter(|(i, m)| !skipped[*i] && m.has_room())
-            .map(|(i, m)| (i, m.ready_at().max(t)))
-            .fold(
-                (usize::MAX, f64::INFINITY),
-                |a, b| if b.1 < a.1 { b } else { a },
-            );
+        // As the frontier does: a name of a pooled group sends when the group's pacer has a
+        // slot and room, its own cap has room, and its own `max_rate` gap has passed; the
+        // name that waited longest goes first.
+        let (host, send_at, _) = (0..n)
+            .filter(|&i| !skipped[i])
+            .filter_map(|i| {
+                let Some(p) = groups.pacer(i) else {
+                    let m = &machines[i];
+                    return m
+                        .has_room()
+                        .then(|| (i, m.ready_at().max(t), f64::NEG_INFINITY));
+                };
+                let own_cap = groups.caps(i).map_or(1, |c| c.0);
+                if skipped[p] || !machines[p].has_room() || name_in_flight[i] >= own_cap {
+                    return None;
+                }
+                let ready = machines[p]
+                    .ready_at()
+                    .max(machines[i].state().hold_until)
+                    .max(groups.own_floor(i));
+                Some((
+                    i,
+                    ready.max(t),
+                    groups.sent_at(i).unwrap_or(f64::NEG_INFINITY),
+                ))
+            })
+            .fold((usize::MAX, f64::INFINITY, f64::INFINITY), |a, b| {
+                if (b.1, b.2) < (a.1, a.2) { b } else { a }
+            });
         if send_at.min(next_answer) >= duration_ms {
             break;
         }
         if send_at <= next_answer {
             t = send_at;
-            machines[host].on_send(t);
+            let booked = groups.pacer(host).unwrap_or(host);
+            machines[booked].on_send(t);
+            name_in_flight[host] += 1;
             groups.sent(host, t);
             let lim = world.name(host).limiter.min(limiters.len() - 1);
             if !changed
@@ -1032,6 +1058,7 @@ pub fn run_audited(
                 pending.push(Pending {
                     answer_at: arrival + latency,
                     host,
+                    booked,
                     sent: t,
                     feedback: fb,
                 });
@@ -1132,6 +1159,7 @@ pub fn run_audited(
             pending.push(Pending {
                 answer_at: arrival + latency,
                 host,
+                booked,
                 sent: t,
                 feedback: fb,
             });
@@ -1144,18 +1172,21 @@ pub fn run_audited(
             t = p.answer_at;
             // A busy client reads its clock late: the send time it dates is off a little.
             let late = (rng.unit() - 0.5) * world.transit_ms;
-            if let Some(rl) = p.feedback.rate_limit {
+            let q = p.booked;
+            name_in_flight[p.host] = name_in_flight[p.host].saturating_sub(1);
+            let pooled = groups.pacer(p.host) == Some(q);
+            if let Some(rl) = p.feedback.rate_limit.filter(|_| !pooled) {
                 // A quota is shared by the names of the group that sent within its window.
                 let window = rl
                     .window
                     .or(rl.reset)
                     .map_or(60_000.0, |w| w.as_secs_f64() * 1e3);
                 let sharers = groups.active_sharers(p.host, window, t);
-                machines[p.host].set_sharers(sharers);
+                machines[q].set_sharers(sharers);
             }
-            let before = machines[p.host].state().hold_until;
-            let verdict = machines[p.host].on_feedback_sent(&p.feedback, p.sent + late, t);
-            let held = machines[p.host].state().hold_until;
+            let before = machines[q].state().hold_until;
+            let verdict = machines[q].on_feedback_sent(&p.feedback, p.sent + late, t);
+            let held = machines[q].state().hold_until;
             let refusal = matches!(p.feedback.status, Some(429 | 503));
             // The evidence joins groups, as the frontier does.
             let mut joins = 0;
@@ -1174,9 +1205,10 @@ pub fn run_audited(
             out.joins += joins as u64;
             // As the frontier does: a hold this answer placed, extended or asked for reaches
             // the rest of the group; a join aligns the joined names on the latest hold.
-            if (held > before || super::asks_hold(&p.feedback)) && held > t {
+            let spread = (held > before || super::asks_hold(&p.feedback)) && held > t;
+            if spread {
                 for &j in groups.group(p.host).to_vec().iter() {
-                    if j != p.host {
+                    if j != q {
                         machines[j].share_hold(held, t, refusal);
                     }
                 }
@@ -1191,13 +1223,36 @@ pub fn run_audited(
                     machines[j].share_hold(group_held, t, refusal);
                 }
             }
+            // A refusal that reached the group pools it, as the frontier does: the machine
+            // that learned it paces every name from now on, their rates added to its own.
+            if refusal || spread {
+                let absorbed = groups.pool(q, t);
+                if groups.pacer(q) == Some(q) {
+                    let (c, r) = groups.pool_caps(q);
+                    machines[q].set_pool(c, r);
+                    let others: Vec<HostMachine> =
+                        absorbed.iter().map(|&j| machines[j].clone()).collect();
+                    machines[q].absorb(&others, t);
+                }
+            }
+            if let Some(pc) = groups.pacer(p.host) {
+                // Joins may have brought names in: the caps are the live names' sums.
+                let (c, r) = groups.pool_caps(pc);
+                machines[pc].set_pool(c, r);
+            }
             for (j, m) in machines.iter_mut().enumerate() {
                 audit.extend(m.take_audit().into_iter().map(|c| (j, c)));
             }
             if let Verdict::Skip(_) = verdict {
-                // The frontier drops a skipped host's queue; the others go on.
+                // The frontier drops a skipped host's queue; the others go on (a pooled
+                // group's machine gave up on the group's limiter: all its names).
                 out.skipped = true;
                 skipped[p.host] = true;
+                if groups.pacer(p.host) == Some(q) {
+                    for &j in groups.group(p.host) {
+                        skipped[j] = true;
+                    }
+                }
             }
         }
     }

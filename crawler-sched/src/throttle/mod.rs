@@ -74,6 +74,25 @@ pub trait Throttle: Send {
     fn unwell(&self) -> bool {
         false
     }
+    /// The machine that paces this host, for a limiter group paced as one
+    /// ([`LimiterGroups::pool`](crate::politeness::LimiterGroups::pool)). `None`: this
+    /// throttle paces its host alone whatever its group (a fleet's, whose pacing lives in
+    /// Redis).
+    fn pacing_machine(&self) -> Option<&HostMachine> {
+        None
+    }
+    /// Pace the host's whole limiter group from now on: `concurrency` and `max_rate` are
+    /// the sums over its live names, and the machines of `others` (names that were sending
+    /// when a refusal reached the group) add their pace to this one's (see
+    /// [`HostMachine::absorb`]).
+    fn pool(
+        &mut self,
+        _concurrency: usize,
+        _max_rate: f64,
+        _others: &[HostMachine],
+        _now: Instant,
+    ) {
+    }
 }
 
 /// One politeness change of a host, for logs, reports and metrics.
@@ -304,6 +323,18 @@ impl Throttle for Politeness {
     fn set_sharers(&mut self, n: usize) {
         self.machine
             .set_sharers(u32::try_from(n).unwrap_or(u32::MAX));
+    }
+
+    fn pacing_machine(&self) -> Option<&HostMachine> {
+        Some(&self.machine)
+    }
+
+    fn pool(&mut self, concurrency: usize, max_rate: f64, others: &[HostMachine], now: Instant) {
+        self.machine
+            .set_pool(u32::try_from(concurrency).unwrap_or(u32::MAX), max_rate);
+        let at = self.at(now);
+        self.machine.absorb(others, at);
+        self.drain_audit();
     }
 
     fn share_hold(&mut self, until: Instant, now: Instant, refusal: bool) {

@@ -27,7 +27,7 @@
 //!   refusal episode down to the delivery rate, the climb under the ceiling, probes timed
 //!   by the payback rule, RateLimit steering and the latency baseline.
 
-use super::audit::{Change, Phase};
+use super::audit::{Change, Phase, Trigger};
 use super::delivery::Delivery;
 use super::params::{Millis, Mode, Params};
 use super::state::HostState;
@@ -125,8 +125,13 @@ impl HostMachine {
         m
     }
 
-    /// A machine with a known state (restored, or read from the fleet's store).
-    pub fn with_state(params: Params, state: HostState) -> Self {
+    /// A machine with a known state (restored, or read from the fleet's store). A rate over
+    /// `max_rate` (a state saved while it paced a pooled limiter group, see
+    /// [`HostMachine::set_pool`]) comes back under it: alone, the name keeps its own limit.
+    pub fn with_state(params: Params, mut state: HostState) -> Self {
+        if params.mode != Mode::Fixed {
+            state.rate = state.rate.min(params.max_rate);
+        }
         Self {
             params,
             state,
@@ -139,6 +144,63 @@ impl HostMachine {
     /// its `1/n` of what is left.
     pub fn set_sharers(&mut self, n: u32) {
         self.params.sharers = n.max(1);
+    }
+
+    /// This machine now paces its whole limiter group (see
+    /// [`LimiterGroups::pool`](super::LimiterGroups::pool)): its in-flight cap and
+    /// `max_rate` become the sums over the group's live names, and a quota is the group's
+    /// alone (no other machine shares it).
+    pub fn set_pool(&mut self, concurrency: u32, max_rate: f64) {
+        self.params.concurrency = concurrency.max(1);
+        self.params.max_rate = max_rate.max(self.params.min_rate);
+        self.params.sharers = 1;
+    }
+
+    /// Take over the pace of `others`, names of this machine's limiter group that were
+    /// sending when a refusal pooled it: what the limiter saw was all of them, so their
+    /// rates, refused paces and deliveries add to this machine's (each already took the
+    /// refusal's decrease, the hold having reached it). Times stay this machine's own: the
+    /// others may run on other clocks. Call [`HostMachine::set_pool`] first, so the sum is
+    /// clamped by the group's `max_rate`.
+    pub fn absorb(&mut self, others: &[HostMachine], now: Millis) {
+        if others.is_empty() || self.params.mode == Mode::Fixed {
+            return;
+        }
+        let own = self.state.rate.max(1e-9);
+        let s = &mut self.state;
+        let mut rate = s.rate;
+        let mut inverse_gap = if s.send_gap > 0.0 {
+            1.0 / s.send_gap
+        } else {
+            0.0
+        };
+        for o in others {
+            let t = &o.state;
+            rate += t.rate;
+            if let Some(c) = s.ceiling.as_mut() {
+                *c += t.ceiling.unwrap_or(t.rate);
+            }
+            if let Some(e) = s.estimate.as_mut() {
+                *e += t.estimate.unwrap_or(t.rate);
+            }
+            if let Some(d) = s.declared.as_mut() {
+                *d += t.declared.unwrap_or(t.rate);
+            }
+            if let Some(p) = s.probe_from.as_mut() {
+                *p += t.probe_from.unwrap_or(t.rate);
+            }
+            if t.send_gap > 0.0 {
+                inverse_gap += 1.0 / t.send_gap;
+            }
+        }
+        if inverse_gap > 0.0 {
+            s.send_gap = 1.0 / inverse_gap;
+        }
+        s.delivery.scale(rate / own);
+        self.set_rate(rate, Trigger::LimiterGroup, now);
+        if let Some(c) = self.state.ceiling {
+            self.state.ceiling = Some(c.min(self.params.max_rate));
+        }
     }
 
     /// The machine's parameters.
