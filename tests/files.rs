@@ -179,7 +179,12 @@ async fn items_files_are_fetched_through_the_crawl_and_stored_once_by_content() 
         } else {
             1
         };
-        assert_eq!(p.images.len(), expected, "book {n}: {:?}\n{stats}", p.images);
+        assert_eq!(
+            p.images.len(),
+            expected,
+            "book {n}: {:?}\n{stats}",
+            p.images
+        );
         for i in &p.images {
             assert_eq!(sha256(&images_dir.join(&i.path)), i.checksum, "{i:?}");
             assert!(i.path.ends_with(".png"), "{i:?}");
@@ -264,14 +269,17 @@ async fn items_files_are_fetched_through_the_crawl_and_stored_once_by_content() 
         .map(|r| r.path.trim_start_matches('/').to_owned())
         .filter(|p| stored.contains(p))
         .collect();
-    assert!(asked.is_empty(), "fresh files were asked for again: {asked:?}");
+    assert!(
+        asked.is_empty(),
+        "fresh files were asked for again: {asked:?}"
+    );
 
     // Expired: asked again with validators; the lab's 304s keep every stored file.
     media.recorder().clear();
     let expired = dir.path().join("expired.jsonl");
     crawl(&site, &media, dir.path(), &expired)
-        .set("files_expires", "0s")
-        .set("images_expires", "0s")
+        .set("files_expires", "0")
+        .set("images_expires", "0")
         .run()
         .await
         .unwrap();

@@ -53,6 +53,8 @@ const SERVICE_SETTINGS: &[&str] = &[
     "browser_executable",
     "redis_url",
     "warc",
+    "files_store",
+    "images_store",
 ];
 /// Bytes of a job's log shown in its live view.
 const LOG_TAIL: u64 = 16 * 1024;

@@ -317,13 +317,15 @@ pub struct Settings {
     /// so every name served by one machine shares one budget, as broad crawlers do; DNS
     /// answers are cached for 5 minutes, 65,536 names at most).
     pub host_key: HostKeyMode,
-    /// Share holds across host names behind one limiter: names that resolve to one address
-    /// (and port) hold together when one of them is told to wait, and a refusal on one name
-    /// while another of its registrable domain is held joins their groups for the rest of the
-    /// crawl. Pacing stays per slot, but a quota announced in RateLimit headers is split
-    /// between the names of a group. A fleet shares the holds too. With a `proxy` the
-    /// crawler does not resolve names, so only the registrable-domain joins apply. Default
-    /// true.
+    /// Share holds across host names behind one limiter, by evidence (docs/politeness.md,
+    /// "Limiter groups"): the names of one registrable domain from their first request;
+    /// names of different domains on one address (and port) only once one is refused while
+    /// the other is held, or both announce the same RateLimit quota. A hold on one name of a
+    /// group holds them all; once a refusal reaches a group, one machine paces its names,
+    /// with the sums of their in-flight caps and `max_rate`s; a RateLimit quota is shared by
+    /// the names that sent within its window. A fleet shares the holds (each worker paces
+    /// its names itself). With a `proxy` the crawler does not resolve names, so only the
+    /// registrable-domain groups apply. Default true.
     pub limiter_groups: bool,
     /// Which HTTP version requests speak: `auto` (HTTP/2 where the server offers it in the
     /// TLS handshake, by ALPN, HTTP/1.1 where it prefers that and on plain `http://`), `1.1`
@@ -371,11 +373,11 @@ pub struct Settings {
     /// The item field the results are written to (one `{url, path, checksum, status}` per
     /// file stored). Default `files`.
     pub files_result_field: String,
-    /// How long a stored file is fresh: within it an item naming its URL again gets the
-    /// stored file without a request (`uptodate`); after it the file is asked for again
-    /// with its validators (ETag, Last-Modified), and a 304 keeps it. Default 90 days.
-    #[serde(with = "humantime_serde")]
-    pub files_expires: Duration,
+    /// How many days a stored file is fresh: within them an item naming its URL again gets
+    /// the stored file without a request (`uptodate`); after them the file is asked for
+    /// again with its validators (ETag, Last-Modified), and a 304 keeps it. 0: asked again
+    /// every crawl. Default 90, as Scrapy's `FILES_EXPIRES`.
+    pub files_expires: u32,
     /// The directory the images pipeline stores images in, as `files_store` (the original
     /// bytes in `full/`, thumbnails in `thumbs/<name>/`, JPEG). Scrapy's `IMAGES_STORE`.
     pub images_store: Option<String>,
@@ -383,9 +385,8 @@ pub struct Settings {
     pub images_urls_field: String,
     /// The item field the image results are written to. Default `images`.
     pub images_result_field: String,
-    /// As `files_expires`, for images. Default 90 days.
-    #[serde(with = "humantime_serde")]
-    pub images_expires: Duration,
+    /// As `files_expires`, for images (days). Default 90.
+    pub images_expires: u32,
     /// Images narrower than this many pixels are not stored (left out of the results,
     /// counted). Default 0.
     pub images_min_width: u32,
@@ -597,11 +598,11 @@ impl Default for Settings {
             files_store: None,
             files_urls_field: "file_urls".to_owned(),
             files_result_field: "files".to_owned(),
-            files_expires: Duration::from_secs(90 * 86_400),
+            files_expires: 90,
             images_store: None,
             images_urls_field: "image_urls".to_owned(),
             images_result_field: "images".to_owned(),
-            images_expires: Duration::from_secs(90 * 86_400),
+            images_expires: 90,
             images_min_width: 0,
             images_min_height: 0,
             images_thumbs: std::collections::BTreeMap::new(),
@@ -1130,13 +1131,13 @@ mod media_tests {
         let s = Settings::default();
         assert_eq!(s.files_urls_field, "file_urls");
         assert_eq!(s.images_result_field, "images");
-        assert_eq!(s.files_expires, Duration::from_secs(90 * 86_400));
+        assert_eq!(s.files_expires, 90);
         let mut s = Settings::default();
         s.set("images_thumbs", r#"{"small": [50, 50]}"#)
             .expect("a box");
         assert_eq!(s.images_thumbs.get("small"), Some(&[50, 50]));
-        s.set("images_expires", "7days").expect("a duration");
-        assert_eq!(s.images_expires, Duration::from_secs(7 * 86_400));
+        s.set("images_expires", "7").expect("days");
+        assert_eq!(s.images_expires, 7);
         let mut s = Settings::default();
         s.images_thumbs.insert("../up".into(), [10, 10]);
         let e = s.validate().expect_err("a path is not a name").to_string();

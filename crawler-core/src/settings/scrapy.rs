@@ -218,6 +218,35 @@ pub(super) const SCRAPY_NAMES: &[ScrapyName] = &[
         "ITEM_PIPELINES",
         "pipelines are added in code, in the order they run: `Crawl::new(spider).pipeline(p)`, or in a project `Runner::spider_with(spider, |crawl| crawl.pipeline(p))`",
     ),
+    // The files and images pipelines (`crawler::files::FilesPipeline`).
+    key(
+        "FILES_STORE",
+        "files_store",
+        "a local directory; files are named by the SHA-256 of their content (Scrapy: the \
+         SHA-1 of the URL), so the same bytes are stored once",
+    ),
+    key("FILES_EXPIRES", "files_expires", ""),
+    key("FILES_URLS_FIELD", "files_urls_field", ""),
+    key(
+        "FILES_RESULT_FIELD",
+        "files_result_field",
+        "the checksum is the SHA-256 (Scrapy: MD5)",
+    ),
+    key(
+        "IMAGES_STORE",
+        "images_store",
+        "images are stored as fetched (Scrapy converts them to JPEG); thumbnails are JPEG",
+    ),
+    key("IMAGES_EXPIRES", "images_expires", ""),
+    key("IMAGES_URLS_FIELD", "images_urls_field", ""),
+    key("IMAGES_RESULT_FIELD", "images_result_field", ""),
+    key("IMAGES_MIN_WIDTH", "images_min_width", ""),
+    key("IMAGES_MIN_HEIGHT", "images_min_height", ""),
+    key(
+        "IMAGES_THUMBS",
+        "images_thumbs",
+        "a table of `name = [width, height]`",
+    ),
     instead(
         "EXTENSIONS",
         "there are no extensions; the final stats, the progress display and the metrics \

@@ -34,6 +34,11 @@ use self::store::{Entry, Store};
 /// Images decoded at once: each may take up to `images_max_pixels` times four bytes.
 const DECODES_AT_ONCE: usize = 2;
 
+/// `n` days.
+fn days(n: u32) -> Duration {
+    Duration::from_secs(u64::from(n) * 86_400)
+}
+
 /// One file an item named, stored: what the pipeline writes into the item's result field.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileRecord {
@@ -143,14 +148,14 @@ impl Run {
                 s.files_store.clone(),
                 s.files_urls_field.clone(),
                 s.files_result_field.clone(),
-                s.files_expires,
+                days(s.files_expires),
                 None,
             ),
             Kind::Images => (
                 s.images_store.clone(),
                 s.images_urls_field.clone(),
                 s.images_result_field.clone(),
-                s.images_expires,
+                days(s.images_expires),
                 Some(ImageOptions::from_settings(s)),
             ),
         };
