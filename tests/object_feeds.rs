@@ -431,3 +431,56 @@ async fn an_xml_feed_is_scrapys_shape_and_the_same_in_the_bucket() {
     assert!(items.iter().all(|f| f[2].1.starts_with('£')), "{items:?}");
     lab.shutdown().await;
 }
+
+#[test]
+fn batch_and_object_settings_are_checked_and_the_secret_key_is_never_shown() {
+    use crawler::core::redact::{redact_setting, redact_text};
+    let check = |feeds: &[&str], set: &[(&str, &str)]| {
+        let mut s = Settings::default();
+        for (k, v) in set {
+            s.set(k, v).unwrap();
+        }
+        s.feeds = feeds.iter().map(|f| f.to_string()).collect();
+        s.validate()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    let e = check(&["items.jsonl"], &[("feed_batch_items", "100")]);
+    assert!(e.contains("must name its batches with %(batch_id)d"), "{e}");
+    assert_eq!(
+        check(
+            &["b-%(batch_id)d.jsonl", "-"],
+            &[("feed_batch_items", "100")]
+        ),
+        ""
+    );
+    let e = check(&["ftp://host/items.jsonl"], &[]);
+    assert!(e.contains("'ftp://'"), "{e}");
+    let e = check(&["s3://b/x.jsonl"], &[("redis_url", "redis://127.0.0.1:1")]);
+    assert!(e.contains("fleets write their feeds to local files"), "{e}");
+    let e = check(&["b-%(batch_id)s.jsonl"], &[]);
+    assert!(e.contains("must end with )d"), "{e}");
+    let mut s = Settings::default();
+    let e = s.set("feed_s3_endpoint", "127.0.0.1:9000").unwrap_err();
+    assert!(
+        e.to_string().contains("not an http:// or https:// URL"),
+        "{e}"
+    );
+    let e = s.set("feed_upload_part_size", "1KiB").unwrap_err();
+    assert!(e.to_string().contains("at least 64KiB"), "{e}");
+    // The secret key: `***` in every listing, and scrubbed from any text once registered.
+    s.set("feed_s3_secret_access_key", "wJalrXUtnFEMI-test-key")
+        .unwrap();
+    assert_eq!(
+        redact_setting("feed_s3_secret_access_key", "wJalrXUtnFEMI-test-key"),
+        "***"
+    );
+    s.validate().unwrap();
+    let scrubbed = crawler::core::redact::scrub("signing with wJalrXUtnFEMI-test-key failed");
+    assert_eq!(scrubbed, "signing with *** failed");
+    assert_eq!(
+        redact_text("http://id:pw123@127.0.0.1:9000"),
+        "http://id:***@127.0.0.1:9000"
+    );
+}
