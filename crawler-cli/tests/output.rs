@@ -113,13 +113,13 @@ async fn bad_feeds_in_dash_o_stop_the_crawl_before_its_first_request() {
     let out = runner(
         &lab,
         dir.path(),
-        &["crawl", "books", "-o", "%(batch_id)s.jsonl"],
+        &["crawl", "books", "-o", "%(spider)s.jsonl"],
     )
     .await;
     let stderr = text(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        stderr.contains("unknown placeholder %(batch_id)s"),
+        stderr.contains("unknown placeholder %(spider)s"),
         "{stderr}"
     );
     assert!(lab.recorder().requests().is_empty(), "nothing was fetched");

@@ -230,7 +230,7 @@ fn placeholders(path: &str) -> std::result::Result<Vec<Part<'_>>, String> {
                 })
                 .collect();
             return Err(format!(
-                "unknown placeholder %({name}) in feed path '{path}': the placeholders are {}",
+                "unknown placeholder %({name})s in feed path '{path}': the placeholders are {}",
                 known.join(", ")
             ));
         }
@@ -448,7 +448,7 @@ mod tests {
         let e = FeedSpec::new("%(batch)s.jsonl").unwrap_err();
         assert!(
             e.to_string().contains(
-                "unknown placeholder %(batch) in feed path '%(batch)s.jsonl': the \
+                "unknown placeholder %(batch)s in feed path '%(batch)s.jsonl': the \
                  placeholders are %(name)s"
             ),
             "{e}"

@@ -69,6 +69,8 @@ enum Open {
 }
 
 /// How a feed is written: to one stream or in batches.
+// One per feed, never moved in a loop: boxing the larger variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 enum Mode {
     /// Standard output or one local file, written to as items come (and appended to by a
     /// resumed job).
