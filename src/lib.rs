@@ -490,10 +490,13 @@ impl<S: Spider> Crawl<S> {
         self
     }
 
-    /// Write items to this file (format by extension: .jsonl, .json, .csv, or after a colon:
-    /// `items.txt:jsonl`), replacing what it held (a resumed job, or a fleet worker, appends
-    /// instead). `-` writes JSON Lines to standard output. `%(name)s` and `%(time)s` in the
-    /// path become the spider's name and the crawl's start time (`2024-05-21T12-33-41`, UTC).
+    /// Write items to this file (format by extension: .jsonl, .json, .csv, .xml, or after a
+    /// colon: `items.txt:jsonl`), replacing what it held (a resumed job, or a fleet worker,
+    /// appends instead). `-` writes JSON Lines to standard output. `%(name)s` and `%(time)s`
+    /// in the path become the spider's name and the crawl's start time
+    /// (`2024-05-21T12-33-41`, UTC). The path may be an object URL (`s3://bucket/key.jsonl`,
+    /// `gs://`, `az://`) or a `file://` URL; with `feed_batch_items`, `%(batch_id)d` and
+    /// `%(batch_time)s` name each batch.
     pub fn feed(self, path: impl Into<PathBuf>) -> Result<Self, Error> {
         self.add_feed(path.into(), false)
     }
@@ -519,12 +522,22 @@ impl<S: Spider> Crawl<S> {
                     "standard output ('-') can take one feed only",
                 ));
             }
-        } else if append && spec.format == crawler_core::FeedFormat::Json {
+        } else if append
+            && spec.format.is_closed_document()
+            && !spec.is_batched()
+            && !spec.is_object()
+        {
+            // (Batches and objects are kept whole: appending writes the ones after them.)
             return Err(Error::new(
                 ErrorKind::Settings,
                 format!(
-                    "cannot append to the JSON feed '{}' (one array, already closed): write \
+                    "cannot append to the {} feed '{}' (one document, already closed): write \
                      .jsonl to append, or replace the file (-O instead of -o)",
+                    if spec.format == crawler_core::FeedFormat::Json {
+                        "JSON"
+                    } else {
+                        "XML"
+                    },
                     path.display()
                 ),
             ));

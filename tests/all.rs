@@ -28,6 +28,7 @@ mod lab_crawl;
 mod many_hosts;
 mod middlewares;
 mod network;
+mod object_feeds;
 mod politeness;
 mod proxy;
 mod recrawl;

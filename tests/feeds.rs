@@ -95,9 +95,9 @@ fn feed_names_are_checked_before_the_crawl() {
             start: "http://127.0.0.1:9/".into(),
         })
     };
-    let e = crawl().feed("items.xml").err().expect("refused");
+    let e = crawl().feed("items.txt").err().expect("refused");
     assert!(e.is_settings(), "{e:?}");
-    assert!(e.to_string().contains("'items.xml:jsonl'"), "{e}");
+    assert!(e.to_string().contains("'items.txt:jsonl'"), "{e}");
     // Standard output takes one feed: two would interleave their records.
     let e = crawl()
         .feed("-")

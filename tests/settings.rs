@@ -230,12 +230,12 @@ fn out_of_range_values_point_at_the_layer_that_set_them() {
 #[test]
 fn feed_paths_are_checked_when_the_settings_load() {
     // Reported at the value's file:line:col, before any crawl.
-    let e = file_error("[feeds]\nfeeds = [\"x.xml\"]\n");
+    let e = file_error("[feeds]\nfeeds = [\"x.txt\"]\n");
     assert!(
-        e.starts_with("crawler.toml:2:9: setting feeds entry 'x.xml': cannot tell the feed format"),
+        e.starts_with("crawler.toml:2:9: setting feeds entry 'x.txt': cannot tell the feed format"),
         "{e}"
     );
-    assert!(e.contains("'x.xml:jsonl'"), "{e}");
+    assert!(e.contains("'x.txt:jsonl'"), "{e}");
     let e = file_error("[feeds]\nfeeds = [\"a.jsonl\", \"%(spider)s.csv\"]\n");
     assert!(
         e.starts_with(

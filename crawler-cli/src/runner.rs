@@ -447,8 +447,8 @@ pub(crate) struct CrawlArgs {
     /// does; the spider reads it in `Spider::open`.
     #[arg(short = 'a', value_name = "KEY=VALUE", value_parser = spider_arg)]
     pub arg: Vec<(String, String)>,
-    /// Append items to FILE (.jsonl, .json or .csv, or FILE:FORMAT; repeatable), as Scrapy's
-    /// `-o` does. `-` writes JSON Lines to stdout (the final stats then go to stderr).
+    /// Append items to FILE (.jsonl, .json, .csv or .xml, or FILE:FORMAT; an `s3://`,
+    /// `gs://` or `az://` URL; repeatable), as Scrapy's `-o` does. `-` writes JSON Lines to stdout (the final stats then go to stderr).
     /// `%(name)s` and `%(time)s` in FILE become the spider's name and the start time.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Vec<PathBuf>,

@@ -113,13 +113,13 @@ async fn bad_feeds_in_dash_o_stop_the_crawl_before_its_first_request() {
     let out = runner(
         &lab,
         dir.path(),
-        &["crawl", "books", "-o", "%(batch_id)s.jsonl"],
+        &["crawl", "books", "-o", "%(spider)s.jsonl"],
     )
     .await;
     let stderr = text(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        stderr.contains("unknown placeholder %(batch_id)s"),
+        stderr.contains("unknown placeholder %(spider)s"),
         "{stderr}"
     );
     assert!(lab.recorder().requests().is_empty(), "nothing was fetched");
@@ -261,13 +261,14 @@ async fn settings_shows_each_host_rules_effective_values() {
 
 #[tokio::test]
 async fn settings_errors_for_feeds_name_the_file_line_and_column() {
-    let dir = project("[feeds]\nfeeds = [\"x.xml\"]\n");
+    let dir = project("[feeds]\nfeeds = [\"x.yaml\"]\n");
     let out = run(crawler(dir.path(), &["settings"])).await;
     assert_eq!(out.status.code(), Some(2));
     let stderr = text(&out.stderr);
     assert!(
-        stderr
-            .contains("crawler.toml:2:9: setting feeds entry 'x.xml': cannot tell the feed format"),
+        stderr.contains(
+            "crawler.toml:2:9: setting feeds entry 'x.yaml': cannot tell the feed format"
+        ),
         "{stderr}"
     );
 }

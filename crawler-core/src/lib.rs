@@ -65,7 +65,10 @@ pub use conditional::{
 pub use error::{Context, Error, ErrorKind, Result};
 pub use exchange::{Exchange, ExchangeTap};
 pub use failed::FailedRequest;
-pub use feed::{FeedFormat, FeedSpec, STDOUT_FEED, expand_feed_path, feed_problem, feed_time};
+pub use feed::{
+    FeedFormat, FeedSpec, OBJECT_SCHEMES, STDOUT_FEED, batch_problem, expand_batch_path,
+    expand_feed_path, feed_problem, feed_time, has_batch_placeholder, object_scheme,
+};
 pub use fetch::http_version_name;
 pub use fetch::{
     Admission, ClockOffset, Download, Downloader, Failure, FailureKind, Feedback, Fetched,

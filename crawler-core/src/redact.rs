@@ -34,10 +34,22 @@ use crate::settings::Settings;
 pub const REDACTED: &str = "***";
 
 /// Settings whose whole value is a secret.
-pub const SECRET_SETTINGS: &[&str] = &["http_auth_pass"];
+pub const SECRET_SETTINGS: &[&str] = &["http_auth_pass", "feed_s3_secret_access_key"];
 
 /// Settings holding a URL that may carry credentials.
-pub const URL_SETTINGS: &[&str] = &["redis_url", "proxy"];
+pub const URL_SETTINGS: &[&str] = &["redis_url", "proxy", "feed_s3_endpoint"];
+
+/// Environment variables holding object storage credentials, read when a feed goes to
+/// object storage: their values are scrubbed like the secret settings.
+pub const SECRET_ENV_VARS: &[&str] = &[
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "GOOGLE_SERVICE_ACCOUNT_KEY",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_ACCESS_KEY",
+    "AZURE_STORAGE_SAS_KEY",
+    "AZURE_CLIENT_SECRET",
+];
 
 /// Query parameters whose values are secrets (compared case-insensitively).
 const SECRET_PARAMS: &[&str] = &[
@@ -158,6 +170,26 @@ pub fn register_secrets(settings: &Settings) {
     }
     for url in settings.hosts.iter().filter_map(|r| r.proxy.as_ref()) {
         found.extend(url_secrets(url));
+    }
+    if let Some(key) = settings.feed_s3_secret_access_key.as_deref() {
+        found.push(key.to_owned());
+    }
+    if let Some(url) = settings.feed_s3_endpoint.as_deref() {
+        found.extend(url_secrets(url));
+    }
+    // Credentials from the environment reach the object store client, and through its
+    // errors, the logs.
+    if settings
+        .feeds
+        .iter()
+        .any(|f| crate::feed::object_scheme(f).is_some())
+    {
+        found.extend(
+            SECRET_ENV_VARS
+                .iter()
+                .filter_map(|var| std::env::var(var).ok())
+                .filter(|v| !v.is_empty()),
+        );
     }
     register(found);
 }

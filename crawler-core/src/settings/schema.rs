@@ -400,6 +400,34 @@ pub struct Settings {
     /// (a small file that decodes to gigabytes) costs nothing. Default 40,000,000 (a
     /// 160 MB decode at most).
     pub images_max_pixels: u64,
+    /// Write each feed in batches of this many items, as Scrapy's
+    /// `FEED_EXPORT_BATCH_ITEM_COUNT`: every feed path (but standard output) must then name
+    /// its batches with `%(batch_id)d` (from 1; `%(batch_id)05d` zero-pads) or
+    /// `%(batch_time)s`. A batch appears whole once its last item is written (a local file
+    /// renamed into place, an object completed), and the requests behind its items are
+    /// acknowledged only then, so a resumed job writes again exactly the batches not yet
+    /// complete. 0: one batch for the whole crawl. Default 0.
+    pub feed_batch_items: u64,
+    /// The endpoint of an S3-compatible server for `s3://` feeds (MinIO, Ceph, R2...), such
+    /// as `http://127.0.0.1:9000`; plain `http://` is allowed when set here. Unset: the
+    /// `AWS_ENDPOINT_URL` environment variable, else AWS itself.
+    pub feed_s3_endpoint: Option<String>,
+    /// The region of `s3://` feeds' buckets. Unset: `AWS_REGION` or `AWS_DEFAULT_REGION`,
+    /// else `us-east-1`.
+    pub feed_s3_region: Option<String>,
+    /// The access key ID for `s3://` feeds. Unset: `AWS_ACCESS_KEY_ID` (or the instance's
+    /// role, a web identity token...: the usual AWS chain).
+    pub feed_s3_access_key_id: Option<String>,
+    /// The secret access key for `s3://` feeds (a secret: shown as `***`, scrubbed from logs
+    /// and errors). Unset: `AWS_SECRET_ACCESS_KEY`.
+    pub feed_s3_secret_access_key: Option<String>,
+    /// The size of the parts a feed object is uploaded in, in bytes or with a unit: an object
+    /// larger than one part is sent as a multipart upload of such parts (completed when the
+    /// batch closes, aborted on an error), a smaller one in one request; at most two parts
+    /// per feed are in memory or in flight. S3 needs at least 5MiB (but for the last part).
+    /// Default 8MiB.
+    #[serde(deserialize_with = "byte_size")]
+    pub feed_upload_part_size: u64,
 }
 
 /// Which HTTP version requests speak (the `http_version` setting and `[[hosts]]` field).
@@ -607,6 +635,12 @@ impl Default for Settings {
             images_min_height: 0,
             images_thumbs: std::collections::BTreeMap::new(),
             images_max_pixels: 40_000_000,
+            feed_batch_items: 0,
+            feed_s3_endpoint: None,
+            feed_s3_region: None,
+            feed_s3_access_key_id: None,
+            feed_s3_secret_access_key: None,
+            feed_upload_part_size: 8 * 1024 * 1024,
         }
     }
 }
@@ -818,6 +852,26 @@ impl Settings {
     /// Checked when the settings load, so `settings` reports it at its file:line, not the
     /// crawl.
     fn feeds_problem(&self) -> Option<(Vec<&'static str>, String)> {
+        if self.feed_upload_part_size < 64 * 1024 {
+            return Some((
+                vec!["feed_upload_part_size"],
+                "must be at least 64KiB (S3 itself needs 5MiB)".to_owned(),
+            ));
+        }
+        if let Some(endpoint) = self.feed_s3_endpoint.as_deref()
+            && url::Url::parse(endpoint)
+                .ok()
+                .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+                .is_none()
+        {
+            return Some((
+                vec!["feed_s3_endpoint"],
+                format!(
+                    "'{}' is not an http:// or https:// URL, such as http://127.0.0.1:9000",
+                    crate::redact::redact_url(endpoint)
+                ),
+            ));
+        }
         let mut stdout = 0;
         for feed in &self.feeds {
             if let Some(why) = crate::feed::feed_problem(feed) {
@@ -834,12 +888,29 @@ impl Settings {
                     "names standard output ('-') twice".to_owned(),
                 ));
             }
-            if self.redis_url.is_some() && spec.format == crate::feed::FeedFormat::Json {
+            if let Some(why) = crate::feed::batch_problem(feed, self.feed_batch_items) {
+                return Some((vec!["feeds", "feed_batch_items"], format!("entry {why}")));
+            }
+            if self.redis_url.is_some() && spec.is_object() {
                 return Some((
                     vec!["feeds", "redis_url"],
                     format!(
-                        "entry '{feed}' is a JSON array, which a fleet worker cannot append to \
-                         when it is started again: use .jsonl"
+                        "entry '{feed}' is an object, which the workers of a fleet would each \
+                         write under the same name: fleets write their feeds to local files \
+                         for now"
+                    ),
+                ));
+            }
+            if self.redis_url.is_some()
+                && spec.format.is_closed_document()
+                && !spec.is_batched()
+                && self.feed_batch_items == 0
+            {
+                return Some((
+                    vec!["feeds", "redis_url"],
+                    format!(
+                        "entry '{feed}' is one JSON array or XML document, which a fleet worker \
+                         cannot append to when it is started again: use .jsonl, or batches"
                     ),
                 ));
             }

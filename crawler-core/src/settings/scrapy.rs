@@ -304,23 +304,57 @@ pub(super) const SCRAPY_NAMES: &[ScrapyName] = &[
     key(
         "FEEDS",
         "feeds",
-        "a list of file paths, the format given by the extension (.jsonl, .json, .csv) or \
-         after a colon (`items.txt:jsonl`), not a dict of URIs and options; `-` is stdout; \
-         `%(name)s` and `%(time)s` work; `-o FILE` adds one",
+        "a list of paths or URIs, the format given by the extension (.jsonl, .json, .csv, \
+         .xml) or after a colon (`items.txt:jsonl`), not a dict of URIs and options; `-` is \
+         stdout; `s3://`, `gs://`, `az://` and `file://` URIs work; `%(name)s`, `%(time)s`, \
+         `%(batch_id)d` and `%(batch_time)s` work; `-o FILE` adds one",
     ),
     key(
         "FEED_URI",
         "feeds",
-        "a list of file paths, the format given by the extension (.jsonl, .json, .csv) or \
-         after a colon (`items.txt:jsonl`); `%(name)s` and `%(time)s` work; `-o FILE` adds \
-         one",
+        "a list of paths or URIs (`s3://`, `gs://`, `az://`, `file://`), the format given by \
+         the extension (.jsonl, .json, .csv, .xml) or after a colon (`items.txt:jsonl`); \
+         `%(name)s` and `%(time)s` work; `-o FILE` adds one",
     ),
     instead(
         "FEED_FORMAT",
-        "a feed's format is given by its file's extension (.jsonl, .json or .csv) or after a \
-         colon: `feeds = [\"items.txt:jsonl\"]`, `-o items.txt:csv`",
+        "a feed's format is given by its file's extension (.jsonl, .json, .csv or .xml) or \
+         after a colon: `feeds = [\"items.txt:jsonl\"]`, `-o items.txt:csv`",
     ),
     instead("FEED_EXPORT_ENCODING", "feeds are always written in UTF-8"),
+    key(
+        "FEED_EXPORT_BATCH_ITEM_COUNT",
+        "feed_batch_items",
+        "for every feed (but stdout), whose path must then hold `%(batch_id)d` or \
+         `%(batch_time)s`; each batch appears whole (a file renamed into place, an object \
+         completed) and a resumed job writes the batches not yet complete",
+    ),
+    key(
+        "AWS_ENDPOINT_URL",
+        "feed_s3_endpoint",
+        "for `s3://` feeds; `http://` is allowed when set (the `AWS_ENDPOINT_URL` environment \
+         variable works too)",
+    ),
+    key(
+        "AWS_REGION_NAME",
+        "feed_s3_region",
+        "or the `AWS_REGION` environment variable",
+    ),
+    key(
+        "AWS_ACCESS_KEY_ID",
+        "feed_s3_access_key_id",
+        "or the environment variable of the same name",
+    ),
+    key(
+        "AWS_SECRET_ACCESS_KEY",
+        "feed_s3_secret_access_key",
+        "or the environment variable of the same name; shown as `***`, scrubbed from logs",
+    ),
+    instead(
+        "FEED_STORAGE_S3_ACL",
+        "objects get the bucket's default ACL; multipart part size is \
+         `feed_upload_part_size`",
+    ),
     // Logging and stats.
     key(
         "LOG_LEVEL",

@@ -1,4 +1,5 @@
-//! The feed writer thread: items in, leases out once their items are on disk.
+//! The feed writer thread: items in, leases out once their items are on disk (for a
+//! batched feed or an object: once their batch is complete).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -77,13 +78,30 @@ fn write_feeds<I: serde::Serialize>(
     let mut written = 0u64;
     let mut done: Vec<Lease> = Vec::new();
     let mut last_commit = std::time::Instant::now();
-    let commit = |writers: &mut Vec<FeedWriter>, done: &mut Vec<Lease>| -> Result<()> {
+    // How many leases at the front of `done` have all their items in complete batches:
+    // those released at the next commit even while a batch is open (the leases after them
+    // wait for it to close).
+    let mut settled_upto = 0usize;
+    let all_settled = |writers: &[FeedWriter]| writers.iter().all(FeedWriter::settled);
+    let releasable = |writers: &[FeedWriter], done: &[Lease], settled_upto: usize| {
+        if all_settled(writers) {
+            done.len()
+        } else {
+            settled_upto
+        }
+    };
+    let commit = |writers: &mut Vec<FeedWriter>,
+                  done: &mut Vec<Lease>,
+                  settled_upto: &mut usize|
+     -> Result<()> {
         for w in writers.iter_mut() {
             if fsync { w.sync()? } else { w.flush()? }
         }
-        for lease in done.drain(..) {
+        let n = releasable(writers, done, *settled_upto);
+        for lease in done.drain(..n) {
             let _ = acks.send(lease);
         }
+        *settled_upto = 0;
         Ok(())
     };
     loop {
@@ -92,15 +110,17 @@ fn write_feeds<I: serde::Serialize>(
             // yet released stay open.
             return Ok(written);
         }
-        let due = !done.is_empty() && last_commit.elapsed() >= GROUP_COMMIT;
+        // Leases that a commit would release now (none while every one waits for a batch).
+        let waiting = releasable(&writers, &done, settled_upto) > 0;
+        let due = waiting && last_commit.elapsed() >= GROUP_COMMIT;
         if due {
-            commit(&mut writers, &mut done)?;
+            commit(&mut writers, &mut done, &mut settled_upto)?;
             last_commit = std::time::Instant::now();
         }
         let msg = match rx.try_recv() {
             Ok(msg) => msg,
             Err(mpsc::error::TryRecvError::Disconnected) => break,
-            Err(mpsc::error::TryRecvError::Empty) if done.is_empty() => {
+            Err(mpsc::error::TryRecvError::Empty) if !waiting => {
                 // Idle: the files on disk trail the crawl by as little as possible.
                 for w in &mut writers {
                     w.flush()?;
@@ -111,7 +131,7 @@ fn write_feeds<I: serde::Serialize>(
                 }
             }
             Err(mpsc::error::TryRecvError::Empty) if !fsync => {
-                commit(&mut writers, &mut done)?;
+                commit(&mut writers, &mut done, &mut settled_upto)?;
                 last_commit = std::time::Instant::now();
                 continue;
             }
@@ -137,6 +157,11 @@ fn write_feeds<I: serde::Serialize>(
                 written += 1;
             }
             FeedMsg::Flushed(lease) => done.push(lease),
+        }
+        if all_settled(&writers) {
+            // A batch just closed (or none is open): every lease so far has its items in
+            // complete batches, whatever the next item opens.
+            settled_upto = done.len();
         }
     }
     for w in writers {

@@ -164,7 +164,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
         }
         let park_delivery = context.fetches();
         // Open everything fallible before the first request, so a bad path costs nothing.
-        let writers = open_outputs(&feeds, &pipelines).await?;
+        let writers = open_outputs(&feeds, &settings, &pipelines).await?;
         let restored = scheduler.restored_stats();
         let failures = match &settings.failures_file {
             // A resumed job keeps the failures of the runs before it, and so does a fleet
@@ -615,11 +615,12 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
 /// starts.
 async fn open_outputs<I>(
     feeds: &[FeedSpec],
+    settings: &Settings,
     pipelines: &[Box<dyn DynPipeline<I>>],
 ) -> Result<Vec<FeedWriter>> {
     let writers = feeds
         .iter()
-        .map(FeedWriter::open)
+        .map(|spec| FeedWriter::open_with(spec, settings))
         .collect::<Result<Vec<_>>>()?;
     for p in pipelines {
         p.open().await.map_err(|e| {
