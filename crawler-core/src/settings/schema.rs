@@ -360,6 +360,19 @@ pub struct Settings {
     /// always share a file. Default 1GB, as Heritrix.
     #[serde(deserialize_with = "byte_size")]
     pub warc_max_size: u64,
+    /// Host names answered without DNS, as curl's `--resolve`: entries
+    /// `NAME:ADDRESS[,ADDRESS...]` (`shop.test:127.0.0.1`, `api.test:[::1],127.0.0.2`), for
+    /// the downloader and the slot keys alike (tests and labs use it instead of editing
+    /// /etc/hosts). The address rules still apply to these addresses. Default empty.
+    pub resolve: Vec<String>,
+    /// The DNS servers names are asked of, IP addresses with an optional port
+    /// (`127.0.0.1:5353`; 53 without). Empty: the system's (`/etc/resolv.conf`), and
+    /// `/etc/hosts` first either way. Default empty.
+    pub dns_servers: Vec<String>,
+    /// How long one DNS query may take before it is tried again (twice) and then fails the
+    /// name (Scrapy's `DNS_TIMEOUT`). Default 5s.
+    #[serde(with = "humantime_serde")]
+    pub dns_timeout: Duration,
 }
 
 /// Which HTTP version requests speak (the `http_version` setting and `[[hosts]]` field).
@@ -555,6 +568,9 @@ impl Default for Settings {
             allowed_statuses: crate::statuses::AllowedStatuses::default(),
             warc: None,
             warc_max_size: 1_000_000_000,
+            resolve: Vec::new(),
+            dns_servers: Vec::new(),
+            dns_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -708,6 +724,9 @@ impl Settings {
         {
             return bad(&["tls_ca_file"], "must name a PEM file (or be unset)");
         }
+        if let Some(why) = self.dns_problem() {
+            return Some(why);
+        }
         if let Some(why) = crate::middleware::settings_problem(self) {
             return Some(why);
         }
@@ -737,6 +756,28 @@ impl Settings {
                     ),
                 ));
             }
+        }
+        None
+    }
+
+    /// The first bad `resolve` or `dns_servers` entry, or a zero `dns_timeout`.
+    fn dns_problem(&self) -> Option<(Vec<&'static str>, String)> {
+        if let Some(why) = self
+            .resolve
+            .iter()
+            .find_map(|e| crate::dns::parse_resolve(e).err())
+        {
+            return Some((vec!["resolve"], format!("has an invalid entry {why}")));
+        }
+        if let Some(why) = self
+            .dns_servers
+            .iter()
+            .find_map(|e| crate::dns::parse_dns_server(e).err())
+        {
+            return Some((vec!["dns_servers"], format!("has an invalid entry {why}")));
+        }
+        if self.dns_timeout.is_zero() {
+            return Some((vec!["dns_timeout"], "must be longer than 0s".to_owned()));
         }
         None
     }
