@@ -98,12 +98,23 @@ impl Resolver {
     /// configuration), `dns_timeout`.
     pub fn from_settings(settings: &Settings) -> Result<Arc<Self>, Error> {
         let bad = |what: &str, why: String| Error::new(what.to_owned(), std::io::Error::other(why));
-        let mut overrides = HashMap::new();
+        // Entries naming one name add up (a command line splits lists at commas, so
+        // `a.test:10.0.0.1,a.test:10.0.0.2` gives a.test both addresses).
+        let mut listed: HashMap<String, Vec<IpAddr>> = HashMap::new();
         for entry in &settings.resolve {
             let (name, addrs) =
                 parse_resolve(entry).map_err(|w| bad("invalid resolve entry", w))?;
-            overrides.insert(name, Arc::from(addrs));
+            let known = listed.entry(name).or_default();
+            for ip in addrs {
+                if !known.contains(&ip) {
+                    known.push(ip);
+                }
+            }
         }
+        let overrides = listed
+            .into_iter()
+            .map(|(name, addrs)| (name, Arc::from(addrs)))
+            .collect();
         let (config, mut opts) = if settings.dns_servers.is_empty() {
             hickory_resolver::system_conf::read_system_conf().map_err(|e| {
                 Error::new(
@@ -327,7 +338,7 @@ mod tests {
 
     #[tokio::test]
     async fn resolve_entries_answer_with_every_address_and_no_query() {
-        let r = resolver(&["Shop.Test:127.0.0.2,[::1]"]);
+        let r = resolver(&["Shop.Test:127.0.0.2", "shop.test:[::1],127.0.0.2"]);
         let addrs = r.lookup("shop.test.").await.unwrap();
         assert_eq!(
             &*addrs,

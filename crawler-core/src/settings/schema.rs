@@ -314,8 +314,9 @@ pub struct Settings {
     /// What one politeness slot covers: `host` (the host and any explicit port, the default),
     /// `domain` (the registrable domain, so `a.example.com` and `b.example.com` share one
     /// budget; from the public suffix list) or `ip` (the address the host name resolves to,
-    /// so every name served by one machine shares one budget, as broad crawlers do; DNS
-    /// answers are cached for 5 minutes, 65,536 names at most).
+    /// so every name served by one machine shares one budget, as broad crawlers do; the
+    /// lowest address when a name has several; DNS answers are kept for their TTL, 65,536
+    /// names at most).
     pub host_key: HostKeyMode,
     /// Share holds across host names behind one limiter: names that resolve to one address
     /// (and port) hold together when one of them is told to wait, and a refusal on one name
@@ -363,7 +364,9 @@ pub struct Settings {
     /// Host names answered without DNS, as curl's `--resolve`: entries
     /// `NAME:ADDRESS[,ADDRESS...]` (`shop.test:127.0.0.1`, `api.test:[::1],127.0.0.2`), for
     /// the downloader and the slot keys alike (tests and labs use it instead of editing
-    /// /etc/hosts). The address rules still apply to these addresses. Default empty.
+    /// /etc/hosts). Entries naming one name add up, so on a command line, where lists are
+    /// split at commas, `-s resolve=api.test:127.0.0.2,api.test:::1` gives it both. The
+    /// address rules still apply to these addresses. Default empty.
     pub resolve: Vec<String>,
     /// The DNS servers names are asked of, IP addresses with an optional port
     /// (`127.0.0.1:5353`; 53 without). Empty: the system's (`/etc/resolv.conf`), and
