@@ -50,6 +50,10 @@ pub const NEGATIVE_TTL: Duration = Duration::from_secs(30);
 pub const MIN_TTL: Duration = Duration::from_secs(1);
 /// Queries of one name: A and AAAA, each tried this many times before the name fails.
 const ATTEMPTS: usize = 2;
+/// Names looked up at once, at most: a crawl starting on 10,000 hosts must not send 10,000
+/// queries in one burst (a server drops some, and each dropped one is asked again after
+/// `dns_timeout`, slower and twice).
+pub const MAX_LOOKUPS_IN_FLIGHT: usize = 64;
 
 /// An answer: the addresses, or why there are none.
 type Answer = Result<Arc<[IpAddr]>, Arc<str>>;
@@ -67,6 +71,8 @@ pub struct Resolver {
     overrides: HashMap<String, Arc<[IpAddr]>>,
     cache: Mutex<lru::LruCache<String, Entry>>,
     pending: Mutex<HashMap<String, Pending>>,
+    /// [`MAX_LOOKUPS_IN_FLIGHT`] permits.
+    in_flight: tokio::sync::Semaphore,
     queries: AtomicU64,
     /// Itself, for lookups started from `&self` (background refreshes).
     me: Weak<Resolver>,
@@ -162,6 +168,7 @@ impl Resolver {
             overrides,
             cache: Mutex::new(cache),
             pending: Mutex::new(HashMap::new()),
+            in_flight: tokio::sync::Semaphore::new(MAX_LOOKUPS_IN_FLIGHT),
             queries: AtomicU64::new(0),
             me: me.clone(),
         })
@@ -226,6 +233,8 @@ impl Resolver {
             )));
             until = Instant::now() + NEGATIVE_TTL;
         } else {
+            // The semaphore is never closed; without a permit the lookup still goes.
+            let _permit = self.in_flight.acquire().await.ok();
             self.queries.fetch_add(1, Ordering::Relaxed);
             match self.dns.lookup_ip(name.as_str()).await {
                 Ok(found) => {
