@@ -71,7 +71,7 @@ impl FrontierConfig {
     /// address it resolves to and the port, as [`IpKeys::key`] writes them (an IP literal
     /// needs no lookup; a name that does not resolve is its own group), or the host key
     /// when groups are not keyed by address. Never waits: the address is read from the
-    /// resolver's cache (see [`crate::resolve`]).
+    /// resolver's cache (see [`IpKeys`]).
     pub fn group_key(&self, url: &Url) -> Option<String> {
         if !self.limiter_groups {
             return None;
