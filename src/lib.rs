@@ -331,10 +331,7 @@ fn fleet_frontier(
     allowed: Vec<String>,
     settings: &Settings,
     resolver: &Arc<crawler_http::Resolver>,
-) -> (
-    FleetFrontier<Box<dyn QueueStore>>,
-    Option<Arc<dyn ResolveAhead>>,
-) {
+) -> WithAhead {
     let budget = store.budget();
     let fleet = store.fleet();
     let mut config = FrontierConfig::from_settings(settings, allowed);
@@ -351,6 +348,12 @@ fn fleet_frontier(
     let frontier = Frontier::with_store(config, Box::new(store) as Box<dyn QueueStore>);
     (FleetFrontier::new(frontier, fleet), ahead)
 }
+
+/// A fleet worker's frontier, and the engine's resolve-ahead when it needs one.
+type WithAhead = (
+    FleetFrontier<Box<dyn QueueStore>>,
+    Option<Arc<dyn ResolveAhead>>,
+);
 
 /// The frontier's addresses come from the crawl's one resolver (the downloader's), read
 /// without waiting; the engine's resolve-ahead when its keys or limiter groups read them.
@@ -397,10 +400,7 @@ fn fleet_frontier(
     _allowed: Vec<String>,
     _settings: &Settings,
     _resolver: &Arc<crawler_http::Resolver>,
-) -> (
-    FleetFrontier<Box<dyn QueueStore>>,
-    Option<Arc<dyn ResolveAhead>>,
-) {
+) -> WithAhead {
     match store {}
 }
 

@@ -343,7 +343,7 @@ async fn crawl_names(hosts: usize, dns: &Dnsmasq) {
         fixed: fixed.clone(),
     };
     let engine = Crawl::new(spider)
-        .set("dns_servers", &dns.server())
+        .set("dns_servers", dns.server())
         .set(
             "resolve",
             "fixed-a.dns.test:127.0.0.1, fixed-b.dns.test:127.0.0.1",
