@@ -215,8 +215,32 @@ impl Resolver {
             return Some(p.clone());
         }
         let key = name.to_owned();
+        let query = async move { me.query(key).await };
+        // On a task of its own where there is a runtime: it finishes (caches its answer,
+        // frees its permit) even when everyone awaiting it gave up, such as a connection
+        // past its timeout.
         let query: Pin<Box<dyn Future<Output = Answer> + Send>> =
-            Box::pin(async move { me.query(key).await });
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    let task = runtime.spawn(query);
+                    let name = name.to_owned();
+                    let me = self.me.clone();
+                    Box::pin(async move {
+                        task.await.unwrap_or_else(|e| {
+                            // Cancelled with its runtime: forget it, so the next ask looks
+                            // the name up again instead of reading this failure.
+                            if let Some(me) = me.upgrade() {
+                                me.pending
+                                    .lock()
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .remove(&name);
+                            }
+                            Err(Arc::from(format!("failed to lookup address {name}: {e}")))
+                        })
+                    })
+                }
+                Err(_) => Box::pin(query),
+            };
         let shared = query.shared();
         pending.insert(name.to_owned(), shared.clone());
         Some(shared)
@@ -224,47 +248,7 @@ impl Resolver {
 
     /// One lookup, its answer cached (and its pending entry removed) before it returns.
     async fn query(self: Arc<Self>, name: String) -> Answer {
-        let answer: Answer;
-        let until;
-        if name.is_empty() || name == "invalid" || name.ends_with(".invalid") {
-            // RFC 6761: never resolves, so no query leaves for it.
-            answer = Err(Arc::from(format!(
-                "failed to lookup address {name}: a special-use name"
-            )));
-            until = Instant::now() + NEGATIVE_TTL;
-        } else {
-            // The semaphore is never closed; without a permit the lookup still goes.
-            let _permit = self.in_flight.acquire().await.ok();
-            self.queries.fetch_add(1, Ordering::Relaxed);
-            match self.dns.lookup_ip(name.as_str()).await {
-                Ok(found) => {
-                    let mut addrs: Vec<IpAddr> = Vec::new();
-                    for ip in found.iter() {
-                        if !addrs.contains(&ip) {
-                            addrs.push(ip);
-                        }
-                    }
-                    let now = Instant::now();
-                    until = found.valid_until().max(now + MIN_TTL);
-                    answer = if addrs.is_empty() {
-                        Err(Arc::from(format!(
-                            "failed to lookup address {name}: no address"
-                        )))
-                    } else {
-                        Ok(Arc::from(addrs))
-                    };
-                }
-                Err(e) => {
-                    answer = Err(Arc::from(format!("failed to lookup address {name}: {e}")));
-                    until = Instant::now() + NEGATIVE_TTL;
-                }
-            }
-        }
-        let until = if answer.is_err() {
-            Instant::now() + NEGATIVE_TTL
-        } else {
-            until
-        };
+        let (answer, until) = self.ask(&name).await;
         self.lock_cache().put(
             name.clone(),
             Entry {
@@ -277,6 +261,40 @@ impl Resolver {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&name);
         answer
+    }
+
+    /// The answer for `name` from DNS (or /etc/hosts), and until when it holds: its
+    /// records' TTL (at least [`MIN_TTL`]), or [`NEGATIVE_TTL`] for a failure.
+    async fn ask(&self, name: &str) -> (Answer, Instant) {
+        let failed = |why: &str| -> (Answer, Instant) {
+            (
+                Err(Arc::from(format!("failed to lookup address {name}: {why}"))),
+                Instant::now() + NEGATIVE_TTL,
+            )
+        };
+        if name.is_empty() || name == "invalid" || name.ends_with(".invalid") {
+            // RFC 6761: never resolves, so no query leaves for it.
+            return failed("a special-use name");
+        }
+        // The semaphore is never closed; without a permit the lookup would still go.
+        let _permit = self.in_flight.acquire().await.ok();
+        self.queries.fetch_add(1, Ordering::Relaxed);
+        match self.dns.lookup_ip(name).await {
+            Ok(found) => {
+                let mut addrs: Vec<IpAddr> = Vec::new();
+                for ip in found.iter() {
+                    if !addrs.contains(&ip) {
+                        addrs.push(ip);
+                    }
+                }
+                if addrs.is_empty() {
+                    return failed("no address");
+                }
+                let until = found.valid_until().max(Instant::now() + MIN_TTL);
+                (Ok(Arc::from(addrs)), until)
+            }
+            Err(e) => failed(&e.to_string()),
+        }
     }
 }
 
@@ -308,11 +326,9 @@ impl NameCache for Resolver {
         if self.overrides.contains_key(&name) || self.fresh(&name).is_some() {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        if let Some(pending) = self.pending(&name) {
-            runtime.spawn(pending);
+        // Started on a task of its own by `pending`; nothing to wait for here.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            let _ = self.pending(&name);
         }
     }
 
