@@ -357,7 +357,22 @@ async fn crawl_names(hosts: usize, dns: &Dnsmasq) {
         .expect("engine");
     let stats = engine.run().await.expect("the crawl runs");
     let names = hosts + fixed.len();
-    assert_eq!(stats.items_scraped, 3 * names as u64, "{stats:?}");
+    // No name failed to resolve. Over 10,000 hosts on a loaded machine a few connections
+    // to the lab may still fail after their retries (as `connection`, each name resolved);
+    // the small crawl must get every item.
+    assert_eq!(stats.failed.get("dns"), None, "{:?}", stats.failed);
+    let lost = if hosts > 1_000 {
+        stats.failed.get("connection").copied().unwrap_or(0)
+    } else {
+        0
+    };
+    assert_eq!(
+        stats.items_scraped + lost,
+        3 * names as u64,
+        "items {}, failed {:?}",
+        stats.items_scraped,
+        stats.failed
+    );
     let asked = dns.all_queries();
     let not_once: Vec<(String, Option<&usize>)> = (0..hosts)
         .map(|i| format!("h{i}.wild.dns.test"))
