@@ -138,6 +138,7 @@ pub use mimalloc::MiMalloc;
 #[cfg(feature = "mimalloc")]
 pub use allocator::tune_allocator;
 
+use crawler_core::dns::ResolveAhead;
 use crawler_core::{
     BoxedDownloaderMiddleware, BoxedSpiderMiddleware, DownloaderMiddleware, SpiderMiddleware,
 };
@@ -332,10 +333,12 @@ fn fleet_frontier(
     store: FleetStore,
     allowed: Vec<String>,
     settings: &Settings,
-) -> FleetFrontier<Box<dyn QueueStore>> {
+    resolver: &Arc<crawler_http::Resolver>,
+) -> WithAhead {
     let budget = store.budget();
     let fleet = store.fleet();
     let mut config = FrontierConfig::from_settings(settings, allowed);
+    let ahead = attach_resolver(&mut config, resolver);
     let pacing = settings.clone();
     config.throttle = Box::new(move |host, _now| {
         let params = fleet_params(&pacing.for_host(host));
@@ -346,7 +349,28 @@ fn fleet_frontier(
         ))
     });
     let frontier = Frontier::with_store(config, Box::new(store) as Box<dyn QueueStore>);
-    FleetFrontier::new(frontier, fleet)
+    (FleetFrontier::new(frontier, fleet), ahead)
+}
+
+/// A fleet worker's frontier, and the engine's resolve-ahead when it needs one.
+type WithAhead = (
+    FleetFrontier<Box<dyn QueueStore>>,
+    Option<Arc<dyn ResolveAhead>>,
+);
+
+/// The frontier's addresses come from the crawl's one resolver (the downloader's), read
+/// without waiting; the engine's resolve-ahead when its keys or limiter groups read them.
+fn attach_resolver(
+    config: &mut FrontierConfig,
+    resolver: &Arc<crawler_http::Resolver>,
+) -> Option<Arc<dyn ResolveAhead>> {
+    let cache: Arc<dyn crawler_core::dns::NameCache> = resolver.clone();
+    config.ip_keys = Arc::new(crawler_sched::IpKeys::shared(cache));
+    if config.needs_addresses() {
+        config.ip_keys.resolve_ahead(config.allowed_domains.clone())
+    } else {
+        None
+    }
 }
 
 /// Without the `redis` feature there is no fleet: `redis_url` is refused, never ignored.
@@ -378,7 +402,8 @@ fn fleet_frontier(
     store: FleetStore,
     _allowed: Vec<String>,
     _settings: &Settings,
-) -> FleetFrontier<Box<dyn QueueStore>> {
+    _resolver: &Arc<crawler_http::Resolver>,
+) -> WithAhead {
     match store {}
 }
 
@@ -657,6 +682,8 @@ impl<S: Spider> Crawl<S> {
             None => None,
         };
         let mut downloader = HttpDownloader::new(&settings)?;
+        // One resolver for the crawl: the downloader connects with it, the frontier keys with it.
+        let resolver = Arc::clone(downloader.resolver());
         if let Some(store) = &fleet {
             downloader = downloader.with_robots_share(fleet_robots(store));
         }
@@ -690,19 +717,21 @@ impl<S: Spider> Crawl<S> {
             let dir = settings.job_dir.as_ref()?;
             Some(std::path::Path::new(dir).join(crawler_sched::record::RECORD_FILE))
         });
-        let (mut frontier, resuming) = if let Some(store) = fleet {
+        let (mut frontier, resuming, ahead) = if let Some(store) = fleet {
             // A fleet worker always appends to its feeds: when one is started again, the
             // fleet has already acknowledged the requests behind the items in them, so
             // erasing those items would lose them for good.
-            (fleet_frontier(store, allowed, &settings), true)
+            let (frontier, ahead) = fleet_frontier(store, allowed, &settings, &resolver);
+            (frontier, true, ahead)
         } else {
             let (store, resuming) = match &settings.job_dir {
                 Some(dir) => open_job(dir, spider.name(), &allowed, &settings)?,
                 None => (Box::new(MemoryStore::new()) as Box<dyn QueueStore>, false),
             };
-            let frontier =
-                Frontier::with_store(FrontierConfig::from_settings(&settings, allowed), store);
-            (FleetFrontier::solo(frontier), resuming)
+            let mut config = FrontierConfig::from_settings(&settings, allowed);
+            let ahead = attach_resolver(&mut config, &resolver);
+            let frontier = Frontier::with_store(config, store);
+            (FleetFrontier::solo(frontier), resuming, ahead)
         };
         let name = spider.name().to_owned();
         if let Some(path) = record {
@@ -717,6 +746,9 @@ impl<S: Spider> Crawl<S> {
         }
         let mut engine =
             Engine::new(spider, downloader, frontier, settings).with_shutdown(shutdown);
+        if let Some(ahead) = ahead {
+            engine = engine.resolve_ahead(ahead);
+        }
         if let Some(writer) = warc {
             engine = engine.warc(writer);
         }

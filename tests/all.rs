@@ -54,3 +54,4 @@ pub fn test_path(module: &str, name: &str) -> String {
         None => name.to_owned(),
     }
 }
+mod dns;

@@ -30,6 +30,7 @@
 pub mod address;
 mod charset;
 mod conditional;
+pub mod dns;
 // docs/retries.md checked against the code.
 #[cfg(test)]
 mod docs_check;

@@ -22,6 +22,7 @@ use crawler_core::{Request, Settings, Url};
 
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
+use crate::dns::{LookupFailed, Resolver};
 use crate::error::Error;
 
 /// Whether an address is one a public crawl must not reach (private, loopback, link-local
@@ -238,8 +239,11 @@ pub fn process_env() -> impl Iterator<Item = (String, String)> {
     std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
 }
 
-/// A resolver that drops the addresses the policy refuses and fails when none are left.
+/// The HTTP client's resolver: the crawl's shared [`Resolver`] (asynchronous, with TTLs),
+/// dropping the addresses the policy refuses and failing when none are left. A metadata
+/// name is refused before any lookup.
 pub(crate) struct Guarded {
+    pub(crate) resolver: Arc<Resolver>,
     pub(crate) policy: Arc<AddressPolicy>,
     /// Whether requests through this resolver's client may reach private space.
     pub(crate) private_ok: bool,
@@ -259,6 +263,7 @@ impl Resolve for Guarded {
     fn resolve(&self, name: Name) -> Resolving {
         let host = name.as_str().to_owned();
         let policy = Arc::clone(&self.policy);
+        let resolver = Arc::clone(&self.resolver);
         let private_ok = self.private_ok;
         Box::pin(async move {
             let refused =
@@ -268,8 +273,15 @@ impl Resolve for Guarded {
                     "{REFUSED}: {host} is a cloud metadata service (name it in allow_addresses to reach it)"
                 )));
             }
-            let addrs: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let addrs: Vec<SocketAddr> = resolver
+                .lookup(&host)
+                .await
+                .map_err(|why| {
+                    Box::new(LookupFailed(why)) as Box<dyn std::error::Error + Send + Sync>
+                })?
+                .iter()
+                .map(|&ip| SocketAddr::new(ip, 0))
+                .collect();
             let mut why = None;
             let allowed: Vec<SocketAddr> = addrs
                 .into_iter()
@@ -445,6 +457,7 @@ mod tests {
     async fn the_resolver_checks_every_address_it_hands_out() {
         let resolve = |deny: bool, private_ok: bool, name: &'static str| {
             let g = Guarded {
+                resolver: Resolver::from_settings(&Settings::default()).unwrap(),
                 policy: Arc::new(policy(deny, &[])),
                 private_ok,
             };

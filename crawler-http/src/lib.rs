@@ -22,6 +22,7 @@
 //! ```
 
 mod challenge;
+mod dns;
 mod downloader;
 mod error;
 mod error_chain;
@@ -33,6 +34,7 @@ mod robots;
 mod sitemap;
 mod tap;
 
+pub use dns::{DNS_CACHE_NAMES, MAX_LOOKUPS_IN_FLIGHT, MIN_TTL, NEGATIVE_TTL, Resolver};
 pub use downloader::{
     HttpDownloader, MAX_BODY_META, NOT_PAGE_META, ROBOTS_SITEMAPS_META, fetch_once_with,
 };

@@ -42,7 +42,7 @@ pub use fingerprint::{
 };
 pub use frontier::{Frontier, FrontierConfig, ThrottleFactory, host_key, is_allowed_domain};
 pub use record::Recorder;
-pub use resolve::{DNS_CACHE_NAMES, IpKeys};
+pub use resolve::IpKeys;
 pub use shared::{
     CONFIRM_LEAD_MS, Fleet, FleetFrontier, FleetStatus, Missed, SharedBudget, SharedThrottle,
     Versioned, apply_feedback, lease_ahead,

@@ -314,8 +314,9 @@ pub struct Settings {
     /// What one politeness slot covers: `host` (the host and any explicit port, the default),
     /// `domain` (the registrable domain, so `a.example.com` and `b.example.com` share one
     /// budget; from the public suffix list) or `ip` (the address the host name resolves to,
-    /// so every name served by one machine shares one budget, as broad crawlers do; DNS
-    /// answers are cached for 5 minutes, 65,536 names at most).
+    /// so every name served by one machine shares one budget, as broad crawlers do; the
+    /// lowest address when a name has several; DNS answers are kept for their TTL, 65,536
+    /// names at most).
     pub host_key: HostKeyMode,
     /// Share holds across host names behind one limiter, by evidence (docs/politeness.md,
     /// "Limiter groups"): the names of one registrable domain from their first request;
@@ -428,6 +429,21 @@ pub struct Settings {
     /// Default 8MiB.
     #[serde(deserialize_with = "byte_size")]
     pub feed_upload_part_size: u64,
+    /// Host names answered without DNS, as curl's `--resolve`: entries
+    /// `NAME:ADDRESS[,ADDRESS...]` (`shop.test:127.0.0.1`, `api.test:[::1],127.0.0.2`), for
+    /// the downloader and the slot keys alike (tests and labs use it instead of editing
+    /// /etc/hosts). Entries naming one name add up, so on a command line, where lists are
+    /// split at commas, `-s resolve=api.test:127.0.0.2,api.test:::1` gives it both. The
+    /// address rules still apply to these addresses. Default empty.
+    pub resolve: Vec<String>,
+    /// The DNS servers names are asked of, IP addresses with an optional port
+    /// (`127.0.0.1:5353`; 53 without). Empty: the system's (`/etc/resolv.conf`), and
+    /// `/etc/hosts` first either way. Default empty.
+    pub dns_servers: Vec<String>,
+    /// How long one DNS query may take before it is tried again (twice) and then fails the
+    /// name (Scrapy's `DNS_TIMEOUT`). Default 5s.
+    #[serde(with = "humantime_serde")]
+    pub dns_timeout: Duration,
 }
 
 /// Which HTTP version requests speak (the `http_version` setting and `[[hosts]]` field).
@@ -641,6 +657,9 @@ impl Default for Settings {
             feed_s3_access_key_id: None,
             feed_s3_secret_access_key: None,
             feed_upload_part_size: 8 * 1024 * 1024,
+            resolve: Vec::new(),
+            dns_servers: Vec::new(),
+            dns_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -794,6 +813,9 @@ impl Settings {
         {
             return bad(&["tls_ca_file"], "must name a PEM file (or be unset)");
         }
+        if let Some(why) = self.dns_problem() {
+            return Some(why);
+        }
         if let Some(why) = crate::middleware::settings_problem(self) {
             return Some(why);
         }
@@ -826,6 +848,28 @@ impl Settings {
                     ),
                 ));
             }
+        }
+        None
+    }
+
+    /// The first bad `resolve` or `dns_servers` entry, or a zero `dns_timeout`.
+    fn dns_problem(&self) -> Option<(Vec<&'static str>, String)> {
+        if let Some(why) = self
+            .resolve
+            .iter()
+            .find_map(|e| crate::dns::parse_resolve(e).err())
+        {
+            return Some((vec!["resolve"], format!("has an invalid entry {why}")));
+        }
+        if let Some(why) = self
+            .dns_servers
+            .iter()
+            .find_map(|e| crate::dns::parse_dns_server(e).err())
+        {
+            return Some((vec!["dns_servers"], format!("has an invalid entry {why}")));
+        }
+        if self.dns_timeout.is_zero() {
+            return Some((vec!["dns_timeout"], "must be longer than 0s".to_owned()));
         }
         None
     }

@@ -120,7 +120,27 @@ pub(super) const SCRAPY_NAMES: &[ScrapyName] = &[
         "there is no warning size; `max_body_size` aborts larger bodies and counts them as \
          `too_large`",
     ),
-    key("DNS_TIMEOUT", "connect_timeout", SECONDS),
+    key(
+        "DNS_TIMEOUT",
+        "dns_timeout",
+        "a duration per query (\"5s\"), tried twice; the connection itself is bounded by \
+         `connect_timeout`",
+    ),
+    instead(
+        "DNSCACHE_ENABLED",
+        "always on: each answer is kept for its records' TTL (a failure for 30 s), shared \
+         by the downloader and the per-IP slots and limiter groups; `resolve` pins names \
+         to addresses",
+    ),
+    instead(
+        "DNSCACHE_SIZE",
+        "a fixed bound of 65,536 names, least recently used dropped first",
+    ),
+    instead(
+        "DNS_RESOLVER",
+        "one asynchronous resolver (hickory) that never blocks a thread; `dns_servers` \
+         names the servers, else the system's (/etc/resolv.conf), `/etc/hosts` first",
+    ),
     key(
         "USER_AGENT",
         "user_agent",

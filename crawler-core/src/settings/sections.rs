@@ -166,6 +166,13 @@ pub const SECTIONS: &[Section] = &[
         keys: &[],
         prefixes: &["images_"],
     },
+    Section {
+        name: "dns",
+        about: "Name resolution: names answered without DNS, the DNS servers asked, how \
+                long a query may take.",
+        keys: &["resolve"],
+        prefixes: &["dns_"],
+    },
 ];
 
 /// Keys that are not plain settings of a section (`[[hosts]]` is an array of tables).

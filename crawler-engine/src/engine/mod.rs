@@ -69,6 +69,9 @@ pub struct Engine<S: Spider, D: Downloader, Q: Scheduler> {
     handle_ctrl_c: bool,
     /// The WARC writer whose tap the downloader holds, closed when the crawl ends.
     warc: Option<crate::warc::WarcWriter>,
+    /// Names resolved before their requests reach the scheduler (see
+    /// [`Engine::resolve_ahead`]).
+    resolve_ahead: Option<Arc<dyn crawler_core::dns::ResolveAhead>>,
 }
 
 impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
@@ -85,7 +88,17 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
             progress: watch::channel(Progress::default()).0,
             handle_ctrl_c: false,
             warc: None,
+            resolve_ahead: None,
         }
+    }
+
+    /// Resolve the names of requests with `ahead` before they reach the scheduler: the
+    /// start requests' before the first is queued, each page's follow-ups in its worker
+    /// (concurrently, never on the engine's loop). A scheduler that keys hosts by address
+    /// then reads every answer from the resolver's cache instead of waiting for one.
+    pub fn resolve_ahead(mut self, ahead: Arc<dyn crawler_core::dns::ResolveAhead>) -> Self {
+        self.resolve_ahead = Some(ahead);
+        self
     }
 
     /// Close `writer` when the crawl ends (after the last download), and count its records

@@ -148,6 +148,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             progress,
             handle_ctrl_c,
             warc,
+            resolve_ahead,
         } = engine;
         settings.validate()?;
         let started = Instant::now();
@@ -179,7 +180,8 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
 
         let signals = handle_ctrl_c.then(|| tokio::spawn(listen_for_signals(shutdown.clone())));
 
-        let stats = first_stats(&*spider, &mut scheduler, restored)?;
+        let stats =
+            first_stats(&*spider, &mut scheduler, restored, resolve_ahead.as_deref()).await?;
         let elapsed_before = stats.elapsed;
 
         let has_feeds = !feeds.is_empty();
@@ -207,6 +209,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             },
             queue_cap: super::settle::queue_cap(&settings),
             statuses,
+            resolve_ahead,
         });
         ctx.downloader.attach(subs.handle.clone());
         let (feedback_tx, feedback_rx) = mpsc::unbounded_channel::<(Lease, Feedback)>();
@@ -635,10 +638,11 @@ async fn open_outputs<I>(
 
 /// The stats a crawl starts from: a resumed job's saved ones, squared with its frontier, or
 /// fresh ones once the spider's start requests are queued.
-fn first_stats<S: Spider, Q: Scheduler>(
+async fn first_stats<S: Spider, Q: Scheduler>(
     spider: &S,
     scheduler: &mut Q,
     restored: Option<Stats>,
+    ahead: Option<&dyn crawler_core::dns::ResolveAhead>,
 ) -> Result<Stats> {
     let now = Instant::now();
     Ok(match restored {
@@ -656,7 +660,13 @@ fn first_stats<S: Spider, Q: Scheduler>(
         }
         None => {
             let mut fresh = Stats::default();
-            for req in spider.start_requests()? {
+            let start = spider.start_requests()?;
+            if let Some(ahead) = ahead {
+                ahead
+                    .resolve_ahead(start.iter().map(|r| r.url.clone()).collect())
+                    .await;
+            }
+            for req in start {
                 offer(scheduler, &mut fresh, req, now);
             }
             tracing::info!(

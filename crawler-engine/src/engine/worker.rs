@@ -48,6 +48,8 @@ pub(super) struct Ctx<S: Spider, D> {
     pub(super) queue_cap: Option<usize>,
     /// Which non-2xx answers reach the callback (the spider's list, the setting).
     pub(super) statuses: crawler_core::StatusRules,
+    /// Resolves the names of a page's follow-ups before they reach the scheduler.
+    pub(super) resolve_ahead: Option<Arc<dyn crawler_core::dns::ResolveAhead>>,
 }
 
 /// Counts a worker as parked (in a render, or its items in pipelines that fetch) for as long as it lives (a panic or a cancelled
@@ -208,7 +210,16 @@ pub(super) async fn work<S: Spider, D: Downloader>(
         }
         Fetched::Response(r) => r,
     };
-    answered(&ctx, req, response, feedback).await
+    let done = answered(&ctx, req, response, feedback).await;
+    if let Some(ahead) = &ctx.resolve_ahead
+        && !done.requests.is_empty()
+    {
+        // Here, in the page's worker: the engine's loop queues them without waiting.
+        ahead
+            .resolve_ahead(done.requests.iter().map(|r| r.url.clone()).collect())
+            .await;
+    }
+    done
 }
 
 /// A response came: follow it when it is a redirect, end it when its status is a failure,

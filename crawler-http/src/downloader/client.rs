@@ -116,9 +116,11 @@ pub(super) fn build_client(
     settings: &Settings,
     route: &Route,
     policy: &std::sync::Arc<AddressPolicy>,
+    resolver: &std::sync::Arc<crate::dns::Resolver>,
     private_ok: bool,
 ) -> Result<reqwest::Client, Error> {
     let mut builder = reqwest::Client::builder().dns_resolver(std::sync::Arc::new(Guarded {
+        resolver: std::sync::Arc::clone(resolver),
         policy: std::sync::Arc::clone(policy),
         private_ok,
     }));

@@ -23,6 +23,7 @@ use crawler_core::{
 use tokio::time::Instant;
 
 use crate::challenge::ChallengeMatcher;
+use crate::dns::Resolver;
 use crate::error::Error;
 use crate::guard::{AddressPolicy, private_ok};
 use crate::headers::{parse_rate_limit, retry_after, server_clock_offset};
@@ -72,6 +73,8 @@ pub struct HttpDownloader {
     tap: Option<WireTap>,
     /// The User-Agent the client sends, for the archived requests.
     user_agent: String,
+    /// The crawl's resolver, behind every client's address guard.
+    resolver: Arc<Resolver>,
 }
 
 /// The clients of one set of connection options.
@@ -87,11 +90,16 @@ struct Clients {
 }
 
 impl Clients {
-    fn new(settings: &Settings, route: Route, policy: &Arc<AddressPolicy>) -> Result<Self, Error> {
+    fn new(
+        settings: &Settings,
+        route: Route,
+        policy: &Arc<AddressPolicy>,
+        resolver: &Arc<Resolver>,
+    ) -> Result<Self, Error> {
         Ok(Self {
-            client: build_client(settings, &route, policy, true)?,
+            client: build_client(settings, &route, policy, resolver, true)?,
             public: if policy.denies_private() {
-                Some(build_client(settings, &route, policy, false)?)
+                Some(build_client(settings, &route, policy, resolver, false)?)
             } else {
                 None
             },
@@ -131,12 +139,18 @@ impl HttpDownloader {
     /// A downloader configured from the crawl settings (User-Agent, timeouts, body cap,
     /// robots). Redirects are not followed here: the engine follows them as new requests.
     pub fn new(settings: &Settings) -> Result<Self, Error> {
+        Self::with_resolver(settings, Resolver::from_settings(settings)?)
+    }
+
+    /// A downloader as [`HttpDownloader::new`] makes it, resolving names through
+    /// `resolver` (the crawl's one resolver, which the frontier reads too).
+    pub fn with_resolver(settings: &Settings, resolver: Arc<Resolver>) -> Result<Self, Error> {
         // reqwest is built without a bundled crypto provider so the dependency tree stays
         // small; install ring's once per process (a second install is a harmless no-op).
         let _ = rustls::crypto::ring::default_provider().install_default();
         let policy = Arc::new(AddressPolicy::from_settings(settings)?);
         let default_route = Route::of(settings);
-        let clients = Clients::new(settings, default_route.clone(), &policy)?;
+        let clients = Clients::new(settings, default_route.clone(), &policy, &resolver)?;
         // One client per distinct set of options the rules ask for, not one per rule.
         let mut keys: Vec<Route> = Vec::new();
         let mut routes = Vec::new();
@@ -158,7 +172,7 @@ impl HttpDownloader {
                 Some(i) => i,
                 None => {
                     keys.push(route.clone());
-                    routes.push(Clients::new(settings, route, &policy)?);
+                    routes.push(Clients::new(settings, route, &policy, &resolver)?);
                     routes.len() - 1
                 }
             };
@@ -209,7 +223,13 @@ impl HttpDownloader {
             unreachable: Unreachable::default(),
             tap: None,
             user_agent: settings.user_agent.clone(),
+            resolver,
         })
+    }
+
+    /// The resolver this downloader's clients look names up with.
+    pub fn resolver(&self) -> &Arc<Resolver> {
+        &self.resolver
     }
 
     /// Hand every exchange that got a response (pages, sitemaps, robots.txt, sub-requests)
@@ -295,12 +315,13 @@ impl HttpDownloader {
         }
         // The password must never show in a log line or error from here on.
         crawler_core::redact::register_url_secrets(proxy);
-        let clients = Clients::new(&self.settings, route.clone(), &self.policy).map_err(|e| {
-            Failure::new(
-                FailureKind::Other,
-                crawler_core::redact::scrub(&format!("request proxy: {e}")).into_owned(),
-            )
-        })?;
+        let clients = Clients::new(&self.settings, route.clone(), &self.policy, &self.resolver)
+            .map_err(|e| {
+                Failure::new(
+                    FailureKind::Other,
+                    crawler_core::redact::scrub(&format!("request proxy: {e}")).into_owned(),
+                )
+            })?;
         let client = pick(&clients);
         by_proxy.insert(route, clients);
         Ok(client)

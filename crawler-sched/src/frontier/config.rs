@@ -45,7 +45,8 @@ pub struct FrontierConfig {
     pub throttle: ThrottleFactory,
     /// What one slot covers: a host, a registrable domain, or an IP address.
     pub key_mode: HostKeyMode,
-    /// The DNS cache behind `HostKeyMode::Ip` and the limiter groups.
+    /// The addresses behind `HostKeyMode::Ip` and the limiter groups: the crawl's resolver,
+    /// read without waiting (none by default: names key as themselves).
     pub ip_keys: std::sync::Arc<IpKeys>,
     /// Share holds across the host names behind one limiter (the `limiter_groups`
     /// setting): see [`FrontierConfig::group_key`].
@@ -69,8 +70,8 @@ impl FrontierConfig {
     /// The limiter group a URL's host name starts in, `None` with limiter groups off: the
     /// address it resolves to and the port, as [`IpKeys::key`] writes them (an IP literal
     /// needs no lookup; a name that does not resolve is its own group), or the host key
-    /// when groups are not keyed by address. The lookup blocks, as for `host_key = "ip"`;
-    /// answers are cached.
+    /// when groups are not keyed by address. Never waits: the address is read from the
+    /// resolver's cache (see [`IpKeys`]).
     pub fn group_key(&self, url: &Url) -> Option<String> {
         if !self.limiter_groups {
             return None;
@@ -80,6 +81,12 @@ impl FrontierConfig {
         } else {
             host_key(url)
         })
+    }
+
+    /// Whether keys or limiter groups read addresses, so the engine must resolve names
+    /// before their requests are queued ([`IpKeys::resolve_ahead`]).
+    pub fn needs_addresses(&self) -> bool {
+        self.key_mode == HostKeyMode::Ip || (self.limiter_groups && self.group_by_address)
     }
 
     /// Filters and fixed per-host pacing taken from the crawl settings.
