@@ -52,3 +52,4 @@ pub fn test_path(module: &str, name: &str) -> String {
         None => name.to_owned(),
     }
 }
+mod signals;

@@ -35,6 +35,7 @@ mod conditional;
 mod docs_check;
 mod error;
 mod exchange;
+mod extension;
 mod failed;
 mod feed;
 mod fetch;
@@ -64,6 +65,9 @@ pub use conditional::{
 };
 pub use error::{Context, Error, ErrorKind, Result};
 pub use exchange::{Exchange, ExchangeTap};
+pub use extension::{
+    CrawlHandle, DynExtension, Extension, ExtensionHeaders, HeadersHook, SharedExtension,
+};
 pub use failed::FailedRequest;
 pub use feed::{FeedFormat, FeedSpec, STDOUT_FEED, expand_feed_path, feed_problem, feed_time};
 pub use fetch::http_version_name;

@@ -20,8 +20,10 @@ use crawler_core::Settings;
 use crawler_core::Spider;
 use crawler_core::{Downloader, Scheduler};
 use crawler_core::{DynPipeline, Pipeline};
+use crawler_core::{Extension, SharedExtension};
 use crawler_core::{Shutdown, Stats};
 
+mod extensions;
 mod feeds;
 mod late;
 mod request_log;
@@ -69,6 +71,8 @@ pub struct Engine<S: Spider, D: Downloader, Q: Scheduler> {
     handle_ctrl_c: bool,
     /// The WARC writer whose tap the downloader holds, closed when the crawl ends.
     warc: Option<crate::warc::WarcWriter>,
+    /// Extensions subscribed to the crawl's signals, in the order added.
+    extensions: Vec<SharedExtension<S::Item>>,
 }
 
 impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
@@ -85,7 +89,21 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
             progress: watch::channel(Progress::default()).0,
             handle_ctrl_c: false,
             warc: None,
+            extensions: Vec::new(),
         }
+    }
+
+    /// Subscribe an extension to the crawl's signals, after the ones already added (see
+    /// [`Extension`]).
+    pub fn extension(self, extension: impl Extension<S::Item>) -> Self {
+        self.shared_extension(std::sync::Arc::new(extension))
+    }
+
+    /// [`Engine::extension`] for an extension the downloader shares too (its
+    /// [`headers_received`](Extension::headers_received) is the downloader's to call).
+    pub fn shared_extension(mut self, extension: SharedExtension<S::Item>) -> Self {
+        self.extensions.push(extension);
+        self
     }
 
     /// Close `writer` when the crawl ends (after the last download), and count its records

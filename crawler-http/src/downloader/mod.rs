@@ -72,6 +72,9 @@ pub struct HttpDownloader {
     tap: Option<WireTap>,
     /// The User-Agent the client sends, for the archived requests.
     user_agent: String,
+    /// Asked when a response's headers arrive whether to read its body (the crawl's
+    /// extensions); none by default, and then nothing is asked.
+    headers_hook: Option<Arc<dyn crawler_core::HeadersHook>>,
 }
 
 /// The clients of one set of connection options.
@@ -209,7 +212,16 @@ impl HttpDownloader {
             unreachable: Unreachable::default(),
             tap: None,
             user_agent: settings.user_agent.clone(),
+            headers_hook: None,
         })
+    }
+
+    /// Ask `hook` when each response's status and headers arrive whether to read its body:
+    /// a reason stops the download there, as `failed:download_stopped` (see
+    /// [`Extension::headers_received`](crawler_core::Extension::headers_received)).
+    pub fn with_headers_hook(mut self, hook: Arc<dyn crawler_core::HeadersHook>) -> Self {
+        self.headers_hook = Some(hook);
+        self
     }
 
     /// Hand every exchange that got a response (pages, sitemaps, robots.txt, sub-requests)
