@@ -149,11 +149,11 @@ struct Picky {
 impl Pipeline<Book> for Picky {
     async fn process(&self, item: Book) -> Result<Processed<Book>> {
         let n = self.seen.fetch_add(1, Ordering::Relaxed) + 1;
-        if n % 5 == 0 {
+        if n.is_multiple_of(5) {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return Ok(Processed::Drop("every fifth".into()));
         }
-        if n % 7 == 0 {
+        if n.is_multiple_of(7) {
             self.failed.fetch_add(1, Ordering::Relaxed);
             return Err(Error::msg("every seventh fails"));
         }
@@ -536,7 +536,7 @@ async fn the_monitor_closes_a_crawl_whose_errors_are_over_its_ratio() {
             let links: String = (1..=200)
                 .map(|i| format!("<a href='/p/{i}'>{i}</a>"))
                 .collect();
-            let status = if n % 2 == 0 { 404 } else { 200 };
+            let status = if n.is_multiple_of(2) { 404 } else { 200 };
             Some(ScriptReply::new(status).html(format!("<h1>page {n}</h1>{links}")))
         })
         .start()
