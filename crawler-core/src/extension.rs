@@ -31,7 +31,9 @@ use crate::stats::Stats;
 /// (`spider_opened`, `spider_idle`, `spider_closed`) are awaited once each time the crawl
 /// reaches that point, when nothing else is running.
 ///
-/// Several extensions are called in the order they were added.
+/// Several extensions are called in the order they were added. The request signals are
+/// about the crawl's requests: a browser's sub-requests (the scripts and data a rendered
+/// page loads) fire none.
 ///
 /// ```
 /// use std::sync::atomic::{AtomicU64, Ordering};
