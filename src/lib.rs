@@ -63,6 +63,8 @@ pub use crawler_core::{
 pub use crawler_core::FormRequest;
 // The spider's hooks beyond its callbacks: statuses it asks for, errbacks, its counters.
 pub use crawler_core::{AllowedStatuses, Counters, FailedRequest, FailureKind};
+// Extensions: code subscribed to the crawl's signals (monitors, idle feeders).
+pub use crawler_core::{CrawlHandle, Extension};
 pub use crawler_engine::Progress;
 pub use logging::{init_logging, init_logging_with};
 
@@ -175,6 +177,7 @@ pub mod prelude {
         Context, Node, Output, Pipeline, Processed, Request, Response, Result, Selection, Settings,
         Spider, SpiderContext, Stats,
     };
+    pub use crawler_core::{CrawlHandle, Extension};
     pub use serde::Serialize;
 }
 
@@ -453,6 +456,8 @@ pub struct Crawl<S: Spider> {
     args: Vec<(String, String)>,
     /// Where the politeness record goes, when not (only) in the job directory.
     politeness_record: Option<PathBuf>,
+    /// Extensions added in code, in order.
+    extensions: Vec<crawler_core::SharedExtension<S::Item>>,
 }
 
 impl<S: Spider> Crawl<S> {
@@ -473,7 +478,17 @@ impl<S: Spider> Crawl<S> {
             middleware_stats: MiddlewareStats::new(),
             args: Vec::new(),
             politeness_record: None,
+            extensions: Vec::new(),
         }
+    }
+
+    /// Subscribe an extension to the crawl's signals (Scrapy's `EXTENSIONS`), after the
+    /// ones already added: items scraped, dropped and failed in a pipeline, requests
+    /// scheduled, dropped and sent, headers and responses received, the crawl opened, idle
+    /// and closed. See [`Extension`] for each signal, and `examples/monitor.rs`.
+    pub fn extension(mut self, extension: impl Extension<S::Item>) -> Self {
+        self.extensions.push(Arc::new(extension));
+        self
     }
 
     /// Give the spider an argument, as `crawl NAME -a key=value` does: the spider reads it
@@ -700,6 +715,12 @@ impl<S: Spider> Crawl<S> {
         if let Some(writer) = &warc {
             downloader = downloader.with_tap(writer.tap());
         }
+        if !self.extensions.is_empty() {
+            // Only with extensions: without, the downloader asks nothing when headers arrive.
+            downloader = downloader.with_headers_hook(Arc::new(crawler_core::ExtensionHeaders(
+                self.extensions.clone(),
+            )));
+        }
         let downloader = conditional::attach(downloader, &settings, self.conditional)?;
         let downloader = fetcher(downloader, &settings)?;
         let downloader = Middlewares::new(
@@ -768,6 +789,9 @@ impl<S: Spider> Crawl<S> {
         }
         for stage in self.stages {
             engine = stage(engine);
+        }
+        for extension in self.extensions {
+            engine = engine.shared_extension(extension);
         }
         Ok(engine)
     }

@@ -55,3 +55,4 @@ pub fn test_path(module: &str, name: &str) -> String {
     }
 }
 mod dns;
+mod signals;

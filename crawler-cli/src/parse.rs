@@ -123,6 +123,12 @@ pub(crate) async fn run<S: Spider>(
             )));
         }
     }
+    // As a crawl does before its first request: a spider may read a file or open a
+    // connection its callbacks use.
+    spider
+        .opened()
+        .await
+        .map_err(|e| failed(e.context(format!("spider '{}' failed to open", spider.name()))))?;
     let mut first = Request::get(args.url.as_str()).map_err(usage)?;
     first.callback = callback;
     first.meta.extend(args.meta.iter().cloned());

@@ -57,12 +57,17 @@ pub enum FailureKind {
     /// the tunnel (`CONNECT`) with an error (407, 502). Retried, as a connection failure;
     /// the target host's pace is not lowered for it (the host was not reached).
     Proxy,
+    /// An extension stopped the download when its headers arrived
+    /// ([`Extension::headers_received`](crate::Extension::headers_received): a body too
+    /// large, a content type not wanted). Not retried: the same answer would be stopped
+    /// again.
+    DownloadStopped,
 }
 
 impl FailureKind {
     /// Every kind, in declaration order (the docs checks walk it; a test below fails when a
     /// new kind is missing from it).
-    pub const ALL: [FailureKind; 17] = [
+    pub const ALL: [FailureKind; 18] = [
         Self::Timeout,
         Self::Connection,
         Self::Dns,
@@ -80,6 +85,7 @@ impl FailureKind {
         Self::Other,
         Self::Disallowed,
         Self::Proxy,
+        Self::DownloadStopped,
     ];
 
     /// The short, stable name used in stats and failure files.
@@ -102,6 +108,7 @@ impl FailureKind {
             Self::Other => "other",
             Self::Disallowed => "robots_disallowed",
             Self::Proxy => "proxy",
+            Self::DownloadStopped => "download_stopped",
         }
     }
 }
@@ -465,11 +472,12 @@ mod failure_kind_tests {
             Other => 14,
             Disallowed => 15,
             Proxy => 16,
+            DownloadStopped => 17,
         }
     }
 
     #[test]
     fn all_lists_every_kind_once_in_order() {
-        assert!(FailureKind::ALL.iter().map(|&k| ordinal(k)).eq(0..17));
+        assert!(FailureKind::ALL.iter().map(|&k| ordinal(k)).eq(0..18));
     }
 }

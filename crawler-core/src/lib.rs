@@ -36,6 +36,7 @@ pub mod dns;
 mod docs_check;
 mod error;
 mod exchange;
+mod extension;
 mod failed;
 mod feed;
 mod fetch;
@@ -65,6 +66,9 @@ pub use conditional::{
 };
 pub use error::{Context, Error, ErrorKind, Result};
 pub use exchange::{Exchange, ExchangeTap};
+pub use extension::{
+    CrawlHandle, DynExtension, Extension, ExtensionHeaders, HeadersHook, SharedExtension,
+};
 pub use failed::FailedRequest;
 pub use feed::{
     FeedFormat, FeedSpec, OBJECT_SCHEMES, STDOUT_FEED, batch_problem, expand_batch_path,

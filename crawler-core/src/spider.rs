@@ -99,6 +99,39 @@ pub trait Spider: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Called once when the crawl opens (Scrapy's `spider_opened`), after
+    /// [`open`](Spider::open) and the feeds and pipelines, before the first request:
+    /// [`start_requests`](Spider::start_requests) comes after it, so it may prepare what
+    /// they read. Open a connection, read a file of URLs, check a service is up. An error
+    /// fails the crawl before any request is sent, with a message naming the spider.
+    /// Every run of a job opens the spider, a resumed one included (whose start requests
+    /// are not queued again).
+    ///
+    /// ```
+    /// use std::sync::OnceLock;
+    /// use crawler_core::{Output, Response, Result, Spider};
+    ///
+    /// struct FromFile { path: String, urls: OnceLock<Vec<String>> }
+    ///
+    /// impl Spider for FromFile {
+    ///     type Item = String;
+    ///     fn name(&self) -> &str { "from_file" }
+    ///     async fn opened(&self) -> Result<()> {
+    ///         let text = std::fs::read_to_string(&self.path)?;
+    ///         let _ = self.urls.set(text.lines().map(str::to_owned).collect());
+    ///         Ok(())
+    ///     }
+    ///     fn start_urls(&self) -> Vec<String> { self.urls.get().cloned().unwrap_or_default() }
+    ///     async fn parse(&self, page: Response, out: &mut Output<String>) -> Result<()> {
+    ///         out.item(page.url().to_string());
+    ///         Ok(())
+    ///     }
+    /// }
+    /// ```
+    fn opened(&self) -> impl Future<Output = Result<()>> + Send {
+        async { Ok(()) }
+    }
+
     /// URLs to start from (parsed with the default callback).
     fn start_urls(&self) -> Vec<String> {
         Vec::new()

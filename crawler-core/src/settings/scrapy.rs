@@ -269,8 +269,10 @@ pub(super) const SCRAPY_NAMES: &[ScrapyName] = &[
     ),
     instead(
         "EXTENSIONS",
-        "there are no extensions; the final stats, the progress display and the metrics \
-         endpoint (`metrics_addr`) are built in",
+        "extensions are added in code, in the order they are called: \
+         `Crawl::new(spider).extension(e)` (an `impl Extension<Item>`; README, Signals and \
+         extensions); the final stats, the progress display and the metrics endpoint \
+         (`metrics_addr`) are built in",
     ),
     // Robots.
     key("ROBOTSTXT_OBEY", "obey_robots", "true by default here"),

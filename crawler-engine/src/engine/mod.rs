@@ -20,8 +20,10 @@ use crawler_core::Settings;
 use crawler_core::Spider;
 use crawler_core::{Downloader, Scheduler};
 use crawler_core::{DynPipeline, Pipeline};
+use crawler_core::{Extension, SharedExtension};
 use crawler_core::{Shutdown, Stats};
 
+mod extensions;
 mod feeds;
 mod late;
 mod request_log;
@@ -72,6 +74,8 @@ pub struct Engine<S: Spider, D: Downloader, Q: Scheduler> {
     /// Names resolved before their requests reach the scheduler (see
     /// [`Engine::resolve_ahead`]).
     resolve_ahead: Option<Arc<dyn crawler_core::dns::ResolveAhead>>,
+    /// Extensions subscribed to the crawl's signals, in the order added.
+    extensions: Vec<SharedExtension<S::Item>>,
 }
 
 impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
@@ -89,6 +93,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
             handle_ctrl_c: false,
             warc: None,
             resolve_ahead: None,
+            extensions: Vec::new(),
         }
     }
 
@@ -98,6 +103,19 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
     /// then reads every answer from the resolver's cache instead of waiting for one.
     pub fn resolve_ahead(mut self, ahead: Arc<dyn crawler_core::dns::ResolveAhead>) -> Self {
         self.resolve_ahead = Some(ahead);
+        self
+    }
+
+    /// Subscribe an extension to the crawl's signals, after the ones already added (see
+    /// [`Extension`]).
+    pub fn extension(self, extension: impl Extension<S::Item>) -> Self {
+        self.shared_extension(std::sync::Arc::new(extension))
+    }
+
+    /// [`Engine::extension`] for an extension the downloader shares too (its
+    /// [`headers_received`](Extension::headers_received) is the downloader's to call).
+    pub fn shared_extension(mut self, extension: SharedExtension<S::Item>) -> Self {
+        self.extensions.push(extension);
         self
     }
 

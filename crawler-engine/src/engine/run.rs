@@ -112,6 +112,8 @@ pub(super) struct Crawl<S: Spider, D: Downloader, Q: Scheduler> {
     /// Workers of pages the downloader renders, from their hand-out to their end: at
     /// [`Downloader::render_limit`], no new page is handed out.
     pub(super) rendering: HashSet<tokio::task::Id>,
+    /// Close requests from extensions ([`crawler_core::CrawlHandle::close_spider`]).
+    ext_close_rx: mpsc::UnboundedReceiver<String>,
 }
 
 /// The counters the close limits watch.
@@ -149,6 +151,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             handle_ctrl_c,
             warc,
             resolve_ahead,
+            extensions,
         } = engine;
         settings.validate()?;
         let started = Instant::now();
@@ -166,6 +169,14 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
         let park_delivery = context.fetches();
         // Open everything fallible before the first request, so a bad path costs nothing.
         let writers = open_outputs(&feeds, &settings, &pipelines).await?;
+        // Extensions read the stats from the progress snapshots, and close the crawl
+        // through a channel the loop listens to (only when there are extensions).
+        let (ext_close_tx, ext_close_rx) = mpsc::unbounded_channel::<String>();
+        let snapshots = progress.subscribe();
+        let handle =
+            crawler_core::CrawlHandle::new(ext_close_tx, move || snapshots.borrow().stats.clone());
+        let signals_ext = super::extensions::Signals::new(extensions, handle);
+        open_spider_and_extensions(&*spider, &signals_ext).await?;
         let restored = scheduler.restored_stats();
         let failures = match &settings.failures_file {
             // A resumed job keeps the failures of the runs before it, and so does a fleet
@@ -180,8 +191,14 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
 
         let signals = handle_ctrl_c.then(|| tokio::spawn(listen_for_signals(shutdown.clone())));
 
-        let stats =
-            first_stats(&*spider, &mut scheduler, restored, resolve_ahead.as_deref()).await?;
+        let stats = first_stats(
+            &*spider,
+            &mut scheduler,
+            restored,
+            resolve_ahead.as_deref(),
+            &signals_ext,
+        )
+        .await?;
         let elapsed_before = stats.elapsed;
 
         let has_feeds = !feeds.is_empty();
@@ -210,6 +227,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             queue_cap: super::settle::queue_cap(&settings),
             statuses,
             resolve_ahead,
+            signals: signals_ext,
         });
         ctx.downloader.attach(subs.handle.clone());
         let (feedback_tx, feedback_rx) = mpsc::unbounded_channel::<(Lease, Feedback)>();
@@ -259,6 +277,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             subs,
             rendering: HashSet::new(),
             warc,
+            ext_close_rx,
         })
     }
 
@@ -266,6 +285,13 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
     /// every flush marker is on its way to the feed writer.
     async fn main_loop(&mut self) {
         loop {
+            if self.ctx.signals.any() {
+                // An extension's close request counts before the next hand-out, not after
+                // whatever event the loop happens to pick first.
+                while let Ok(reason) = self.ext_close_rx.try_recv() {
+                    self.close(reason);
+                }
+            }
             let wake = if self.stopping && self.subs.queued == 0 {
                 None
             } else {
@@ -282,6 +308,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
                 && self.subs.tasks.is_empty()
                 && self.marks.is_empty()
                 && (self.stopping || wake.is_none())
+                && !self.idle().await
             {
                 // Requests set aside for a skipped host with no settle after them (start
                 // requests of a host a fleet already skipped) end here, not silently.
@@ -389,8 +416,64 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
                 self.close("close_timeout".to_owned());
             }
             changed = self.stop_rx.changed() => self.stop_asked(changed.is_ok()),
+            Some(reason) = self.ext_close_rx.recv(), if self.ctx.signals.any() => {
+                self.close(reason);
+            }
             _ = self.ticker.tick() => self.tick(),
         }
+    }
+
+    /// The crawl is idle (nothing queued, nothing in flight) and about to close: give the
+    /// extensions their `spider_idle` signal. Returns whether they queued more work, so
+    /// the crawl goes on. Never called once the crawl is closing.
+    async fn idle(&mut self) -> bool {
+        if self.stopping || !self.ctx.signals.any() {
+            return false;
+        }
+        // The handle's stats are exact at this point.
+        self.tick();
+        let ctx = Arc::clone(&self.ctx);
+        let (list, crawl) = (ctx.signals.list(), ctx.signals.handle());
+        let mut requests = Vec::new();
+        for e in list {
+            let more = tokio::select! {
+                more = e.spider_idle(crawl) => more,
+                changed = self.stop_rx.changed() => {
+                    self.stop_asked(changed.is_ok());
+                    Vec::new()
+                }
+            };
+            requests.extend(more);
+            // The first extension that adds work ends the round: one added after it (a
+            // monitor judging the crawl's end) is asked only when the crawl is really out of
+            // work.
+            if self.stopping || !requests.is_empty() {
+                break;
+            }
+        }
+        // A close asked for during the signal (a monitor's verdict) is the crawl's reason.
+        while let Ok(reason) = self.ext_close_rx.try_recv() {
+            self.close(reason);
+        }
+        if self.stopping || requests.is_empty() {
+            return false;
+        }
+        let before = self.stats.requests_enqueued - self.stats.filtered.values().sum::<u64>();
+        let now = Instant::now();
+        for req in requests {
+            offer(&mut self.scheduler, &mut self.stats, req, now, &ctx.signals);
+        }
+        let after = self.stats.requests_enqueued - self.stats.filtered.values().sum::<u64>();
+        // Requests all filtered (duplicates of pages crawled) add no work: the crawl closes
+        // rather than asking again forever.
+        let more = after > before;
+        if more {
+            tracing::info!(
+                added = after - before,
+                "the crawl was idle: extensions added requests"
+            );
+        }
+        more
     }
 
     /// A stop was asked for (`changed` is false if the handle is gone): the first stops
@@ -535,6 +618,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             spider,
             pipelines,
             items_tx,
+            signals: extensions,
             ..
         } = ctx;
         // Closing the channel lets the feed writer drain, close the JSON array and sync.
@@ -588,6 +672,11 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
                 spider = spider.name(),
                 "the spider's closed hook failed: {e}"
             );
+        }
+        for e in extensions.list() {
+            if let Err(err) = e.spider_closed(&stats.close_reason, &stats).await {
+                tracing::error!(extension = e.name(), "spider_closed failed: {err}");
+            }
         }
         // The final checkpoint keeps pending counts out: they are recomputed on resume.
         let mut saved = stats.clone();
@@ -643,6 +732,7 @@ async fn first_stats<S: Spider, Q: Scheduler>(
     scheduler: &mut Q,
     restored: Option<Stats>,
     ahead: Option<&dyn crawler_core::dns::ResolveAhead>,
+    signals: &super::extensions::Signals<S::Item>,
 ) -> Result<Stats> {
     let now = Instant::now();
     Ok(match restored {
@@ -667,7 +757,7 @@ async fn first_stats<S: Spider, Q: Scheduler>(
                     .await;
             }
             for req in start {
-                offer(scheduler, &mut fresh, req, now);
+                offer(scheduler, &mut fresh, req, now, signals);
             }
             tracing::info!(
                 spider = spider.name(),
@@ -677,6 +767,24 @@ async fn first_stats<S: Spider, Q: Scheduler>(
             fresh
         }
     })
+}
+
+/// The spider's [`Spider::opened`] hook, then each extension's `spider_opened`: the first
+/// error fails the crawl before its first request, naming who failed.
+async fn open_spider_and_extensions<S: Spider>(
+    spider: &S,
+    signals: &super::extensions::Signals<S::Item>,
+) -> Result<()> {
+    spider
+        .opened()
+        .await
+        .map_err(|e| e.context(format!("spider '{}' failed to open", spider.name())))?;
+    for e in signals.list() {
+        e.spider_opened(signals.handle())
+            .await
+            .map_err(|err| err.context(format!("extension {} failed to open", e.name())))?;
+    }
+    Ok(())
 }
 
 /// Wait for the feed writer to finish; a second stop request makes it stop at once.

@@ -5,6 +5,7 @@
 use tokio::task::{Id, JoinError};
 use tokio::time::Instant;
 
+use super::extensions::Signals;
 use super::run::Crawl;
 use super::worker::{Completion, Terminal};
 use crate::failures::{FailureLog, FailureRecord};
@@ -115,6 +116,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             &mut self.failures,
             done,
             cap,
+            &self.ctx.signals,
         );
         // After the follow-ups are queued: those for a host skipped meanwhile were set aside
         // too, and this may be the crawl's last settle.
@@ -192,27 +194,32 @@ pub(super) fn run_durable(durable_after: &mut Vec<AfterAck>) {
     }
 }
 
-/// Queue a request, counted as enqueued (and as filtered when the scheduler turns it away).
-pub(super) fn offer<Q: Scheduler>(
+/// Queue a request, counted as enqueued (and as filtered when the scheduler turns it away),
+/// with the `request_scheduled` and `request_dropped` signals.
+pub(super) fn offer<Q: Scheduler, I>(
     scheduler: &mut Q,
     stats: &mut Stats,
     req: Request,
     now: Instant,
+    signals: &Signals<I>,
 ) {
     stats.requests_enqueued += 1;
+    let copy = signals.scheduled(&req);
     if let Admission::Filtered(reason) = scheduler.enqueue(req, now) {
         Stats::bump(&mut stats.filtered, reason.as_str());
+        signals.dropped(copy.as_ref(), reason.as_str());
     }
 }
 
 /// Count a finished attempt in the stats (and the failures file), and queue its follow-up
 /// requests.
-fn account<Q: Scheduler>(
+fn account<Q: Scheduler, I>(
     scheduler: &mut Q,
     stats: &mut Stats,
     failures: &mut Option<FailureLog>,
     done: Completion,
     cap: Option<usize>,
+    signals: &Signals<I>,
 ) {
     match done.terminal {
         Terminal::Fetched => stats.fetched += 1,
@@ -276,6 +283,8 @@ fn account<Q: Scheduler>(
             // Offered and refused, so the request has its terminal state and the stats add
             // up; said once, the first time, and counted every time.
             stats.requests_enqueued += 1;
+            let copy = signals.scheduled(&req);
+            signals.dropped(copy.as_ref(), QUEUE_FULL);
             Stats::bump(&mut stats.filtered, QUEUE_FULL);
             if stats.filtered.get(QUEUE_FULL) == Some(&1) {
                 tracing::warn!(
@@ -286,7 +295,7 @@ fn account<Q: Scheduler>(
             }
             continue;
         }
-        offer(scheduler, stats, req, now);
+        offer(scheduler, stats, req, now, signals);
     }
     let after = scheduler.queued();
     if after / QUEUE_MILESTONE > before / QUEUE_MILESTONE {

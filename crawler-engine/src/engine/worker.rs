@@ -50,6 +50,8 @@ pub(super) struct Ctx<S: Spider, D> {
     pub(super) statuses: crawler_core::StatusRules,
     /// Resolves the names of a page's follow-ups before they reach the scheduler.
     pub(super) resolve_ahead: Option<Arc<dyn crawler_core::dns::ResolveAhead>>,
+    /// The extensions and their handle.
+    pub(super) signals: super::extensions::Signals<S::Item>,
 }
 
 /// Counts a worker as parked (in a render, or its items in pipelines that fetch) for as long as it lives (a panic or a cancelled
@@ -174,7 +176,14 @@ pub(super) async fn work<S: Spider, D: Downloader>(
 ) -> Completion {
     let Download { outcome, feedback } = match ctx.downloader.gate(&req).await {
         Some(answered) => answered,
-        None => ctx.downloader.fetch(&req).await,
+        None => {
+            if let Some((list, crawl)) = ctx.signals.on() {
+                for e in list {
+                    e.request_reached_downloader(&req, crawl);
+                }
+            }
+            ctx.downloader.fetch(&req).await
+        }
     };
     // The slot learns now; parsing and pipelines may take a while.
     let _ = report.tx.send((report.lease, feedback.clone()));
@@ -231,6 +240,11 @@ async fn answered<S: Spider, D: Downloader>(
     feedback: Feedback,
 ) -> Completion {
     super::request_log::log_response(&req, &response, &feedback);
+    if let Some((list, crawl)) = ctx.signals.on() {
+        for e in list {
+            e.response_received(&response, &req, crawl);
+        }
+    }
     let status = response.status();
     // A 304 answered from the HTTP cache counts as not modified (the server sent no body),
     // yet the spider parses the cached page so its items are still produced.
@@ -564,14 +578,29 @@ pub(super) async fn deliver<S: Spider, D: Downloader>(
                 Ok(Processed::Keep(kept)) => item = kept,
                 Ok(Processed::Drop(reason)) => {
                     tracing::debug!(%url, pipeline = p.name(), "item dropped: {reason}");
+                    if let Some((list, crawl)) = ctx.signals.on() {
+                        for e in list {
+                            e.item_dropped(url, p.name(), &reason, crawl);
+                        }
+                    }
                     done.dropped += 1;
                     continue 'items;
                 }
                 Err(e) => {
                     tracing::warn!(%url, pipeline = p.name(), "pipeline error, item dropped: {e}");
+                    if let Some((list, crawl)) = ctx.signals.on() {
+                        for x in list {
+                            x.item_error(url, p.name(), &e, crawl);
+                        }
+                    }
                     done.dropped += 1;
                     continue 'items;
                 }
+            }
+        }
+        if let Some((list, crawl)) = ctx.signals.on() {
+            for e in list {
+                e.item_scraped(&item, url, crawl);
             }
         }
         if !ctx.has_feeds {

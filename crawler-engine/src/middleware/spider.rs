@@ -106,6 +106,10 @@ impl<S: Spider> Spider for SpiderWithMiddlewares<S> {
         self.inner.open(ctx)
     }
 
+    async fn opened(&self) -> Result<()> {
+        self.inner.opened().await
+    }
+
     fn start_urls(&self) -> Vec<String> {
         self.inner.start_urls()
     }

@@ -41,6 +41,16 @@ impl HttpDownloader {
         let version = resp.version();
         let url = resp.url().clone();
         let remote = resp.remote_addr().map(|a| a.ip());
+        if let Some(hook) = &self.headers_hook
+            && let Some(why) = hook.headers_received(req, status, resp.headers())
+        {
+            return Err(Failure {
+                kind: FailureKind::DownloadStopped,
+                message: why,
+                status: Some(status),
+                bytes: 0,
+            });
+        }
         if let Some(len) = resp.content_length() {
             // A declared length over the cap fails before a byte of body is read. (With
             // compression the declared length is the compressed size; the streaming check

@@ -75,6 +75,9 @@ pub struct HttpDownloader {
     user_agent: String,
     /// The crawl's resolver, behind every client's address guard.
     resolver: Arc<Resolver>,
+    /// Asked when a response's headers arrive whether to read its body (the crawl's
+    /// extensions); none by default, and then nothing is asked.
+    headers_hook: Option<Arc<dyn crawler_core::HeadersHook>>,
 }
 
 /// The clients of one set of connection options.
@@ -224,12 +227,21 @@ impl HttpDownloader {
             tap: None,
             user_agent: settings.user_agent.clone(),
             resolver,
+            headers_hook: None,
         })
     }
 
     /// The resolver this downloader's clients look names up with.
     pub fn resolver(&self) -> &Arc<Resolver> {
         &self.resolver
+    }
+
+    /// Ask `hook` when each response's status and headers arrive whether to read its body:
+    /// a reason stops the download there, as `failed:download_stopped` (see
+    /// [`Extension::headers_received`](crawler_core::Extension::headers_received)).
+    pub fn with_headers_hook(mut self, hook: Arc<dyn crawler_core::HeadersHook>) -> Self {
+        self.headers_hook = Some(hook);
+        self
     }
 
     /// Hand every exchange that got a response (pages, sitemaps, robots.txt, sub-requests)
