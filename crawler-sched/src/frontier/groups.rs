@@ -40,7 +40,19 @@ pub(super) struct Groups {
     /// Open leases booked on a pooled group's pacer rather than on their own slot: their
     /// answers go to the machine that booked them.
     pub(super) booked: HashMap<u64, usize>,
+    /// Slots that entered their group before their name's address was in the resolver's
+    /// cache (a fleet worker leasing a name another worker found; a name dropped from the
+    /// cache), with a URL of theirs: they enter again once it is, so a hold on a name at
+    /// the same address reaches them (keyed by name alone, they would have no neighbours
+    /// for their whole life).
+    unresolved: Vec<(usize, Url)>,
+    /// When the unresolved slots were last looked up.
+    unresolved_checked: Option<Instant>,
 }
+
+/// How often slots that entered their group without an address look it up again: the
+/// resolver answers a miss in a few milliseconds, and each look is a cache read per slot.
+const UNRESOLVED_RECHECK: Duration = Duration::from_millis(20);
 
 impl Groups {
     fn ms(&mut self, now: Instant) -> f64 {
@@ -71,6 +83,13 @@ impl<S: QueueStore> Frontier<S> {
         let Some(address) = self.config.group_key(url) else {
             return;
         };
+        // A domain name keyed as itself has no address in the cache yet: look again later.
+        let unresolved = self.config.group_by_address
+            && matches!(url.host(), Some(url::Host::Domain(_)))
+            && !is_address_key(&address);
+        if unresolved && !self.groups.unresolved.iter().any(|(i, _)| *i == id) {
+            self.groups.unresolved.push((id, url.clone()));
+        }
         let address = self.config.group_by_address.then_some(address);
         let site = site_of(url, address.as_deref());
         let caps = self.hosts.get(id).map_or((1, f64::INFINITY), |h| {
@@ -208,6 +227,36 @@ impl<S: QueueStore> Frontier<S> {
     /// Take a slot being dropped out of its group.
     pub(super) fn leave_group(&mut self, id: usize, _m: &Membership) {
         self.groups.core.leave(id);
+        self.groups.unresolved.retain(|(i, _)| *i != id);
+    }
+
+    /// Slots that entered their group before their address was known enter it again once
+    /// the resolver's cache has it (at most every [`UNRESOLVED_RECHECK`]).
+    pub(super) fn regroup_unresolved(&mut self, now: Instant) {
+        if self.groups.unresolved.is_empty()
+            || self
+                .groups
+                .unresolved_checked
+                .is_some_and(|t| now.saturating_duration_since(t) < UNRESOLVED_RECHECK)
+        {
+            return;
+        }
+        self.groups.unresolved_checked = Some(now);
+        let pending = std::mem::take(&mut self.groups.unresolved);
+        for (id, url) in pending {
+            let resolved = self
+                .config
+                .group_key(&url)
+                .is_some_and(|k| is_address_key(&k));
+            if !resolved {
+                self.groups.unresolved.push((id, url));
+                continue;
+            }
+            if self.hosts.get(id).is_some_and(|h| h.limiter.is_some()) {
+                self.groups.core.leave(id);
+                self.enter_group(id, &url, now);
+            }
+        }
     }
 
     /// Slot `id` sent a request at `now` (a quota is shared by the names that send).
@@ -360,4 +409,16 @@ fn site_of(url: &Url, address: Option<&str>) -> String {
         return domain.to_owned();
     }
     address.map_or_else(|| host_key(url), |a| format!("address {a}"))
+}
+
+/// Whether a group key (`ADDRESS[:PORT]`, `[V6][:PORT]`, or a name keyed as itself) names
+/// an address.
+fn is_address_key(key: &str) -> bool {
+    if let Some(rest) = key.strip_prefix('[') {
+        return rest
+            .split_once(']')
+            .is_some_and(|(ip, _)| ip.parse::<std::net::Ipv6Addr>().is_ok());
+    }
+    let host = key.rsplit_once(':').map_or(key, |(h, _)| h);
+    host.parse::<std::net::Ipv4Addr>().is_ok()
 }

@@ -32,6 +32,7 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
     }
 
     fn next(&mut self, now: Instant) -> Next {
+        self.regroup_unresolved(now);
         self.release_delayed(now);
         self.prune_idle(now);
         let retry_at = self.delayed.peek().map(|Reverse((at, _, _))| *at);
