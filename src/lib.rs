@@ -284,6 +284,39 @@ fn open_job(
 pub(crate) const SLED_FEATURE: &str = "the `sled` feature of the crawler crate (in \
      Cargo.toml: crawler = { ..., features = [\"sled\"] })";
 
+/// The stats of a fleet's job (`job_name` at `redis_url`): every worker's last saved stats
+/// summed with [`Stats::merge`], the spider's own counters ([`Stats::spider`]) included.
+/// Each worker saves its stats at its checkpoints (once a second) and when it ends, so once
+/// every worker is done these are the job's final stats; while they run, the latest.
+/// Read without joining the job. `retry_for` bounds the wait for an unreachable Redis.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), crawler::Error> {
+/// let stats = crawler::fleet_stats("redis://127.0.0.1:6379", "books", std::time::Duration::from_secs(5))?;
+/// println!("{} items, {:?} missing prices", stats.items_scraped, stats.spider.get("products/missing_price"));
+/// # Ok(()) }
+/// ```
+#[cfg(feature = "redis")]
+pub fn fleet_stats(
+    redis_url: &str,
+    job_name: &str,
+    retry_for: std::time::Duration,
+) -> Result<Stats, Error> {
+    let mut total = Stats::default();
+    for (worker, saved) in
+        crawler_store::RedisStore::read_worker_stats(redis_url, job_name, retry_for)?
+    {
+        let stats: Stats = serde_json::from_value(saved).map_err(|e| {
+            Error::new(
+                ErrorKind::Storage,
+                format!("worker {worker}'s saved stats are unreadable: {e}"),
+            )
+        })?;
+        total.merge(&stats);
+    }
+    Ok(total)
+}
+
 /// The politeness parameters of a fleet's hosts: the same machine, modes and tuning as a
 /// local crawl. The host state is small (a few dozen numbers and two minutes of delivery
 /// bins), so it travels with every commit as it is.
@@ -485,7 +518,9 @@ impl<S: Spider> Crawl<S> {
     /// Subscribe an extension to the crawl's signals (Scrapy's `EXTENSIONS`), after the
     /// ones already added: items scraped, dropped and failed in a pipeline, requests
     /// scheduled, dropped and sent, headers and responses received, the crawl opened, idle
-    /// and closed. See [`Extension`] for each signal, and `examples/monitor.rs`.
+    /// and closed. See [`Extension`] for each signal, and `examples/monitor.rs`. The ones
+    /// added here sit where `custom` is in the `extensions` setting (by default before the
+    /// built-in `monitor`).
     pub fn extension(mut self, extension: impl Extension<S::Item>) -> Self {
         self.extensions.push(Arc::new(extension));
         self
@@ -690,6 +725,9 @@ impl<S: Spider> Crawl<S> {
         let settings = self.effective_settings()?;
         crawler_core::open_spider(&mut self.spider, &settings, &self.args)?;
         warn_unchecked_proxy(&settings);
+        // The built-in extensions the settings name, and ours where `custom` is.
+        self.extensions =
+            crawler_core::extension_stack(&settings, std::mem::take(&mut self.extensions))?;
         let shutdown = Shutdown::new();
         // A fleet's store first: the downloader shares robots.txt through it.
         let fleet = match &settings.redis_url {

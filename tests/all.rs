@@ -38,6 +38,7 @@ mod request_path;
 mod resume;
 mod retries;
 mod rules;
+mod scrapy_parity;
 mod scrapy_port;
 mod settings;
 mod sitemaps;

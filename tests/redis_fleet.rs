@@ -560,3 +560,40 @@ async fn unreachable_redis_is_a_clear_error_without_the_password() {
         "it retried first"
     );
 }
+
+/// The spider's own counters of every worker reach the fleet's merged stats
+/// (`crawler::fleet_stats`), as do the crawl's counters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleets_merged_stats_hold_every_workers_own_counters() {
+    let _serial = SERIAL.lock().await;
+    let redis = Redis::start();
+    let lab = Lab::builder().books(100).start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let feeds = feeds(dir.path(), 3);
+    let settings = "start_rate=40;concurrency_per_host=4";
+    let workers: Vec<Child> = feeds
+        .iter()
+        .map(|f| spawn_worker(&lab, &redis, "merged-stats", f, settings))
+        .collect();
+    let lines = finish_all(workers).await;
+    let busy = lines
+        .iter()
+        .filter(|l| field(l, "spider_pages") > 0)
+        .count();
+    assert!(busy >= 2, "a fleet, not one worker: {lines:?}");
+    let merged = crawler::fleet_stats(&redis.url(), "merged-stats", Duration::from_secs(5))
+        .expect("the fleet's stats");
+    let pages: u64 = lines.iter().map(|l| field(l, "spider_pages")).sum();
+    let fetched: u64 = lines.iter().map(|l| field(l, "fetched")).sum();
+    // Every page any worker parsed counted once, in the merged stats as in the workers'.
+    assert_eq!(merged.spider.get("fleet/pages"), Some(&pages), "{merged}");
+    assert_eq!(pages, fetched, "{lines:?}");
+    assert_eq!(merged.fetched, fetched, "{merged}");
+    assert_eq!(merged.items_scraped, 100, "{merged}");
+    assert_eq!(union(&feeds).len(), 100, "every book");
+    // And in the merged stats' JSON and summary, as a crawl's own.
+    let json = serde_json::to_value(&merged).unwrap();
+    assert_eq!(json["spider"]["fleet/pages"], pages);
+    assert!(merged.to_string().contains("fleet/pages"), "{merged}");
+    lab.shutdown().await;
+}

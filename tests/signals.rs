@@ -582,3 +582,110 @@ impl<I: Send + Sync + 'static, E: Extension<I>> Extension<I> for Shared<E> {
         Extension::<I>::spider_idle(&*self.0, crawl).await
     }
 }
+
+/// crawler.toml naming the built-in monitor, with its bound.
+fn monitor_toml(list: &str, bound: &str) -> crawler::settings::SettingsLayers {
+    let mut layers = crawler::settings::SettingsLayers::new();
+    layers
+        .file_text(
+            "crawler.toml",
+            &format!("[extensions]\nextensions = {list}\n{bound}\n"),
+        )
+        .expect("crawler.toml");
+    layers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_built_in_monitor_named_in_crawler_toml_judges_the_crawl() {
+    let lab = Lab::builder().books(100).start().await.expect("lab");
+    let books = || Books {
+        start: lab.url_for("/catalogue/page-1.html"),
+    };
+    let run = |list: &str, bound: &str| {
+        let layers = monitor_toml(list, bound);
+        let crawl = Crawl::new(books())
+            .with_settings_layers(&layers)
+            .expect("settings");
+        fast(crawl).run()
+    };
+    // Asked for more books than there are, the monitor fails the crawl at its end.
+    let stats = run(r#"["custom", "monitor"]"#, "monitor_min_items = 101")
+        .await
+        .expect("crawl runs");
+    assert_eq!(stats.items_scraped, 100, "{stats}");
+    assert_eq!(
+        stats.close_reason,
+        crawler::core::MONITOR_ITEM_COUNT,
+        "{stats}"
+    );
+    // Enough books: finished.
+    let stats = run(r#"["custom", "monitor"]"#, "monitor_min_items = 100")
+        .await
+        .expect("crawl runs");
+    assert_eq!(stats.close_reason, "finished", "{stats}");
+    // Left out of the list, it judges nothing.
+    let stats = run(r#"["custom"]"#, "monitor_min_items = 101")
+        .await
+        .expect("crawl runs");
+    assert_eq!(stats.close_reason, "finished", "{stats}");
+    lab.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_built_in_monitor_closes_a_crawl_whose_errors_are_over_its_ratio() {
+    // Half the pages are missing.
+    let lab = Lab::builder()
+        .script(|req| {
+            let n: u32 = req.path.strip_prefix("/p/")?.parse().ok()?;
+            let links: String = (1..=200)
+                .map(|i| format!("<a href='/p/{i}'>{i}</a>"))
+                .collect();
+            let status = if n.is_multiple_of(2) { 404 } else { 200 };
+            Some(ScriptReply::new(status).html(format!("<h1>page {n}</h1>{links}")))
+        })
+        .start()
+        .await
+        .expect("lab");
+    // On by default (`extensions = ["custom", "monitor"]`): only its bound is set.
+    let stats = fast(Crawl::new(FollowAll {
+        start: lab.url_for("/p/1"),
+    }))
+    .set("concurrency", "2")
+    .set("monitor_max_error_ratio", "0.1")
+    .run()
+    .await
+    .expect("crawl runs");
+    assert_eq!(
+        stats.close_reason,
+        crawler::core::MONITOR_ERROR_RATIO,
+        "{stats}"
+    );
+    assert!(stats.pending > 0, "closed early: {stats}");
+    lab.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_extension_name_fails_the_crawl_before_any_request() {
+    let lab = Lab::builder().books(100).start().await.expect("lab");
+    let layers = monitor_toml(r#"["custom", "closespider"]"#, "");
+    let err = match Crawl::new(Books {
+        start: lab.url_for("/catalogue/page-1.html"),
+    })
+    .with_settings_layers(&layers)
+    {
+        Err(e) => e,
+        Ok(crawl) => fast(crawl).run().await.expect_err("an unknown extension"),
+    };
+    let message = err.to_string();
+    assert!(
+        message.contains("unknown extension 'closespider'")
+            && message.contains("built-in ones are custom, monitor"),
+        "{message}"
+    );
+    assert!(
+        lab.recorder().requests().is_empty(),
+        "nothing sent: {:?}",
+        lab.recorder().requests()
+    );
+    lab.shutdown().await;
+}

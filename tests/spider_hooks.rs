@@ -11,7 +11,8 @@ use crawler::prelude::*;
 use crawler_lab::{Lab, ScriptReply};
 
 /// Lab pages: `/` links to a 404, a 410 and a page that always answers 503 (each with a
-/// body the spider can read), and to a robots-disallowed page.
+/// body the spider can read), and to a robots-disallowed page; `/long` asks for a wait of
+/// two hours.
 async fn lab() -> Lab {
     Lab::builder()
         .script(|req| {
@@ -27,6 +28,12 @@ async fn lab() -> Lab {
                 "/instead" => html(200, "<h1>Replacement</h1>"),
                 "/moved" | "/moved-too" => Some(ScriptReply::redirect(301, "/instead")),
                 "/gone" => html(410, "<h1>Gone for good</h1>"),
+                // A wait far over max_retry_after: the host is skipped for the run.
+                "/long" => Some(
+                    ScriptReply::new(503)
+                        .header("Retry-After", "7200")
+                        .html("<h1>Closed for maintenance</h1>"),
+                ),
                 "/busy" => Some(
                     ScriptReply::new(503)
                         .header("Retry-After", "1")
@@ -493,5 +500,107 @@ async fn redirects_are_followed_unless_the_request_lists_their_status() {
     let got: Vec<(&str, u16)> = seen.iter().map(|s| (s.url.as_str(), s.status)).collect();
     assert_eq!(got, [("/instead", 200), ("/moved-too", 301)], "{stats}");
     assert_eq!(stats.redirected, 1, "{stats}");
+    lab.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_set_aside_with_their_skipped_host_reach_the_errback() {
+    let lab = lab().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let items = dir.path().join("items.jsonl");
+    let failures = dir.path().join("failures.jsonl");
+    // `/long` goes first (one request in flight, and a priority that keeps it ahead when
+    // robots.txt takes its first turn); its two-hour Retry-After skips the host, and the
+    // pages still queued behind it are set aside unsent.
+    let mut requests = vec![Request::get(lab.url_for("/long")).expect("url").priority(1)];
+    for p in ["/p1", "/p2", "/p3"] {
+        requests.push(Request::get(lab.url_for(p)).expect("url").errback("lost"));
+    }
+    let stats = tokio::time::timeout(
+        Duration::from_secs(60),
+        Crawl::new(Errbacks { requests })
+            .progress(false)
+            .set("concurrency_per_host", "1")
+            .set("failures_file", failures.to_string_lossy().to_string())
+            .feed(&items)
+            .expect("feed")
+            .run(),
+    )
+    .await
+    .expect("in time")
+    .expect("crawl");
+    let seen = read_items(&items);
+    let got: Vec<(&str, &str)> = seen
+        .iter()
+        .map(|s| (s.url.as_str(), s.text.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("/p1", "host_skipped attempts=0 tag= headers=false"),
+            ("/p2", "host_skipped attempts=0 tag= headers=false"),
+            ("/p3", "host_skipped attempts=0 tag= headers=false"),
+        ],
+        "{stats}"
+    );
+    assert_eq!(
+        stats.spider.get("errback/host_skipped"),
+        Some(&3),
+        "{stats}"
+    );
+    // Still counted as skipped with their host; only `/long` (no errback) is listed.
+    assert!(stats.skipped_host >= 3, "{stats}");
+    let listed = std::fs::read_to_string(&failures).unwrap_or_default();
+    assert!(
+        listed.lines().all(|l| l.contains("/long")),
+        "handled by the errback, not listed: {listed}"
+    );
+    let sent: Vec<String> = lab
+        .recorder()
+        .requests()
+        .iter()
+        .map(|r| r.path.clone())
+        .filter(|p| p.starts_with("/p"))
+        .collect();
+    assert!(
+        sent.is_empty(),
+        "nothing sent to the skipped host: {sent:?}"
+    );
+    assert!(stats.reconciles(), "{stats:?}");
+    lab.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_politeness_record_counts_as_sent_only_what_reached_the_wire() {
+    let lab = lab().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let record = dir.path().join("politeness.jsonl");
+    let stats = Crawl::new(Statuses {
+        start: lab.url_for("/"),
+        closed: Closed::default(),
+    })
+    .progress(false)
+    .set("start_rate", "20")
+    .politeness_record(&record)
+    .run()
+    .await
+    .expect("crawl");
+    // `/private/p` was handed out, then refused by the cached robots.txt: never sent.
+    assert_eq!(stats.disallowed, 1, "{stats}");
+    let text = std::fs::read_to_string(&record).expect("the record");
+    let (mut sent, mut unsent) = (0, 0);
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        if v["t"] == "second" {
+            sent += v["sent"].as_u64().unwrap_or(0);
+            unsent += v["unsent"].as_u64().unwrap_or(0);
+        }
+    }
+    let arrived = lab.recorder().requests().len() as u64;
+    assert_eq!(
+        sent, arrived,
+        "the record's sends are the requests the server saw (robots.txt included): {text}"
+    );
+    assert_eq!(unsent, 1, "the refusal is counted apart: {text}");
     lab.shutdown().await;
 }

@@ -10,11 +10,12 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
 use crate::error::{Error, Result};
+use crate::output::Counters;
 use crate::pipeline::BoxFuture;
 use crate::request::Request;
 use crate::response::Response;
@@ -161,12 +162,14 @@ pub trait Extension<I>: Send + Sync + 'static {
 }
 
 /// What an extension may do to the crawl it watches (Scrapy's `crawler`): read its stats,
-/// and close it. Cheap to clone; keep one from
+/// add to the spider's own counters, and close it. Cheap to clone; keep one from
 /// [`spider_opened`](Extension::spider_opened) to use from your own tasks.
 #[derive(Clone)]
 pub struct CrawlHandle {
     close: mpsc::UnboundedSender<String>,
     stats: Arc<dyn Fn() -> Stats + Send + Sync>,
+    /// Counters added through the handle and not yet summed into the crawl's stats.
+    counters: Arc<Mutex<Counters>>,
 }
 
 impl fmt::Debug for CrawlHandle {
@@ -186,7 +189,37 @@ impl CrawlHandle {
         Self {
             close,
             stats: Arc::new(stats),
+            counters: Arc::default(),
         }
+    }
+
+    /// Add one to the spider's own counter `name` (Scrapy's
+    /// `self.crawler.stats.inc_value(name)` from an extension or a signal handler): it is
+    /// summed with the callbacks' [`Output::stats`](crate::Output::stats) into
+    /// [`Stats::spider`], the JSON stats and the printed summary. Counted at once; seen in
+    /// [`stats`](CrawlHandle::stats) from the next snapshot.
+    pub fn inc_stat(&self, name: &str) {
+        self.inc_stat_by(name, 1);
+    }
+
+    /// Add `n` to the spider's own counter `name` (see [`inc_stat`](CrawlHandle::inc_stat)).
+    pub fn inc_stat_by(&self, name: &str, n: u64) {
+        // A panic elsewhere while holding the lock left plain counters: still usable.
+        self.counters
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .inc_by(name, n);
+    }
+
+    /// Take the counters added through this handle (and its clones) since the last call:
+    /// the engine sums them into the crawl's stats.
+    pub fn take_counters(&self) -> Counters {
+        std::mem::take(
+            &mut *self
+                .counters
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     /// The crawl's stats: the latest progress snapshot (refreshed four times a second),
@@ -315,4 +348,32 @@ impl<I: 'static> HeadersHook for ExtensionHeaders<I> {
                 .map(|why| format!("download stopped by extension {}: {why}", e.name()))
         })
     }
+}
+
+/// The built-in extensions, by the name the `extensions` setting uses (Scrapy's
+/// `EXTENSIONS`). `custom` marks where extensions added in code go (at the end when it is
+/// not listed).
+pub const EXTENSIONS: &[&str] = &["custom", "monitor"];
+
+/// The crawl's extensions in the order `settings.extensions` names them: each built-in
+/// that is switched on (the `monitor` when one of its bounds is set), and `custom` (the
+/// ones added in code, in the order given) where it is listed or at the end. An unknown
+/// name is an error naming the built-in ones.
+pub fn extension_stack<I: 'static>(
+    settings: &crate::Settings,
+    custom: Vec<SharedExtension<I>>,
+) -> Result<Vec<SharedExtension<I>>> {
+    crate::middleware::order_stack_of(
+        "extension",
+        &settings.extensions,
+        EXTENSIONS,
+        |name| {
+            Ok(match name {
+                "monitor" => crate::monitor::Monitor::from_settings(settings)
+                    .map(|m| Arc::new(m) as SharedExtension<I>),
+                _ => None,
+            })
+        },
+        custom,
+    )
 }

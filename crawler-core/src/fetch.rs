@@ -45,7 +45,9 @@ pub enum FailureKind {
     SoftBlock,
     /// The address is refused by settings (`deny_private_addresses`).
     Forbidden,
-    /// The host asked for a wait longer than `max_retry_after`; skipped for this run.
+    /// The host is skipped for this run (it asked for a wait longer than
+    /// `max_retry_after`, its robots.txt stayed unavailable or found it unreachable…: see
+    /// docs/retries.md); the request was not sent, or not again.
     HostSkipped,
     /// Anything else.
     Other,

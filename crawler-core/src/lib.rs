@@ -43,6 +43,7 @@ mod fetch;
 mod form;
 pub mod matching;
 mod middleware;
+mod monitor;
 mod output;
 mod parse;
 mod pipeline;
@@ -67,7 +68,8 @@ pub use conditional::{
 pub use error::{Context, Error, ErrorKind, Result};
 pub use exchange::{Exchange, ExchangeTap};
 pub use extension::{
-    CrawlHandle, DynExtension, Extension, ExtensionHeaders, HeadersHook, SharedExtension,
+    CrawlHandle, DynExtension, EXTENSIONS, Extension, ExtensionHeaders, HeadersHook,
+    SharedExtension, extension_stack,
 };
 pub use failed::FailedRequest;
 pub use feed::{
@@ -83,8 +85,10 @@ pub use form::FormRequest;
 pub use middleware::{
     Action, After, BoxedDownloaderMiddleware, BoxedSpiderMiddleware, DOWNLOADER_MIDDLEWARES,
     DownloaderMiddleware, DynDownloaderMiddleware, Page, REFERER_POLICIES, RefererPolicy,
-    SPIDER_MIDDLEWARES, SpiderMiddleware, order_stack, parse_header_line, spider_stack,
+    SPIDER_MIDDLEWARES, SpiderMiddleware, order_stack, order_stack_of, parse_header_line,
+    spider_stack,
 };
+pub use monitor::{MONITOR_ERROR_RATIO, MONITOR_ITEM_COUNT, MONITOR_SAMPLE, Monitor};
 pub use output::{Counters, Follow, Output};
 pub use parse::ParseLimits;
 pub use pipeline::{BoxFuture, DynPipeline, Pipeline, PipelineContext, Processed};

@@ -223,9 +223,10 @@ pub trait Spider: Send + Sync + 'static {
     /// items and requests like a callback (an item saying the page is gone, a request to a
     /// mirror); the failure is still counted in the stats as what it was, but not listed in
     /// the failures file unless the errback returns an error. Requests without an errback
-    /// fail as ever. Requests given up with their host (`skipped_host`: a Retry-After over
-    /// `max_retry_after`, an unreachable robots.txt) do not reach it, and spider
-    /// middlewares do not see its output.
+    /// fail as ever. A request given up unsent with its host (counted `skipped_host`: a
+    /// Retry-After over `max_retry_after`, an unreachable robots.txt) reaches it too, as
+    /// [`FailureKind::HostSkipped`](crate::FailureKind::HostSkipped) with no attempt made and
+    /// the cause as its message. Spider middlewares do not see its output.
     ///
     /// The default returns an error (the request named an errback the spider does not
     /// implement), so the failure is listed in the failures file and counted as a spider

@@ -28,7 +28,8 @@ pub struct Stats {
     pub redirected: u64,
     /// Ended without a usable response, by reason.
     pub failed: BTreeMap<String, u64>,
-    /// Not fetched because their host asked for a wait longer than `max_retry_after`.
+    /// Not fetched because their host was skipped for the run (it asked for a wait longer
+    /// than `max_retry_after`, its robots.txt stayed unavailable…: docs/retries.md).
     pub skipped_host: u64,
     /// Attempts beyond the first (each retried request counts once per retry).
     pub retries: u64,
@@ -147,6 +148,84 @@ impl Stats {
             self.status.values().sum::<u64>() as f64 / secs
         } else {
             0.0
+        }
+    }
+
+    /// Add `other`'s counters to these: the stats of a fleet from its workers' (each
+    /// covers what that worker did). Every count and counter map is summed, the spider's
+    /// own counters ([`Stats::spider`]) and the middlewares' included; `elapsed` is the
+    /// longest; the per-host figures are listed together (a host several workers crawled
+    /// appears once per worker); the close reason is kept, or taken from `other` when
+    /// there is none yet.
+    pub fn merge(&mut self, other: &Stats) {
+        fn sum<K: Ord + Clone>(into: &mut BTreeMap<K, u64>, from: &BTreeMap<K, u64>) {
+            for (k, v) in from {
+                let e = into.entry(k.clone()).or_default();
+                *e = e.saturating_add(*v);
+            }
+        }
+        let Stats {
+            requests_enqueued,
+            filtered,
+            fetched,
+            not_modified,
+            disallowed,
+            redirected,
+            failed,
+            skipped_host,
+            retries,
+            pending,
+            status,
+            response_bytes,
+            items_scraped,
+            items_dropped,
+            spider_errors,
+            invalid_links,
+            subrequests,
+            links_dropped,
+            robots_not_text,
+            hosts,
+            elapsed,
+            close_reason,
+            middlewares,
+            http_versions,
+            spider,
+            warc_records,
+        } = other;
+        // Destructured whole, so a counter added to Stats cannot be forgotten here.
+        for (into, from) in [
+            (&mut self.requests_enqueued, requests_enqueued),
+            (&mut self.fetched, fetched),
+            (&mut self.not_modified, not_modified),
+            (&mut self.disallowed, disallowed),
+            (&mut self.redirected, redirected),
+            (&mut self.skipped_host, skipped_host),
+            (&mut self.retries, retries),
+            (&mut self.pending, pending),
+            (&mut self.response_bytes, response_bytes),
+            (&mut self.items_scraped, items_scraped),
+            (&mut self.items_dropped, items_dropped),
+            (&mut self.spider_errors, spider_errors),
+            (&mut self.invalid_links, invalid_links),
+            (&mut self.links_dropped, links_dropped),
+            (&mut self.robots_not_text, robots_not_text),
+            (&mut self.warc_records, warc_records),
+        ] {
+            *into = into.saturating_add(*from);
+        }
+        sum(&mut self.filtered, filtered);
+        sum(&mut self.failed, failed);
+        sum(&mut self.status, status);
+        sum(&mut self.subrequests, subrequests);
+        sum(&mut self.http_versions, http_versions);
+        sum(&mut self.spider, spider);
+        for (name, counters) in middlewares {
+            sum(self.middlewares.entry(name.clone()).or_default(), counters);
+        }
+        self.hosts.extend(hosts.iter().cloned());
+        self.elapsed = self.elapsed.max(*elapsed);
+        if self.close_reason.is_empty() {
+            self.close_reason.clone_from(close_reason);
         }
     }
 

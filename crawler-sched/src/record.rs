@@ -84,11 +84,17 @@ pub struct Second {
     pub host: String,
     /// The second, since the Unix epoch.
     pub unix_s: i64,
-    /// Requests handed out for sending (retries included), counted as the host's
-    /// `requests` are in the crawl's stats: a page robots.txt then refuses from the cache
-    /// is counted, though the server never sees it.
+    /// Requests that reached the wire (retries included), counted in the second they were
+    /// handed out for sending, as the host's `requests` are in the crawl's stats. One
+    /// handed out and then refused before the wire (robots.txt from the cache, the address
+    /// policy, a sub-request its page stopped waiting for) is taken back, and counted in
+    /// `unsent` instead.
     #[serde(skip_serializing_if = "is_zero")]
     pub sent: u32,
+    /// Requests handed out for sending but refused before the wire (see `sent`), counted
+    /// in the second they were refused; the server never saw them.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unsent: u32,
     /// Of those, retries of an earlier attempt.
     #[serde(skip_serializing_if = "is_zero")]
     pub retries: u32,
@@ -296,6 +302,29 @@ impl Recorder {
             s.sent = s.sent.saturating_sub(1);
             s.retries = s.retries.saturating_sub(u32::from(retry));
             s.subrequests = s.subrequests.saturating_sub(u32::from(sub));
+        }
+    }
+
+    /// A request counted by [`Recorder::sent`] at `handed_out` was refused before the wire,
+    /// decided at `at`: counted in `unsent` at `at`, and taken from `sent` when the second of
+    /// `handed_out` is still open (it is, unless another event of the host's closed it in
+    /// between: a refusal is decided within moments of its hand-out).
+    pub fn refused_before_wire(
+        &mut self,
+        host: &str,
+        retry: bool,
+        sub: bool,
+        handed_out: Instant,
+        at: Instant,
+    ) {
+        let then = self.unix_s(handed_out);
+        if let Some(s) = self.open.get_mut(host).filter(|s| s.unix_s == then) {
+            s.sent = s.sent.saturating_sub(1);
+            s.retries = s.retries.saturating_sub(u32::from(retry));
+            s.subrequests = s.subrequests.saturating_sub(u32::from(sub));
+        }
+        if let Some(s) = self.second(host, at.max(handed_out)) {
+            s.unsent = s.unsent.saturating_add(1);
         }
     }
 

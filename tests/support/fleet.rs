@@ -31,6 +31,8 @@ impl Spider for Catalogues {
         self.0.clone()
     }
     async fn parse(&self, page: Response, out: &mut Output<books::Book>) -> Result<()> {
+        // A counter of the spider's own, for the fleet's merged stats.
+        out.stats().inc("fleet/pages");
         books::Books {
             start: String::new(),
         }
@@ -63,8 +65,9 @@ pub(super) async fn child_worker_main() {
     }
     match crawl.run().await {
         Ok(stats) => println!(
-            "CHILD_STATS fetched={} items={} pending={} round_trips={} commands={} {} {} {}",
+            "CHILD_STATS fetched={} spider_pages={} items={} pending={} round_trips={} commands={} {} {} {}",
             stats.fetched,
+            stats.spider.get("fleet/pages").copied().unwrap_or(0),
             stats.items_scraped,
             stats.pending,
             crawler::store::redis_round_trips(),

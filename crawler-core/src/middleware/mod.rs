@@ -68,6 +68,7 @@ pub use downloader::{
 pub use referer::{REFERER_POLICIES, RefererPolicy};
 pub(crate) use registry::settings_problem;
 pub use registry::{
-    DOWNLOADER_MIDDLEWARES, SPIDER_MIDDLEWARES, order_stack, parse_header_line, spider_stack,
+    DOWNLOADER_MIDDLEWARES, SPIDER_MIDDLEWARES, order_stack, order_stack_of, parse_header_line,
+    spider_stack,
 };
 pub use spider::{BoxedSpiderMiddleware, Page, SpiderMiddleware};

@@ -50,6 +50,18 @@ pub fn spider_stack<I: 'static>(
 pub fn order_stack<T>(
     names: &[String],
     known: &[&str],
+    make: impl FnMut(&str) -> Result<Option<T>>,
+    custom: Vec<T>,
+) -> Result<Vec<T>> {
+    order_stack_of("middleware", names, known, make, custom)
+}
+
+/// [`order_stack`] for a list of any `kind` of built-ins (`middleware`, `extension`),
+/// named in the error for an unknown name.
+pub fn order_stack_of<T>(
+    kind: &str,
+    names: &[String],
+    known: &[&str],
     mut make: impl FnMut(&str) -> Result<Option<T>>,
     custom: Vec<T>,
 ) -> Result<Vec<T>> {
@@ -61,7 +73,7 @@ pub fn order_stack<T>(
             return Err(Error::new(
                 ErrorKind::Settings,
                 format!(
-                    "unknown middleware '{name}'; built-in ones are {}",
+                    "unknown {kind} '{name}'; built-in ones are {}",
                     known.join(", ")
                 ),
             ));
@@ -82,27 +94,44 @@ pub fn order_stack<T>(
 
 /// The first problem with the middleware settings: (keys to blame, why).
 pub(crate) fn settings_problem(s: &crate::Settings) -> Option<(Vec<&'static str>, String)> {
-    for (key, names, known) in [
+    for (key, kind, names, known) in [
         (
             "downloader_middlewares",
+            "middleware",
             &s.downloader_middlewares,
             DOWNLOADER_MIDDLEWARES,
         ),
         (
             "spider_middlewares",
+            "middleware",
             &s.spider_middlewares,
             SPIDER_MIDDLEWARES,
+        ),
+        (
+            "extensions",
+            "extension",
+            &s.extensions,
+            crate::extension::EXTENSIONS,
         ),
     ] {
         if let Some(bad) = names.iter().find(|n| !known.contains(&n.trim())) {
             return Some((
                 vec![key],
                 format!(
-                    "names unknown middleware '{bad}'; built-in ones are {}",
+                    "names unknown {kind} '{bad}'; built-in ones are {}",
                     known.join(", ")
                 ),
             ));
         }
+    }
+    if !(0.0..=1.0).contains(&s.monitor_max_error_ratio) {
+        return Some((
+            vec!["monitor_max_error_ratio"],
+            format!(
+                "is {}, a share between 0 (off) and 1",
+                s.monitor_max_error_ratio
+            ),
+        ));
     }
     if let Some(bad) = s
         .default_headers

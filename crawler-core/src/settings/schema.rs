@@ -288,6 +288,19 @@ pub struct Settings {
     /// spider's output passes them in reverse): `referer`, and `custom` for the ones added in
     /// code. Default `referer, custom`.
     pub spider_middlewares: Vec<String>,
+    /// The built-in extensions to run, in the order their signals are called (Scrapy's
+    /// `EXTENSIONS`): `monitor` (on once one of its `monitor_*` bounds is set), and `custom`
+    /// for where the ones added in code with `Crawl::extension` go (at the end when `custom`
+    /// is not listed). Leave one out to switch it off. Default `custom, monitor`.
+    pub extensions: Vec<String>,
+    /// With the `monitor` extension: a crawl that runs out of work with fewer items scraped
+    /// than this closes as `monitor_item_count` (Scrapy spidermon's item-count monitor).
+    /// 0 is off. Default 0.
+    pub monitor_min_items: u64,
+    /// With the `monitor` extension: once 20 answers came, a share of answers with a status
+    /// of 400 or more above this (0.2 is 20%) closes the crawl as `monitor_error_ratio`.
+    /// 0 is off. Default 0.
+    pub monitor_max_error_ratio: f64,
     /// Headers added to every request that does not set them, each written `Name: value`.
     /// Default `Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8` and
     /// `Accept-Language: en`.
@@ -620,6 +633,12 @@ impl Default for Settings {
                 .iter()
                 .map(|s| (*s).to_owned())
                 .collect(),
+            extensions: crate::extension::EXTENSIONS
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect(),
+            monitor_min_items: 0,
+            monitor_max_error_ratio: 0.0,
             default_headers: vec![
                 "Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
                     .to_owned(),

@@ -267,12 +267,13 @@ pub(super) const SCRAPY_NAMES: &[ScrapyName] = &[
         "images_thumbs",
         "a table of `name = [width, height]`",
     ),
-    instead(
+    key(
         "EXTENSIONS",
-        "extensions are added in code, in the order they are called: \
-         `Crawl::new(spider).extension(e)` (an `impl Extension<Item>`; README, Signals and \
-         extensions); the final stats, the progress display and the metrics endpoint \
-         (`metrics_addr`) are built in",
+        "extensions",
+        "an ordered list of built-in names (`monitor`, and `custom` for yours), not a dict of \
+         class paths and numbers; your own (an `impl Extension<Item>`) are added in code with \
+         `Crawl::extension`; the final stats, the progress display and the metrics endpoint \
+         (`metrics_addr`) are always on",
     ),
     // Robots.
     key("ROBOTSTXT_OBEY", "obey_robots", "true by default here"),

@@ -130,6 +130,12 @@ pub const SECTIONS: &[Section] = &[
         prefixes: &["cookies_", "http_auth_"],
     },
     Section {
+        name: "extensions",
+        about: "Extensions subscribed to the crawl's signals: which built-ins run and in                 what order, and the bounds of the built-in monitor.",
+        keys: &["extensions"],
+        prefixes: &["monitor_"],
+    },
+    Section {
         name: "browser",
         about: "Rendering pages in chromium (the `browser` feature): which pages, how many \
                 at once, how long, what they may load.",

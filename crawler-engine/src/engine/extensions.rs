@@ -38,6 +38,18 @@ impl<I> Signals<I> {
         &self.list
     }
 
+    /// Sum the counters extensions added through their handle ([`CrawlHandle::inc_stat`])
+    /// into the spider's own, with the callbacks'.
+    pub(super) fn drain_counters(&self, stats: &mut crawler_core::Stats) {
+        if self.list.is_empty() {
+            return;
+        }
+        for (name, n) in self.handle.take_counters().into_map() {
+            let v = stats.spider.entry(name).or_default();
+            *v = v.saturating_add(n);
+        }
+    }
+
     /// `request_scheduled` for a request about to be offered, and a copy of it (only when
     /// an extension listens) for `request_dropped` should the frontier refuse it.
     pub(super) fn scheduled(&self, request: &Request) -> Option<Request> {

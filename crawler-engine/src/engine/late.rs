@@ -1,7 +1,7 @@
 //! The spider's late turn at a request that ended without a page for its callback, once the
 //! engine has settled that no retry follows: an answer whose status the spider asked to see
-//! goes to the request's callback, and a failure (or a robots.txt or address refusal) to the
-//! errback the request named. The slot learned from the answer when it arrived, as for any
+//! goes to the request's callback, and a failure (or a robots.txt or address refusal, or
+//! its host skipped for the run while it waited) to the errback the request named. The slot learned from the answer when it arrived, as for any
 //! other; this turn changes nothing of politeness.
 
 use std::panic::AssertUnwindSafe;
@@ -61,10 +61,13 @@ async fn errback<S: Spider, D: Downloader>(
 ) -> Completion {
     let kind = match done.terminal {
         Terminal::Failed(kind) => kind,
+        Terminal::SkippedHost => FailureKind::HostSkipped,
         _ => FailureKind::Disallowed,
     };
-    // A refusal (robots.txt, a forbidden address) is decided before this request is sent.
-    let refused = matches!(kind, FailureKind::Disallowed | FailureKind::Forbidden);
+    // A refusal (robots.txt, a forbidden address) is decided before this request is sent,
+    // and a request set aside with its skipped host was never sent either.
+    let refused = matches!(kind, FailureKind::Disallowed | FailureKind::Forbidden)
+        || matches!(done.terminal, Terminal::SkippedHost);
     let attempts = req.retries + u32::from(!refused);
     let name = req.errback.clone().unwrap_or_default();
     let url = req.url.clone();

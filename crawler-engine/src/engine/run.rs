@@ -72,6 +72,8 @@ pub(super) struct Crawl<S: Spider, D: Downloader, Q: Scheduler> {
     pub(super) retry: RetryPolicy,
     pub(super) tasks: JoinSet<Completion>,
     pub(super) leases: HashMap<tokio::task::Id, Lease>,
+    /// Errback turns at requests set aside with their skipped host (they hold no lease).
+    pub(super) skipped_turns: std::collections::HashSet<tokio::task::Id>,
     /// Workers report what a response told its host's slot the moment it arrives, before
     /// the spider parses it: with several requests in flight to one host, a `remaining=0`
     /// or a Retry-After must stop the next send even while a slow parse runs.
@@ -256,6 +258,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             retry,
             tasks: JoinSet::new(),
             leases: HashMap::new(),
+            skipped_turns: std::collections::HashSet::new(),
             feedback_tx,
             feedback_rx,
             reported: HashSet::new(),
@@ -311,9 +314,11 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
                 && !self.idle().await
             {
                 // Requests set aside for a skipped host with no settle after them (start
-                // requests of a host a fleet already skipped) end here, not silently.
-                self.record_skipped();
-                break;
+                // requests of a host a fleet already skipped) end here, not silently; those
+                // with an errback get their turn before the crawl ends.
+                if !self.record_skipped() {
+                    break;
+                }
             }
             self.next_event(wake).await;
         }
@@ -554,6 +559,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
     /// Refresh the progress snapshot and, once every [`CHECKPOINT_EVERY`], save the stats.
     fn tick(&mut self) {
         self.stats.elapsed = self.elapsed_before + self.started.elapsed();
+        self.ctx.signals.drain_counters(&mut self.stats);
         // Early too when much work waits for a checkpoint: it holds pages' bodies.
         if self.last_checkpoint.elapsed() >= CHECKPOINT_EVERY
             || self.durable_after.len() >= MAX_WAITING_FOR_CHECKPOINT
@@ -661,6 +667,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
                 }
             }
         }
+        extensions.drain_counters(&mut stats);
         stats.pending = scheduler.queued() as u64 + abandoned;
         stats.hosts = busiest(scheduler.host_stats(), FINAL_HOSTS);
         stats.elapsed = elapsed_before + started.elapsed();

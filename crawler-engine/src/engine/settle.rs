@@ -32,12 +32,22 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
                 // Abandoned on a second Ctrl-C: the lease stays open, so a
                 // persistent frontier fetches the request again on resume.
                 self.leases.remove(&e.id());
+                if self.skipped_turns.remove(&e.id()) {
+                    // Its errback cut short; the request was skipped all the same.
+                    self.stats.skipped_host += 1;
+                    return;
+                }
                 self.abandoned += 1;
                 return;
             }
             Some(Err(e)) => (e.id(), Completion::panicked(&e)),
             None => return,
         };
+        if self.skipped_turns.remove(&id) {
+            self.settle_skipped(done);
+            self.check_limits();
+            return;
+        }
         let now = Instant::now();
         let Some(lease) = self.leases.remove(&id) else {
             return;
@@ -129,13 +139,28 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
     }
 
     /// Count (and list in the failures file) the requests the scheduler gave up on without
-    /// sending them, because their host is skipped.
-    pub(super) fn record_skipped(&mut self) {
+    /// sending them, because their host is skipped. A request that names an errback gets
+    /// its turn there first, as a task of its own settled by [`Crawl::settle_skipped`]
+    /// (unless the crawl is stopping). Returns whether such a turn was started.
+    pub(super) fn record_skipped(&mut self) -> bool {
+        let mut started = false;
         for (req, why) in self.scheduler.take_skipped() {
             if self.sub_skipped(&req, &why) {
                 continue;
             }
             tracing::warn!(url = %req.url, "not fetched: {why}");
+            if req.errback.is_some() && !self.stopping {
+                let mut done =
+                    Completion::new(crawler_core::Feedback::default(), Terminal::SkippedHost);
+                done.message = why;
+                done.request = Some(req);
+                let handle = self
+                    .tasks
+                    .spawn(super::late::late(std::sync::Arc::clone(&self.ctx), done));
+                self.skipped_turns.insert(handle.id());
+                started = true;
+                continue;
+            }
             self.stats.skipped_host += 1;
             if let Some(log) = self.failures.as_mut() {
                 log.record(&FailureRecord {
@@ -146,6 +171,28 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
                     message: &why,
                 });
             }
+        }
+        started
+    }
+
+    /// The errback's turn at a request set aside with its skipped host is over: count it
+    /// as `skipped_host` (listed in the failures file unless the errback handled it), and
+    /// take its items' counts, counters and follow-up requests. It holds no lease: the
+    /// scheduler let the request go when it set it aside.
+    fn settle_skipped(&mut self, mut done: Completion) {
+        let close = done.close.take();
+        let cap = self.ctx.queue_cap;
+        account(
+            &mut self.scheduler,
+            &mut self.stats,
+            &mut self.failures,
+            done,
+            cap,
+            &self.ctx.signals,
+        );
+        self.record_skipped();
+        if let Some(reason) = close {
+            self.close(reason);
         }
     }
 
@@ -251,6 +298,20 @@ fn account<Q: Scheduler, I>(
                     attempts: req.retries + 1,
                     status: done.status,
                     message: &message,
+                });
+            }
+        }
+        Terminal::SkippedHost => {
+            stats.skipped_host += 1;
+            // As a failure: listed unless its errback handled it.
+            if let (Some(log), Some(req), false) = (failures.as_mut(), &done.request, done.handled)
+            {
+                log.record(&FailureRecord {
+                    url: req.url.as_str(),
+                    reason: FailureKind::HostSkipped.as_str(),
+                    attempts: req.retries,
+                    status: None,
+                    message: &done.message,
                 });
             }
         }

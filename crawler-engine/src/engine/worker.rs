@@ -78,6 +78,10 @@ pub(super) enum Terminal {
     /// A 3xx whose next hop was queued as a new request.
     Redirected,
     Failed(FailureKind),
+    /// Never sent: its host was skipped for the run while it waited (a Retry-After over
+    /// `max_retry_after`, an unreachable robots.txt), and the scheduler set it aside.
+    /// Counted as `skipped_host`; its errback sees [`FailureKind::HostSkipped`].
+    SkippedHost,
     /// Not terminal: queued again for another attempt.
     Retrying,
     /// Not terminal and not an attempt: back to the host's queue (see [`Fetched::Requeue`]).

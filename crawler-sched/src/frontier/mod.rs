@@ -51,6 +51,10 @@ pub struct Frontier<S: QueueStore = MemoryStore> {
     ready: BinaryHeap<Reverse<(Instant, u64, usize)>>,
     /// Store lease id to host index.
     leases: HashMap<u64, usize>,
+    /// With a politeness record only: when each lease was handed out, and whether it was a
+    /// retry and a sub-request, to take it back from the record's `sent` should it never
+    /// reach the wire.
+    handed_out: HashMap<u64, (Instant, bool, bool)>,
     seq: u64,
     error: Option<Error>,
     /// Politeness state kept by an earlier run, applied when a host's slot is created.
@@ -105,6 +109,7 @@ impl<S: QueueStore> Frontier<S> {
             retired: Vec::new(),
             ready: BinaryHeap::new(),
             leases: HashMap::new(),
+            handed_out: HashMap::new(),
             seq,
             error: None,
             delayed: BinaryHeap::new(),

@@ -83,8 +83,12 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
             host.in_flight += 1;
             host.figures.requests += 1;
             if let Some(r) = self.recorder.as_mut() {
-                let sub = request.meta.contains_key(SUBREQUEST_META);
-                r.sent(&host.key, request.retries > 0, sub, now);
+                let (retry, sub) = (
+                    request.retries > 0,
+                    request.meta.contains_key(SUBREQUEST_META),
+                );
+                r.sent(&host.key, retry, sub, now);
+                self.handed_out.insert(lease, (now, retry, sub));
             }
             if pacer == id {
                 host.throttle.on_send(now);
@@ -107,12 +111,17 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
     fn complete(&mut self, lease: Lease, feedback: &Feedback, now: Instant) {
         // Handed out but never on the wire (refused by robots.txt or the address policy, a
         // sub-request its page stopped waiting for): not one of the host's requests.
+        let handed_out = self.handed_out.remove(&lease.0);
         if !feedback.sent
             && let Some(&id) = self.leases.get(&lease.0)
             && let Some(host) = self.hosts.get_mut(id)
         {
             host.figures.requests = host.figures.requests.saturating_sub(1);
             host.figures.unsent += 1;
+            // The record counts only what reached the wire, too.
+            if let (Some(r), Some((at, retry, sub))) = (self.recorder.as_mut(), handed_out) {
+                r.refused_before_wire(&host.key, retry, sub, at, now);
+            }
         }
         self.settle(lease, feedback, now);
     }
@@ -157,6 +166,7 @@ impl<S: QueueStore> Scheduler for Frontier<S> {
     }
 
     fn give_back(&mut self, lease: Lease, request: Request, now: Instant) {
+        self.handed_out.remove(&lease.0);
         // Never sent: the hand-out counted it among the host's requests and in the record.
         if let Some(&id) = self.leases.get(&lease.0)
             && let Some(host) = self.hosts.get_mut(id)

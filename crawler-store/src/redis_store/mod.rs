@@ -498,18 +498,39 @@ impl RedisStore {
     pub fn worker_stats(&self) -> Result<Vec<(u32, serde_json::Value)>, Error> {
         let mut inner = lock(&self.inner);
         let key = format!("{}stats", inner.layout.global);
-        let map: HashMap<String, String> = inner
-            .link
-            .query(redis::cmd("HGETALL").arg(key), "read the stats")?;
-        let mut out = Vec::new();
-        for (w, json) in map {
-            let w = w.parse().unwrap_or(0);
-            let v = serde_json::from_str(&json).map_err(|e| {
-                Error::redis_reply(&inner.link.shown, format!("worker {w}'s stats: {e}"))
-            })?;
-            out.push((w, v));
-        }
-        out.sort_by_key(|(w, _)| *w);
-        Ok(out)
+        read_stats(&mut inner.link, &key)
     }
+
+    /// Every worker's last saved stats of the job `job` at `url`, by worker, read without
+    /// joining the job (no worker number is taken, nothing is leased): the fleet's figures
+    /// while it runs, or once its workers are done. `retry_for` bounds the wait for an
+    /// unreachable Redis.
+    pub fn read_worker_stats(
+        url: &str,
+        job: &str,
+        retry_for: Duration,
+    ) -> Result<Vec<(u32, serde_json::Value)>, Error> {
+        if url.starts_with("rediss:") {
+            // As in `open`: redis-rs takes rustls' process-wide provider.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let mut link = Link::open(url, retry_for, STEP.as_str(), None)?;
+        let key = format!("{}stats", Layout::new(job, 1).global);
+        read_stats(&mut link, &key)
+    }
+}
+
+/// The workers' stats saved under `key` (a hash of worker number to JSON), by worker.
+fn read_stats(link: &mut Link, key: &str) -> Result<Vec<(u32, serde_json::Value)>, Error> {
+    let map: HashMap<String, String> =
+        link.query(redis::cmd("HGETALL").arg(key), "read the stats")?;
+    let mut out = Vec::new();
+    for (w, json) in map {
+        let w = w.parse().unwrap_or(0);
+        let v = serde_json::from_str(&json)
+            .map_err(|e| Error::redis_reply(&link.shown, format!("worker {w}'s stats: {e}")))?;
+        out.push((w, v));
+    }
+    out.sort_by_key(|(w, _)| *w);
+    Ok(out)
 }
