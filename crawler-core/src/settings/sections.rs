@@ -131,7 +131,8 @@ pub const SECTIONS: &[Section] = &[
     },
     Section {
         name: "extensions",
-        about: "Extensions subscribed to the crawl's signals: which built-ins run and in                 what order, and the bounds of the built-in monitor.",
+        about: "Extensions subscribed to the crawl's signals: which built-ins run and in \
+                what order, and the bounds of the built-in monitor.",
         keys: &["extensions"],
         prefixes: &["monitor_"],
     },
