@@ -13,6 +13,11 @@
 //! ```text
 //! cargo run --release --example monitor
 //! ```
+//!
+//! The monitor's two checks are also built in: `monitor_min_items` and
+//! `monitor_max_error_ratio` in crawler.toml's `[extensions]` switch on the built-in
+//! `monitor` extension (`crawler::core::Monitor`); this one shows how such an extension
+//! is written.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
