@@ -108,3 +108,82 @@ async fn the_render_setting_renders_pages_that_did_not_ask() {
     assert_eq!(sum("subrequests"), sum("sent") - own, "{text}");
     lab.shutdown().await;
 }
+
+/// Counts the request signals of a rendered page's sub-requests (every URL but the pages).
+#[derive(Default)]
+struct SubSignals {
+    scheduled: std::sync::atomic::AtomicU64,
+    reached: std::sync::atomic::AtomicU64,
+    responses: std::sync::atomic::AtomicU64,
+}
+
+fn is_page(url: &url::Url) -> bool {
+    url.path().starts_with("/js/page-")
+}
+
+/// The counts, shared with the test.
+struct Watch(std::sync::Arc<SubSignals>);
+
+impl Extension<Book> for Watch {
+    fn request_scheduled(&self, request: &Request, _crawl: &CrawlHandle) {
+        if !is_page(&request.url) {
+            self.0
+                .scheduled
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    fn request_reached_downloader(&self, request: &Request, _crawl: &CrawlHandle) {
+        if !is_page(&request.url) {
+            self.0
+                .reached
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    fn response_received(&self, _response: &Response, request: &Request, _crawl: &CrawlHandle) {
+        if !is_page(&request.url) {
+            self.0
+                .responses
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rendered_pages_sub_requests_fire_the_request_signals() {
+    let lab = Lab::builder().books(100).start().await.expect("lab");
+    let spider = Rendered {
+        start: (1..=2)
+            .map(|n| lab.url_for(&format!("/js/page-{n}.html")))
+            .collect(),
+    };
+    let signals = std::sync::Arc::new(SubSignals::default());
+    let stats = Crawl::new(spider)
+        .progress(false)
+        .extension(Watch(std::sync::Arc::clone(&signals)))
+        .run()
+        .await
+        .expect("crawl");
+    assert_eq!(stats.items_scraped, 40, "{stats:?}");
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    // What the lab saw of the sub-requests (robots.txt is fetched by the robots cache, and
+    // fires no signal).
+    let on_the_wire = lab
+        .recorder()
+        .requests()
+        .iter()
+        .filter(|r| !r.path.starts_with("/js/page-") && r.path != "/robots.txt")
+        .count() as u64;
+    assert!(
+        on_the_wire >= 2,
+        "the pages' script and data: {on_the_wire}"
+    );
+    assert_eq!(get(&signals.reached), on_the_wire, "{stats:?}");
+    assert_eq!(get(&signals.responses), on_the_wire, "{stats:?}");
+    assert_eq!(
+        stats.subrequests.get("sent").copied(),
+        Some(on_the_wire),
+        "{stats:?}"
+    );
+    assert!(get(&signals.scheduled) >= on_the_wire, "{stats:?}");
+    lab.shutdown().await;
+}

@@ -88,6 +88,8 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
         // A page's scripts are fetched for every page that uses them (the browser's cache
         // keeps what it may): the duplicate filter is for pages.
         request.dont_filter = true;
+        // Extensions see a sub-request as any request (it carries the sub-request meta).
+        let copy = self.ctx.signals.scheduled(&request);
         match self.scheduler.enqueue(request, Instant::now()) {
             Admission::Queued => {
                 self.subs.waiting.insert(id, reply);
@@ -96,6 +98,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
                 self.record_skipped();
             }
             Admission::Filtered(reason) => {
+                self.ctx.signals.dropped(copy.as_ref(), reason.as_str());
                 self.count_sub("filtered");
                 let _ = reply.send(failed(
                     FailureKind::Other,
@@ -145,8 +148,22 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
         let handle = self.subs.tasks.spawn(async move {
             let download = match ctx.downloader.gate(&request).await {
                 Some(answered) => answered,
-                None => ctx.downloader.fetch(&request).await,
+                None => {
+                    if let Some((list, crawl)) = ctx.signals.on() {
+                        for e in list {
+                            e.request_reached_downloader(&request, crawl);
+                        }
+                    }
+                    ctx.downloader.fetch(&request).await
+                }
             };
+            if let (Some((list, crawl)), Fetched::Response(response)) =
+                (ctx.signals.on(), &download.outcome)
+            {
+                for e in list {
+                    e.response_received(response, &request, crawl);
+                }
+            }
             // The slot learns the moment the answer is in, as for a page.
             let _ = tx.send((lease, download.feedback.clone()));
             SubDone {
