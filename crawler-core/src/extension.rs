@@ -32,9 +32,11 @@ use crate::stats::Stats;
 /// (`spider_opened`, `spider_idle`, `spider_closed`) are awaited once each time the crawl
 /// reaches that point, when nothing else is running.
 ///
-/// Several extensions are called in the order they were added. The request signals are
-/// about the crawl's requests: a browser's sub-requests (the scripts and data a rendered
-/// page loads) fire none.
+/// Several extensions are called in the order they were added. A browser's sub-requests
+/// (the scripts and data a rendered page loads, sent through their host's slot) fire the
+/// request signals too (`request_scheduled`, `request_dropped`,
+/// `request_reached_downloader`, `response_received`); they carry the
+/// [`SUBREQUEST_META`](crate::SUBREQUEST_META) meta key, to tell them apart.
 ///
 /// ```
 /// use std::sync::atomic::{AtomicU64, Ordering};
