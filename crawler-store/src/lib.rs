@@ -258,7 +258,8 @@
 //! **Items and stats.** Items go to each worker's own feeds (give each worker its own file,
 //! and keep it when the worker is started again: fleet workers append);
 //! each worker's stats cover what it did and are saved under its worker number
-//! ([`RedisStore::worker_stats`]), so the fleet's totals are their sum.
+//! ([`RedisStore::worker_stats`], or [`RedisStore::read_worker_stats`] without joining the
+//! job), so the fleet's totals are their sum (the facade's `fleet_stats`).
 
 #[cfg(feature = "sled")]
 mod db;
