@@ -445,7 +445,9 @@ impl<S: QueueStore> Frontier<S> {
 
     /// Hold every other live slot of `id`'s group until `until` at least; `refusal` says a
     /// 429 or 503 to name `from` placed the hold. A name paced apart from `from` (one of
-    /// them left the group's pool) takes the hold, not the refusal: its limiter is its own.
+    /// them left the group's pool) takes the hold, not the refusal: its limiter is its own;
+    /// a name whose RateLimit headers announce another limit than `from`'s does not take a
+    /// hold that was no refusal (a spent quota): its quota is its own.
     fn spread_until(
         &mut self,
         from: usize,
@@ -459,6 +461,10 @@ impl<S: QueueStore> Frontier<S> {
             return;
         }
         for i in ids {
+            // A spent quota (no refusal) is no wait for a name announcing another limit.
+            if !refusal && self.groups.core.quota_apart(from, i) {
+                continue;
+            }
             let refusal = refusal && !self.groups.core.paced_apart(from, i);
             let Some(h) = self.hosts.get_mut(i) else {
                 continue;

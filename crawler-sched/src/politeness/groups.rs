@@ -10,7 +10,9 @@
 //!   other is held, or their RateLimit headers announce the same quota turning at the same
 //!   moment.
 //! - A quota announced in RateLimit headers is shared among the names of the group that
-//!   sent within its window, never by idle ones.
+//!   sent within its window, never by idle ones, nor by names announcing another limit
+//!   (their quota is their own: their machines stay their own when a refusal pools the
+//!   group, and a spent quota's hold does not reach them).
 //! - Once a refusal reaches a group of two names or more (a 429 or 503, or a hold spread to
 //!   the group), the group is *pooled*: one name's machine (its pacer) paces every name of
 //!   it, with the sums of the live names' in-flight caps and `max_rate`s; each name still
@@ -224,6 +226,13 @@ impl LimiterGroups {
                 .any(|i| self.names.get(i).is_some_and(|n| n.apart))
     }
 
+    /// Whether the last RateLimit headers of `a` and `b` announced different limits: each
+    /// has a quota of its own, so one's spent quota is no wait for the other.
+    pub fn quota_apart(&self, a: usize, b: usize) -> bool {
+        let limit = |s: usize| self.names.get(&s).and_then(|n| n.quota).map(|q| q.0);
+        matches!((limit(a), limit(b)), (Some(x), Some(y)) if x != y)
+    }
+
     /// The names of `id`'s group its pool paces (all but those that left it), or `id`
     /// alone when it is not pooled.
     pub fn pool_members(&self, id: usize) -> Vec<usize> {
@@ -247,13 +256,14 @@ impl LimiterGroups {
 
     /// How many names of `id`'s group sent within [`ACTIVE_SHARER_MS`] before `now`, or
     /// within `window_ms` (the quota's window) when longer: a quota is theirs together.
-    /// `id` always counts.
+    /// `id` always counts. A name whose last RateLimit headers announced another limit
+    /// than `id`'s last ones has a quota of its own, and takes no part of this one.
     pub fn active_sharers(&self, id: usize, window_ms: f64, now: Millis) -> u32 {
         let window_ms = window_ms.max(ACTIVE_SHARER_MS);
         let others = self
             .group(id)
             .iter()
-            .filter(|&&s| s != id && !self.paced_apart(id, s))
+            .filter(|&&s| s != id && !self.paced_apart(id, s) && !self.quota_apart(id, s))
             .filter(|s| {
                 self.names
                     .get(s)
@@ -310,8 +320,21 @@ impl LimiterGroups {
         let Some(root) = self.root_of(id).map(str::to_owned) else {
             return Vec::new();
         };
-        if self.names.get(&id).is_none_or(|n| n.apart) {
+        if self.names.get(&id).is_none_or(|n| n.apart) || self.pooled.contains_key(&root) {
             return Vec::new();
+        }
+        // Names whose RateLimit headers announce another limit than `id`'s have a limiter
+        // of their own: they are paced apart from the pool.
+        let others: Vec<usize> = self
+            .group(id)
+            .iter()
+            .copied()
+            .filter(|&s| self.quota_apart(id, s))
+            .collect();
+        for s in others {
+            if let Some(n) = self.names.get_mut(&s) {
+                n.apart = true;
+            }
         }
         let members: Vec<usize> = self
             .group(id)
@@ -659,5 +682,30 @@ mod tests {
             h.sent(0, 2.0);
             assert_eq!(h.pool_refused(0), None);
         }
+    }
+
+    #[test]
+    fn names_announcing_other_limits_keep_their_quota_and_their_pace() {
+        let mut g = LimiterGroups::default();
+        for id in 0..3 {
+            g.enter(id, "shop.example", &[], CAPS);
+            g.sent(id, 1_000.0);
+        }
+        // api. and www. announce 100 per window, img. 50: img.'s quota is its own.
+        assert!(g.quota(0, 100, 60_000.0).is_empty());
+        assert!(g.quota(1, 50, 60_000.0).is_empty());
+        assert!(g.quota(2, 100, 60_200.0).is_empty());
+        assert!(g.quota_apart(0, 1) && !g.quota_apart(0, 2));
+        // The quota of 100 is shared by the two that announce it.
+        assert_eq!(g.active_sharers(0, 60_000.0, 2_000.0), 2);
+        assert_eq!(g.active_sharers(1, 60_000.0, 2_000.0), 1);
+        // A refusal pools the names of one quota; img. keeps its own machine.
+        assert_eq!(g.pool(0, 2_000.0), vec![2]);
+        assert_eq!(g.pacer(2), Some(0));
+        assert_eq!(g.pacer(1), None);
+        assert!(g.paced_apart(0, 1));
+        assert_eq!(g.pool_members(0).len(), 2);
+        // Still one group: a refusal's hold reaches img. too.
+        assert!(g.same_group(0, 1));
     }
 }

@@ -1208,11 +1208,12 @@ pub fn run_audited(
             // As the frontier does: a hold this answer placed, extended or asked for reaches
             // the rest of the group; a join aligns the joined names on the latest hold.
             // A name paced apart (it left its group's pool) shares the hold, not the
-            // refusal: its limiter is its own.
+            // refusal: its limiter is its own. A spent quota (no refusal) is no wait for a
+            // name announcing another limit: its quota is its own.
             let spread = (held > before || super::asks_hold(&p.feedback)) && held > t;
             if spread {
                 for &j in groups.group(p.host).to_vec().iter() {
-                    if j != q {
+                    if j != q && (refusal || !groups.quota_apart(p.host, j)) {
                         let r = refusal && !groups.paced_apart(p.host, j);
                         machines[j].share_hold(held, t, r);
                     }
