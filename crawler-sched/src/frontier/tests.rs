@@ -1028,11 +1028,12 @@ mod group_tests {
     }
 
     /// Two names of one site, each behind an nginx bucket of its own (`api.` at 1 r/s,
-    /// `img.` at 4 r/s, 429 with `Retry-After: 5`), default settings, 30 virtual minutes:
-    /// the first refusal pools them (one site), but the pool's refusals keep falling on
-    /// `api.` alone, so it leaves the pool with its part of the pace and `img.` grows to
-    /// its own limit. Pooled for good, one rate split equally held both near 1 r/s. No
-    /// request goes inside a wait either limiter announced.
+    /// `img.` at 4 r/s, 429 with `Retry-After: 5`), default settings, an hour of virtual
+    /// time (the last 20 minutes judged): the first refusal pools them (one site), but the
+    /// pool's refusals keep falling on `api.` alone, so it leaves the pool with its part of
+    /// the pace and `img.` probes up to its own limit. Pooled for good, one rate split
+    /// equally held both near 1 r/s. No request goes inside a wait either limiter
+    /// announced.
     #[tokio::test(start_paused = true)]
     async fn a_name_the_pooled_refusals_keep_falling_on_leaves_the_pool() {
         use crate::politeness::worlds::Limiter;
@@ -1040,11 +1041,11 @@ mod group_tests {
         let t0 = Instant::now();
         let names = ["api.shop.test", "img.shop.test"];
         for host in names {
-            enqueue_pages(&mut f, host, 6_000, t0);
+            enqueue_pages(&mut f, host, 16_000, t0);
         }
         let mut limiters = [Limiter::nginx(1.0, 2, true), Limiter::nginx(4.0, 2, true)];
         let mut pending: Vec<(Instant, Lease, Feedback)> = Vec::new();
-        let (end, half) = (t0 + secs(1_800.0), t0 + secs(900.0));
+        let (end, half) = (t0 + secs(3_600.0), t0 + secs(2_400.0));
         let (mut now, mut refusals, mut inside) = (t0, 0u32, 0u32);
         let mut late_ok = [0u32; 2];
         // Until when each limiter asked to wait.
@@ -1087,8 +1088,8 @@ mod group_tests {
                 f.acknowledge(lease);
             }
         }
-        let api = f64::from(late_ok[0]) / 900.0;
-        let img = f64::from(late_ok[1]) / 900.0;
+        let api = f64::from(late_ok[0]) / 1_200.0;
+        let img = f64::from(late_ok[1]) / 1_200.0;
         // The tight name left the pool and paces itself; the other paces what is left.
         let (a, b) = (f.host_ids[names[0]], f.host_ids[names[1]]);
         assert_eq!(f.groups.core.pacer(a), None);

@@ -241,8 +241,10 @@ impl HostMachine {
     /// The refusals this machine learned were another name's (it left the pool, see
     /// [`LimiterGroups::pool_refused`](super::LimiterGroups::pool_refused)): what they
     /// taught about the limit is forgotten (the ceiling, the estimate, the probe schedule,
-    /// the episode they opened), and the rate grows again by slow start until a refusal of
-    /// its own. Holds stay: they are the server's word.
+    /// the episode they opened), and the rate probes up from where it is, at the payback
+    /// rhythm of the holds refusals have cost (rule 4 of docs/politeness.md: slow start
+    /// would risk a long hold for all the group's names at once). Holds stay: they are the
+    /// server's word.
     pub fn forget_limit(&mut self, now: Millis) {
         if self.params.mode != Mode::Adaptive {
             return;
@@ -255,8 +257,8 @@ impl HostMachine {
         s.probes_refused = 0;
         s.probe_step = self.params.tuning.probe_step;
         s.in_episode = false;
-        s.phase = Phase::Discover;
-        s.grown_at = s.grown_at.max(now).max(s.hold_until);
+        s.phase = Phase::Settled;
+        s.calm_since = s.calm_since.max(now);
     }
 
     /// `from`'s state and pending audit records, on a clock `shift` ms ahead of its own,
