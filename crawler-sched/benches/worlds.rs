@@ -285,7 +285,7 @@ fn focused(params: &Params, base: u64) {
     // limiter's announced waits, joins made on evidence, and for unrelated sites on one CDN
     // address the worst open site's rate against what it can reach alone.
     let shared_draws = env("SHARED_DRAWS").unwrap_or(200);
-    let mut by_shape: std::collections::BTreeMap<&str, (u64, u64, u64, Vec<f64>)> =
+    let mut by_shape: std::collections::BTreeMap<&str, (u64, u64, u64, Vec<f64>, u64)> =
         Default::default();
     for k in 0..shared_draws {
         let w = World::draw_shared(base + k, 1_800_000.0);
@@ -295,6 +295,7 @@ fn focused(params: &Params, base: u64) {
         e.0 += 1;
         e.1 += o.violations;
         e.2 += o.joins;
+        e.4 += o.leaves;
         if shape == "cdn" {
             let open = w.attainable_open(params);
             let worst = o
@@ -311,18 +312,32 @@ fn focused(params: &Params, base: u64) {
                 .map(|l| l.allowed().min(open))
                 .sum();
             e.3.push(100.0 * o.steady / allowed);
+            // SHARED_LOG=1 lists each draw of this family.
+            if std::env::var_os("SHARED_LOG").is_some() {
+                println!(
+                    "  {w}: {:.0}%, {} refused, {} left the pool; per name {:.2?} of {:.2?}",
+                    100.0 * o.steady / allowed,
+                    o.refused,
+                    o.leaves,
+                    o.steady_by_name,
+                    std::iter::once(&w.limiter)
+                        .chain(&w.other_limiters)
+                        .map(|l| l.allowed().min(open))
+                        .collect::<Vec<_>>()
+                );
+            }
         } else {
             e.3.push(100.0 * o.steady / w.attainable(params));
         }
     }
-    for (shape, (n, violations, joins, mut share)) in by_shape {
+    for (shape, (n, violations, joins, mut share, leaves)) in by_shape {
         let what = if shape == "cdn" {
             "worst open site against alone"
         } else {
             "steady against allowed"
         };
         println!(
-            "shared {shape} ({n} draws): requests inside holds {violations}, joins {joins}; {what}: min {:.0}%, p5 {:.0}%, median {:.0}%",
+            "shared {shape} ({n} draws): requests inside holds {violations}, joins {joins}, names that left their pool {leaves}; {what}: min {:.0}%, p5 {:.0}%, median {:.0}%",
             pct(&mut share, 0.0),
             pct(&mut share, 0.05),
             pct(&mut share, 0.5),

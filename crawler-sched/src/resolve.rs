@@ -30,6 +30,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crawler_core::dns::{Cached, NameCache, ResolveAhead};
 use url::{Host, Url};
 
+/// An address as a key: IPv6 bracketed, as in a URL.
+fn address_key(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(ip) => ip.to_string(),
+        IpAddr::V6(ip) => format!("[{ip}]"),
+    }
+}
+
 /// Where [`IpKeys`] finds the addresses of a name.
 enum Source {
     /// Nowhere: names key as themselves.
@@ -85,14 +93,32 @@ impl IpKeys {
     pub fn key(&self, url: &Url) -> String {
         let ip = self.addresses(url).into_iter().min();
         let host = match ip {
-            Some(IpAddr::V4(ip)) => ip.to_string(),
-            Some(IpAddr::V6(ip)) => format!("[{ip}]"),
+            Some(ip) => address_key(ip),
             None => url.host_str().unwrap_or("").to_owned(),
         };
         match url.port() {
             Some(p) => format!("{host}:{p}"),
             None => host,
         }
+    }
+
+    /// Every address of `url`'s host written as [`IpKeys::key`] writes one (bracketed for
+    /// IPv6, the port when it is not the scheme's default), lowest first: the addresses a
+    /// limiter group's evidence looks at (two names sharing any one of them may be behind
+    /// one limiter). Empty when the host has no address (yet).
+    pub fn address_keys(&self, url: &Url) -> Vec<String> {
+        let mut ips = self.addresses(url);
+        ips.sort_unstable();
+        ips.dedup();
+        ips.into_iter()
+            .map(|ip| {
+                let host = address_key(ip);
+                match url.port() {
+                    Some(p) => format!("{host}:{p}"),
+                    None => host,
+                }
+            })
+            .collect()
     }
 
     /// Every address of `url`'s host as the cache holds it now (the literal itself for an
@@ -253,6 +279,12 @@ mod tests {
         // All addresses are kept; the key is the lowest, whatever the answer's order.
         assert_eq!(keys.addresses(&url("http://multi.test/")).len(), 3);
         assert_eq!(keys.key(&url("http://multi.test/")), "192.0.2.3");
+        // Limiter groups see every one of them, lowest first, with a port that is not the
+        // scheme's.
+        assert_eq!(
+            keys.address_keys(&url("http://multi.test:8080/")),
+            ["192.0.2.3:8080", "192.0.2.9:8080", "[::1]:8080"]
+        );
         // Stale: still keyed by it, refreshed in the background.
         assert_eq!(keys.key(&url("http://old.test/")), "192.0.2.4");
         assert_eq!(keys.key(&url("http://dead.test/")), "dead.test");

@@ -49,7 +49,7 @@ pub struct FrontierConfig {
     /// read without waiting (none by default: names key as themselves).
     pub ip_keys: std::sync::Arc<IpKeys>,
     /// Share holds across the host names behind one limiter (the `limiter_groups`
-    /// setting): see [`FrontierConfig::group_key`].
+    /// setting): see [`FrontierConfig::group_addresses`].
     pub limiter_groups: bool,
     /// Whether limiter groups are keyed by the address a name resolves to; `false` keys them
     /// by host name (a proxy resolves names, not the crawler), and only joins after refusals
@@ -67,19 +67,20 @@ impl FrontierConfig {
         }
     }
 
-    /// The limiter group a URL's host name starts in, `None` with limiter groups off: the
-    /// address it resolves to and the port, as [`IpKeys::key`] writes them (an IP literal
-    /// needs no lookup; a name that does not resolve is its own group), or the host key
-    /// when groups are not keyed by address. Never waits: the address is read from the
-    /// resolver's cache (see [`IpKeys`]).
-    pub fn group_key(&self, url: &Url) -> Option<String> {
+    /// The addresses a URL's host name shows its limiter groups' evidence, `None` with
+    /// limiter groups off: every address it resolves to with the port, as
+    /// [`IpKeys::address_keys`] writes them (an IP literal needs no lookup); none for a
+    /// name that does not resolve (yet), or when groups do not read addresses (through a
+    /// proxy). Never waits: the addresses are read from the resolver's cache (see
+    /// [`IpKeys`]).
+    pub fn group_addresses(&self, url: &Url) -> Option<Vec<String>> {
         if !self.limiter_groups {
             return None;
         }
         Some(if self.group_by_address {
-            self.ip_keys.key(url)
+            self.ip_keys.address_keys(url)
         } else {
-            host_key(url)
+            Vec::new()
         })
     }
 

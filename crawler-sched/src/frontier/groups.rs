@@ -8,7 +8,7 @@
 //! a group is decided by evidence ([`LimiterGroups`]): the names of one registrable domain
 //! from the start (a name
 //! without one, such as an IP literal or `localhost`, is the site of its address); names
-//! of other domains on the same address (a CDN, shared hosting) only when one is refused
+//! of other domains sharing an address (any of each name's; a CDN, shared hosting) only when one is refused
 //! while the other is held, or both announce the same RateLimit quota window. Every join is
 //! logged, and the holds it spreads are in the politeness record as `limiter group` holds.
 //!
@@ -16,7 +16,9 @@
 //! as one slot: the throttle that learned the refusal paces every name of it (its rate,
 //! probes and refusal memory), with the sums of the names' in-flight caps and `max_rate`s;
 //! each name still keeps its own cap and its own `max_rate` gap, and only names with work
-//! take sends. Before any refusal nothing changes.
+//! take sends. Before any refusal nothing changes. A name the pool's refusals keep falling
+//! on leaves the pool with its share of the throttle's pace (its limiter is its own); the
+//! rest of the pool goes on with the other part, on another name's slot if need be.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -26,7 +28,7 @@ use tokio::time::Instant;
 
 use super::Frontier;
 use super::config::host_key;
-use crate::politeness::{HostMachine, Join, JoinEvidence, LimiterGroups, asks_hold};
+use crate::politeness::{HostMachine, Join, JoinEvidence, Leave, LimiterGroups, asks_hold};
 use crate::store::QueueStore;
 
 /// A slot's place in the limiter groups (the groups themselves know its domain and address).
@@ -35,7 +37,7 @@ pub(super) struct Membership;
 /// The frontier's limiter groups, on a clock of their own (milliseconds since the first).
 #[derive(Default)]
 pub(super) struct Groups {
-    core: LimiterGroups,
+    pub(super) core: LimiterGroups,
     origin: Option<Instant>,
     /// Open leases booked on a pooled group's pacer rather than on their own slot: their
     /// answers go to the machine that booked them.
@@ -78,20 +80,21 @@ impl<S: QueueStore> Frontier<S> {
         {
             return;
         }
-        // With groups by address, the address is the lookup's key (address and port); a
-        // name that does not resolve keys as itself and so has no neighbours.
-        let Some(address) = self.config.group_key(url) else {
+        // With groups by address, every address of the name (and the port) is evidence; a
+        // name that does not resolve has no neighbours.
+        let Some(addresses) = self.config.group_addresses(url) else {
             return;
         };
-        // A domain name keyed as itself has no address in the cache yet: look again later.
+        // A domain name without an address in the cache yet: look again later.
         let unresolved = self.config.group_by_address
             && matches!(url.host(), Some(url::Host::Domain(_)))
-            && !is_address_key(&address);
+            && addresses.is_empty();
         if unresolved && !self.groups.unresolved.iter().any(|(i, _)| *i == id) {
             self.groups.unresolved.push((id, url.clone()));
         }
-        let address = self.config.group_by_address.then_some(address);
-        let site = site_of(url, address.as_deref());
+        // A name without a registrable domain is the site of its lowest address (the one
+        // its slot key names, whatever order the resolver answers in).
+        let site = site_of(url, addresses.first().map(String::as_str));
         let caps = self.hosts.get(id).map_or((1, f64::INFINITY), |h| {
             h.throttle.pacing_machine().map_or_else(
                 || {
@@ -103,11 +106,11 @@ impl<S: QueueStore> Frontier<S> {
                 |m| (m.params().concurrency, m.params().max_rate),
             )
         });
-        self.groups.core.enter(id, &site, address.as_deref(), caps);
+        self.groups.core.enter(id, &site, &addresses, caps);
         if let Some(h) = self.hosts.get_mut(id) {
             h.limiter = Some(Membership);
         }
-        self.spread_hold(id, now, false);
+        self.spread_hold(id, id, now, false);
         self.refresh_pool(id, now);
     }
 
@@ -168,13 +171,69 @@ impl<S: QueueStore> Frontier<S> {
         at
     }
 
-    /// The live slots of `id`'s group when it is pooled (they wait on one pacer, so any
-    /// answer may free one of them), else `id` alone.
+    /// The live slots `id`'s pool paces when its group is pooled (they wait on one pacer,
+    /// so any answer may free one of them), else `id` alone.
     pub(super) fn pooled_with(&self, id: usize) -> Vec<usize> {
-        if self.groups.core.pacer(id).is_some() {
-            self.groups.core.group(id).to_vec()
-        } else {
-            vec![id]
+        self.groups.core.pool_members(id)
+    }
+
+    /// Name `l.name` leaves its pooled group (the pool's refusals kept falling on it): it
+    /// takes its share of the pacer's machine as its own, with the answers of its requests
+    /// booked there; the rest of the pool goes on with the other part, on the successor's
+    /// slot when the leaving name was the pacer, having forgotten the limit the leaving
+    /// name's refusals taught it.
+    fn leave_pool(&mut self, l: Leave, now: Instant) {
+        let Some((pool, at)) = self.hosts.get(l.pacer).and_then(|h| {
+            let m = h.throttle.pacing_machine()?.clone();
+            Some((m, h.throttle.machine_clock(now)))
+        }) else {
+            return;
+        };
+        // Every answer of the leaving name goes to its own machine from now on; the pool's
+        // other answers go to the successor.
+        let mut moved = 0u32;
+        for (lease, q) in &mut self.groups.booked {
+            if *q != l.pacer {
+                continue;
+            }
+            if self.leases.get(lease) == Some(&l.name) {
+                *q = l.name;
+                moved += 1;
+            } else if let Some(s) = l.successor {
+                *q = s;
+            }
+        }
+        self.groups.booked.retain(|_, q| *q != l.name);
+        let mine = self
+            .hosts
+            .get(l.name)
+            .map_or(0, |h| u32::try_from(h.in_flight).unwrap_or(u32::MAX));
+        if let Some(h) = self.hosts.get_mut(l.name) {
+            h.throttle
+                .adopt(&pool.share_of(l.share, mine, at), at, now, None);
+            tracing::info!(
+                host = %h.key,
+                "limiter group: the pool's refusals kept falling on this name alone (its \
+                 limiter is its own): it leaves the pool with {:.0}% of its pace, and \
+                 still shares the group's holds",
+                l.share * 100.0
+            );
+        }
+        self.record_audit(l.name);
+        if let Some(s) = l.successor {
+            let left = pool.state().in_flight.saturating_sub(moved);
+            let mut rest = pool.share_of(1.0 - l.share, left, at);
+            rest.forget_limit(at);
+            let (c, r) = self.groups.core.pool_caps(s);
+            if let Some(h) = self.hosts.get_mut(s) {
+                h.throttle.adopt(
+                    &rest,
+                    at,
+                    now,
+                    Some((usize::try_from(c).unwrap_or(usize::MAX), r)),
+                );
+            }
+            self.record_audit(s);
         }
     }
 
@@ -246,8 +305,8 @@ impl<S: QueueStore> Frontier<S> {
         for (id, url) in pending {
             let resolved = self
                 .config
-                .group_key(&url)
-                .is_some_and(|k| is_address_key(&k));
+                .group_addresses(&url)
+                .is_some_and(|a| !a.is_empty());
             if !resolved {
                 self.groups.unresolved.push((id, url));
                 continue;
@@ -335,14 +394,18 @@ impl<S: QueueStore> Frontier<S> {
         let spread = (moved || asks_hold(feedback)) && after.is_some_and(|a| a > now);
         if !joins.is_empty() {
             // The joined names line up on the latest hold among them.
-            self.spread_hold(q, now, refusal);
+            self.spread_hold(id, q, now, refusal);
         } else if spread && let Some(until) = after {
             // A hold this answer placed, extended or asked for (a hold shared here earlier
             // may end later than the one it announced; a sibling's shorter one must not).
-            self.spread_until(q, until, now, refusal);
+            self.spread_until(id, q, until, now, refusal);
         }
         if refusal || spread {
             self.pool_group(q, now);
+        }
+        // A pool's refusals that keep falling on one name say its limiter is its own.
+        if refusal && let Some(l) = self.groups.core.pool_refused(id) {
+            self.leave_pool(l, now);
         }
         if !joins.is_empty() {
             self.refresh_pool(q, now);
@@ -366,8 +429,8 @@ impl<S: QueueStore> Frontier<S> {
     }
 
     /// Hold every live slot of `id`'s group until the latest hold among them ends, if it
-    /// has not ended; `refusal` says a 429 or 503 placed it.
-    fn spread_hold(&mut self, id: usize, now: Instant, refusal: bool) {
+    /// has not ended; `refusal` says a 429 or 503 to name `from` placed it.
+    fn spread_hold(&mut self, from: usize, id: usize, now: Instant, refusal: bool) {
         let until = self
             .groups
             .core
@@ -376,17 +439,33 @@ impl<S: QueueStore> Frontier<S> {
             .filter_map(|&i| self.hosts.get(i)?.throttle.held_until())
             .max();
         if let Some(until) = until.filter(|&u| u > now) {
-            self.spread_until(id, until, now, refusal);
+            self.spread_until(from, id, until, now, refusal);
         }
     }
 
-    /// Hold every other live slot of `id`'s group until `until` at least.
-    fn spread_until(&mut self, id: usize, until: Instant, now: Instant, refusal: bool) {
+    /// Hold every other live slot of `id`'s group until `until` at least; `refusal` says a
+    /// 429 or 503 to name `from` placed the hold. A name paced apart from `from` (one of
+    /// them left the group's pool) takes the hold, not the refusal: its limiter is its own;
+    /// a name whose RateLimit headers announce another limit than `from`'s does not take a
+    /// hold that was no refusal (a spent quota): its quota is its own.
+    fn spread_until(
+        &mut self,
+        from: usize,
+        id: usize,
+        until: Instant,
+        now: Instant,
+        refusal: bool,
+    ) {
         let ids = self.groups.core.group(id).to_vec();
         if ids.len() < 2 {
             return;
         }
         for i in ids {
+            // A spent quota (no refusal) is no wait for a name announcing another limit.
+            if !refusal && self.groups.core.quota_apart(from, i) {
+                continue;
+            }
+            let refusal = refusal && !self.groups.core.paced_apart(from, i);
             let Some(h) = self.hosts.get_mut(i) else {
                 continue;
             };
@@ -409,16 +488,4 @@ fn site_of(url: &Url, address: Option<&str>) -> String {
         return domain.to_owned();
     }
     address.map_or_else(|| host_key(url), |a| format!("address {a}"))
-}
-
-/// Whether a group key (`ADDRESS[:PORT]`, `[V6][:PORT]`, or a name keyed as itself) names
-/// an address.
-fn is_address_key(key: &str) -> bool {
-    if let Some(rest) = key.strip_prefix('[') {
-        return rest
-            .split_once(']')
-            .is_some_and(|(ip, _)| ip.parse::<std::net::Ipv6Addr>().is_ok());
-    }
-    let host = key.rsplit_once(':').map_or(key, |(h, _)| h);
-    host.parse::<std::net::Ipv4Addr>().is_ok()
 }

@@ -1026,4 +1026,82 @@ mod group_tests {
             );
         }
     }
+
+    /// Two names of one site, each behind an nginx bucket of its own (`api.` at 1 r/s,
+    /// `img.` at 4 r/s, 429 with `Retry-After: 5`), default settings, an hour of virtual
+    /// time (the last 20 minutes judged): the first refusal pools them (one site), but the
+    /// pool's refusals keep falling on `api.` alone, so it leaves the pool with its part of
+    /// the pace and `img.` probes up to its own limit. Pooled for good, one rate split
+    /// equally held both near 1 r/s. No request goes inside a wait either limiter
+    /// announced.
+    #[tokio::test(start_paused = true)]
+    async fn a_name_the_pooled_refusals_keep_falling_on_leaves_the_pool() {
+        use crate::politeness::worlds::Limiter;
+        let mut f = grouped(&Settings::default());
+        let t0 = Instant::now();
+        let names = ["api.shop.test", "img.shop.test"];
+        for host in names {
+            enqueue_pages(&mut f, host, 16_000, t0);
+        }
+        let mut limiters = [Limiter::nginx(1.0, 2, true), Limiter::nginx(4.0, 2, true)];
+        let mut pending: Vec<(Instant, Lease, Feedback)> = Vec::new();
+        let (end, half) = (t0 + secs(3_600.0), t0 + secs(2_400.0));
+        let (mut now, mut refusals, mut inside) = (t0, 0u32, 0u32);
+        let mut late_ok = [0u32; 2];
+        // Until when each limiter asked to wait.
+        let mut waits = [t0; 2];
+        while now < end {
+            let next_ready = loop {
+                match f.next(now) {
+                    Next::Ready(lease, r) => {
+                        let i = usize::from(r.url.host_str() == Some(names[1]));
+                        if now < waits[i] {
+                            inside += 1;
+                        }
+                        let ms = (now - t0).as_secs_f64() * 1e3;
+                        let fb = if limiters[i].admit(ms).ok {
+                            if now >= half {
+                                late_ok[i] += 1;
+                            }
+                            ok()
+                        } else {
+                            refusals += 1;
+                            waits[i] = now + secs(0.03 + 5.0);
+                            refused(5)
+                        };
+                        pending.push((now + secs(0.03), lease, fb));
+                    }
+                    Next::NotBefore(at) => break Some(at),
+                    _ => break None,
+                }
+            };
+            let next_answer = pending.iter().map(|p| p.0).min();
+            let next = match (next_ready, next_answer) {
+                (Some(a), Some(b)) => a.min(b),
+                (a, b) => a.or(b).unwrap_or(end),
+            };
+            now = next.max(now + Duration::from_millis(1));
+            let (done, waiting): (Vec<_>, Vec<_>) = pending.into_iter().partition(|p| p.0 <= now);
+            pending = waiting;
+            for (at, lease, fb) in done {
+                f.complete(lease, &fb, at);
+                f.acknowledge(lease);
+            }
+        }
+        let api = f64::from(late_ok[0]) / 1_200.0;
+        let img = f64::from(late_ok[1]) / 1_200.0;
+        // The tight name left the pool and paces itself; the other paces what is left.
+        let (a, b) = (f.host_ids[names[0]], f.host_ids[names[1]]);
+        assert_eq!(f.groups.core.pacer(a), None);
+        assert_eq!(f.groups.core.pacer(b), Some(b));
+        assert_eq!(inside, 0, "requests inside the waits");
+        assert!(
+            img >= 0.75 * 4.0,
+            "img. at {img:.2} r/s, api. at {api:.2} r/s, {refusals} refusals"
+        );
+        assert!(
+            api >= 0.75 * 1.0,
+            "api. at {api:.2} r/s, img. at {img:.2} r/s, {refusals} refusals"
+        );
+    }
 }

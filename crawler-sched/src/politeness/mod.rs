@@ -36,7 +36,8 @@ pub use audit::{Change, Phase, Trigger, Verdict, What};
 pub use delivery::Delivery;
 pub use edge::WindowEdge;
 pub use groups::{
-    ACTIVE_SHARER_MS, Join, JoinEvidence, LimiterGroups, QUOTA_TURN_TOLERANCE_MS, asks_hold,
+    ACTIVE_SHARER_MS, Join, JoinEvidence, LEAVE_POOL_CHANCE, Leave, LimiterGroups,
+    QUOTA_TURN_TOLERANCE_MS, asks_hold,
 };
 pub use machine::HostMachine;
 pub use params::{Millis, Mode, Params};

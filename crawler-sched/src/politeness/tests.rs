@@ -3,7 +3,7 @@
 //! the mechanisms the judge relies on.
 
 use super::Params;
-use super::worlds::{self, Limiter, RetryAfter, World};
+use super::worlds::{self, Limiter, NameSpec, RetryAfter, World};
 
 use crawler_core::Settings;
 
@@ -993,5 +993,58 @@ fn four_names_behind_one_bucket_without_burst_are_paced_as_one() {
         assert_eq!(o.violations, 0, "{world}");
         assert!(share >= 0.85, "{world}: steady {:.0}%", share * 100.0);
         assert!(o.refused <= 20, "{world}: {} refusals", o.refused);
+    }
+}
+
+/// Names of one site on one address, each behind a limiter of its own (an API with a
+/// strict limit beside an image host with a loose one), default settings: they share holds
+/// from the first request (one site), and the first refusal pools them; but the pool's
+/// refusals keep falling on the tight name alone, so it leaves the pool with its part of
+/// the pace, and the others grow to their own limits. Pooled for good, one rate split
+/// equally held every name near the tightest limit.
+#[test]
+fn names_of_one_site_with_separate_limits_leave_the_pool_the_refusals_show_apart() {
+    let params = defaults();
+    let minutes = 30.0;
+    for (seed, rates, retry_after) in [
+        (1, &[1.0, 4.0][..], RetryAfter::Secs(5.0)),
+        (2, &[2.0, 6.0][..], RetryAfter::Absent),
+        (3, &[3.0, 9.0][..], RetryAfter::Secs(2.0)),
+    ] {
+        let mut world = World::plain(seed, Limiter::nginx(rates[0], 5, true), retry_after);
+        world.hosts = rates.len() as u32;
+        world.names = (0..rates.len())
+            .map(|i| NameSpec {
+                site: 0,
+                address: 0,
+                limiter: i,
+            })
+            .collect();
+        world.other_limiters = rates[1..]
+            .iter()
+            .map(|&r| Limiter::nginx(r, 5, true))
+            .collect();
+        let o = worlds::run(&world, &params, minutes * 60_000.0);
+        let allowed: f64 = rates.iter().sum();
+        let share = o.steady / allowed;
+        println!(
+            "{world}: {} sent, {} refused, {} left the pool, steady {:.2} r/s of {allowed} ({:.0}%), by name {:.2?}",
+            o.sent,
+            o.refused,
+            o.leaves,
+            o.steady,
+            share * 100.0,
+            o.steady_by_name
+        );
+        assert_eq!(o.violations, 0, "{world}");
+        assert!(o.leaves >= 1, "{world}: the tight name leaves the pool");
+        assert!(share >= 0.75, "{world}: steady {:.0}%", share * 100.0);
+        let loosest = rates.len() - 1;
+        assert!(
+            o.steady_by_name[loosest] >= 0.7 * rates[loosest],
+            "{world}: the loosest name at {:.2} r/s of {}",
+            o.steady_by_name[loosest],
+            rates[loosest]
+        );
     }
 }

@@ -886,6 +886,8 @@ pub struct Outcome {
     pub steady_by_name: Vec<f64>,
     /// Limiter groups joined on evidence (different sites on one address).
     pub joins: u64,
+    /// Names that left their group's pool (its refusals kept falling on them alone).
+    pub leaves: u64,
 }
 
 impl Outcome {
@@ -945,7 +947,7 @@ pub fn run_audited(
         groups.enter(
             i,
             &format!("site{}.test", spec.site),
-            Some(&format!("address{}", spec.address)),
+            &[format!("address{}", spec.address)],
             (params.concurrency, params.max_rate),
         );
     }
@@ -1205,11 +1207,15 @@ pub fn run_audited(
             out.joins += joins as u64;
             // As the frontier does: a hold this answer placed, extended or asked for reaches
             // the rest of the group; a join aligns the joined names on the latest hold.
+            // A name paced apart (it left its group's pool) shares the hold, not the
+            // refusal: its limiter is its own. A spent quota (no refusal) is no wait for a
+            // name announcing another limit: its quota is its own.
             let spread = (held > before || super::asks_hold(&p.feedback)) && held > t;
             if spread {
                 for &j in groups.group(p.host).to_vec().iter() {
-                    if j != q {
-                        machines[j].share_hold(held, t, refusal);
+                    if j != q && (refusal || !groups.quota_apart(p.host, j)) {
+                        let r = refusal && !groups.paced_apart(p.host, j);
+                        machines[j].share_hold(held, t, r);
                     }
                 }
             }
@@ -1220,7 +1226,8 @@ pub fn run_audited(
                     .map(|&j| machines[j].state().hold_until)
                     .fold(held, f64::max);
                 for &j in groups.group(p.host).to_vec().iter() {
-                    machines[j].share_hold(group_held, t, refusal);
+                    let r = refusal && !groups.paced_apart(p.host, j);
+                    machines[j].share_hold(group_held, t, r);
                 }
             }
             // A refusal that reached the group pools it, as the frontier does: the machine
@@ -1234,6 +1241,41 @@ pub fn run_audited(
                         absorbed.iter().map(|&j| machines[j].clone()).collect();
                     machines[q].absorb(&others, t);
                 }
+            }
+            // A pool's refusals that keep falling on one name say its limiter is its own:
+            // it leaves the pool with its part of the pace, as the frontier does.
+            if refusal && let Some(l) = groups.pool_refused(p.host) {
+                let pool = machines[l.pacer].clone();
+                // Every answer of the leaving name goes to its own machine from now on; the
+                // pool's other answers go to the successor.
+                let mine = name_in_flight[l.name];
+                let moved = pending
+                    .iter()
+                    .filter(|x| x.host == l.name && x.booked == l.pacer)
+                    .count() as u32;
+                for x in &mut pending {
+                    if x.booked == l.pacer || x.host == l.name {
+                        x.booked = if x.host == l.name {
+                            l.name
+                        } else {
+                            l.successor.unwrap_or(l.name)
+                        };
+                    }
+                }
+                machines[l.name] = HostMachine::adopted(
+                    params.clone(),
+                    &pool.share_of(l.share, mine, t),
+                    0.0,
+                    None,
+                );
+                if let Some(s) = l.successor {
+                    let left = pool.state().in_flight.saturating_sub(moved);
+                    let mut rest = pool.share_of(1.0 - l.share, left, t);
+                    rest.forget_limit(t);
+                    machines[s] =
+                        HostMachine::adopted(params.clone(), &rest, 0.0, Some(groups.pool_caps(s)));
+                }
+                out.leaves += 1;
             }
             if let Some(pc) = groups.pacer(p.host) {
                 // Joins may have brought names in: the caps are the live names' sums.
@@ -1249,7 +1291,7 @@ pub fn run_audited(
                 out.skipped = true;
                 skipped[p.host] = true;
                 if groups.pacer(p.host) == Some(q) {
-                    for &j in groups.group(p.host) {
+                    for j in groups.pool_members(p.host) {
                         skipped[j] = true;
                     }
                 }

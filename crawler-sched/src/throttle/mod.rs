@@ -93,6 +93,23 @@ pub trait Throttle: Send {
         _now: Instant,
     ) {
     }
+    /// `now` on the clock of [`Throttle::pacing_machine`] (milliseconds).
+    fn machine_clock(&self, _now: Instant) -> f64 {
+        0.0
+    }
+    /// Take `machine` (on a clock reading `at` ms `now`) as this host's from now on, under
+    /// this host's own parameters: a name left its pooled limiter group with its part of
+    /// the pool's pace, or the rest of the pool goes on here. With `pool`, the machine
+    /// paces the rest of the pool (its in-flight cap and `max_rate` sums). See
+    /// [`HostMachine::adopted`].
+    fn adopt(
+        &mut self,
+        _machine: &HostMachine,
+        _at: f64,
+        _now: Instant,
+        _pool: Option<(usize, f64)>,
+    ) {
+    }
 }
 
 /// One politeness change of a host, for logs, reports and metrics.
@@ -334,6 +351,21 @@ impl Throttle for Politeness {
             .set_pool(u32::try_from(concurrency).unwrap_or(u32::MAX), max_rate);
         let at = self.at(now);
         self.machine.absorb(others, at);
+        self.drain_audit();
+    }
+
+    fn machine_clock(&self, now: Instant) -> f64 {
+        self.at(now)
+    }
+
+    fn adopt(&mut self, machine: &HostMachine, at: f64, now: Instant, pool: Option<(usize, f64)>) {
+        let pool = pool.map(|(c, r)| (u32::try_from(c).unwrap_or(u32::MAX), r));
+        self.machine = HostMachine::adopted(
+            self.machine.params().clone(),
+            machine,
+            self.at(now) - at,
+            pool,
+        );
         self.drain_audit();
     }
 

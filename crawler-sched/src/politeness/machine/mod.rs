@@ -203,6 +203,93 @@ impl HostMachine {
         }
     }
 
+    /// A machine for `share` of this one's pace (the inverse of [`HostMachine::absorb`]):
+    /// a name leaves a pooled limiter group's machine with its part of the pace, or the
+    /// rest of the pool keeps the other part (see
+    /// [`LimiterGroups::pool_refused`](super::LimiterGroups::pool_refused)). The rate, the
+    /// refused paces and the deliveries are scaled by `share`; holds, episodes and times are
+    /// kept; `in_flight` are the requests booked on it whose answers it will learn.
+    pub fn share_of(&self, share: f64, in_flight: u32, now: Millis) -> HostMachine {
+        let share = share.clamp(1e-3, 1.0);
+        let mut m = self.clone();
+        m.audit.clear();
+        m.state.in_flight = in_flight;
+        if m.params.mode == Mode::Fixed {
+            return m;
+        }
+        let s = &mut m.state;
+        for v in [
+            s.ceiling.as_mut(),
+            s.estimate.as_mut(),
+            s.declared.as_mut(),
+            s.probe_from.as_mut(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            *v *= share;
+        }
+        if s.send_gap > 0.0 {
+            s.send_gap /= share;
+        }
+        s.delivery.scale(share);
+        let rate = s.rate * share;
+        m.set_rate(rate, Trigger::LimiterGroup, now);
+        m
+    }
+
+    /// The refusals this machine learned were another name's (it left the pool, see
+    /// [`LimiterGroups::pool_refused`](super::LimiterGroups::pool_refused)): what they
+    /// taught about the limit is forgotten (the ceiling, the estimate, the probe schedule,
+    /// the episode they opened), and the rate probes up from where it is, at the payback
+    /// rhythm of the holds refusals have cost (rule 4 of docs/politeness.md: slow start
+    /// would risk a long hold for all the group's names at once). Holds stay: they are the
+    /// server's word.
+    pub fn forget_limit(&mut self, now: Millis) {
+        if self.params.mode != Mode::Adaptive {
+            return;
+        }
+        let s = &mut self.state;
+        s.ceiling = None;
+        s.ceiling_at = None;
+        s.estimate = None;
+        s.probe_from = None;
+        s.probes_refused = 0;
+        s.probe_step = self.params.tuning.probe_step;
+        s.in_episode = false;
+        s.phase = Phase::Settled;
+        s.calm_since = s.calm_since.max(now);
+    }
+
+    /// `from`'s state and pending audit records, on a clock `shift` ms ahead of its own,
+    /// under `params` (a host's own): the machine a slot takes over when a name leaves a
+    /// pooled limiter group ([`HostMachine::share_of`]). With `pool`, the machine paces
+    /// the rest of the pool: its in-flight cap and `max_rate` are the pool's sums (see
+    /// [`HostMachine::set_pool`]). The rate comes back under the resulting `max_rate`.
+    pub fn adopted(
+        params: Params,
+        from: &HostMachine,
+        shift: f64,
+        pool: Option<(u32, f64)>,
+    ) -> HostMachine {
+        let mut m = Self {
+            params,
+            state: from.state.clone(),
+            audit: from.audit.clone(),
+        };
+        if let Some((c, r)) = pool {
+            m.set_pool(c, r);
+        }
+        if m.params.mode != Mode::Fixed {
+            m.state.rate = m.state.rate.min(m.params.max_rate);
+        }
+        m.shift(shift);
+        for c in &mut m.audit {
+            c.at += shift;
+        }
+        m
+    }
+
     /// The machine's parameters.
     pub fn params(&self) -> &Params {
         &self.params
