@@ -10,6 +10,9 @@
 //! whole, so a crash leaves every complete record readable; a file reaching `warc_max_size`
 //! is closed (synced) and the next one opened with the next serial number.
 //!
+//! [`WarcArchive`] reads such files back: a crawl replayed from them (`replay_warc`) is
+//! answered from their records, with no network (`replay.rs`).
+//!
 //! ```no_run
 //! use crawler_core::Settings;
 //! use crawler_engine::warc::{WarcConfig, WarcWriter};
@@ -25,6 +28,7 @@
 //! ```
 
 mod record;
+mod replay;
 
 use std::fs::File;
 use std::io::Write;
@@ -38,6 +42,7 @@ use crawler_core::{BoxFuture, Error, ErrorKind, Exchange, ExchangeTap, Result, S
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
 pub use record::{ORIGINAL_CONTENT_LENGTH, ORIGINAL_TRANSFER_ENCODING, SERVER_NOT_MODIFIED};
+pub use replay::WarcArchive;
 
 /// Bytes of exchanges that may wait for the writer before downloads wait for it.
 pub const BUDGET: usize = 64 * 1024 * 1024;
