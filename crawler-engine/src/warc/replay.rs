@@ -226,7 +226,7 @@ impl WarcArchive {
     }
 
     /// The WARC fields and block of the record at `loc`.
-    fn read(&self, loc: Loc) -> Result<(Vec<(String, String)>, Vec<u8>)> {
+    fn read(&self, loc: Loc) -> Result<(Fields, Vec<u8>)> {
         let path = self.path(loc);
         let io = |e: std::io::Error| {
             Error::new(
@@ -415,9 +415,12 @@ impl<R: BufRead> BufRead for Counting<R> {
     }
 }
 
+/// A record's WARC fields, in order.
+type Fields = Vec<(String, String)>;
+
 /// One record as read: its WARC fields, and its block when asked for (else skipped).
 struct RawRecord {
-    fields: Vec<(String, String)>,
+    fields: Fields,
     block: Vec<u8>,
 }
 
