@@ -9,6 +9,8 @@
 //! cargo bench --bench crawl -- parse URL [ROUNDS]  # the parse path alone on the lab's pages
 //! cargo bench --bench crawl -- [BOOKS] [CONCURRENCY] [URL]   # one crawl of the books profile
 //! cargo bench --bench crawl -- chaos [BOOKS] [CONCURRENCY]   # the chaos site: peak RSS
+//! cargo bench --bench crawl -- warc [BOOKS] [CONCURRENCY] [ROUNDS]   # CPU with and without
+//!                                                 # a WARC, warcio on it, its replay
 //! cargo bench --bench crawl -- hosts [HOSTS] [CONCURRENCY]   # one page on each of HOSTS
 //!                                                            # host names: RSS over time
 //! CRAWL_BENCH_FEED=/tmp/b.jsonl CRAWL_BENCH_SET="job_dir=/tmp/job;feed_fsync=off" \
@@ -364,6 +366,176 @@ fn run_child(
         .ok_or_else(|| format!("crawl of {url} failed: {stdout}").into())
 }
 
+/// [`run_child`] with `CRAWL_BENCH_SET` and `CRAWL_BENCH_FEED` set for that child only.
+fn run_child_with(
+    url: &str,
+    books: usize,
+    concurrency: usize,
+    set: &str,
+    feed: Option<&std::path::Path>,
+) -> std::result::Result<Figures, Box<dyn std::error::Error>> {
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.args([
+        "run",
+        "books",
+        url,
+        &books.to_string(),
+        &concurrency.to_string(),
+    ])
+    .env("CRAWL_BENCH_SET", set)
+    .env_remove("CRAWL_BENCH_FEED");
+    if let Some(feed) = feed {
+        cmd.env("CRAWL_BENCH_FEED", feed);
+    }
+    let out = cmd.stderr(Stdio::inherit()).output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        .rev()
+        .find_map(Figures::parse)
+        .filter(|_| out.status.success())
+        .ok_or_else(|| format!("crawl of {url} with {set} failed: {stdout}").into())
+}
+
+/// A JSON Lines feed's lines, sorted (the same items whatever the order).
+fn sorted_feed(
+    path: &std::path::Path,
+) -> std::result::Result<Vec<String>, Box<dyn std::error::Error>> {
+    let mut lines: Vec<String> = std::fs::read_to_string(path)?
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    Ok(lines)
+}
+
+/// `warcio ARGS`, its standard output; an error when it fails or is not installed.
+fn warcio(args: &[&str]) -> std::result::Result<String, Box<dyn std::error::Error>> {
+    let out = Command::new("warcio")
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run warcio ({e}): pip install warcio"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "warcio {args:?}: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The WARC goals on one lab: `rounds` crawls without and with `warc`, alternating, each in
+/// a process of its own, CPU per page compared (medians); then the last WARC checked with
+/// warcio (0 errors, a response record for every page), and the crawl replayed from it
+/// with the lab stopped: the same items, and a replay of the pages' answers.
+fn warc_suite(
+    books: usize,
+    concurrency: usize,
+    rounds: usize,
+) -> std::result::Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::Builder::new()
+        .prefix("warc-bench")
+        .tempdir_in(".")?;
+    let lab = LabChild::start(books, "open")?;
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    let warc = dir.path().join("crawl.warc.gz");
+    let clear = || -> std::io::Result<()> {
+        for e in std::fs::read_dir(dir.path())? {
+            let p = e?.path();
+            if p.to_string_lossy().ends_with(".warc.gz") {
+                std::fs::remove_file(p)?;
+            }
+        }
+        Ok(())
+    };
+    // No feed in the timed rounds: the two differ by the WARC alone.
+    for round in 0..rounds {
+        let plain = run_child_with(&lab.url, books, concurrency, "", None)?;
+        println!("round {round} without warc: {}", plain.line());
+        without.push(plain.cpu_per_1000);
+        clear()?;
+        let set = format!("warc={}", warc.display());
+        let archived = run_child_with(&lab.url, books, concurrency, &set, None)?;
+        println!("round {round} with warc:    {}", archived.line());
+        with.push(archived.cpu_per_1000);
+    }
+    let (a, b) = (median(&mut without), median(&mut with));
+    println!(
+        "cpu_s_per_1000_pages median of {rounds}: without={a:.3} with_warc={b:.3} ratio={:.2}",
+        b / a
+    );
+    // The crawl that is checked: a WARC and a feed.
+    clear()?;
+    let warc_feed = dir.path().join("warc.jsonl");
+    let set = format!("warc={}", warc.display());
+    run_child_with(&lab.url, books, concurrency, &set, Some(&warc_feed))?;
+
+    let files: Vec<std::path::PathBuf> = {
+        let mut f: Vec<_> = std::fs::read_dir(dir.path())?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.to_string_lossy().ends_with(".warc.gz"))
+            .collect();
+        f.sort();
+        f
+    };
+    let mut responses = std::collections::HashSet::new();
+    let mut records = 0;
+    let mut bytes = 0;
+    for file in &files {
+        bytes += std::fs::metadata(file)?.len();
+        let path = file.to_str().ok_or("path")?;
+        let problems = warcio(&["check", path])?;
+        if !problems.trim().is_empty() {
+            return Err(format!("warcio check {path}: {problems}").into());
+        }
+        for line in warcio(&["index", "-f", "warc-type,warc-target-uri", path])?.lines() {
+            records += 1;
+            let v: serde_json::Value = serde_json::from_str(line)?;
+            if v["warc-type"] == "response" {
+                responses.insert(v["warc-target-uri"].as_str().unwrap_or("").to_owned());
+            }
+        }
+    }
+    let items = sorted_feed(&warc_feed)?;
+    let missing = items
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| !responses.contains(v["url"].as_str().unwrap_or("")))
+        .count();
+    println!(
+        "warcio check: 0 errors in {} files ({:.1} MB), {records} records; {} response records, {} items, {missing} items without their page's response",
+        files.len(),
+        bytes as f64 / 1e6,
+        responses.len(),
+        items.len()
+    );
+
+    // The site gone, the crawl replayed from the archive.
+    let url = lab.url.clone();
+    drop(lab);
+    let replay_feed = dir.path().join("replay.jsonl");
+    let set = format!(
+        "replay_warc={}",
+        dir.path().join("crawl-*.warc.gz").display()
+    );
+    let replay = run_child_with(&url, books, concurrency, &set, Some(&replay_feed))?;
+    let same = sorted_feed(&replay_feed)? == items;
+    println!(
+        "replay with the lab stopped: {} same_items={same}",
+        replay.line()
+    );
+    if missing > 0 || !same {
+        return Err("the WARC goals are not met".into());
+    }
+    Ok(())
+}
+
 /// Scrapy on the same site with the same spider logic (`benches/scrapy_books.py`), when the
 /// interpreter in `CRAWL_BENCH_PYTHON` (default `python3`) can import it.
 fn run_scrapy(url: &str) -> std::result::Result<Option<Figures>, Box<dyn std::error::Error>> {
@@ -605,6 +777,12 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     match args.first().map(String::as_str) {
         None => return suite(false),
         Some("compare") => return suite(true),
+        Some("warc") => {
+            let books = args.get(1).and_then(|b| b.parse().ok()).unwrap_or(10_000);
+            let concurrency = args.get(2).and_then(|c| c.parse().ok()).unwrap_or(64);
+            let rounds = args.get(3).and_then(|r| r.parse().ok()).unwrap_or(3);
+            return warc_suite(books, concurrency, rounds);
+        }
         Some("parse") => {
             let url = args.get(1).ok_or("parse needs the lab's URL")?;
             let rounds = args.get(2).and_then(|r| r.parse().ok()).unwrap_or(20_000);

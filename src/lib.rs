@@ -759,7 +759,24 @@ impl<S: Spider> Crawl<S> {
                 self.extensions.clone(),
             )));
         }
-        let downloader = conditional::attach(downloader, &settings, self.conditional)?;
+        let downloader = if settings.replay_warc.is_empty() {
+            conditional::attach(downloader, &settings, self.conditional)?
+        } else {
+            // A replay: the archive answers pages and robots.txt alike, in place of the
+            // network, the HTTP cache and validators. Indexed now, so a missing or damaged
+            // file fails the crawl before it starts.
+            let archive = Arc::new(crawler_engine::warc::WarcArchive::open(
+                &settings.replay_warc,
+            )?);
+            tracing::info!(
+                files = archive.files().len(),
+                answers = archive.len(),
+                "replaying from WARC: nothing goes to the network"
+            );
+            downloader
+                .with_robots_share(Arc::clone(&archive) as Arc<dyn crawler_core::RobotsShare>)
+                .with_store(archive)
+        };
         let downloader = fetcher(downloader, &settings)?;
         let downloader = Middlewares::new(
             downloader,

@@ -573,3 +573,143 @@ async fn after_kill_nine_every_complete_record_reads_and_checks() {
     assert_eq!(field(&records[0], "warc-type"), "warcinfo");
     lab.shutdown().await;
 }
+
+/// A feed's lines, sorted: the same items whatever order the crawl wrote them in.
+fn sorted_lines(feed: &Path) -> Vec<String> {
+    let mut lines: Vec<String> = std::fs::read_to_string(feed)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// Requests that reached the wire, every host together.
+fn sent(stats: &Stats) -> u64 {
+    stats.hosts.iter().map(|h| h.requests).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crawl_replays_from_its_warc_with_the_site_gone() {
+    let lab = Lab::builder().books(200).start().await.unwrap();
+    let start = lab.url();
+    let dir = tempfile::tempdir().unwrap();
+    let live_feed = dir.path().join("live.jsonl");
+    let live = fast(Crawl::new(Books {
+        start: start.clone(),
+    }))
+    .set("warc", dir.path().join("crawl.warc.gz").to_str().unwrap())
+    // Small files, so the replay reads several.
+    .set("warc_max_size", "100KB")
+    .feed(&live_feed)
+    .unwrap()
+    .run()
+    .await
+    .unwrap();
+    assert_eq!(live.items_scraped, 200, "{live}");
+    assert!(warc_files(dir.path()).len() > 2, "several WARC files");
+    // The site is gone: anything the replay sent would fail (and be counted as sent).
+    lab.shutdown().await;
+
+    let replay_warc = dir.path().join("crawl-*.warc.gz");
+    let replay_feed = dir.path().join("replay.jsonl");
+    let replay = fast(Crawl::new(Books {
+        start: start.clone(),
+    }))
+    .set("replay_warc", replay_warc.to_str().unwrap())
+    .feed(&replay_feed)
+    .unwrap()
+    .run()
+    .await
+    .unwrap();
+    assert_eq!(
+        sorted_lines(&replay_feed),
+        sorted_lines(&live_feed),
+        "the same items"
+    );
+    assert_eq!(sent(&replay), 0, "nothing went to the network: {replay}");
+    assert!(replay.failed.is_empty(), "{replay}");
+    assert_eq!(replay.status, live.status, "the same answers: {replay}");
+
+    // A page the archive lacks fails as not_archived, and still nothing is sent.
+    let missing = fast(Crawl::new(Books {
+        start: format!("{start}no-such-page"),
+    }))
+    .set("replay_warc", replay_warc.to_str().unwrap())
+    .run()
+    .await
+    .unwrap();
+    assert_eq!(missing.failed.get("not_archived"), Some(&1), "{missing}");
+    assert_eq!(sent(&missing), 0, "{missing}");
+
+    // A pattern that names no file fails the crawl before it starts.
+    let e = fast(Crawl::new(Books { start }))
+        .set(
+            "replay_warc",
+            dir.path().join("nothing-*.warc.gz").to_str().unwrap(),
+        )
+        .run()
+        .await
+        .expect_err("no WARC file to replay");
+    assert!(e.to_string().contains("no WARC file matches"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recrawl_s_revisits_replay_as_the_responses_they_refer_to() {
+    let lab = Lab::builder().books(100).start().await.unwrap();
+    let start = lab.url();
+    let cache = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let crawl = |name: &str| {
+        fast(Crawl::new(Books {
+            start: start.clone(),
+        }))
+        .set("cache_dir", cache.path().to_str().unwrap())
+        .set("http_cache", "true")
+        .set("warc", dir.path().join(name).to_str().unwrap())
+    };
+    let first = crawl("a.warc.gz").run().await.unwrap();
+    assert_eq!(first.items_scraped, 100, "{first}");
+    let second_feed = dir.path().join("second.jsonl");
+    let second = crawl("b.warc.gz")
+        .feed(&second_feed)
+        .unwrap()
+        .run()
+        .await
+        .unwrap();
+    assert!(second.not_modified > 100, "{second}");
+    lab.shutdown().await;
+
+    // The second crawl's archive is mostly revisits: with the first's beside it, each
+    // replays as the response it refers to.
+    let replay_feed = dir.path().join("replay.jsonl");
+    let replay = fast(Crawl::new(Books {
+        start: start.clone(),
+    }))
+    .set(
+        "replay_warc",
+        dir.path().join("*.warc.gz").to_str().unwrap(),
+    )
+    .feed(&replay_feed)
+    .unwrap()
+    .run()
+    .await
+    .unwrap();
+    assert_eq!(sorted_lines(&replay_feed), sorted_lines(&second_feed));
+    assert_eq!(sent(&replay), 0, "{replay}");
+    assert!(replay.failed.is_empty(), "{replay}");
+
+    // Alone, its revisits have nothing to refer to: those pages are not archived.
+    let alone = fast(Crawl::new(Books { start }))
+        .set(
+            "replay_warc",
+            dir.path().join("b-00000.warc.gz").to_str().unwrap(),
+        )
+        .run()
+        .await
+        .unwrap();
+    assert_eq!(alone.items_scraped, 0, "{alone}");
+    assert_eq!(alone.failed.get("not_archived"), Some(&1), "{alone}");
+    assert_eq!(sent(&alone), 0, "{alone}");
+}

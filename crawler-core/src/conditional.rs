@@ -108,6 +108,24 @@ pub trait ConditionalStore: Send + Sync + 'static {
     fn flush(&self) -> Result<()> {
         Ok(())
     }
+
+    /// Whether this store is a recorded crawl that answers every request itself (a replay
+    /// from WARC files, `replay_warc`): the downloader then sends nothing to the network,
+    /// answers with [`ConditionalStore::recorded`], and fails a request it has no answer
+    /// for as `not_archived`.
+    fn replays_all(&self) -> bool {
+        false
+    }
+
+    /// The response recorded for `method` on `url`: by default the cached page of a GET
+    /// (the HTTP cache keys only GETs), nothing for other methods.
+    fn recorded(&self, method: &str, url: &Url) -> Result<Option<CachedPage>> {
+        if method.eq_ignore_ascii_case("GET") {
+            self.cached(url)
+        } else {
+            Ok(None)
+        }
+    }
 }
 
 /// The storage key of a URL: its canonical form ([`canonical_url`]), the same one request

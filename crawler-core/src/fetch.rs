@@ -64,12 +64,15 @@ pub enum FailureKind {
     /// large, a content type not wanted). Not retried: the same answer would be stopped
     /// again.
     DownloadStopped,
+    /// A crawl replayed from WARC files (`replay_warc`) asked for a request the archive
+    /// holds no response to: nothing goes to the network in a replay. Not retried.
+    NotArchived,
 }
 
 impl FailureKind {
     /// Every kind, in declaration order (the docs checks walk it; a test below fails when a
     /// new kind is missing from it).
-    pub const ALL: [FailureKind; 18] = [
+    pub const ALL: [FailureKind; 19] = [
         Self::Timeout,
         Self::Connection,
         Self::Dns,
@@ -88,6 +91,7 @@ impl FailureKind {
         Self::Disallowed,
         Self::Proxy,
         Self::DownloadStopped,
+        Self::NotArchived,
     ];
 
     /// The short, stable name used in stats and failure files.
@@ -111,6 +115,7 @@ impl FailureKind {
             Self::Disallowed => "robots_disallowed",
             Self::Proxy => "proxy",
             Self::DownloadStopped => "download_stopped",
+            Self::NotArchived => "not_archived",
         }
     }
 }
@@ -475,11 +480,12 @@ mod failure_kind_tests {
             Disallowed => 15,
             Proxy => 16,
             DownloadStopped => 17,
+            NotArchived => 18,
         }
     }
 
     #[test]
     fn all_lists_every_kind_once_in_order() {
-        assert!(FailureKind::ALL.iter().map(|&k| ordinal(k)).eq(0..18));
+        assert!(FailureKind::ALL.iter().map(|&k| ordinal(k)).eq(0..19));
     }
 }

@@ -376,6 +376,16 @@ pub struct Settings {
     /// always share a file. Default 1GB, as Heritrix.
     #[serde(deserialize_with = "byte_size")]
     pub warc_max_size: u64,
+    /// Replay a crawl from WARC files instead of the network: paths or globs (`*` and `?`
+    /// in the file name: `["out/crawl-*.warc.gz"]`), in order. The files are indexed when
+    /// the crawl starts (where each record is, not its body) and every request is answered
+    /// from the latest `response` record for its method and URL (a `revisit` by the
+    /// response it refers to), robots.txt included, as the HTTP cache answers offline.
+    /// Nothing goes to the network: a request the archive holds no response to fails as
+    /// `not_archived`. Validators and the HTTP cache are not used during a replay. Gzipped
+    /// files must hold one gzip member per record (as this crawler, wget and warcio write
+    /// them). Default empty: no replay.
+    pub replay_warc: Vec<String>,
     /// The directory the files pipeline (`crawler::files::FilesPipeline::files()`) stores
     /// files in, relative to the working directory: `full/<SHA-256 of the
     /// content>.<extension>`, so the same bytes are stored once whatever URL served them,
@@ -658,6 +668,7 @@ impl Default for Settings {
             allowed_statuses: crate::statuses::AllowedStatuses::default(),
             warc: None,
             warc_max_size: 1_000_000_000,
+            replay_warc: Vec::new(),
             files_store: None,
             files_urls_field: "file_urls".to_owned(),
             files_result_field: "files".to_owned(),
@@ -1184,6 +1195,12 @@ impl Settings {
             return Some((
                 vec!["warc_max_size"],
                 "must be at least 1KiB (1024 bytes)".to_owned(),
+            ));
+        }
+        if self.replay_warc.iter().any(|p| p.trim().is_empty()) {
+            return Some((
+                vec!["replay_warc"],
+                "has an empty entry: each names WARC files (a path or a glob)".to_owned(),
             ));
         }
         let path = self.warc.as_deref()?;

@@ -157,8 +157,8 @@ pub const SECTIONS: &[Section] = &[
     },
     Section {
         name: "warc",
-        about: "WARC archives of every request and response the crawl makes.",
-        keys: &["warc"],
+        about: "WARC archives of every request and response the crawl makes, and crawls replayed from them.",
+        keys: &["warc", "replay_warc"],
         prefixes: &["warc_"],
     },
     Section {

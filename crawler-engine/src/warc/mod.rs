@@ -6,9 +6,14 @@
 //! Records are written on a thread of their own, fed through a channel whose contents are
 //! bounded in bytes ([`BUDGET`]): a download waits when the writer is that far behind, so
 //! neither compression nor the disk runs on the async runtime and memory stays bounded.
-//! Each record is compressed as a gzip member of its own and handed to the operating system
-//! whole, so a crash leaves every complete record readable; a file reaching `warc_max_size`
+//! Each record is compressed as a gzip member of its own (`record.rs`: one deflate state
+//! reset between members, short records stored) and an exchange's records are handed to
+//! the operating system whole in one write, so a crash leaves every complete record
+//! readable; a file reaching `warc_max_size`
 //! is closed (synced) and the next one opened with the next serial number.
+//!
+//! [`WarcArchive`] reads such files back: a crawl replayed from them (`replay_warc`) is
+//! answered from their records, with no network (`replay.rs`).
 //!
 //! ```no_run
 //! use crawler_core::Settings;
@@ -25,6 +30,7 @@
 //! ```
 
 mod record;
+mod replay;
 
 use std::fs::File;
 use std::io::Write;
@@ -38,6 +44,7 @@ use crawler_core::{BoxFuture, Error, ErrorKind, Exchange, ExchangeTap, Result, S
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
 pub use record::{ORIGINAL_CONTENT_LENGTH, ORIGINAL_TRANSFER_ENCODING, SERVER_NOT_MODIFIED};
+pub use replay::WarcArchive;
 
 /// Bytes of exchanges that may wait for the writer before downloads wait for it.
 pub const BUDGET: usize = 64 * 1024 * 1024;
@@ -116,6 +123,10 @@ impl WarcConfig {
         }))
     }
 }
+
+/// The largest encoding buffer kept between exchanges: pages fit, a large file's body is
+/// not held for the rest of the crawl.
+const KEPT_BUFFER: usize = 1024 * 1024;
 
 /// What the writer thread is sent.
 enum Msg {
@@ -220,7 +231,10 @@ impl ExchangeTap for Tap {
 /// The thread's side: the current file and how to open the next.
 struct Files {
     config: WarcConfig,
-    gzip: bool,
+    /// The records' encoding (one deflate state for the whole file set).
+    encoder: record::Encoder,
+    /// An exchange's encoded records, reused between exchanges.
+    buffer: Vec<u8>,
     serial: u32,
     current: Option<Current>,
     records: Arc<AtomicU64>,
@@ -243,7 +257,8 @@ impl Files {
             .is_some_and(|e| e.eq_ignore_ascii_case("gz"));
         Self {
             config,
-            gzip,
+            encoder: record::Encoder::new(gzip),
+            buffer: Vec::new(),
             serial: 0,
             current: None,
             records,
@@ -337,16 +352,23 @@ impl Files {
         }
     }
 
-    /// Write records to the current file, each whole in one write.
+    /// Write records to the current file, all whole in one write (an exchange's request
+    /// and response go together).
     fn append(&mut self, records: &[record::Record]) -> std::io::Result<()> {
         let Some(current) = self.current.as_mut() else {
             return Err(std::io::Error::other("no WARC file open"));
         };
+        self.buffer.clear();
         for r in records {
-            let bytes = r.encoded(self.gzip)?;
-            current.file.write_all(&bytes)?;
-            current.size += bytes.len() as u64;
-            self.records.fetch_add(1, Ordering::Relaxed);
+            self.encoder.append(r, &mut self.buffer)?;
+        }
+        current.file.write_all(&self.buffer)?;
+        current.size += self.buffer.len() as u64;
+        self.records
+            .fetch_add(records.len() as u64, Ordering::Relaxed);
+        if self.buffer.capacity() > KEPT_BUFFER {
+            // One large body does not keep its buffer for the rest of the crawl.
+            self.buffer = Vec::new();
         }
         Ok(())
     }

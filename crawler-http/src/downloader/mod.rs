@@ -362,6 +362,46 @@ impl HttpDownloader {
         self.policy.refuse_url(&req.url, private_ok(req))
     }
 
+    /// The answer to `req` in a replayed crawl (`replay_warc`): robots.txt judged from the
+    /// archive, then the recorded response through the HTTP cache's replay, or
+    /// `not_archived`. Nothing is sent, so the host's slot gives the delay back.
+    async fn replay_archived(
+        &self,
+        archive: &dyn ConditionalStore,
+        req: &Request,
+        mut feedback: Feedback,
+    ) -> Download {
+        if let Some(robots) = &self.robots
+            && self.obeys_robots(&req.url)
+            && let Err(outcome) = self.robots_gate(robots, req, &mut feedback, false).await
+        {
+            return Download { outcome, feedback };
+        }
+        let outcome = match archive.recorded(&req.method, &req.url) {
+            Ok(Some(page)) => {
+                tracing::trace!(url = %req.url, "answered from the replayed WARC");
+                Fetched::Response(self.replay(
+                    req,
+                    page,
+                    BodyOrigin::Cache,
+                    &http::HeaderMap::new(),
+                ))
+            }
+            Ok(None) => Fetched::Failed(Failure::new(
+                FailureKind::NotArchived,
+                format!(
+                    "no response to {} {} in the replayed WARC",
+                    req.method, req.url
+                ),
+            )),
+            Err(e) => Fetched::Failed(Failure::new(
+                FailureKind::NotArchived,
+                format!("the replayed WARC's answer is unreadable: {e}"),
+            )),
+        };
+        Download { outcome, feedback }
+    }
+
     /// Whether a response (of any status: challenges come as 200, 403 and 503) is really a
     /// challenge page. Only HTML-ish bodies are searched, and only their first
     /// [`SOFT_BLOCK_SCAN`] bytes, raw, with no copy (see [`ChallengeMatcher`]).
@@ -454,6 +494,9 @@ impl Downloader for HttpDownloader {
             && self.obeys_robots(&req.url)
         {
             return self.robots_sitemaps(robots, req).await;
+        }
+        if let Some(archive) = self.store.as_ref().filter(|s| s.replays_all()) {
+            return self.replay_archived(archive.as_ref(), req, feedback).await;
         }
         // Only plain GETs are revalidated and cached: other methods change things, and a
         // request body is not part of the key.
