@@ -115,6 +115,12 @@ pub struct Second {
     /// The last quota the server's RateLimit headers stated during the second.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quota: Option<Quota>,
+    /// Responses by the HTTP version they came in (`HTTP/1.1`, `HTTP/2`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub versions: BTreeMap<String, u32>,
+    /// Requests sent through each proxy, by its URL with any password redacted.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub proxies: BTreeMap<String, u32>,
 }
 
 /// A quota stated by RateLimit headers.
@@ -308,6 +314,23 @@ impl Recorder {
             (Some(status), _) => *s.status.entry(status).or_default() += 1,
             (None, Some(kind)) => *s.failed.entry(kind.as_str().to_owned()).or_default() += 1,
             (None, None) => {}
+        }
+        if let Some(version) = feedback.http_version {
+            let name = crawler_core::http_version_name(version);
+            match s.versions.get_mut(name) {
+                Some(n) => *n = n.saturating_add(1),
+                None => {
+                    s.versions.insert(name.to_owned(), 1);
+                }
+            }
+        }
+        if let Some(proxy) = &feedback.proxy {
+            match s.proxies.get_mut(&**proxy) {
+                Some(n) => *n = n.saturating_add(1),
+                None => {
+                    s.proxies.insert(proxy.to_string(), 1);
+                }
+            }
         }
         if feedback.sent {
             let ms = feedback.latency.as_secs_f64() * 1_000.0;
