@@ -394,6 +394,8 @@ mod tests {
         );
         assert_eq!(r.cached("SHOP.test"), Cached::Fresh(addrs));
         assert_eq!(r.queries(), 0);
+        // Answered by `resolve`: counted as answered without a lookup.
+        assert_eq!(r.counts().cached, 1);
     }
 
     #[tokio::test]
@@ -412,6 +414,10 @@ mod tests {
         assert!(err.contains("failed to lookup address"), "{err}");
         assert_eq!(r.queries(), 1);
         assert_eq!(r.cached("nowhere.invalid"), Cached::Failed);
+        // The stats' counts: one lookup; the second caller joined it and the third read the
+        // cache; the special-use name failed without a query.
+        let counts = r.counts();
+        assert_eq!((counts.lookups, counts.cached, counts.failed), (1, 2, 1));
     }
 
     #[test]
