@@ -456,7 +456,15 @@ mod tests {
         };
         r.sent("a", false, false, t0);
         r.sent("a", true, true, t0);
-        r.outcome("a", &fb(200, 10), t0);
+        r.outcome(
+            "a",
+            &Feedback {
+                http_version: Some(http::Version::HTTP_2),
+                proxy: Some("http://u:***@p:3128".into()),
+                ..fb(200, 10)
+            },
+            t0,
+        );
         r.outcome("a", &fb(429, 30), t0);
         r.audit(vec![AuditRecord {
             host: "a".into(),
@@ -479,6 +487,8 @@ mod tests {
         assert_eq!(s.status.get(&429), Some(&1));
         assert_eq!(s.latency_max_ms, 30.0);
         assert_eq!(s.latency_n, 2);
+        assert_eq!(s.versions.get("HTTP/2"), Some(&1));
+        assert_eq!(s.proxies.get("http://u:***@p:3128"), Some(&1));
         drop(r);
         // A partial line left by a kill is ended before the next run appends.
         std::fs::OpenOptions::new()
