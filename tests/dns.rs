@@ -408,7 +408,9 @@ async fn crawl_names(hosts: usize, dns: &Dnsmasq) {
     let json = serde_json::to_value(&stats).expect("stats to JSON");
     assert_eq!(json["dns"]["lookups"], hosts, "{json}");
     assert!(
-        stats.to_string().contains(&format!("dns                {hosts} lookups")),
+        stats
+            .to_string()
+            .contains(&format!("dns                {hosts} lookups")),
         "{stats}"
     );
 }

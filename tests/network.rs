@@ -856,7 +856,7 @@ async fn a_client_certificate_is_shown_to_the_hosts_that_require_one() {
     // one page.
     let (titles, _, stats, _) = crawl_tls(start.clone(), &ca, &[]).await;
     assert!(titles.is_empty(), "{titles:?}");
-    assert!(stats.status.get(&400).is_some(), "{stats}");
+    assert!(stats.status.contains_key(&400), "{stats}");
 
     // A certificate the server's CA did not sign is refused the same way.
     let (cert, key) = (nginx.file("other.pem"), nginx.file("other.key"));
