@@ -825,6 +825,7 @@ impl<S: Spider> Crawl<S> {
         if let Some(ahead) = ahead {
             engine = engine.resolve_ahead(ahead);
         }
+        engine = engine.dns(resolver.clone());
         if let Some(writer) = warc {
             engine = engine.warc(writer);
         }

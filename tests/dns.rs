@@ -396,6 +396,23 @@ async fn crawl_names(hosts: usize, dns: &Dnsmasq) {
         hosts + 1,
         "{hosts} names and the probe"
     );
+    // The stats count the same: one lookup per name, none failed, and every connection to
+    // a `resolve` name (and those after a name's first) answered without a lookup.
+    assert_eq!(stats.dns.lookups, hosts as u64, "{stats}");
+    assert_eq!(stats.dns.failed, 0, "{stats}");
+    assert!(stats.dns.cached >= fixed.len() as u64, "{stats}");
+    assert!(
+        stats.dns.cached + stats.dns.lookups >= names as u64,
+        "every name asked for by a connection: {stats}"
+    );
+    let json = serde_json::to_value(&stats).expect("stats to JSON");
+    assert_eq!(json["dns"]["lookups"], hosts, "{json}");
+    assert!(
+        stats
+            .to_string()
+            .contains(&format!("dns                {hosts} lookups")),
+        "{stats}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

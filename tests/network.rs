@@ -18,6 +18,8 @@ struct Product {
     title: String,
     /// The HTTP version the page came in, as `Response::http_version` gives it.
     http: String,
+    /// The TLS version of its connection, as `Response::tls_version` gives it.
+    tls: String,
 }
 
 struct Shop {
@@ -37,6 +39,7 @@ impl Spider for Shop {
             out.item(Product {
                 title: h1.text(),
                 http: format!("{:?}", page.http_version()),
+                tls: page.tls_version().unwrap_or("-").to_owned(),
             });
         }
         out.follow_all(page.select("a[href]").attrs("href"));
@@ -195,7 +198,7 @@ fn openssl(dir: &std::path::Path, args: &[&str]) {
 
 /// A CA of the test's own (`ca.pem`) and a certificate it signed for 127.0.0.1 and
 /// localhost (`server.pem`, `server.key`), written in `dir`.
-fn make_certificates(dir: &std::path::Path) {
+pub(crate) fn make_certificates(dir: &std::path::Path) {
     let ec = [
         "-newkey",
         "ec",
@@ -259,6 +262,70 @@ fn make_certificates(dir: &std::path::Path) {
     );
 }
 
+/// A client certificate signed by the CA in `dir` (`make_certificates` first), for TLS
+/// client authentication: `client.pem` and its key `client.key`; and `other.pem` with
+/// `other.key`, the same from a CA nginx does not trust.
+fn make_client_certificates(dir: &std::path::Path) {
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    std::fs::write(
+        dir.join("client.ext"),
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n\
+         extendedKeyUsage=clientAuth\n",
+    )
+    .expect("write client.ext");
+    let mut csr = vec!["req"];
+    csr.extend(ec);
+    csr.extend([
+        "-keyout",
+        "client.key",
+        "-out",
+        "client.csr",
+        "-subj",
+        "/CN=crawler test client",
+    ]);
+    openssl(dir, &csr);
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "client.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "client.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "client.ext",
+        ],
+    );
+    // Self-signed: a certificate of the right shape that no CA nginx trusts vouches for.
+    let mut other = vec!["req", "-x509"];
+    other.extend(ec);
+    other.extend([
+        "-keyout",
+        "other.key",
+        "-out",
+        "other.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=crawler test stranger",
+    ]);
+    openssl(dir, &other);
+}
+
 /// Product pages served by nginx, and the index linking them.
 const NGINX_PAGES: usize = 5;
 
@@ -274,6 +341,9 @@ struct Nginx {
     h1_port: u16,
     /// The port of a server block with HTTP/2 that speaks TLS 1.2 only.
     tls12_port: u16,
+    /// The port of a server block with HTTP/2 that requires a client certificate signed by
+    /// the test's CA (`ssl_verify_client on`).
+    mtls_port: u16,
 }
 
 /// A free TCP port on 127.0.0.1 (free when asked; nginx binds it right after).
@@ -289,6 +359,7 @@ impl Nginx {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path();
         make_certificates(root);
+        make_client_certificates(root);
         let site = root.join("site");
         std::fs::create_dir_all(&site).expect("site dir");
         let links: String = (1..=NGINX_PAGES)
@@ -308,18 +379,20 @@ impl Nginx {
             )
             .expect("page");
         }
-        let (h2_port, h1_port, tls12_port) = (free_port(), free_port(), free_port());
+        let (h2_port, h1_port, tls12_port, mtls_port) =
+            (free_port(), free_port(), free_port(), free_port());
         let d = root.display();
         // `listen ... ssl http2` works from nginx 1.9.5 on (Debian 12 ships 1.22, where the
         // `http2 on;` directive of 1.25.1 does not exist yet); later versions only warn.
-        let server = |port: u16, http2: &str, log: &str, protocols: &str| {
+        let server = |port: u16, http2: &str, log: &str, protocols: &str, extra: &str| {
             format!(
                 "server {{ listen 127.0.0.1:{port} ssl{http2}; server_name localhost; \
                  ssl_certificate {d}/server.pem; ssl_certificate_key {d}/server.key; \
-                 ssl_protocols {protocols}; \
+                 ssl_protocols {protocols}; {extra} \
                  access_log {d}/{log} proto; root {d}/site; index index.html; }}\n"
             )
         };
+        let mtls = format!("ssl_client_certificate {d}/ca.pem; ssl_verify_client on;");
         let conf = format!(
             "daemon off;\nmaster_process off;\nworker_processes 1;\n\
              error_log {d}/error.log warn;\npid {d}/nginx.pid;\n\
@@ -327,14 +400,16 @@ impl Nginx {
              http {{\n\
              types {{ text/html html; text/plain txt; }}\n\
              default_type application/octet-stream;\n\
-             log_format proto '$server_protocol $connection $request_uri $status';\n\
+             log_format proto '$server_protocol $connection $request_uri $status \
+             $ssl_client_verify';\n\
              client_body_temp_path {d}/tmp_body; proxy_temp_path {d}/tmp_proxy;\n\
              fastcgi_temp_path {d}/tmp_fastcgi; uwsgi_temp_path {d}/tmp_uwsgi;\n\
              scgi_temp_path {d}/tmp_scgi;\n\
-             {}{}{}}}\n",
-            server(h2_port, " http2", "h2.log", "TLSv1.2 TLSv1.3"),
-            server(h1_port, "", "h1.log", "TLSv1.2 TLSv1.3"),
-            server(tls12_port, " http2", "tls12.log", "TLSv1.2"),
+             {}{}{}{}}}\n",
+            server(h2_port, " http2", "h2.log", "TLSv1.2 TLSv1.3", ""),
+            server(h1_port, "", "h1.log", "TLSv1.2 TLSv1.3", ""),
+            server(tls12_port, " http2", "tls12.log", "TLSv1.2", ""),
+            server(mtls_port, " http2", "mtls.log", "TLSv1.2 TLSv1.3", &mtls),
         );
         std::fs::write(root.join("nginx.conf"), conf).expect("nginx.conf");
         let child = std::process::Command::new("nginx")
@@ -354,6 +429,7 @@ impl Nginx {
             h2_port,
             h1_port,
             tls12_port,
+            mtls_port,
         };
         nginx.wait_ready();
         nginx
@@ -363,7 +439,7 @@ impl Nginx {
     fn wait_ready(&self) {
         for _ in 0..250 {
             let up = |port: u16| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
-            if up(self.h2_port) && up(self.h1_port) && up(self.tls12_port) {
+            if up(self.h2_port) && up(self.h1_port) && up(self.tls12_port) && up(self.mtls_port) {
                 return;
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
@@ -373,11 +449,12 @@ impl Nginx {
     }
 
     fn ca_file(&self) -> String {
-        self.dir
-            .path()
-            .join("ca.pem")
-            .to_string_lossy()
-            .into_owned()
+        self.file("ca.pem")
+    }
+
+    /// The path of `name` in the server's directory.
+    fn file(&self, name: &str) -> String {
+        self.dir.path().join(name).to_string_lossy().into_owned()
     }
 
     /// The protocols of the requests one server block logged (`HTTP/2.0`, `HTTP/1.1`).
@@ -422,6 +499,34 @@ async fn crawl_tls(
     Stats,
     std::collections::BTreeSet<String>,
 ) {
+    crawl_tls_with(start, ca_file, settings, "http").await
+}
+
+/// [`crawl_tls`] with the distinct values of the items' `field` instead of their versions.
+async fn crawl_tls_field(
+    start: String,
+    ca_file: &str,
+    field: &str,
+) -> (
+    Vec<String>,
+    Vec<serde_json::Value>,
+    Stats,
+    std::collections::BTreeSet<String>,
+) {
+    crawl_tls_with(start, ca_file, &[], field).await
+}
+
+async fn crawl_tls_with(
+    start: String,
+    ca_file: &str,
+    settings: &[(&str, &str)],
+    field: &str,
+) -> (
+    Vec<String>,
+    Vec<serde_json::Value>,
+    Stats,
+    std::collections::BTreeSet<String>,
+) {
     let dir = tempfile::tempdir().expect("tempdir");
     let failures = dir.path().join("failures.jsonl");
     let items = dir.path().join("items.jsonl");
@@ -441,7 +546,7 @@ async fn crawl_tls(
     let stats = crawl.run().await.expect("crawl runs");
     let mut titles = titles(&items);
     titles.sort();
-    let versions = item_field(&items, "http").into_iter().collect();
+    let versions = item_field(&items, field).into_iter().collect();
     let failures = std::fs::read_to_string(&failures)
         .unwrap_or_default()
         .lines()
@@ -498,6 +603,18 @@ async fn nginx_on_tls_is_crawled_over_http2_where_it_offers_it_and_http1_where_n
         !served.is_empty() && served.iter().all(|p| p == "HTTP/1.1"),
         "{served:?}"
     );
+
+    // The TLS version of each page's connection, for the request log: nginx offers 1.3.
+    let (_, _, _, tls) =
+        crawl_tls_field(format!("https://127.0.0.1:{}/", nginx.h2_port), &ca, "tls").await;
+    assert_eq!(tls.into_iter().collect::<Vec<_>>(), ["TLSv1.3"]);
+    let (_, _, _, tls) = crawl_tls_field(
+        format!("https://127.0.0.1:{}/", nginx.tls12_port),
+        &ca,
+        "tls",
+    )
+    .await;
+    assert_eq!(tls.into_iter().collect::<Vec<_>>(), ["TLSv1.2"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -726,4 +843,69 @@ async fn an_http2_goaway_loses_no_request() {
     assert!(stats.failed.is_empty(), "{stats}");
     assert!(seen.connections.load(SeqCst) >= 2, "{stats}");
     assert!(stats.reconciles(), "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_is_shown_to_the_hosts_that_require_one() {
+    let nginx = Nginx::start();
+    let ca = nginx.ca_file();
+    let mtls = format!("127.0.0.1:{}", nginx.mtls_port);
+    let start = format!("https://{mtls}/");
+
+    // Without a certificate nginx answers every request 400 (no certificate sent): not
+    // one page.
+    let (titles, _, stats, _) = crawl_tls(start.clone(), &ca, &[]).await;
+    assert!(titles.is_empty(), "{titles:?}");
+    assert!(stats.status.contains_key(&400), "{stats}");
+
+    // A certificate the server's CA did not sign is refused the same way.
+    let (cert, key) = (nginx.file("other.pem"), nginx.file("other.key"));
+    let (titles, _, stats, _) = crawl_tls(
+        start.clone(),
+        &ca,
+        &[("tls_client_cert", &cert), ("tls_client_key", &key)],
+    )
+    .await;
+    assert!(titles.is_empty(), "{titles:?} {stats}");
+
+    // The crawl's certificate, key apart: every page, each request verified by nginx.
+    let (cert, key) = (nginx.file("client.pem"), nginx.file("client.key"));
+    let before = nginx.log_field("mtls.log", 4).len();
+    let (titles, failures, stats, _) = crawl_tls(
+        start.clone(),
+        &ca,
+        &[("tls_client_cert", &cert), ("tls_client_key", &key)],
+    )
+    .await;
+    assert_eq!(titles, product_titles(), "{failures:?}\n{stats}");
+    let verified = nginx.log_field("mtls.log", 4);
+    assert!(verified.len() > before + NGINX_PAGES, "{verified:?}");
+    assert!(
+        verified[before..].iter().all(|v| v == "SUCCESS"),
+        "{verified:?}"
+    );
+
+    // Per host: a `[[hosts]]` rule's certificate (chain and key in one file) for that host
+    // alone; the crawl has none.
+    let both = nginx.dir.path().join("both.pem");
+    let pem = [
+        std::fs::read_to_string(&cert).expect("client.pem"),
+        std::fs::read_to_string(&key).expect("client.key"),
+    ]
+    .concat();
+    std::fs::write(&both, pem).expect("both.pem");
+    let rule = serde_json::json!([{ "match": mtls, "tls_client_cert": both }]).to_string();
+    let (titles, failures, stats, _) = crawl_tls(start, &ca, &[("hosts", rule.as_str())]).await;
+    assert_eq!(titles, product_titles(), "{failures:?}\n{stats}");
+
+    // A certificate file without its key stops the crawl at start, naming the setting.
+    let err = Crawl::new(Shop {
+        start: format!("https://{mtls}/"),
+    })
+    .set("tls_client_cert", cert.as_str())
+    .progress(false)
+    .run()
+    .await
+    .expect_err("a certificate without its key");
+    assert!(err.to_string().contains("tls_client_cert"), "{err}");
 }

@@ -64,9 +64,10 @@ impl Spider for Shelves {
     }
 }
 
-/// A tinyproxy on a free 127.0.0.1 port, with Basic credentials, logging each request.
+/// A tinyproxy on a free 127.0.0.1 port, with Basic credentials, logging each request. It
+/// can be killed (by its process id) and started again on the same port.
 struct Tinyproxy {
-    child: std::process::Child,
+    child: std::sync::Mutex<std::process::Child>,
     dir: tempfile::TempDir,
     port: u16,
 }
@@ -74,35 +75,50 @@ struct Tinyproxy {
 impl Tinyproxy {
     fn start() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port on loopback")
-            .port();
+        let port = free_port();
         let log = dir.path().join("tinyproxy.log");
         let conf = format!(
             "Port {port}\nListen 127.0.0.1\nTimeout 30\nMaxClients 200\nAllow 127.0.0.1\n\
              BasicAuth {USER} {PASSWORD}\nLogLevel Connect\nLogFile \"{}\"\n",
             log.display()
         );
-        let conf_path = dir.path().join("tinyproxy.conf");
-        std::fs::write(&conf_path, conf).expect("tinyproxy.conf");
-        let child = std::process::Command::new("tinyproxy")
+        std::fs::write(dir.path().join("tinyproxy.conf"), conf).expect("tinyproxy.conf");
+        let child = Self::spawn(dir.path());
+        // Owned first, so a proxy that never comes up is still killed (by `Drop`).
+        let proxy = Self {
+            child: std::sync::Mutex::new(child),
+            dir,
+            port,
+        };
+        wait_listening(port, "tinyproxy");
+        proxy
+    }
+
+    /// tinyproxy with the configuration in `dir` (its port is in it).
+    fn spawn(dir: &std::path::Path) -> std::process::Child {
+        std::process::Command::new("tinyproxy")
             .arg("-d")
             .arg("-c")
-            .arg(&conf_path)
+            .arg(dir.join("tinyproxy.conf"))
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
-            .expect("tinyproxy must be installed (apt-get install tinyproxy)");
-        // Owned first, so a proxy that never comes up is still killed (by `Drop`).
-        let proxy = Self { child, dir, port };
-        for _ in 0..250 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return proxy;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        panic!("tinyproxy did not come up on port {port}");
+            .expect("tinyproxy must be installed (apt-get install tinyproxy)")
+    }
+
+    /// Kill the proxy by its process id (SIGKILL: connections through it are cut).
+    fn kill(&self) {
+        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Start the proxy again, on the same port, once killed.
+    fn restart(&self) {
+        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        *child = Self::spawn(self.dir.path());
+        drop(child);
+        wait_listening(self.port, "tinyproxy");
     }
 
     /// The proxy's URL with `password`.
@@ -124,9 +140,27 @@ impl Tinyproxy {
 impl Drop for Tinyproxy {
     fn drop(&mut self) {
         // Our own child, by its id.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
     }
+}
+
+/// A free TCP port on 127.0.0.1 (free when asked; the server binds it right after).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port on loopback")
+        .port()
+}
+
+/// Wait (at most 5 s) until something listens on `port`, or panic naming `what`.
+fn wait_listening(port: u16, what: &str) {
+    for _ in 0..250 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("{what} did not come up on port {port}");
 }
 
 /// The lab's host key, `127.0.0.1:port`.
@@ -245,8 +279,6 @@ async fn a_proxy_refusing_the_connection_fails_the_requests_without_printing_the
     .set("throttle", "fixed")
     .set("download_delay", "0s")
     .set("retry_times", "1")
-    // Without robots.txt, whose gate skips an unreachable host before its pages fail.
-    .set("obey_robots", "false")
     .progress(false)
     .run()
     .await
@@ -267,6 +299,15 @@ async fn a_proxy_refusing_the_connection_fails_the_requests_without_printing_the
     assert_eq!(records.len(), 1, "{text}");
     assert_eq!(records[0]["reason"], "proxy", "{text}");
     assert_eq!(records[0]["attempts"], 2, "{text}");
+    // robots.txt is obeyed, and its failure through the proxy is the proxy's: the host is
+    // neither skipped as unreachable nor held.
+    assert_eq!(stats.skipped_host, 0, "{stats}");
+    assert!(stats.hosts.iter().all(|h| h.skipped.is_none()), "{stats}");
+    // Both attempts (and the robots.txt fetches before them) counted on the proxy, the
+    // attempts as `proxy` failures.
+    let (_, figures) = only_proxy(&stats);
+    assert!(figures.requests >= 2, "{stats}");
+    assert_eq!(figures.failed.get("proxy"), Some(&2), "{stats}");
     lab.shutdown().await;
 }
 
@@ -357,4 +398,336 @@ async fn a_socks5_proxy_in_a_hosts_rule_carries_every_request_of_its_hosts() {
     assert!(!printed.contains(PASSWORD), "{printed}");
     ruled.shutdown().await;
     plain.shutdown().await;
+}
+
+/// Crawls one lab's books, and once the `at`-th book is parsed calls `then` (which kills
+/// the proxy the crawl goes through).
+struct KillAt {
+    start: String,
+    at: usize,
+    seen: std::sync::atomic::AtomicUsize,
+    then: Box<dyn Fn() + Send + Sync>,
+}
+
+impl Spider for KillAt {
+    type Item = Book;
+    fn name(&self) -> &str {
+        "kill_at"
+    }
+    fn start_urls(&self) -> Vec<String> {
+        vec![self.start.clone()]
+    }
+    async fn parse(&self, page: Response, out: &mut Output<Book>) -> Result<()> {
+        if page.callback() == Some("book") {
+            out.item(Book {
+                url: page.url().to_string(),
+                title: page.text_of("div.product h1")?,
+            });
+            let n = self.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            if n == self.at {
+                (self.then)();
+            }
+            return Ok(());
+        }
+        for href in page.select("a").attrs("href") {
+            if href.contains("book-") {
+                out.follow(href).callback("book");
+            } else {
+                out.follow(href);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Books of the lab the mid-crawl tests crawl, and the book after which the proxy is killed.
+const MID_BOOKS: usize = 300;
+const KILL_AT: usize = MID_BOOKS / 4;
+
+/// Crawl `lab` through `proxy` by a `[[hosts]]` rule, robots.txt obeyed, calling `then` at
+/// the `KILL_AT`-th book: the items, the failures file's records, the stats.
+async fn crawl_killing(
+    lab: &Lab,
+    proxy: &str,
+    retry_times: &str,
+    then: Box<dyn Fn() + Send + Sync>,
+) -> (Vec<Book>, Vec<serde_json::Value>, Stats) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let items = dir.path().join("items.jsonl");
+    let failures = dir.path().join("failures.jsonl");
+    let rules = serde_json::json!([{ "match": host_of(lab), "proxy": proxy }]).to_string();
+    let stats = Crawl::new(KillAt {
+        start: lab.url(),
+        at: KILL_AT,
+        seen: std::sync::atomic::AtomicUsize::new(0),
+        then,
+    })
+    .feed(&items)
+    .expect("feed path")
+    .set("hosts", rules)
+    .set("failures_file", failures.to_string_lossy())
+    .set("concurrency_per_host", "4")
+    .set("throttle", "fixed")
+    .set("download_delay", "0s")
+    .set("retry_times", retry_times)
+    .set("retry_backoff_base", "100ms")
+    .set("retry_backoff_cap", "1s")
+    .progress(false)
+    .run()
+    .await
+    .expect("crawl runs");
+    let books = std::fs::read_to_string(&items)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    let records = std::fs::read_to_string(&failures)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    (books, records, stats)
+}
+
+/// The one proxy in `stats.proxies`: its name (as printed) and figures; the name must not
+/// hold the password.
+fn only_proxy(stats: &Stats) -> (String, crawler::core::ProxyStats) {
+    assert_eq!(stats.proxies.len(), 1, "{stats}");
+    let (name, figures) = stats.proxies.iter().next().expect("one proxy");
+    assert!(!name.contains(PASSWORD), "{name}");
+    assert!(name.contains(USER), "{name}");
+    (name.clone(), figures.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_killed_mid_crawl_leaves_each_later_url_in_the_failures_file_as_proxy() {
+    let proxy = std::sync::Arc::new(Tinyproxy::start());
+    let lab = Lab::builder()
+        .books(MID_BOOKS)
+        .start()
+        .await
+        .expect("lab starts");
+    let killer = std::sync::Arc::clone(&proxy);
+    let (books, records, stats) = crawl_killing(
+        &lab,
+        &proxy.url(PASSWORD),
+        "2",
+        Box::new(move || killer.kill()),
+    )
+    .await;
+    // The proxy died after KILL_AT books and never came back: what was fetched before is
+    // there, and every request that had not ended is in the failures file, in the proxy's
+    // class, once, after its retries.
+    assert!(books.len() >= KILL_AT, "{stats}");
+    assert!(
+        books.len() < MID_BOOKS,
+        "the proxy was killed mid-crawl: {stats}"
+    );
+    assert!(!records.is_empty(), "{stats}");
+    let reasons: HashSet<&str> = records
+        .iter()
+        .map(|r| r["reason"].as_str().unwrap_or("-"))
+        .collect();
+    assert_eq!(reasons, HashSet::from(["proxy"]), "{records:?}");
+    assert!(records.iter().all(|r| r["attempts"] == 3), "{records:?}");
+    let failed: HashSet<&str> = records
+        .iter()
+        .map(|r| r["url"].as_str().unwrap_or("-"))
+        .collect();
+    assert_eq!(failed.len(), records.len(), "each URL once: {records:?}");
+    let fetched: HashSet<&str> = books.iter().map(|b| b.url.as_str()).collect();
+    assert!(fetched.is_disjoint(&failed), "{records:?}");
+    // Every request enqueued ended: fetched, filtered or failed as `proxy`, nothing else.
+    assert_eq!(stats.failed.len(), 1, "{stats}");
+    assert_eq!(
+        stats.failed.get("proxy"),
+        Some(&(records.len() as u64)),
+        "{stats}"
+    );
+    assert_eq!(stats.skipped_host, 0, "{stats}");
+    assert!(stats.reconciles(), "{stats}");
+    // Per proxy: every attempt counted, the failures by class; redacted in the JSON stats.
+    let (name, figures) = only_proxy(&stats);
+    assert!(
+        figures.requests >= books.len() as u64 + 3 * records.len() as u64,
+        "{stats}"
+    );
+    assert!(
+        figures.failed.get("proxy").copied().unwrap_or(0) >= 2 * records.len() as u64,
+        "{stats}"
+    );
+    let json = serde_json::to_value(&stats).expect("stats to JSON");
+    assert_eq!(
+        json["proxies"][&name]["requests"], figures.requests,
+        "{json}"
+    );
+    let printed = format!("{stats}\n{json}");
+    assert!(printed.contains(&format!("proxy {name}:")), "{printed}");
+    assert!(!printed.contains(PASSWORD), "{printed}");
+    lab.shutdown().await;
+}
+
+/// How long the proxy stays down before it is started again.
+const OUTAGE: std::time::Duration = std::time::Duration::from_secs(1);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_killed_mid_crawl_and_back_after_an_outage_loses_no_item() {
+    let proxy = std::sync::Arc::new(Tinyproxy::start());
+    let lab = Lab::builder()
+        .books(MID_BOOKS)
+        .start()
+        .await
+        .expect("lab starts");
+    let killer = std::sync::Arc::clone(&proxy);
+    let restarted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = std::sync::Arc::clone(&restarted);
+    let (books, records, stats) = crawl_killing(
+        &lab,
+        &proxy.url(PASSWORD),
+        // Enough retries (full-jitter backoff, 100 ms doubling to at most 1 s) to span the
+        // outage several times over.
+        "10",
+        Box::new(move || {
+            killer.kill();
+            let proxy = std::sync::Arc::clone(&killer);
+            let flag = std::sync::Arc::clone(&flag);
+            // The outage is the scenario: the proxy comes back after it, on its own thread.
+            std::thread::spawn(move || {
+                std::thread::sleep(OUTAGE);
+                proxy.restart();
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            });
+        }),
+    )
+    .await;
+    assert!(restarted.load(std::sync::atomic::Ordering::SeqCst));
+    // Every item, each once, and nothing in the failures file.
+    assert_eq!(books.len(), MID_BOOKS, "{stats}");
+    let urls: HashSet<&str> = books.iter().map(|b| b.url.as_str()).collect();
+    assert_eq!(urls.len(), MID_BOOKS, "{stats}");
+    assert!(records.is_empty(), "{records:?}");
+    assert!(stats.failed.is_empty(), "{stats}");
+    // The outage was seen: requests failed against the dead proxy and were retried.
+    let (_, figures) = only_proxy(&stats);
+    assert!(!figures.failed.is_empty(), "{stats}");
+    assert!(stats.retries > 0, "{stats}");
+    lab.shutdown().await;
+}
+
+/// stunnel (Debian's `stunnel4`) on a free 127.0.0.1 port, speaking TLS with a certificate
+/// made by the test and passing each connection on to `to` in the clear: an `https://`
+/// proxy in front of a tinyproxy.
+struct Stunnel {
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl Stunnel {
+    fn start(to: u16) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        crate::network::make_certificates(dir.path());
+        let port = free_port();
+        let d = dir.path().display();
+        let conf = format!(
+            "foreground = yes\npid =\ndebug = 5\noutput = {d}/stunnel.log\n\
+             [proxy]\naccept = 127.0.0.1:{port}\nconnect = 127.0.0.1:{to}\n\
+             cert = {d}/server.pem\nkey = {d}/server.key\n"
+        );
+        std::fs::write(dir.path().join("stunnel.conf"), conf).expect("stunnel.conf");
+        let child = std::process::Command::new("stunnel4")
+            .arg(dir.path().join("stunnel.conf"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("stunnel must be installed (apt-get install stunnel4)");
+        // Owned first, so a server that never comes up is still killed (by `Drop`).
+        let stunnel = Self { child, dir, port };
+        wait_listening(port, "stunnel");
+        stunnel
+    }
+
+    fn ca_file(&self) -> String {
+        self.dir
+            .path()
+            .join("ca.pem")
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// How many TLS connections stunnel accepted and passed on.
+    fn connections(&self) -> usize {
+        std::fs::read_to_string(self.dir.path().join("stunnel.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("accepted connection from"))
+            .count()
+    }
+}
+
+impl Drop for Stunnel {
+    fn drop(&mut self) {
+        // Our own child, by its id.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_proxy_is_reached_over_tls_and_carries_every_request() {
+    let proxy = Tinyproxy::start();
+    let tls = Stunnel::start(proxy.port);
+    let lab = Lab::builder().books(100).start().await.expect("lab starts");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let items = dir.path().join("items.jsonl");
+    let url = format!("https://{USER}:{PASSWORD}@127.0.0.1:{}", tls.port);
+    let failures = dir.path().join("failures.jsonl");
+    let crawl = |ca: Option<String>, items: &std::path::Path| {
+        let mut crawl = Crawl::new(Shelves {
+            starts: vec![lab.url()],
+            via: None,
+        })
+        .feed(items)
+        .expect("feed path")
+        .set("proxy", url.as_str())
+        .set("failures_file", failures.to_string_lossy())
+        .set("concurrency_per_host", "4")
+        .set("throttle", "fixed")
+        .set("download_delay", "0s")
+        // tinyproxy may close a kept-alive connection as the next request goes out on it
+        // ("connection closed before message completed"): a `connection` failure the
+        // engine retries, as it would with any server.
+        .set("retry_times", "2")
+        .progress(false);
+        if let Some(ca) = ca {
+            crawl = crawl.set("tls_ca_file", ca);
+        }
+        crawl.run()
+    };
+    // Without the test's CA the proxy's certificate is not trusted: nothing goes through.
+    let stats = crawl(None, &dir.path().join("untrusted.jsonl"))
+        .await
+        .expect("crawl runs");
+    assert_eq!(stats.items_scraped, 0, "{stats}");
+    assert!(lab.recorder().requests().is_empty());
+    assert!(proxy.forwarded().is_empty());
+    // Trusted: every book, every request through the proxy, on TLS connections to it.
+    let stats = crawl(Some(tls.ca_file()), &items)
+        .await
+        .expect("crawl runs");
+    let lines = std::fs::read_to_string(&items).expect("items file");
+    let failed = std::fs::read_to_string(&failures).unwrap_or_default();
+    assert_eq!(lines.lines().count(), 100, "{stats}\n{failed}");
+    let seen = lab.recorder().requests().len();
+    assert!(seen > 100, "{seen}");
+    assert_eq!(proxy.forwarded().len(), seen, "{stats}");
+    assert!(tls.connections() > 0, "{stats}");
+    let (name, figures) = only_proxy(&stats);
+    assert!(name.starts_with("https://"), "{name}");
+    // Every attempt counted: those that reached the lab, and those the proxy's connection
+    // failed (counted as failed).
+    let failed: u64 = figures.failed.values().sum();
+    assert!(figures.requests >= seen as u64, "{stats}");
+    assert!(figures.requests - failed <= seen as u64, "{stats}");
+    lab.shutdown().await;
 }

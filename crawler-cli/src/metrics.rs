@@ -173,6 +173,42 @@ pub fn exposition(p: &Progress) -> String {
             .collect(),
     );
     metric(
+        "dns_lookups_total",
+        "counter",
+        "Names resolved by the crawl's resolver: sent (lookups sent to DNS), cached (asked \
+         for by a connection and answered without a lookup of their own), failed.",
+        vec![
+            ("{kind=\"sent\"}".to_owned(), s.dns.lookups as f64),
+            ("{kind=\"cached\"}".to_owned(), s.dns.cached as f64),
+            ("{kind=\"failed\"}".to_owned(), s.dns.failed as f64),
+        ],
+    );
+    metric(
+        "proxy_requests_total",
+        "counter",
+        "Requests sent through each proxy (its password redacted).",
+        s.proxies
+            .iter()
+            .map(|(k, p)| (format!("{{proxy=\"{}\"}}", label(k)), p.requests as f64))
+            .collect(),
+    );
+    metric(
+        "proxy_failed_total",
+        "counter",
+        "Requests through each proxy that ended without a response, by failure class.",
+        s.proxies
+            .iter()
+            .flat_map(|(k, p)| {
+                p.failed.iter().map(move |(reason, n)| {
+                    (
+                        format!("{{proxy=\"{}\",reason=\"{}\"}}", label(k), label(reason)),
+                        *n as f64,
+                    )
+                })
+            })
+            .collect(),
+    );
+    metric(
         "spider_stats_total",
         "counter",
         "The spider's own counters (Output::stats), by name.",
@@ -260,8 +296,31 @@ mod tests {
             holds: 1,
             ..Default::default()
         });
+        p.stats.dns.lookups = 5;
+        p.stats.dns.cached = 40;
+        let proxy = p
+            .stats
+            .proxies
+            .entry("http://u:***@127.0.0.1:3128".into())
+            .or_default();
+        proxy.requests = 9;
+        proxy.failed.insert("proxy".into(), 2);
         let text = exposition(&p);
         assert!(text.contains("crawler_queued_requests 7\n"), "{text}");
+        assert!(
+            text.contains("crawler_dns_lookups_total{kind=\"sent\"} 5\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("crawler_dns_lookups_total{kind=\"cached\"} 40\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "crawler_proxy_failed_total{proxy=\"http://u:***@127.0.0.1:3128\",reason=\"proxy\"} 2\n"
+            ),
+            "{text}"
+        );
         assert!(
             text.contains("crawler_responses_total{status=\"429\"} 3\n"),
             "{text}"

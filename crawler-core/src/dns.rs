@@ -33,6 +33,39 @@ impl Cached {
     }
 }
 
+/// What the crawl's resolver did ([`Stats::dns`](crate::Stats::dns)): the final stats,
+/// the JSON stats and the metrics endpoint show it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct DnsStats {
+    /// Lookups sent to DNS (or read from `/etc/hosts`): one per name per TTL.
+    pub lookups: u64,
+    /// Names the HTTP client asked for (one per new connection) that were answered without
+    /// a lookup of their own: from the cache, a lookup already under way, or `resolve`.
+    pub cached: u64,
+    /// Names that could not be resolved (no such name, no address, no answer within
+    /// `dns_timeout`, or a special-use name such as `.invalid`, for which no query leaves).
+    pub failed: u64,
+}
+
+impl DnsStats {
+    /// Whether nothing was counted (a crawl through a proxy that resolves, or a stub).
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+impl std::ops::Add for DnsStats {
+    type Output = Self;
+    fn add(self, o: Self) -> Self {
+        Self {
+            lookups: self.lookups + o.lookups,
+            cached: self.cached + o.cached,
+            failed: self.failed + o.failed,
+        }
+    }
+}
+
 /// The crawl's resolver as the synchronous parts (the frontier's slot keys and limiter
 /// groups) see it: they read its cache and never wait on the network; names are resolved
 /// ahead ([`NameCache::prefetch`], awaited by the engine before a page's links reach the
@@ -46,6 +79,10 @@ pub trait NameCache: Send + Sync {
     /// Resolve `names` (those not fresh in the cache), concurrently; done when every one
     /// has an answer or a failure.
     fn prefetch(&self, names: Vec<String>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+    /// What the resolver did so far (nothing, for a cache that counts nothing).
+    fn counts(&self) -> DnsStats {
+        DnsStats::default()
+    }
 }
 
 /// Resolves the names of requests before the frontier keys them: the engine awaits it for

@@ -214,6 +214,9 @@ pub struct Feedback {
     /// The HTTP version the answer came in, when one came from the network (counted per
     /// version in [`Stats::http_versions`](crate::Stats::http_versions)).
     pub http_version: Option<http::Version>,
+    /// The proxy the request went through, its URL with any password redacted, when it went
+    /// through one (counted per proxy in [`Stats::proxies`](crate::Stats::proxies)).
+    pub proxy: Option<std::sync::Arc<str>>,
 }
 
 /// The name of an HTTP version as the stats and logs write it: `HTTP/1.1`, `HTTP/2`.

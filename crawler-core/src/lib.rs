@@ -106,7 +106,7 @@ pub use settings::{HttpVersion, TlsVersion};
 pub use shutdown::Shutdown;
 pub use spider::Spider;
 pub use spider_args::{SpiderContext, open_spider, parse_spider_arg};
-pub use stats::{CLOSE_ERROR, CLOSE_FINISHED, CLOSE_STOPPED, Stats};
+pub use stats::{CLOSE_ERROR, CLOSE_FINISHED, CLOSE_STOPPED, ProxyStats, Stats};
 pub use statuses::{
     AllowedStatuses, HANDLE_HTTPSTATUS_ALL_META, HANDLE_HTTPSTATUS_LIST_META, StatusRules,
 };

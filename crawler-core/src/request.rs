@@ -231,6 +231,12 @@ impl Request {
     /// `https://`, `socks5://` or `socks5h://`), whatever the `[[hosts]]` rule or the crawl's `proxy` say (Scrapy's
     /// `meta["proxy"]`). Kept in the meta under [`PROXY_META`], so it persists with the
     /// request; politeness stays per target host.
+    ///
+    /// Persisting means that with a `job_dir` the URL, password included, is written in
+    /// the job directory's queue (as Scrapy's `meta["proxy"]` is in its `JOBDIR`). Keep
+    /// that directory as private as the password, or put passworded proxies in the `proxy`
+    /// setting or a `[[hosts]]` rule instead: those are not stored with the requests. Logs,
+    /// errors, stats and the failures file show it redacted.
     pub fn proxy(mut self, url: impl Into<String>) -> Self {
         self.meta
             .insert(PROXY_META.into(), serde_json::Value::String(url.into()));

@@ -41,6 +41,9 @@ pub struct Response {
     remote_addr: Option<std::net::IpAddr>,
     /// The HTTP version the response came in, when it came from the network.
     http_version: Option<http::Version>,
+    /// The TLS version of the connection it came on (`TLSv1.3`), when the downloader
+    /// recorded it.
+    tls_version: Option<&'static str>,
     /// The bounds the HTML parse must stay within (the crawl's `parse_*` settings).
     limits: ParseLimits,
 }
@@ -115,6 +118,7 @@ impl Response {
             after_ack: Mutex::new(None),
             remote_addr: None,
             http_version: None,
+            tls_version: None,
             limits: ParseLimits::default(),
         }
     }
@@ -169,6 +173,20 @@ impl Response {
     /// cache or built by hand. [`crate::http_version_name`] gives its name (`HTTP/2`).
     pub fn http_version(&self) -> Option<http::Version> {
         self.http_version
+    }
+
+    /// Record the TLS version of the connection the response came on (downloaders call
+    /// this).
+    pub fn with_tls_version(mut self, version: Option<&'static str>) -> Self {
+        self.tls_version = version;
+        self
+    }
+
+    /// The TLS version of the connection the response came on (`TLSv1.2`, `TLSv1.3`), when
+    /// the downloader recorded it (the HTTP downloader does); `None` on plain `http://`,
+    /// from the cache, or built by hand.
+    pub fn tls_version(&self) -> Option<&'static str> {
+        self.tls_version
     }
 
     /// Whether the page was served from a private, loopback or link-local address (by its

@@ -86,6 +86,15 @@ pub struct Stats {
     /// see the `http_version` setting).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub http_versions: BTreeMap<String, u64>,
+    /// Requests sent through each proxy, by its URL with any password redacted (as in
+    /// `http://user:***@proxy:3128`): attempts (retries and robots.txt fetches included) and
+    /// those that failed, by failure class (`proxy` when the proxy itself failed).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub proxies: BTreeMap<String, ProxyStats>,
+    /// What the crawl's resolver did: lookups sent, names answered from its cache, lookups
+    /// that failed (see [`DnsStats`](crate::dns::DnsStats)).
+    #[serde(skip_serializing_if = "crate::dns::DnsStats::is_empty")]
+    pub dns: crate::dns::DnsStats,
     /// The spider's own counters, by name: what its callbacks and errbacks counted with
     /// [`Output::stats`](crate::Output::stats) (Scrapy's `self.crawler.stats.inc_value`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -94,6 +103,17 @@ pub struct Stats {
     /// revisit records, in every file.
     #[serde(skip_serializing_if = "is_zero")]
     pub warc_records: u64,
+}
+
+/// One proxy's figures in [`Stats::proxies`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProxyStats {
+    /// Requests sent through it (every attempt).
+    pub requests: u64,
+    /// Of those, the ones that ended without a response, by failure class.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub failed: BTreeMap<String, u64>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -326,6 +346,24 @@ impl fmt::Display for Stats {
         }
         if self.hosts.len() > 10 {
             write!(f, "\n  ... and {} more hosts", self.hosts.len() - 10)?;
+        }
+        if !self.dns.is_empty() {
+            write!(
+                f,
+                "\n  dns                {} lookups, {} from cache, {} failed",
+                self.dns.lookups, self.dns.cached, self.dns.failed
+            )?;
+        }
+        for (proxy, p) in &self.proxies {
+            write!(f, "\n  proxy {proxy}: {} requests", p.requests)?;
+            if !p.failed.is_empty() {
+                write!(
+                    f,
+                    ", {} failed {}",
+                    p.failed.values().sum::<u64>(),
+                    join(&p.failed)
+                )?;
+            }
         }
         if !self.spider.is_empty() {
             write!(f, "\n  spider stats       {}", join(&self.spider))?;

@@ -74,6 +74,10 @@ pub struct Resolver {
     /// [`MAX_LOOKUPS_IN_FLIGHT`] permits.
     in_flight: tokio::sync::Semaphore,
     queries: AtomicU64,
+    /// Names asked for by [`Resolver::lookup`] answered without a query of their own.
+    cache_answers: AtomicU64,
+    /// Queries that failed.
+    failures: AtomicU64,
     /// Itself, for lookups started from `&self` (background refreshes).
     me: Weak<Resolver>,
 }
@@ -170,6 +174,8 @@ impl Resolver {
             pending: Mutex::new(HashMap::new()),
             in_flight: tokio::sync::Semaphore::new(MAX_LOOKUPS_IN_FLIGHT),
             queries: AtomicU64::new(0),
+            cache_answers: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
             me: me.clone(),
         })
     }
@@ -184,16 +190,22 @@ impl Resolver {
     pub async fn lookup(&self, name: &str) -> Result<Arc<[IpAddr]>, String> {
         let name = normalise(name);
         if let Some(addrs) = self.overrides.get(&name) {
+            self.cache_answers.fetch_add(1, Ordering::Relaxed);
             return Ok(Arc::clone(addrs));
         }
         if let Some(answer) = self.fresh(&name) {
+            self.cache_answers.fetch_add(1, Ordering::Relaxed);
             return answer.map_err(|w| w.to_string());
         }
-        let Some(pending) = self.pending(&name) else {
+        let Some((pending, new)) = self.pending(&name) else {
             return Err(format!(
                 "failed to lookup address {name}: the resolver is gone"
             ));
         };
+        if !new {
+            // Joins a lookup already under way: no query of its own.
+            self.cache_answers.fetch_add(1, Ordering::Relaxed);
+        }
         pending.await.map_err(|w| w.to_string())
     }
 
@@ -207,12 +219,12 @@ impl Resolver {
         (entry.until > Instant::now()).then(|| entry.answer.clone())
     }
 
-    /// The lookup of `name` under way, started now if there is none.
-    fn pending(&self, name: &str) -> Option<Pending> {
+    /// The lookup of `name` under way, started now if there is none (then with `true`).
+    fn pending(&self, name: &str) -> Option<(Pending, bool)> {
         let me = self.me.upgrade()?;
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = pending.get(name) {
-            return Some(p.clone());
+            return Some((p.clone(), false));
         }
         let key = name.to_owned();
         let query = async move { me.query(key).await };
@@ -243,12 +255,15 @@ impl Resolver {
             };
         let shared = query.shared();
         pending.insert(name.to_owned(), shared.clone());
-        Some(shared)
+        Some((shared, true))
     }
 
     /// One lookup, its answer cached (and its pending entry removed) before it returns.
     async fn query(self: Arc<Self>, name: String) -> Answer {
         let (answer, until) = self.ask(&name).await;
+        if answer.is_err() {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+        }
         self.lock_cache().put(
             name.clone(),
             Entry {
@@ -332,6 +347,14 @@ impl NameCache for Resolver {
         }
     }
 
+    fn counts(&self) -> crawler_core::dns::DnsStats {
+        crawler_core::dns::DnsStats {
+            lookups: self.queries(),
+            cached: self.cache_answers.load(Ordering::Relaxed),
+            failed: self.failures.load(Ordering::Relaxed),
+        }
+    }
+
     fn prefetch(&self, names: Vec<String>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         let mut lookups = Vec::new();
         for name in names {
@@ -339,7 +362,7 @@ impl NameCache for Resolver {
             if self.overrides.contains_key(&name) || self.fresh(&name).is_some() {
                 continue;
             }
-            if let Some(p) = self.pending(&name) {
+            if let Some((p, _)) = self.pending(&name) {
                 lookups.push(p);
             }
         }
@@ -371,6 +394,8 @@ mod tests {
         );
         assert_eq!(r.cached("SHOP.test"), Cached::Fresh(addrs));
         assert_eq!(r.queries(), 0);
+        // Answered by `resolve`: counted as answered without a lookup.
+        assert_eq!(r.counts().cached, 1);
     }
 
     #[tokio::test]
@@ -389,6 +414,10 @@ mod tests {
         assert!(err.contains("failed to lookup address"), "{err}");
         assert_eq!(r.queries(), 1);
         assert_eq!(r.cached("nowhere.invalid"), Cached::Failed);
+        // The stats' counts: one lookup; the second caller joined it and the third read the
+        // cache; the special-use name failed without a query.
+        let counts = r.counts();
+        assert_eq!((counts.lookups, counts.cached, counts.failed), (1, 2, 1));
     }
 
     #[test]

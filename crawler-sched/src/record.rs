@@ -121,6 +121,12 @@ pub struct Second {
     /// The last quota the server's RateLimit headers stated during the second.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quota: Option<Quota>,
+    /// Responses by the HTTP version they came in (`HTTP/1.1`, `HTTP/2`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub versions: BTreeMap<String, u32>,
+    /// Requests sent through each proxy, by its URL with any password redacted.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub proxies: BTreeMap<String, u32>,
 }
 
 /// A quota stated by RateLimit headers.
@@ -338,6 +344,23 @@ impl Recorder {
             (None, Some(kind)) => *s.failed.entry(kind.as_str().to_owned()).or_default() += 1,
             (None, None) => {}
         }
+        if let Some(version) = feedback.http_version {
+            let name = crawler_core::http_version_name(version);
+            match s.versions.get_mut(name) {
+                Some(n) => *n = n.saturating_add(1),
+                None => {
+                    s.versions.insert(name.to_owned(), 1);
+                }
+            }
+        }
+        if let Some(proxy) = &feedback.proxy {
+            match s.proxies.get_mut(&**proxy) {
+                Some(n) => *n = n.saturating_add(1),
+                None => {
+                    s.proxies.insert(proxy.to_string(), 1);
+                }
+            }
+        }
         if feedback.sent {
             let ms = feedback.latency.as_secs_f64() * 1_000.0;
             s.latency_sum_ms += ms;
@@ -462,7 +485,15 @@ mod tests {
         };
         r.sent("a", false, false, t0);
         r.sent("a", true, true, t0);
-        r.outcome("a", &fb(200, 10), t0);
+        r.outcome(
+            "a",
+            &Feedback {
+                http_version: Some(http::Version::HTTP_2),
+                proxy: Some("http://u:***@p:3128".into()),
+                ..fb(200, 10)
+            },
+            t0,
+        );
         r.outcome("a", &fb(429, 30), t0);
         r.audit(vec![AuditRecord {
             host: "a".into(),
@@ -485,6 +516,8 @@ mod tests {
         assert_eq!(s.status.get(&429), Some(&1));
         assert_eq!(s.latency_max_ms, 30.0);
         assert_eq!(s.latency_n, 2);
+        assert_eq!(s.versions.get("HTTP/2"), Some(&1));
+        assert_eq!(s.proxies.get("http://u:***@p:3128"), Some(&1));
         drop(r);
         // A partial line left by a kill is ended before the next run appends.
         std::fs::OpenOptions::new()

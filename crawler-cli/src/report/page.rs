@@ -116,6 +116,14 @@ fn classes(t: &Totals) -> String {
     }
 }
 
+/// `HTTP/1.1: 3, HTTP/2: 120`, escaped.
+fn counts(by: &std::collections::BTreeMap<String, u64>) -> String {
+    by.iter()
+        .map(|(k, n)| format!("{}: {n}", esc(k)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `Retry-After: 2 (6.1 s), 429: 1 (1.0 s)`.
 fn by_trigger(t: &Totals) -> String {
     t.holds_by
@@ -168,6 +176,12 @@ fn summary(s: &mut String, p: &Parts<'_>) {
         ),
     );
     row("Responses", classes(&t));
+    if !t.versions.is_empty() {
+        row("HTTP versions", counts(&t.versions));
+    }
+    if !t.proxies.is_empty() {
+        row("Through proxies", counts(&t.proxies));
+    }
     row(
         "Refused (429, 503)",
         format!(
@@ -291,6 +305,12 @@ fn host_section(s: &mut String, p: &Parts<'_>, i: usize, host: &str) {
         mean,
         duration(t.latency_max_ms)
     );
+    if !t.versions.is_empty() {
+        let _ = write!(s, "<span>HTTP versions: {}</span>", counts(&t.versions));
+    }
+    if !t.proxies.is_empty() {
+        let _ = write!(s, "<span>through proxies: {}</span>", counts(&t.proxies));
+    }
     if let Some(why) = &t.skipped {
         let _ = write!(s, "<span class=\"warn\">skipped: {}</span>", esc(why));
     }

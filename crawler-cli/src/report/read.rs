@@ -52,6 +52,17 @@ fn after(start: i64, wait_ms: f64) -> i64 {
     clamp_ms(start.saturating_add(wait_ms.clamp(0.0, MAX_MS as f64) as i64))
 }
 
+/// Add `from`'s counts to `to`, keeping at most `cap` keys (text of at most 200 characters).
+fn add_capped(to: &mut BTreeMap<String, u64>, from: &BTreeMap<String, u32>, cap: usize) {
+    for (key, n) in from {
+        if let Some(v) = to.get_mut(key) {
+            *v += u64::from(*n);
+        } else if to.len() < cap {
+            to.insert(key.chars().take(200).collect(), u64::from(*n));
+        }
+    }
+}
+
 /// A host's figures over the whole record.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Totals {
@@ -61,6 +72,10 @@ pub(super) struct Totals {
     pub(super) subrequests: u64,
     pub(super) status: BTreeMap<u16, u64>,
     pub(super) failed: BTreeMap<String, u64>,
+    /// Responses by HTTP version.
+    pub(super) versions: BTreeMap<String, u64>,
+    /// Requests by the proxy they went through (passwords redacted in the record).
+    pub(super) proxies: BTreeMap<String, u64>,
     pub(super) latency_sum_ms: f64,
     pub(super) latency_n: u64,
     pub(super) latency_max_ms: f64,
@@ -92,6 +107,10 @@ impl Totals {
                 *self.failed.entry(kind.clone()).or_default() += u64::from(*n);
             }
         }
+        // A handful of versions and the crawl's few proxies; the caps only guard against a
+        // hostile file.
+        add_capped(&mut self.versions, &s.versions, 8);
+        add_capped(&mut self.proxies, &s.proxies, 32);
         self.latency_sum_ms +=
             latency(s.latency_sum_ms / f64::from(s.latency_n.max(1))) * f64::from(s.latency_n);
         self.latency_n += u64::from(s.latency_n);
@@ -124,6 +143,12 @@ impl Totals {
         }
         for (kind, n) in &o.failed {
             *self.failed.entry(kind.clone()).or_default() += n;
+        }
+        for (version, n) in &o.versions {
+            *self.versions.entry(version.clone()).or_default() += n;
+        }
+        for (proxy, n) in &o.proxies {
+            *self.proxies.entry(proxy.clone()).or_default() += n;
         }
         self.latency_sum_ms += o.latency_sum_ms;
         self.latency_n += o.latency_n;

@@ -204,3 +204,35 @@ fn hostile_times_and_counts_neither_overflow_nor_stretch_memory() {
         }
     }
 }
+
+#[test]
+fn http_versions_and_proxies_are_counted_per_host_and_in_the_summary() {
+    let dir = tmp("versions");
+    let text = [
+        r#"{"t":"run","unix_ms":1700000000000,"version":1}"#,
+        r#"{"t":"second","host":"a.example","unix_s":1700000000,"sent":3,"status":{"200":3},"versions":{"HTTP/2":2,"HTTP/1.1":1},"proxies":{"http://u:***@127.0.0.1:3128":3}}"#,
+        r#"{"t":"second","host":"a.example","unix_s":1700000001,"sent":2,"status":{"200":2},"versions":{"HTTP/2":2}}"#,
+        r#"{"t":"second","host":"b.example","unix_s":1700000001,"sent":1,"status":{"200":1},"versions":{"<i>HTTP/9</i>":1}}"#,
+    ]
+    .join("\n")
+        + "\n";
+    let path = write(&dir, &text);
+    let (html, _) = render(&path).expect("render");
+    well_formed(&html).unwrap_or_else(|e| panic!("{e}\n{html}"));
+    // The summary adds up every host; each host's figures have its own.
+    assert!(
+        html.contains(
+            "HTTP versions</th><td>&lt;i&gt;HTTP/9&lt;/i&gt;: 1, HTTP/1.1: 1, HTTP/2: 4</td>"
+        ),
+        "{html}"
+    );
+    assert!(
+        html.contains("HTTP versions: HTTP/1.1: 1, HTTP/2: 4</span>"),
+        "{html}"
+    );
+    assert!(
+        html.contains("through proxies: http://u:***@127.0.0.1:3128: 3</span>"),
+        "{html}"
+    );
+    assert!(!html.contains("<i>"), "escaped");
+}

@@ -89,6 +89,7 @@ pub fn settings_markdown() -> String {
          | `render` | `render` (pages rendered in a browser; the `browser` feature) |\n\
          | `http_version` | `http_version` (`\"auto\"`, `\"1.1\"` or `\"2\"`) |\n\
          | `tls_verify` | `false`: the host's certificate is not verified (hosts you own only; warned at start) |\n\
+         | `tls_client_cert`, `tls_client_key` | `tls_client_cert` and `tls_client_key`: the client certificate (PEM) this host is shown when it asks for one |\n\
          | `proxy` | `proxy` for this host's requests (`http://user:pass@host:port`, `https://`, `socks5://`, `socks5h://`); a request's own proxy (`Request::proxy`, meta `proxy`) wins over it |\n\n\
          ```toml\n[[hosts]]\nmatch = \"127.0.0.1:*\"\nrate = 200\nconcurrency = 16\n\
          delay = \"0s\"\nignore_robots = true\n```\n",

@@ -59,6 +59,13 @@ pub struct HostRule {
     /// `https://`, `socks5://` or `socks5h://`), instead of the crawl's `proxy`; a request's own proxy wins over it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy: Option<String>,
+    /// The client certificate (PEM) presented to this host when it asks for one (sets
+    /// `tls_client_cert`, and `tls_client_key` to this rule's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_client_cert: Option<String>,
+    /// The private key (PEM) of this rule's `tls_client_cert`, when not in that file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_client_key: Option<String>,
 }
 
 /// The fields of a `[[hosts]]` rule, as written in crawler.toml.
@@ -74,6 +81,8 @@ pub const HOST_RULE_KEYS: &[&str] = &[
     "http_version",
     "tls_verify",
     "proxy",
+    "tls_client_cert",
+    "tls_client_key",
 ];
 
 impl HostRule {
@@ -114,6 +123,12 @@ impl HostRule {
         }
         if self.concurrency == Some(0) {
             return Some(("concurrency", "must be at least 1".into()));
+        }
+        if self.tls_client_key.is_some() && self.tls_client_cert.is_none() {
+            return Some((
+                "tls_client_key",
+                "needs its certificate (tls_client_cert) in the same rule".into(),
+            ));
         }
         None
     }

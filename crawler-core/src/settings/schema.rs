@@ -355,6 +355,15 @@ pub struct Settings {
     pub tls_ca_file: Option<String>,
     /// The oldest TLS version accepted: `1.2` or `1.3`. Default `1.2`.
     pub tls_min_version: TlsVersion,
+    /// A PEM file with the client certificate (its chain, leaf first) presented to servers
+    /// that ask for one (mutual TLS), and its private key unless `tls_client_key` names
+    /// another file; a file that cannot be read, or holds no certificate or key, stops the
+    /// crawl at start. `[[hosts]]` rules may set their own per host. Unset: no client
+    /// certificate.
+    pub tls_client_cert: Option<String>,
+    /// A PEM file with the private key (PKCS#8, PKCS#1 or SEC1) of `tls_client_cert`, when
+    /// that file does not hold it. Unset: the key is read from `tls_client_cert`.
+    pub tls_client_key: Option<String>,
     /// Non-2xx statuses whose answers reach the spider's callback instead of failing the
     /// request: a list (`[404, 410]`) or `"all"` (Scrapy's `HTTPERROR_ALLOWED_CODES` and
     /// `HTTPERROR_ALLOW_ALL`). Retries come first and politeness is unchanged (an allowed
@@ -665,6 +674,8 @@ impl Default for Settings {
             http_version: HttpVersion::Auto,
             tls_ca_file: None,
             tls_min_version: TlsVersion::Tls12,
+            tls_client_cert: None,
+            tls_client_key: None,
             allowed_statuses: crate::statuses::AllowedStatuses::default(),
             warc: None,
             warc_max_size: 1_000_000_000,
@@ -842,6 +853,19 @@ impl Settings {
             .is_some_and(|f| f.trim().is_empty())
         {
             return bad(&["tls_ca_file"], "must name a PEM file (or be unset)");
+        }
+        let blank = |f: &Option<String>| f.as_deref().is_some_and(|f| f.trim().is_empty());
+        if blank(&self.tls_client_cert) {
+            return bad(&["tls_client_cert"], "must name a PEM file (or be unset)");
+        }
+        if blank(&self.tls_client_key) {
+            return bad(&["tls_client_key"], "must name a PEM file (or be unset)");
+        }
+        if self.tls_client_key.is_some() && self.tls_client_cert.is_none() {
+            return bad(
+                &["tls_client_key", "tls_client_cert"],
+                "a client key needs its certificate (tls_client_cert)",
+            );
         }
         if let Some(why) = self.dns_problem() {
             return Some(why);
@@ -1030,6 +1054,10 @@ impl HostRule {
         }
         if let Some(proxy) = &self.proxy {
             s.proxy = Some(proxy.clone());
+        }
+        if let Some(cert) = &self.tls_client_cert {
+            s.tls_client_cert = Some(cert.clone());
+            s.tls_client_key.clone_from(&self.tls_client_key);
         }
     }
 }

@@ -74,6 +74,8 @@ pub struct Engine<S: Spider, D: Downloader, Q: Scheduler> {
     /// Names resolved before their requests reach the scheduler (see
     /// [`Engine::resolve_ahead`]).
     resolve_ahead: Option<Arc<dyn crawler_core::dns::ResolveAhead>>,
+    /// The crawl's resolver, whose counts go in the stats (see [`Engine::dns`]).
+    dns: Option<Arc<dyn crawler_core::dns::NameCache>>,
     /// Extensions subscribed to the crawl's signals, in the order added.
     extensions: Vec<SharedExtension<S::Item>>,
 }
@@ -93,6 +95,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
             handle_ctrl_c: false,
             warc: None,
             resolve_ahead: None,
+            dns: None,
             extensions: Vec::new(),
         }
     }
@@ -103,6 +106,16 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Engine<S, D, Q> {
     /// then reads every answer from the resolver's cache instead of waiting for one.
     pub fn resolve_ahead(mut self, ahead: Arc<dyn crawler_core::dns::ResolveAhead>) -> Self {
         self.resolve_ahead = Some(ahead);
+        self
+    }
+
+    /// Count what `resolver` (the crawl's resolver) does in the stats ([`Stats::dns`]:
+    /// lookups sent, names answered from its cache, failures), in the progress snapshots
+    /// (so the metrics endpoint) and the final stats.
+    ///
+    /// [`Stats::dns`]: crawler_core::Stats::dns
+    pub fn dns(mut self, resolver: Arc<dyn crawler_core::dns::NameCache>) -> Self {
+        self.dns = Some(resolver);
         self
     }
 

@@ -98,6 +98,10 @@ pub(super) struct Crawl<S: Spider, D: Downloader, Q: Scheduler> {
     started: Instant,
     /// Time spent by the runs of this job before this one.
     elapsed_before: Duration,
+    /// The crawl's resolver, counted in the stats (see [`Engine::dns`]).
+    dns: Option<Arc<dyn crawler_core::dns::NameCache>>,
+    /// The resolver's counts of the runs of this job before this one.
+    dns_before: crawler_core::dns::DnsStats,
     ticker: Interval,
     last_checkpoint: Instant,
     /// Why the crawl is closing, once something asked it to (see [`Stats::close_reason`]).
@@ -153,6 +157,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             handle_ctrl_c,
             warc,
             resolve_ahead,
+            dns,
             extensions,
         } = engine;
         settings.validate()?;
@@ -202,6 +207,7 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
         )
         .await?;
         let elapsed_before = stats.elapsed;
+        let dns_before = stats.dns;
 
         let has_feeds = !feeds.is_empty();
         // Read once: a spider's list does not change during its crawl.
@@ -272,6 +278,8 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             feed_gone: false,
             started,
             elapsed_before,
+            dns,
+            dns_before,
             ticker,
             last_checkpoint: Instant::now(),
             close_reason: stopping.then(|| CLOSE_STOPPED.to_owned()),
@@ -560,6 +568,9 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
     fn tick(&mut self) {
         self.stats.elapsed = self.elapsed_before + self.started.elapsed();
         self.ctx.signals.drain_counters(&mut self.stats);
+        if let Some(dns) = &self.dns {
+            self.stats.dns = self.dns_before + dns.counts();
+        }
         // Early too when much work waits for a checkpoint: it holds pages' bodies.
         if self.last_checkpoint.elapsed() >= CHECKPOINT_EVERY
             || self.durable_after.len() >= MAX_WAITING_FOR_CHECKPOINT
@@ -606,6 +617,8 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             mut fatal,
             started,
             elapsed_before,
+            dns,
+            dns_before,
             close_reason,
             warc,
             ..
@@ -671,6 +684,9 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
         stats.pending = scheduler.queued() as u64 + abandoned;
         stats.hosts = busiest(scheduler.host_stats(), FINAL_HOSTS);
         stats.elapsed = elapsed_before + started.elapsed();
+        if let Some(dns) = &dns {
+            stats.dns = dns_before + dns.counts();
+        }
         stats.close_reason = close_reason.unwrap_or_else(|| CLOSE_FINISHED.to_owned());
         debug_assert!(written <= stats.items_scraped);
         // Once, with the final stats, after the feeds and the pipelines are closed.

@@ -326,6 +326,13 @@ fn account<Q: Scheduler, I>(
             crawler_core::http_version_name(version),
         );
     }
+    if let Some(proxy) = &done.feedback.proxy {
+        let p = stats.proxies.entry(proxy.to_string()).or_default();
+        p.requests += 1;
+        if let Some(kind) = done.feedback.failure {
+            Stats::bump(&mut p.failed, kind.as_str());
+        }
+    }
     stats.response_bytes += done.bytes;
     stats.items_scraped += done.items;
     stats.items_dropped += done.dropped;

@@ -9,14 +9,23 @@ use crate::error::Error;
 use crate::guard::{AddressPolicy, Guarded, REFUSED};
 
 impl HttpDownloader {
-    pub(super) async fn send(&self, req: &Request, max_body: u64) -> Result<Sent, Failure> {
+    /// Send `req` and read its response whole (at most `max_body` bytes of body); `proxy`
+    /// is set to the proxy it goes through, if any, before it is sent.
+    pub(super) async fn send(
+        &self,
+        req: &Request,
+        max_body: u64,
+        proxy: &mut Option<std::sync::Arc<str>>,
+    ) -> Result<Sent, Failure> {
         let method = http::Method::from_bytes(req.method.as_bytes()).map_err(|_| {
             Failure::new(
                 FailureKind::Other,
                 format!("invalid method '{}'", req.method),
             )
         })?;
-        let (client, via_proxy) = self.client_for(req)?;
+        let (client, via) = self.client_for(req)?;
+        let via_proxy = via.is_some();
+        *proxy = via;
         let mut builder = client.request(method, req.url.clone());
         for (k, v) in &req.headers {
             builder = builder.header(k.as_str(), v.as_str());
@@ -41,6 +50,11 @@ impl HttpDownloader {
         let version = resp.version();
         let url = resp.url().clone();
         let remote = resp.remote_addr().map(|a| a.ip());
+        let tls_version = resp
+            .extensions()
+            .get::<reqwest::tls::TlsInfo>()
+            .and_then(reqwest::tls::TlsInfo::version)
+            .map(tls_version_name);
         if let Some(hook) = &self.headers_hook
             && let Some(why) = hook.headers_received(req, status, resp.headers())
         {
@@ -86,8 +100,21 @@ impl HttpDownloader {
             body: body.freeze(),
             remote,
             version,
+            tls_version,
             request_headers,
         })
+    }
+}
+
+/// A TLS version as the request log names it.
+fn tls_version_name(version: reqwest::tls::Version) -> &'static str {
+    use reqwest::tls::Version;
+    match version {
+        Version::TLS_1_3 => "TLSv1.3",
+        Version::TLS_1_2 => "TLSv1.2",
+        Version::TLS_1_1 => "TLSv1.1",
+        Version::TLS_1_0 => "TLSv1.0",
+        _ => "TLS?",
     }
 }
 
@@ -101,6 +128,8 @@ pub(super) struct Sent {
     pub(super) remote: Option<std::net::IpAddr>,
     /// The HTTP version it came in.
     pub(super) version: http::Version,
+    /// The TLS version of its connection, when the client records it (see `build_client`).
+    pub(super) tls_version: Option<&'static str>,
     /// The request headers as sent, when an archive taps the exchanges.
     pub(super) request_headers: Option<http::HeaderMap>,
 }
@@ -151,6 +180,9 @@ pub(super) fn build_client(
     if let Some(path) = settings.tls_ca_file.as_deref() {
         builder = builder.tls_certs_merge(ca_certificates(path)?);
     }
+    if let Some((cert, key)) = &route.client_cert {
+        builder = builder.identity(client_identity(cert, key.as_deref())?);
+    }
     if let Some(proxy) = route.proxy.as_deref() {
         // Echoed redacted: a proxy URL often carries a password.
         let proxy = reqwest::Proxy::all(proxy).map_err(|e| {
@@ -175,6 +207,11 @@ pub(super) fn build_client(
         // stops a zstd bomb at `max_body_size` as it stops a gzip one.
         .zstd(true)
         .tcp_nodelay(true)
+        // The TLS version of each response's connection, for the debug request log. On
+        // whatever the log level (a crawl's `log_level` applies after its clients are
+        // built): each response over TLS then carries a copy of the server's certificate
+        // (a kilobyte or two, small beside decrypting its body).
+        .tls_info(true)
         // A broad crawl touches each host briefly: an idle keep-alive connection costs a
         // file descriptor and ~20 KiB until it expires, so keep no more per host than the
         // host may use at once, and not for long (servers commonly close idle connections
@@ -203,6 +240,9 @@ pub(super) struct Route {
     /// A client per distinct proxy: each has its own connection pool, so a request never
     /// rides a connection to another proxy.
     pub(super) proxy: Option<String>,
+    /// The client certificate's PEM file, and its key's when apart (`tls_client_cert`,
+    /// `tls_client_key`), shown to servers that ask for one.
+    pub(super) client_cert: Option<(String, Option<String>)>,
 }
 
 impl Route {
@@ -212,6 +252,10 @@ impl Route {
             http_version: settings.http_version,
             tls_verify: true,
             proxy: non_empty(settings.proxy.as_deref()),
+            client_cert: client_cert(
+                settings.tls_client_cert.as_deref(),
+                settings.tls_client_key.as_deref(),
+            ),
         }
     }
 
@@ -222,6 +266,14 @@ impl Route {
             tls_verify: rule.tls_verify.unwrap_or(true),
             proxy: non_empty(rule.proxy.as_deref())
                 .or_else(|| non_empty(settings.proxy.as_deref())),
+            // A rule's certificate comes with its own key (or none), never the crawl's.
+            client_cert: match rule.tls_client_cert.as_deref() {
+                Some(cert) => client_cert(Some(cert), rule.tls_client_key.as_deref()),
+                None => client_cert(
+                    settings.tls_client_cert.as_deref(),
+                    settings.tls_client_key.as_deref(),
+                ),
+            },
         }
     }
 
@@ -240,6 +292,46 @@ fn non_empty(proxy: Option<&str>) -> Option<String> {
         .map(str::trim)
         .filter(|p| !p.is_empty())
         .map(str::to_owned)
+}
+
+/// The client certificate's files, trimmed; `None` without a certificate.
+fn client_cert(cert: Option<&str>, key: Option<&str>) -> Option<(String, Option<String>)> {
+    let cert = non_empty(cert)?;
+    Some((cert, non_empty(key)))
+}
+
+/// The client identity of the PEM file `cert` (chain and key, or chain alone with the key
+/// in `key`).
+fn client_identity(cert: &str, key: Option<&str>) -> Result<reqwest::Identity, Error> {
+    let read = |path: &str, what: &str| {
+        std::fs::read(path).map_err(|e| Error::new(format!("cannot read {what} '{path}'"), e))
+    };
+    let mut pem = read(cert, "tls_client_cert")?;
+    if let Some(key) = key {
+        pem.push(b'\n');
+        pem.extend(read(key, "tls_client_key")?);
+    }
+    // reqwest wants the key and the chain in one PEM buffer; it reports neither a missing
+    // key nor a missing certificate by name, so both are checked here first.
+    let text = String::from_utf8_lossy(&pem);
+    if !text.contains("-----BEGIN CERTIFICATE-----") {
+        return Err(Error::new(
+            format!("tls_client_cert '{cert}' holds no certificate"),
+            std::io::Error::other("no -----BEGIN CERTIFICATE----- block"),
+        ));
+    }
+    if !text.contains("PRIVATE KEY-----") {
+        return Err(Error::new(
+            format!("no private key for tls_client_cert '{cert}' (in it, or in tls_client_key)"),
+            std::io::Error::other("no -----BEGIN ... PRIVATE KEY----- block"),
+        ));
+    }
+    reqwest::Identity::from_pem(&pem).map_err(|e| {
+        Error::new(
+            format!("tls_client_cert '{cert}' and its key are not a PEM certificate and key"),
+            e,
+        )
+    })
 }
 
 /// The certificates of the `tls_ca_file` PEM file at `path`.

@@ -90,6 +90,8 @@ struct Clients {
     /// The client of requests from public pages, with `deny_private_addresses`: its own
     /// resolver and connection pool, so nothing it sends reaches a private address.
     public: Option<reqwest::Client>,
+    /// The route's proxy as the stats name it (its password redacted), made once.
+    proxy_name: Option<Arc<str>>,
 }
 
 impl Clients {
@@ -106,6 +108,10 @@ impl Clients {
             } else {
                 None
             },
+            proxy_name: route
+                .proxy
+                .as_deref()
+                .map(|p| Arc::from(crawler_core::redact::redact_url(p))),
             route,
         })
     }
@@ -296,8 +302,8 @@ impl HttpDownloader {
     /// clients of its host's route with that proxy instead, built on first use and kept
     /// (one per distinct route). Its host key, and so its politeness, stay the target's.
     ///
-    /// With the client, whether it goes through a proxy.
-    fn client_for(&self, req: &Request) -> Result<(reqwest::Client, bool), Failure> {
+    /// With the client, the proxy it goes through (redacted), if any.
+    fn client_for(&self, req: &Request) -> Result<(reqwest::Client, Option<Arc<str>>), Failure> {
         let base = self.clients_for(&req.url);
         let proxy = req
             .meta
@@ -309,7 +315,7 @@ impl HttpDownloader {
                 Some(public) if !private_ok(req) => public.clone(),
                 _ => clients.client.clone(),
             };
-            (client, clients.route.proxy.is_some())
+            (client, clients.proxy_name.clone())
         };
         let Some(proxy) = proxy else {
             return Ok(pick(base));
@@ -559,7 +565,8 @@ impl Downloader for HttpDownloader {
         feedback.sent_at = Some(started);
         // One deadline for the whole exchange, body included: an idle timeout alone would let
         // a server that trickles a byte a second hold a worker forever.
-        let result = match tokio::time::timeout(self.timeout, self.send(sent_req, max_body)).await {
+        let send = self.send(sent_req, max_body, &mut feedback.proxy);
+        let result = match tokio::time::timeout(self.timeout, send).await {
             Ok(r) => r,
             Err(_) => Err(Failure::new(
                 FailureKind::Timeout,
@@ -575,6 +582,7 @@ impl Downloader for HttpDownloader {
                 body,
                 remote,
                 version,
+                tls_version,
                 request_headers,
             }) => {
                 feedback.status = Some(status);
@@ -640,7 +648,8 @@ impl Downloader for HttpDownloader {
                         _ => self.attach(
                             Response::new(req.clone(), url, status, headers, body)
                                 .with_remote_addr(remote)
-                                .with_http_version(version),
+                                .with_http_version(version)
+                                .with_tls_version(tls_version),
                         ),
                     };
                     if let Some(work) = after_ack {

@@ -60,11 +60,14 @@ impl HttpDownloader {
         // robots.txt goes out as this slot's send, so it is paced like any request to the
         // host; the page waits for its own send.
         let started = Instant::now();
-        let (client, _) = self.client_for(req).map_err(Fetched::Failed)?;
+        let (client, proxy) = self.client_for(req).map_err(Fetched::Failed)?;
         let (rules, fetched) = robots
             .fetch_rules_via(&req.url, &client, crate::guard::private_ok(req))
             .await;
         feedback.sent = fetched;
+        if fetched {
+            feedback.proxy.clone_from(&proxy);
+        }
         feedback.robots_not_text = fetched && rules.not_text();
         if fetched {
             // robots.txt is a static file on most sites: not a page's latency.
@@ -80,6 +83,13 @@ impl HttpDownloader {
                 _ => String::new(),
             };
             let lower = why.to_ascii_lowercase();
+            if proxy.is_some() && proxy_failed(&lower) {
+                // Through a proxy, a connection that failed is the proxy's, not the
+                // target's: the host is neither held nor given up as unreachable, and the
+                // page goes out to fail in the proxy's own class (`proxy`, retried), so
+                // its URL reaches the failures file with that reason.
+                return Ok(());
+            }
             if lower.contains(crate::guard::REFUSED)
                 || lower.contains("dns error")
                 || lower.contains("failed to lookup address")
@@ -201,6 +211,22 @@ fn is_unreachable(lower: &str) -> bool {
     ]
     .iter()
     .any(|m| lower.contains(m))
+}
+
+/// Whether a robots.txt failure through a proxy is the proxy's: no connection to it, its
+/// tunnel (`CONNECT`) or SOCKS handshake refused, or the connection to it cut.
+fn proxy_failed(lower: &str) -> bool {
+    is_unreachable(lower)
+        || [
+            "tunnel",
+            "socks",
+            "proxy",
+            "connection reset",
+            "connection closed",
+            "tcp connect error",
+        ]
+        .iter()
+        .any(|m| lower.contains(m))
 }
 
 /// Whether a robots.txt failure is a TLS handshake the host will refuse every time: a
