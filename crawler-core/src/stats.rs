@@ -209,6 +209,8 @@ impl Stats {
             close_reason,
             middlewares,
             http_versions,
+            proxies,
+            dns,
             spider,
             warc_records,
         } = other;
@@ -242,6 +244,12 @@ impl Stats {
         for (name, counters) in middlewares {
             sum(self.middlewares.entry(name.clone()).or_default(), counters);
         }
+        for (proxy, figures) in proxies {
+            let into = self.proxies.entry(proxy.clone()).or_default();
+            into.requests = into.requests.saturating_add(figures.requests);
+            sum(&mut into.failed, &figures.failed);
+        }
+        self.dns = self.dns + *dns;
         self.hosts.extend(hosts.iter().cloned());
         self.elapsed = self.elapsed.max(*elapsed);
         if self.close_reason.is_empty() {
@@ -396,5 +404,37 @@ mod tests {
         Stats::bump(&mut s.failed, "timeout");
         assert!(s.reconciles());
         assert!(s.to_string().contains("timeout=2"));
+    }
+
+    #[test]
+    fn merge_sums_every_workers_counters_proxies_and_dns_included() {
+        let worker = |requests, lookups| {
+            let mut s = Stats {
+                fetched: requests,
+                dns: crate::dns::DnsStats {
+                    lookups,
+                    cached: 1,
+                    failed: 0,
+                },
+                ..Default::default()
+            };
+            let proxy = s
+                .proxies
+                .entry("http://p:***@127.0.0.1:1".into())
+                .or_default();
+            proxy.requests = requests;
+            Stats::bump(&mut proxy.failed, "proxy");
+            Stats::bump(&mut s.spider, "shop/pages");
+            s
+        };
+        let mut merged = worker(3, 2);
+        merged.merge(&worker(4, 5));
+        assert_eq!(merged.fetched, 7);
+        assert_eq!(merged.dns.lookups, 7);
+        assert_eq!(merged.dns.cached, 2);
+        let proxy = &merged.proxies["http://p:***@127.0.0.1:1"];
+        assert_eq!(proxy.requests, 7);
+        assert_eq!(proxy.failed["proxy"], 2);
+        assert_eq!(merged.spider["shop/pages"], 2);
     }
 }
