@@ -750,18 +750,16 @@ fn h2_suite(
         ),
     )?;
     let up = real::wait_listening(std::net::SocketAddr::from(([127, 0, 0, 1], port)), "nginx");
-    let result = up.map_err(Into::into).and_then(|()| {
-        h2_rounds(
-            &format!("https://127.0.0.1:{port}/"),
-            &format!("{d}/ca.pem"),
-            books,
-            concurrency,
-            rounds,
-            port,
-            child.id(),
-            lab.child.id(),
-        )
-    });
+    let servers = H2Servers {
+        url: format!("https://127.0.0.1:{port}/"),
+        ca: format!("{d}/ca.pem"),
+        port,
+        nginx: child.id(),
+        lab: lab.child.id(),
+    };
+    let result = up
+        .map_err(Into::into)
+        .and_then(|()| h2_rounds(&servers, books, concurrency, rounds));
     // Our own child, by its id.
     let _ = child.kill();
     let _ = child.wait();
@@ -769,17 +767,35 @@ fn h2_suite(
     result
 }
 
-/// The rounds of [`h2_suite`] against nginx at `url`, and the verdict on the goal.
+/// The servers of [`h2_suite`].
+struct H2Servers {
+    /// nginx's `https://127.0.0.1:PORT/`.
+    url: String,
+    /// The CA that signed nginx's certificate.
+    ca: String,
+    /// nginx's port.
+    port: u16,
+    /// nginx's master process.
+    nginx: u32,
+    /// The lab's process.
+    lab: u32,
+}
+
+/// The rounds of [`h2_suite`], and the verdict on the goal.
 fn h2_rounds(
-    url: &str,
-    ca: &str,
+    servers: &H2Servers,
     books: usize,
     concurrency: usize,
     rounds: usize,
-    port: u16,
-    nginx: u32,
-    lab: u32,
 ) -> std::result::Result<(), Box<dyn std::error::Error>> {
+    let H2Servers {
+        url,
+        ca,
+        port,
+        nginx,
+        lab,
+    } = servers;
+    let (url, port, nginx, lab) = (url.as_str(), *port, *nginx, *lab);
     let modes = [("h2", "auto"), ("http1.1", "1.1")];
     let mut figures: Vec<Vec<(Figures, usize, usize)>> = vec![Vec::new(); modes.len()];
     println!("books={books} concurrency={concurrency} url={url}");
