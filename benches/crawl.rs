@@ -11,6 +11,8 @@
 //! cargo bench --bench crawl -- chaos [BOOKS] [CONCURRENCY]   # the chaos site: peak RSS
 //! cargo bench --bench crawl -- warc [BOOKS] [CONCURRENCY] [ROUNDS]   # CPU with and without
 //!                                                 # a WARC, warcio on it, its replay
+//! cargo bench --bench crawl -- h2 [BOOKS] [CONCURRENCY] [ROUNDS]   # nginx on TLS: HTTP/2
+//!                                                 # against HTTP/1.1, connections to nginx
 //! cargo bench --bench crawl -- hosts [HOSTS] [CONCURRENCY]   # one page on each of HOSTS
 //!                                                            # host names: RSS over time
 //! CRAWL_BENCH_FEED=/tmp/b.jsonl CRAWL_BENCH_SET="job_dir=/tmp/job;feed_fsync=off" \
@@ -536,6 +538,322 @@ fn warc_suite(
     Ok(())
 }
 
+/// The test CA (`ca.pem`) and a certificate it signed for 127.0.0.1 (`server.pem`,
+/// `server.key`), made by `openssl` in `dir`: the same shape as tests/network.rs makes.
+fn make_certificates(dir: &std::path::Path) -> std::result::Result<(), Box<dyn std::error::Error>> {
+    let run = |args: &[&str]| -> std::result::Result<(), Box<dyn std::error::Error>> {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .map_err(|e| format!("cannot run openssl ({e}): apt-get install openssl"))?;
+        if !out.status.success() {
+            return Err(
+                format!("openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr)).into(),
+            );
+        }
+        Ok(())
+    };
+    let ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+    let words = |s: String| s.split(' ').map(str::to_owned).collect::<Vec<_>>();
+    let ca = words(format!(
+        "req -x509 {ec} -keyout ca.key -out ca.pem -days 2 -subj /CN=crawler-bench-CA \
+         -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign"
+    ));
+    run(&ca.iter().map(String::as_str).collect::<Vec<_>>())?;
+    let csr = words(format!(
+        "req {ec} -keyout server.key -out server.csr -subj /CN=127.0.0.1"
+    ));
+    run(&csr.iter().map(String::as_str).collect::<Vec<_>>())?;
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
+         keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n",
+    )?;
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+    ])
+}
+
+/// Connections nginx's upstream keeps open to the lab per worker: more than the crawl's
+/// concurrency, so no request waits for an upstream connection or opens a fresh one.
+const H2_UPSTREAM_KEEPALIVE: usize = 256;
+/// How often the connections to nginx are counted during a crawl.
+const CONN_SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+/// Longest an `h2` crawl may take before the bench gives up on it (a 10,000-book crawl
+/// takes seconds).
+const H2_CRAWL_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// The local ports of the established TCP connections whose far end is 127.0.0.1:`port`,
+/// from /proc/net/tcp. nginx is the only listener on that port and opens no connection to
+/// itself (its upstream connections go to the lab's port), so every one is the crawl's.
+fn established_to(port: u16) -> Vec<String> {
+    let want = format!("0100007F:{port:04X}");
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            // sl local_address rem_address st
+            let mut f = l.split_whitespace();
+            let local = f.nth(1)?;
+            let (rem, st) = (f.next()?, f.next()?);
+            (rem == want && st == "01").then(|| local.to_owned())
+        })
+        .collect()
+}
+
+/// CPU seconds (user + system) so far of process `pid` (all its threads), from /proc.
+fn process_cpu(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (num(11) + num(12)) / 100.0
+}
+
+/// CPU seconds (user + system) so far of each child of process `parent` (nginx's workers),
+/// by pid, from /proc/PID/stat.
+fn children_cpu(parent: u32) -> std::collections::BTreeMap<u32, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        if num(1) as u32 == parent {
+            out.insert(pid, (num(11) + num(12)) / 100.0);
+        }
+    }
+    out
+}
+
+/// One crawl of `url` in a child process with `set`: its figures, the most connections to
+/// `port` open at any sample while it ran, and how many distinct ones the samples saw.
+fn crawl_counting_connections(
+    url: &str,
+    books: usize,
+    concurrency: usize,
+    set: &str,
+    port: u16,
+) -> std::result::Result<(Figures, usize, usize), Box<dyn std::error::Error>> {
+    let mut child = Command::new(std::env::current_exe()?)
+        .args([
+            "run",
+            "books",
+            url,
+            &books.to_string(),
+            &concurrency.to_string(),
+        ])
+        .env("CRAWL_BENCH_SET", set)
+        .env_remove("CRAWL_BENCH_FEED")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or("no child stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut BufReader::new(stdout), &mut s);
+        s
+    });
+    let t0 = Instant::now();
+    let mut max_conns = 0;
+    let mut seen = std::collections::HashSet::new();
+    let status = loop {
+        let open = established_to(port);
+        max_conns = max_conns.max(open.len());
+        seen.extend(open);
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if t0.elapsed() > H2_CRAWL_LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("crawl with {set} took over {H2_CRAWL_LIMIT:?}").into());
+        }
+        std::thread::sleep(CONN_SAMPLE_EVERY);
+    };
+    let stdout = reader.join().map_err(|_| "stdout reader panicked")?;
+    let figures = stdout
+        .lines()
+        .rev()
+        .find_map(Figures::parse)
+        .filter(|_| status.success())
+        .ok_or_else(|| format!("crawl of {url} with {set} failed: {stdout}"))?;
+    Ok((figures, max_conns, seen.len()))
+}
+
+/// The HTTP/2 goal: one nginx on TLS offering HTTP/2 (ALPN) in front of a lab of `books`
+/// books, and `rounds` alternating crawls of it with HTTP/2 (`http_version=auto`, which
+/// ALPN makes h2) and with HTTP/1.1 forced (`http_version=1.1`), each in a process of its
+/// own, the test CA trusted through `tls_ca_file`. Per mode: items, pages/s, CPU per page
+/// and the most connections open to nginx at once (medians of the rounds, and the maximum).
+fn h2_suite(
+    books: usize,
+    concurrency: usize,
+    rounds: usize,
+) -> std::result::Result<(), Box<dyn std::error::Error>> {
+    let lab = LabChild::start(books, "open")?;
+    let lab_addr = lab
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let dir = tempfile::tempdir()?;
+    make_certificates(dir.path())?;
+    let port = real::free_port()?;
+    let d = dir.path().display();
+    // `listen ... ssl http2` works from nginx 1.9.5 on (Debian 12 ships 1.22, before the
+    // `http2 on;` directive); the upstream is kept alive so nginx does not connect to the
+    // lab once per request; the h2 settings are nginx's defaults, written out.
+    let mut child = real::spawn_nginx(
+        dir.path(),
+        "worker_processes 2;\nevents { worker_connections 4096; }",
+        &format!(
+            r#"    upstream lab {{ server {lab_addr}; keepalive {H2_UPSTREAM_KEEPALIVE}; keepalive_requests 1000000; }}
+    keepalive_requests 1000000;
+    server {{
+        listen 127.0.0.1:{port} ssl http2;
+        ssl_certificate {d}/server.pem;
+        ssl_certificate_key {d}/server.key;
+        ssl_protocols TLSv1.2 TLSv1.3;
+        http2_max_concurrent_streams 128;
+        location / {{
+            proxy_pass http://lab;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host $http_host;
+            proxy_buffering on;
+        }}
+    }}"#
+        ),
+    )?;
+    let up = real::wait_listening(std::net::SocketAddr::from(([127, 0, 0, 1], port)), "nginx");
+    let servers = H2Servers {
+        url: format!("https://127.0.0.1:{port}/"),
+        ca: format!("{d}/ca.pem"),
+        port,
+        nginx: child.id(),
+        lab: lab.child.id(),
+    };
+    let result = up
+        .map_err(Into::into)
+        .and_then(|()| h2_rounds(&servers, books, concurrency, rounds));
+    // Our own child, by its id.
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(lab);
+    result
+}
+
+/// The servers of [`h2_suite`].
+struct H2Servers {
+    /// nginx's `https://127.0.0.1:PORT/`.
+    url: String,
+    /// The CA that signed nginx's certificate.
+    ca: String,
+    /// nginx's port.
+    port: u16,
+    /// nginx's master process.
+    nginx: u32,
+    /// The lab's process.
+    lab: u32,
+}
+
+/// The rounds of [`h2_suite`], and the verdict on the goal.
+fn h2_rounds(
+    servers: &H2Servers,
+    books: usize,
+    concurrency: usize,
+    rounds: usize,
+) -> std::result::Result<(), Box<dyn std::error::Error>> {
+    let H2Servers {
+        url,
+        ca,
+        port,
+        nginx,
+        lab,
+    } = servers;
+    let (url, port, nginx, lab) = (url.as_str(), *port, *nginx, *lab);
+    let modes = [("h2", "auto"), ("http1.1", "1.1")];
+    let mut figures: Vec<Vec<(Figures, usize, usize)>> = vec![Vec::new(); modes.len()];
+    println!("books={books} concurrency={concurrency} url={url}");
+    for round in 0..rounds {
+        for (i, (name, version)) in modes.iter().enumerate() {
+            let set = format!("tls_ca_file={ca};http_version={version}");
+            let before = children_cpu(nginx);
+            let lab_before = process_cpu(lab);
+            let (f, conns, seen) = crawl_counting_connections(url, books, concurrency, &set, port)?;
+            // Each nginx worker's CPU during the crawl: one near the wall time is saturated.
+            let workers: Vec<String> = children_cpu(nginx)
+                .iter()
+                .map(|(pid, s)| format!("{:.2}", s - before.get(pid).copied().unwrap_or(0.0)))
+                .collect();
+            println!(
+                "round {round} {name:<8} {} max_conns_to_nginx={conns} conns_seen={seen} nginx_workers_cpu_s={} lab_cpu_s={:.2}",
+                f.line(),
+                workers.join(","),
+                process_cpu(lab) - lab_before
+            );
+            figures[i].push((f, conns, seen));
+        }
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mut pps = Vec::new();
+    let mut all_items = true;
+    let mut ok = true;
+    for (i, (name, _)) in modes.iter().enumerate() {
+        let runs = &figures[i];
+        let min_items = runs.iter().map(|(f, ..)| f.items).min().unwrap_or(0);
+        let max_conns = runs.iter().map(|(_, c, _)| *c).max().unwrap_or(0);
+        let p = median(runs.iter().map(|(f, ..)| f.pages_per_s).collect());
+        let c = median(runs.iter().map(|(f, ..)| f.cpu_per_1000).collect());
+        println!(
+            "{name:<8} median of {rounds}: items_min={min_items} pages/s={p:.0} cpu_s_per_1000_pages={c:.3} max_conns_to_nginx={max_conns}"
+        );
+        all_items &= min_items as usize == books;
+        if i == 0 {
+            println!("goal: h2 at most 1 connection to nginx: {}", max_conns <= 1);
+            ok &= max_conns <= 1;
+        }
+        pps.push(p);
+    }
+    println!(
+        "goal: every item in every round: {all_items}; h2 pages/s at least HTTP/1.1's (medians): {} (ratio {:.2})",
+        pps[0] >= pps[1],
+        pps[0] / pps[1].max(1e-9)
+    );
+    ok &= all_items && pps[0] >= pps[1];
+    if !ok {
+        return Err("the HTTP/2 goal is not met".into());
+    }
+    Ok(())
+}
+
 /// Scrapy on the same site with the same spider logic (`benches/scrapy_books.py`), when the
 /// interpreter in `CRAWL_BENCH_PYTHON` (default `python3`) can import it.
 fn run_scrapy(url: &str) -> std::result::Result<Option<Figures>, Box<dyn std::error::Error>> {
@@ -782,6 +1100,12 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
             let concurrency = args.get(2).and_then(|c| c.parse().ok()).unwrap_or(64);
             let rounds = args.get(3).and_then(|r| r.parse().ok()).unwrap_or(3);
             return warc_suite(books, concurrency, rounds);
+        }
+        Some("h2") => {
+            let books = args.get(1).and_then(|b| b.parse().ok()).unwrap_or(10_000);
+            let concurrency = args.get(2).and_then(|c| c.parse().ok()).unwrap_or(64);
+            let rounds = args.get(3).and_then(|r| r.parse().ok()).unwrap_or(3);
+            return h2_suite(books, concurrency, rounds);
         }
         Some("parse") => {
             let url = args.get(1).ok_or("parse needs the lab's URL")?;
