@@ -608,11 +608,7 @@ impl<S: Spider> Crawl<S> {
                 format!(
                     "cannot append to the {} feed '{}' (one document, already closed): write \
                      .jsonl to append, or replace the file (-O instead of -o)",
-                    if spec.format == crawler_core::FeedFormat::Json {
-                        "JSON"
-                    } else {
-                        "XML"
-                    },
+                    spec.format.title(),
                     path.display()
                 ),
             ));

@@ -1,4 +1,4 @@
-//! Feeds: items written to JSON Lines, JSON, CSV or XML files (or to standard output, or to
+//! Feeds: items written to JSON Lines, JSON, CSV, XML or Parquet files (or to standard output, or to
 //! object storage: `s3://`, `gs://`, `az://`) as they arrive.
 //!
 //! Each item is serialised whole into memory before a byte of it reaches the file, so a
@@ -38,25 +38,42 @@ pub enum FeedFormat {
     /// nested maps as child elements and lists as `<value>` elements. Closed when the crawl
     /// ends, like JSON.
     Xml,
+    /// Apache Parquet (`.parquet`): one column per field of the first item (strings,
+    /// integers, floats, booleans; nested values as JSON text), written a row group at a
+    /// time. Closed when the crawl ends (its footer holds the schema), so always written as
+    /// a batch: a file appears whole. Not on standard output.
+    Parquet,
 }
 
 impl FeedFormat {
     /// The format a file extension or a format name (after `FILE:`) stands for, in any
-    /// case: `jsonl`, `jl`, `ndjson`, `jsonlines`, `json`, `csv`, `xml`.
+    /// case: `jsonl`, `jl`, `ndjson`, `jsonlines`, `json`, `csv`, `xml`, `parquet`.
     pub fn from_name(name: &str) -> Option<Self> {
         match name.to_ascii_lowercase().as_str() {
             "jsonl" | "jl" | "ndjson" | "jsonlines" => Some(Self::JsonLines),
             "json" => Some(Self::Json),
             "csv" => Some(Self::Csv),
             "xml" => Some(Self::Xml),
+            "parquet" => Some(Self::Parquet),
             _ => None,
         }
     }
 
-    /// Whether the file is one document closed at its end (JSON, XML), which cannot be
-    /// appended to.
+    /// The format's name in messages (`JSON Lines`, `Parquet`).
+    pub fn title(self) -> &'static str {
+        match self {
+            Self::JsonLines => "JSON Lines",
+            Self::Json => "JSON",
+            Self::Csv => "CSV",
+            Self::Xml => "XML",
+            Self::Parquet => "Parquet",
+        }
+    }
+
+    /// Whether the file is one document closed at its end (JSON, XML, Parquet), which
+    /// cannot be appended to.
     pub fn is_closed_document(self) -> bool {
-        matches!(self, Self::Json | Self::Xml)
+        matches!(self, Self::Json | Self::Xml | Self::Parquet)
     }
 }
 
@@ -174,8 +191,22 @@ pub fn batch_problem(path: &str, batch_items: u64) -> Option<String> {
     })
 }
 
+/// Whether `path` is `-:parquet` (any case).
+fn parquet_on_stdout(path: &Path) -> bool {
+    path.to_str()
+        .and_then(|t| t.strip_prefix("-:"))
+        .is_some_and(|f| FeedFormat::from_name(f) == Some(FeedFormat::Parquet))
+}
+
 /// Split `FILE:FORMAT` and find the format; the message when there is none.
 fn parse_spec(path: &Path) -> std::result::Result<(PathBuf, FeedFormat), String> {
+    if parquet_on_stdout(path) {
+        return Err(format!(
+            "'{}': a Parquet feed cannot go to standard output (a file's schema is in its \
+             footer, written last): name a .parquet file",
+            path.display()
+        ));
+    }
     if let Some(text) = path.to_str()
         && let Some((file, name)) = text.rsplit_once(':')
         && let Some(format) = FeedFormat::from_name(name)
@@ -191,8 +222,8 @@ fn parse_spec(path: &Path) -> std::result::Result<(PathBuf, FeedFormat), String>
         .map(|f| (path.to_path_buf(), f))
         .ok_or_else(|| {
             format!(
-                "cannot tell the feed format of '{}': use a .jsonl, .json, .csv or .xml file \
-                 name, or give the format after a colon ('{}:jsonl')",
+                "cannot tell the feed format of '{}': use a .jsonl, .json, .csv, .xml or \
+                 .parquet file name, or give the format after a colon ('{}:jsonl')",
                 path.display(),
                 path.display()
             )

@@ -1,5 +1,6 @@
-//! The feed writer: items serialised whole and written to a JSON Lines, JSON, CSV or XML
-//! file, standard output or object storage as they arrive, on the engine's feed thread.
+//! The feed writer: items serialised whole and written to a JSON Lines, JSON, CSV, XML or
+//! Parquet file, standard output or object storage as they arrive, on the engine's feed
+//! thread.
 //!
 //! Each item is serialised whole into memory before a byte of it reaches the file, so a
 //! serialisation error never leaves half a record behind; an I/O error (disk full) or a
@@ -12,7 +13,9 @@
 //! completed. Until then the batch is not *settled* ([`FeedWriter::settled`]) and the feed
 //! thread holds back the acknowledgements of its items' requests, so a crawl killed
 //! mid-batch fetches them again when it resumes, and writes the batches not yet complete
-//! (those already there are kept: the ids go on after them). What a feed is (its path,
+//! (those already there are kept: the ids go on after them). A Parquet feed is always
+//! written as batches (without a batch size: one, for the whole crawl), since a file
+//! without its footer is no Parquet file; see `feed_parquet.rs`. What a feed is (its path,
 //! format and placeholders) is crawler-core's `FeedSpec`.
 
 use std::fs::{File, OpenOptions};
@@ -23,6 +26,7 @@ use std::time::SystemTime;
 use crawler_core::{Error, ErrorKind, FeedFormat, FeedSpec, Result, STDOUT_FEED, Settings};
 use serde::Serialize;
 
+use crate::feed_parquet::ParquetFeed;
 use crate::feed_store::{ObjectTarget, ObjectUpload};
 use crate::feed_xml;
 
@@ -106,6 +110,8 @@ pub(crate) struct FeedWriter {
     first: bool,
     /// One serialised item, written to `out` only once it is complete.
     scratch: Vec<u8>,
+    /// A Parquet feed's schema, row group and file writer.
+    parquet: Option<ParquetFeed>,
 }
 
 fn io_error(path: &Path, what: &str, e: impl std::error::Error + Send + Sync + 'static) -> Error {
@@ -150,7 +156,10 @@ impl FeedWriter {
             settings.feed_batch_items
         };
         let template = path.to_string_lossy().into_owned();
-        if spec.is_object() || spec.is_batched() || size > 0 {
+        // A Parquet file is whole or absent (written as `NAME.part`, renamed when closed),
+        // like a batch; appending to one is refused below.
+        let parquet_file = spec.format == FeedFormat::Parquet && !spec.append;
+        if spec.is_object() || spec.is_batched() || size > 0 || parquet_file {
             if let Some(why) = crawler_core::feed_problem(&template)
                 .or_else(|| crawler_core::batch_problem(&template, size))
             {
@@ -175,6 +184,7 @@ impl FeedWriter {
                 },
                 first: true,
                 scratch: Vec::with_capacity(1024),
+                parquet: (spec.format == FeedFormat::Parquet).then(ParquetFeed::new),
             });
         }
         if spec.append && spec.format.is_closed_document() {
@@ -183,11 +193,7 @@ impl FeedWriter {
                 format!(
                     "cannot append to the {} feed '{}' (one document, closed when it was \
                      written): use .jsonl for resumable crawls, or batches",
-                    if spec.format == FeedFormat::Json {
-                        "JSON"
-                    } else {
-                        "XML"
-                    },
+                    spec.format.title(),
                     path.display()
                 ),
             ));
@@ -220,6 +226,7 @@ impl FeedWriter {
             mode: Mode::Stream(BufWriter::with_capacity(64 * 1024, sink)),
             first: format == FeedFormat::Json || existing == 0,
             scratch: Vec::with_capacity(1024),
+            parquet: None,
         }
     }
 
@@ -343,6 +350,16 @@ impl FeedWriter {
         if open.is_none() {
             return Ok(());
         }
+        if let Some(parquet) = &mut self.parquet {
+            let path = &self.path;
+            let rest = parquet.finish_file().map_err(|why| {
+                Error::new(
+                    ErrorKind::Io,
+                    format!("cannot write feed '{}': {why}", path.display()),
+                )
+            })?;
+            self.put(&rest)?;
+        }
         let end = self.document_end();
         self.put(end)?;
         let Mode::Batched { open, written, .. } = &mut self.mode else {
@@ -377,7 +394,8 @@ impl FeedWriter {
             FeedFormat::Json if self.first => b"[]\n",
             FeedFormat::Json => b"\n]\n",
             FeedFormat::Xml => feed_xml::FOOTER,
-            FeedFormat::JsonLines | FeedFormat::Csv => b"",
+            // (Parquet's footer is written by its writer.)
+            FeedFormat::JsonLines | FeedFormat::Csv | FeedFormat::Parquet => b"",
         }
     }
 
@@ -419,6 +437,7 @@ impl FeedWriter {
             FeedFormat::Xml => {
                 feed_xml::write_item(item, &mut self.scratch).map_err(|e| encode(&e))?
             }
+            FeedFormat::Parquet => return self.write_parquet(item),
         }
         self.open_batch()?;
         let scratch = std::mem::take(&mut self.scratch);
@@ -433,6 +452,70 @@ impl FeedWriter {
             }
         }
         Ok(())
+    }
+
+    /// Parquet: buffer `item` as a row of the open batch (a row group written when full).
+    /// An item that does not fit the schema abandons the open batch (its `.part` file
+    /// removed, its upload aborted) before the error is returned: the feed stops, and no
+    /// file or object is completed with rows that do not match.
+    fn write_parquet<I: Serialize>(&mut self, item: &I) -> Result<()> {
+        let Some(parquet) = &mut self.parquet else {
+            return Ok(());
+        };
+        if let Err(why) = parquet.push(item) {
+            self.abandon_batch();
+            return Err(Error::new(
+                ErrorKind::Io,
+                format!(
+                    "cannot write the Parquet feed '{}': {why}",
+                    self.path.display()
+                ),
+            ));
+        }
+        self.open_batch()?;
+        if let Some(parquet) = &mut self.parquet
+            && parquet.group_full()
+        {
+            let bytes = match parquet.write_group() {
+                Ok(bytes) => bytes,
+                Err(why) => {
+                    self.abandon_batch();
+                    return Err(Error::new(
+                        ErrorKind::Io,
+                        format!("cannot write feed '{}': {why}", self.path.display()),
+                    ));
+                }
+            };
+            self.put(&bytes)?;
+        }
+        self.first = false;
+        if let Mode::Batched { size, in_batch, .. } = &mut self.mode {
+            *in_batch += 1;
+            if *size > 0 && *in_batch >= *size {
+                self.close_batch()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Drop the open batch: a local `.part` file is removed, an object's upload aborted
+    /// (when dropped), so nothing incomplete is left.
+    fn abandon_batch(&mut self) {
+        if let Some(parquet) = &mut self.parquet {
+            parquet.abandon();
+        }
+        if let Mode::Batched { open, .. } = &mut self.mode {
+            match open.take() {
+                Some(Open::File { part, out, .. }) => {
+                    drop(out);
+                    if let Err(e) = std::fs::remove_file(&part) {
+                        tracing::warn!(file = %part.display(), error = %e, "cannot remove an abandoned feed batch");
+                    }
+                }
+                Some(Open::Object(upload)) => drop(upload),
+                None => {}
+            }
+        }
     }
 
     /// Write one serialised item (after JSON's separator).
@@ -508,9 +591,9 @@ pub(crate) fn repair_tail(file: &mut File, format: FeedFormat, path: &Path) -> R
         return Ok(0);
     }
     let keep = match format {
-        // (JSON and XML are never appended to: a stray failures file of that name is cut
-        // at its last line end like JSON Lines.)
-        FeedFormat::JsonLines | FeedFormat::Json | FeedFormat::Xml => {
+        // (JSON, XML and Parquet are never appended to: a stray failures file of that name
+        // is cut at its last line end like JSON Lines.)
+        FeedFormat::JsonLines | FeedFormat::Json | FeedFormat::Xml | FeedFormat::Parquet => {
             // Only the tail can be torn; read backwards in blocks to the last newline.
             let mut end = len;
             let mut buf = vec![0u8; 64 * 1024];

@@ -12,7 +12,8 @@
 //!   the feed thread and the request log.
 //! - `middleware/`: the downloader and spider middleware stacks and their counters.
 //! - `feed_writer.rs`: writing one feed, torn tails cut on resume, batches;
-//!   `feed_store.rs`: its objects (S3, GCS, Azure); `feed_xml.rs`: its XML items.
+//!   `feed_store.rs`: its objects (S3, GCS, Azure); `feed_xml.rs`: its XML items;
+//!   `feed_parquet.rs`: its Parquet files.
 //! - `failures.rs`: the failures file, a record per request that ended failed.
 //! - `warc/`: WARC archives of every exchange (the `warc` setting).
 //! - `files/`: the files and images pipelines (items' files fetched through the crawl,
@@ -20,6 +21,7 @@
 
 mod engine;
 mod failures;
+mod feed_parquet;
 mod feed_store;
 mod feed_writer;
 mod feed_xml;
