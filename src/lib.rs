@@ -565,8 +565,8 @@ impl<S: Spider> Crawl<S> {
         self
     }
 
-    /// Write items to this file (format by extension: .jsonl, .json, .csv, .xml, or after a
-    /// colon: `items.txt:jsonl`), replacing what it held (a resumed job, or a fleet worker,
+    /// Write items to this file (format by extension: .jsonl, .json, .csv, .xml, .parquet, or
+    /// after a colon: `items.txt:jsonl`), replacing what it held (a resumed job, or a fleet worker,
     /// appends instead). `-` writes JSON Lines to standard output. `%(name)s` and `%(time)s`
     /// in the path become the spider's name and the crawl's start time
     /// (`2024-05-21T12-33-41`, UTC). The path may be an object URL (`s3://bucket/key.jsonl`,

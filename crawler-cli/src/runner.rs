@@ -447,7 +447,7 @@ pub(crate) struct CrawlArgs {
     /// does; the spider reads it in `Spider::open`.
     #[arg(short = 'a', value_name = "KEY=VALUE", value_parser = spider_arg)]
     pub arg: Vec<(String, String)>,
-    /// Append items to FILE (.jsonl, .json, .csv or .xml, or FILE:FORMAT; an `s3://`,
+    /// Append items to FILE (.jsonl, .json, .csv, .xml or .parquet, or FILE:FORMAT; an `s3://`,
     /// `gs://` or `az://` URL; repeatable), as Scrapy's `-o` does. `-` writes JSON Lines to stdout (the final stats then go to stderr).
     /// `%(name)s` and `%(time)s` in FILE become the spider's name and the start time.
     #[arg(short = 'o', long = "output", value_name = "FILE")]

@@ -734,7 +734,8 @@ mod tests {
     fn bad_names_and_paths_are_clear_errors() {
         let e = FeedSpec::new("items.txt").unwrap_err();
         assert!(
-            e.to_string().contains("use a .jsonl, .json, .csv or .xml"),
+            e.to_string()
+                .contains("use a .jsonl, .json, .csv, .xml or .parquet"),
             "{e}"
         );
         let spec = FeedSpec::new("/nonexistent-dir/x/items.jsonl").unwrap();

@@ -213,7 +213,7 @@ pub struct Settings {
     #[serde(with = "humantime_serde")]
     pub progress_interval: Duration,
     /// Feed files items are written to, in addition to any `-o FILE` given to `crawl`. The
-    /// format comes from the extension (.jsonl, .json, .csv) or follows a colon
+    /// format comes from the extension (.jsonl, .json, .csv, .xml, .parquet) or follows a colon
     /// (`items.txt:jsonl`); `-` is standard output (JSON Lines). `%(name)s` and `%(time)s`
     /// in a path become the spider's name and the crawl's start time (UTC,
     /// `2024-05-21T12-33-41`). Checked when the settings load. Default none.

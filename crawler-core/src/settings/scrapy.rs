@@ -328,7 +328,7 @@ pub(super) const SCRAPY_NAMES: &[ScrapyName] = &[
         "FEEDS",
         "feeds",
         "a list of paths or URIs, the format given by the extension (.jsonl, .json, .csv, \
-         .xml) or after a colon (`items.txt:jsonl`), not a dict of URIs and options; `-` is \
+         .xml, .parquet) or after a colon (`items.txt:jsonl`), not a dict of URIs and options; `-` is \
          stdout; `s3://`, `gs://`, `az://` and `file://` URIs work; `%(name)s`, `%(time)s`, \
          `%(batch_id)d` and `%(batch_time)s` work; `-o FILE` adds one",
     ),
@@ -336,12 +336,12 @@ pub(super) const SCRAPY_NAMES: &[ScrapyName] = &[
         "FEED_URI",
         "feeds",
         "a list of paths or URIs (`s3://`, `gs://`, `az://`, `file://`), the format given by \
-         the extension (.jsonl, .json, .csv, .xml) or after a colon (`items.txt:jsonl`); \
-         `%(name)s` and `%(time)s` work; `-o FILE` adds one",
+         the extension (.jsonl, .json, .csv, .xml, .parquet) or after a colon \
+         (`items.txt:jsonl`); `%(name)s` and `%(time)s` work; `-o FILE` adds one",
     ),
     instead(
         "FEED_FORMAT",
-        "a feed's format is given by its file's extension (.jsonl, .json, .csv or .xml) or \
+        "a feed's format is given by its file's extension (.jsonl, .json, .csv, .xml or .parquet) or \
          after a colon: `feeds = [\"items.txt:jsonl\"]`, `-o items.txt:csv`",
     ),
     instead("FEED_EXPORT_ENCODING", "feeds are always written in UTF-8"),
