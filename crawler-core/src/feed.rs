@@ -517,6 +517,15 @@ mod tests {
         let spec = FeedSpec::new("s3://bucket/dir/items.jsonl").unwrap();
         assert_eq!(spec.object_url(), Some("s3://bucket/dir/items.jsonl"));
         assert_eq!(spec.format, FeedFormat::JsonLines);
+        let spec = FeedSpec::new("file:///tmp/items.parquet").unwrap();
+        assert_eq!(spec.format, FeedFormat::Parquet);
+        // Its footer is written last: never on standard output.
+        let e = FeedSpec::new("-:parquet").unwrap_err();
+        assert!(
+            e.to_string().contains("cannot go to standard output"),
+            "{e}"
+        );
+        assert!(feed_problem("-:PARQUET").is_some());
         let spec = FeedSpec::new("file:///tmp/items.xml").unwrap();
         assert_eq!(spec.path, Path::new("/tmp/items.xml"));
         assert_eq!(spec.format, FeedFormat::Xml);

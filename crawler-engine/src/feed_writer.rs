@@ -676,9 +676,19 @@ mod tests {
     #[test]
     fn each_format_is_valid_and_complete() {
         let dir = tempfile::tempdir().unwrap();
-        for name in ["a.jsonl", "a.json", "a.csv", "a.xml"] {
+        for name in ["a.jsonl", "a.json", "a.csv", "a.xml", "a.parquet"] {
             let spec = FeedSpec::new(dir.path().join(name)).unwrap();
             write_rows(&spec, 3);
+            if spec.format == FeedFormat::Parquet {
+                use parquet::file::reader::{FileReader, SerializedFileReader};
+                let file = File::open(&spec.path).unwrap();
+                let reader = SerializedFileReader::new(file).unwrap();
+                assert_eq!(reader.metadata().file_metadata().num_rows(), 3);
+                let schema = reader.metadata().file_metadata().schema_descr();
+                assert_eq!(schema.column(0).name(), "title");
+                assert_eq!(schema.column(1).name(), "price");
+                continue;
+            }
             let text = std::fs::read_to_string(&spec.path).unwrap();
             match spec.format {
                 FeedFormat::JsonLines => {
@@ -709,6 +719,7 @@ mod tests {
                         "{text}"
                     );
                 }
+                FeedFormat::Parquet => unreachable!("read above"),
             }
         }
         // An empty JSON feed is still a valid (empty) array.
