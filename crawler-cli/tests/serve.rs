@@ -574,7 +574,8 @@ async fn twenty_jobs_four_at_once_survive_kill_9_of_the_service() {
     for id in &ids {
         assert!(
             over.contains(&(id.clone(), "finished".to_owned())),
-            "{id}: {over:?}"
+            "{id}: {over:?}\n{id}'s log:\n{}",
+            std::fs::read_to_string(svc.root.join("jobs").join(id).join("log")).unwrap_or_default()
         );
         assert_eq!(book_urls(&svc.root, id).len(), 100, "{id}: every item");
     }

@@ -400,14 +400,15 @@ impl Service {
             .cloned()
             .collect();
         for job in running {
-            if let Some(pid) = job.pid
-                && proc::is_job_process(pid, &job.id)
-            {
+            // By the job's directory, not only the number written down: the service may have
+            // died between starting the process and writing its number.
+            let dir = self.dir(&job.id);
+            for pid in proc::job_processes(&dir) {
                 tracing::info!(
                     "job {}: stopping process {pid} left by the previous run",
                     job.id
                 );
-                proc::stop_orphan(pid, &job.id, self.cfg.kill_after).await;
+                proc::stop_orphan(pid, &dir, self.cfg.kill_after).await;
             }
             let mut inner = self.lock();
             if let Some(j) = inner.jobs.get_mut(&job.id) {
@@ -458,9 +459,19 @@ impl Service {
             else {
                 break;
             };
-            let Some(job) = inner.jobs.get(&id).cloned() else {
+            let Some(j) = inner.jobs.get_mut(&id) else {
                 break;
             };
+            // Written down as running before its process exists: a service killed in between
+            // finds the process by its directory at the next start (`recover`) instead of
+            // starting a second one beside it.
+            j.state = State::Running;
+            j.pid = None;
+            j.start_ms.get_or_insert_with(now_ms);
+            j.end_ms = None;
+            j.runs += 1;
+            self.history.put(j);
+            let job = j.clone();
             let started = self.spawn(&job);
             let Some(j) = inner.jobs.get_mut(&id) else {
                 break;
@@ -468,11 +479,7 @@ impl Service {
             match started {
                 Ok(child) => {
                     let pid = child.id();
-                    j.state = State::Running;
                     j.pid = Some(pid);
-                    j.start_ms.get_or_insert_with(now_ms);
-                    j.end_ms = None;
-                    j.runs += 1;
                     self.history.put(j);
                     inner.children.insert(id.clone(), pid);
                     tracing::info!("job {id}: started (process {pid})");
@@ -501,7 +508,7 @@ impl Service {
         let _ = writeln!(
             log,
             "--- run {} of job {} (spider {}) at {}",
-            job.runs + 1,
+            job.runs,
             job.id,
             job.spider,
             super::api::scrapyd_time(now_ms())
