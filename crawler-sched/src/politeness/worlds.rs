@@ -873,6 +873,9 @@ pub struct Outcome {
     pub before_storm: f64,
     /// Refusals after the limit changed.
     pub refused_after_change: u64,
+    /// When each refusal was answered (ms), for telling a crawl's learning from its
+    /// steady state.
+    pub refused_at: Vec<f64>,
     /// Accepted requests/s over the last fifth of a ramp's peak, and before it began.
     pub ramp_rates: Option<(f64, f64)>,
     /// Whether a host was skipped.
@@ -1124,6 +1127,7 @@ pub fn run_audited(
                 if !adm.ok {
                     fb.status = Some(429);
                     out.refused += 1;
+                    out.refused_at.push(arrival + latency);
                     if changed && world.change.is_some() {
                         out.refused_after_change += 1;
                     }
