@@ -6,8 +6,9 @@
 //!   local copy the crawl wrote, and the same failures as a crawl to a local file;
 //! - the files and images stores (`files_store = "s3://..."`): every item's files are
 //!   objects named by their content's hash, as locally, with their checksums; the same
-//!   bytes are uploaded once (moto's request log counts the uploads of each key), and a
-//!   second crawl finds everything fresh through the index object: no download, no upload;
+//!   bytes are uploaded once (moto's request log counts the uploads of each key); a second
+//!   crawl finds everything fresh through the index object: no download, no upload; with
+//!   the index lost, a third downloads again and finds each content by its HEAD: no upload;
 //! - Parquet feeds on `s3://`: the objects, read back with pyarrow, hold the rows of the
 //!   same crawl's local Parquet feed, in the row groups `feed_parquet_row_group_items` asks.
 
@@ -416,6 +417,40 @@ async fn files_and_images_stored_in_a_bucket_once_by_content_as_locally() {
         .filter(|p| p.starts_with("/media/"))
         .collect();
     assert!(asked.is_empty(), "stored files asked for again: {asked:?}");
+    let uploaded: BTreeSet<String> = uploads(&log).into_keys().collect();
+    assert_eq!(
+        uploaded,
+        BTreeSet::from([
+            "files/index.jsonl".to_owned(),
+            "images/index.jsonl".to_owned()
+        ])
+    );
+
+    // The indexes lost (a crawl killed before it wrote them): every file is downloaded
+    // again, and found in the bucket by its HEAD: not one upload but the indexes.
+    moto.delete("files/index.jsonl").await;
+    moto.delete("images/index.jsonl").await;
+    std::fs::write(&log, "").unwrap();
+    let lost = dir.path().join("lost.jsonl");
+    on_moto(
+        products_crawl(&site, &media, &files, &images),
+        &moto.endpoint,
+    )
+    .feed(&lost)
+    .unwrap()
+    .run()
+    .await
+    .unwrap();
+    let items = products(&lost);
+    assert_eq!(items.len(), 100);
+    assert!(
+        items
+            .iter()
+            .flat_map(|p| p.files.iter().chain(&p.images))
+            .all(|f| f.status == "downloaded"),
+        "{items:?}"
+    );
+    assert_eq!(records(&items), records(&products(&local_feed)));
     let uploaded: BTreeSet<String> = uploads(&log).into_keys().collect();
     assert_eq!(
         uploaded,

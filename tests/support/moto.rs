@@ -110,11 +110,10 @@ impl Moto {
         tags(&text, "Key")
     }
 
-    /// An object's bytes, read as any S3 client reads them: signed (the server refuses
-    /// anonymous reads of objects put in one request).
-    pub(super) async fn object(&self, key: &str) -> Vec<u8> {
-        use object_store::ObjectStoreExt;
-        let store = object_store::aws::AmazonS3Builder::new()
+    /// A client of the bucket, signing as any S3 client does (the server refuses anonymous
+    /// reads of objects put in one request).
+    fn client(&self) -> object_store::aws::AmazonS3 {
+        object_store::aws::AmazonS3Builder::new()
             .with_endpoint(&self.endpoint)
             .with_allow_http(true)
             .with_bucket_name(BUCKET)
@@ -122,13 +121,29 @@ impl Moto {
             .with_access_key_id("moto-test-id")
             .with_secret_access_key("moto-test-secret")
             .build()
-            .unwrap();
+            .unwrap()
+    }
+
+    /// An object's bytes.
+    pub(super) async fn object(&self, key: &str) -> Vec<u8> {
+        use object_store::ObjectStoreExt;
         let key = object_store::path::Path::from(key);
-        let got = store
+        let got = self
+            .client()
             .get(&key)
             .await
             .unwrap_or_else(|e| panic!("GET {key}: {e}"));
         got.bytes().await.unwrap().to_vec()
+    }
+
+    /// Delete an object.
+    pub(super) async fn delete(&self, key: &str) {
+        use object_store::ObjectStoreExt;
+        let key = object_store::path::Path::from(key);
+        self.client()
+            .delete(&key)
+            .await
+            .unwrap_or_else(|e| panic!("DELETE {key}: {e}"));
     }
 
     /// Every object of the bucket, by key.
