@@ -541,3 +541,45 @@ async fn a_parquet_feed_on_s3_holds_the_rows_of_the_same_crawls_local_parquet_fe
     assert!(moto.uploads_in_progress().await.is_empty());
     lab.shutdown().await;
 }
+
+#[test]
+fn object_locations_are_checked_when_the_settings_load() {
+    let check = |key: &str, value: &str, more: &[(&str, &str)]| {
+        let mut s = Settings::default();
+        for (k, v) in more {
+            s.set(k, v).unwrap();
+        }
+        s.set(key, value)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    for ok in [
+        "s3://bucket/logs/failures.jsonl",
+        "gs://bucket/failures.jsonl",
+        "file:///tmp/failures.jsonl",
+        "failures.jsonl",
+    ] {
+        assert_eq!(check("failures_file", ok, &[]), "", "{ok}");
+    }
+    let e = check("failures_file", "s3://bucket", &[]);
+    assert!(e.contains("names a bucket but no object"), "{e}");
+    let e = check("failures_file", "ftp://host/failures.jsonl", &[]);
+    assert!(e.contains("'ftp://'"), "{e}");
+    let e = check("failures_file", "file://failures.jsonl", &[]);
+    assert!(e.contains("absolute path"), "{e}");
+    let e = check(
+        "failures_file",
+        "s3://bucket/failures.jsonl",
+        &[("redis_url", "redis://127.0.0.1:1")],
+    );
+    assert!(
+        e.contains("fleets write their failures files locally"),
+        "{e}"
+    );
+    // A store is a prefix: the bucket alone is one.
+    assert_eq!(check("files_store", "s3://bucket", &[]), "");
+    assert_eq!(check("images_store", "az://container/images", &[]), "");
+    let e = check("images_store", "sftp://host/images", &[]);
+    assert!(e.contains("images_store") && e.contains("'sftp://'"), "{e}");
+}

@@ -451,9 +451,10 @@ pub struct Settings {
     /// acknowledged only then, so a resumed job writes again exactly the batches not yet
     /// complete. 0: one batch for the whole crawl. Default 0.
     pub feed_batch_items: u64,
-    /// The endpoint of an S3-compatible server for `s3://` feeds (MinIO, Ceph, R2...), such
-    /// as `http://127.0.0.1:9000`; plain `http://` is allowed when set here. Unset: the
-    /// `AWS_ENDPOINT_URL` environment variable, else AWS itself.
+    /// The endpoint of an S3-compatible server for `s3://` feeds, failures file and files
+    /// stores (MinIO, Ceph, R2...), such as `http://127.0.0.1:9000`; plain `http://` is
+    /// allowed when set here. Unset: the `AWS_ENDPOINT_URL` environment variable, else AWS
+    /// itself.
     pub feed_s3_endpoint: Option<String>,
     /// The region of `s3://` feeds' buckets. Unset: `AWS_REGION` or `AWS_DEFAULT_REGION`,
     /// else `us-east-1`.
