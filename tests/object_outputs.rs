@@ -3,7 +3,8 @@
 //! output:
 //!
 //! - the failures file (`failures_file = "s3://..."`): the object holds, byte for byte, the
-//!   local copy the crawl wrote, and the same failures as a crawl to a local file;
+//!   local copy the crawl wrote, and the same failures as a crawl to a local file; an upload
+//!   the server refuses fails the crawl, keeps the lines locally and says where;
 //! - the files and images stores (`files_store = "s3://..."`): every item's files are
 //!   objects named by their content's hash, as locally, with their checksums; the same
 //!   bytes are uploaded once (moto's request log counts the uploads of each key); a second
@@ -174,6 +175,43 @@ async fn the_failures_object_holds_what_the_local_failures_file_does() {
     let again = moto.object(key2).await;
     assert_eq!(failures(&lab, &again), failures(&lab, &local_text));
     assert_eq!(temp_copies(), temp_before, "the temporary copy was removed");
+    lab.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failures_upload_that_fails_keeps_the_lines_and_says_where_without_the_secret() {
+    let moto = Moto::start().await;
+    let lab = Lab::builder()
+        .books(300)
+        .scenario(Scenario::chaos())
+        .seed(3)
+        .start()
+        .await
+        .unwrap();
+    // A bucket the server does not have: the upload is refused (404), not retried.
+    let e = on_moto(chaos_crawl(&lab), &moto.endpoint)
+        .set("failures_file", "s3://no-such-bucket/failures.jsonl")
+        .run()
+        .await
+        .expect_err("the upload fails the crawl");
+    let text = format!("{e:#}");
+    assert!(!text.contains("moto-test-secret"), "{text}");
+    let path = text
+        .split("its lines are in '")
+        .nth(1)
+        .and_then(|rest| rest.split_once('\''))
+        .map(|(path, _)| path.to_owned())
+        .unwrap_or_else(|| panic!("the error names no local copy: {text}"));
+    let kept = std::fs::read(&path).unwrap();
+    let lines = kept.iter().filter(|b| **b == b'\n').count();
+    assert!(lines > 20, "{lines} failures kept in {path}");
+    assert!(
+        failures(&lab, &kept)
+            .iter()
+            .all(|(url, _)| url.starts_with(&lab.url()))
+    );
+    std::fs::remove_file(&path).unwrap();
+    assert!(moto.keys().await.is_empty());
     lab.shutdown().await;
 }
 
