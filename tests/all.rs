@@ -29,6 +29,7 @@ mod many_hosts;
 mod middlewares;
 mod network;
 mod object_feeds;
+mod object_outputs;
 mod politeness;
 mod proxy;
 mod recrawl;

@@ -316,3 +316,69 @@ async fn parquet_batches_are_files_of_their_own() {
     );
     lab.shutdown().await;
 }
+
+/// The row group sizes of a Parquet file, as pyarrow reads its footer.
+fn parquet_row_groups(path: &std::path::Path) -> Vec<u64> {
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sys, pyarrow.parquet as pq\n\
+             m = pq.ParquetFile(sys.argv[1]).metadata\n\
+             print(' '.join(str(m.row_group(i).num_rows) for i in range(m.num_row_groups)))",
+        )
+        .arg(path)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "pyarrow cannot read {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_parquet_row_group_size_is_a_setting() {
+    let lab = Lab::builder().books(100).start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let small = dir.path().join("small.parquet");
+    let stats = typed_crawl(&lab, false)
+        .set("feed_parquet_row_group_items", "30")
+        .feed(&small)
+        .unwrap()
+        .run()
+        .await
+        .unwrap();
+    assert_eq!(stats.items_scraped, 100);
+    assert_eq!(parquet_row_groups(&small), [30, 30, 30, 10]);
+    // Every row is there, in whichever group.
+    assert_eq!(parquet_rows(&small).len() - 1, 100);
+    // The default: one group for a crawl this size.
+    let default = dir.path().join("default.parquet");
+    typed_crawl(&lab, false)
+        .feed(&default)
+        .unwrap()
+        .run()
+        .await
+        .unwrap();
+    assert_eq!(parquet_row_groups(&default), [100]);
+    lab.shutdown().await;
+}
+
+#[test]
+fn a_row_group_of_no_items_is_refused_with_the_setting_named() {
+    let mut s = Settings::default();
+    let e = s
+        .set("feed_parquet_row_group_items", "0")
+        .expect_err("0 is refused");
+    let text = e.to_string();
+    assert!(
+        text.contains("feed_parquet_row_group_items") && text.contains("at least 1"),
+        "{text}"
+    );
+}

@@ -88,6 +88,51 @@ pub fn object_scheme(path: &str) -> Option<String> {
     (OBJECT_SCHEMES.contains(&scheme.as_str()) && !rest.is_empty()).then_some(scheme)
 }
 
+/// The local path of an output location that is not an object: `file:///dir/x` is
+/// `/dir/x`, a plain path is itself.
+pub fn local_location(location: &str) -> &str {
+    location.strip_prefix("file://").unwrap_or(location)
+}
+
+/// Why `location` (the failures file, a files store) is not a place the crawl can write
+/// to: a scheme other than `file://` and the object schemes ([`OBJECT_SCHEMES`]), a
+/// `file://` URL without an absolute path, or (`needs_key`: one object, not a prefix) an
+/// object URL naming a bucket and no key.
+pub fn location_problem(location: &str, needs_key: bool) -> Option<String> {
+    if let Some(local) = location.strip_prefix("file://") {
+        return (!local.starts_with('/')).then(|| {
+            format!(
+                "'{location}' is not a file:// URL with an absolute path: write file:///dir/name"
+            )
+        });
+    }
+    if let Some(scheme) = object_scheme(location) {
+        let rest = &location[scheme.len() + 3..];
+        let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Some(format!("'{location}' names no bucket"));
+        }
+        if needs_key && key.trim_matches('/').is_empty() {
+            return Some(format!(
+                "'{location}' names a bucket but no object: write {scheme}://{bucket}/name"
+            ));
+        }
+        return None;
+    }
+    if let Some((scheme, _)) = location.split_once("://")
+        && !scheme.is_empty()
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+    {
+        return Some(format!(
+            "'{location}' names the storage scheme '{scheme}://', which the crawl cannot write \
+             to: the schemes are file://, s3:// (and s3a://), gs:// and az:// (azure://, abfs://)"
+        ));
+    }
+    None
+}
+
 /// Where and how to write items.
 #[derive(Debug, Clone)]
 pub struct FeedSpec {

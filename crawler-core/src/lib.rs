@@ -74,7 +74,8 @@ pub use extension::{
 pub use failed::FailedRequest;
 pub use feed::{
     FeedFormat, FeedSpec, OBJECT_SCHEMES, STDOUT_FEED, batch_problem, expand_batch_path,
-    expand_feed_path, feed_problem, feed_time, has_batch_placeholder, object_scheme,
+    expand_feed_path, feed_problem, feed_time, has_batch_placeholder, local_location,
+    location_problem, object_scheme,
 };
 pub use fetch::http_version_name;
 pub use fetch::{

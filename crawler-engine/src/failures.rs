@@ -1,5 +1,12 @@
 //! The failures file: one JSON line per request that ended without a usable response, so a
 //! user can see why and re-run exactly those URLs.
+//!
+//! A failures file named by an object URL (`s3://bucket/failures.jsonl`) is written to a
+//! local copy as the crawl runs (flushed at each checkpoint, as a local one) and uploaded
+//! when the crawl ends, through the feeds' uploader: in parts, the object appearing whole
+//! or not at all. The copy lives in the job directory when there is one, so a resumed job
+//! adds to it and uploads the whole again; otherwise it is a temporary file, removed once
+//! uploaded (and kept, its path in the error, if the upload fails).
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Seek, SeekFrom, Write};
@@ -7,9 +14,13 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::feed_store::ObjectTarget;
 use crate::feed_writer::repair_tail;
 use crawler_core::FeedFormat;
-use crawler_core::{Error, ErrorKind, Result};
+use crawler_core::{Error, ErrorKind, Result, Settings};
+
+/// The local copy of an object failures file in the job directory.
+const JOB_COPY: &str = "failures.jsonl";
 
 /// One line of the failures file.
 #[derive(Debug, Serialize)]
@@ -25,9 +36,64 @@ pub(crate) struct FailureLog {
     path: PathBuf,
     out: BufWriter<File>,
     written: u64,
+    /// Where the file goes when the crawl ends, if it is an object.
+    upload: Option<Upload>,
+}
+
+/// An object failures file: its URL, the client for its bucket, and whether the local copy
+/// is temporary (removed once uploaded).
+struct Upload {
+    url: String,
+    target: ObjectTarget,
+    temporary: bool,
 }
 
 impl FailureLog {
+    /// The failures file `failures_file` names (a path, a `file://` URL or an object URL),
+    /// created or, for a resumed crawl (`append`), added to. For an object, its bucket's
+    /// client is built now (a bad URL fails before the crawl) and the local copy opened.
+    /// Must run inside the runtime.
+    pub(crate) fn from_settings(
+        failures_file: &str,
+        settings: &Settings,
+        append: bool,
+    ) -> Result<Self> {
+        if crawler_core::object_scheme(failures_file).is_none() {
+            let local = crawler_core::local_location(failures_file);
+            return Self::open(Path::new(local), append);
+        }
+        ObjectTarget::check_key(failures_file)?;
+        let target = ObjectTarget::new(failures_file, settings)?;
+        let (path, temporary) = match settings.job_dir.as_deref() {
+            Some(dir) => (Path::new(dir).join(JOB_COPY), false),
+            // Random: crawls in one process (tests, a runner) each get their own.
+            None => (
+                std::env::temp_dir().join(format!(
+                    "crawler-failures-{}-{:016x}.jsonl",
+                    std::process::id(),
+                    rand::random::<u64>()
+                )),
+                true,
+            ),
+        };
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                Error::new(
+                    ErrorKind::Io,
+                    format!("cannot create the directory of '{}'", path.display()),
+                )
+                .with_source(e)
+            })?;
+        }
+        let mut log = Self::open(&path, append && !temporary)?;
+        log.upload = Some(Upload {
+            url: failures_file.to_owned(),
+            target,
+            temporary,
+        });
+        Ok(log)
+    }
+
     /// Create the file, or, for a resumed crawl (`append`), keep the failures of the runs
     /// before it (cutting a line torn by a crash) and add to them.
     pub(crate) fn open(path: &Path, append: bool) -> Result<Self> {
@@ -53,6 +119,7 @@ impl FailureLog {
             path: path.to_owned(),
             out: BufWriter::new(file),
             written: 0,
+            upload: None,
         })
     }
 
@@ -77,7 +144,9 @@ impl FailureLog {
         }
     }
 
-    pub(crate) fn finish(mut self) -> Result<u64> {
+    /// Write out what is buffered and, for an object, upload the whole file (off the async
+    /// runtime). Returns the lines this run wrote.
+    pub(crate) async fn finish(mut self) -> Result<u64> {
         self.out.flush().map_err(|e| {
             Error::new(
                 ErrorKind::Io,
@@ -85,7 +154,32 @@ impl FailureLog {
             )
             .with_source(e)
         })?;
-        Ok(self.written)
+        let Some(upload) = self.upload.take() else {
+            return Ok(self.written);
+        };
+        let path = self.path.clone();
+        let sent = tokio::task::spawn_blocking(move || {
+            let sent = upload.target.upload_file(&path, &upload.url);
+            if sent.is_ok() && upload.temporary {
+                let _ = std::fs::remove_file(&path);
+            }
+            sent
+        })
+        .await
+        .map_err(|e| Error::new(ErrorKind::Other, e.to_string()))?;
+        match sent {
+            Ok(bytes) => {
+                tracing::debug!(file = %self.path.display(), bytes, "failures file uploaded");
+                Ok(self.written)
+            }
+            Err(e) => Err(Error::new(
+                ErrorKind::Io,
+                format!(
+                    "the failures file was not uploaded; its lines are in '{}': {e}",
+                    self.path.display()
+                ),
+            )),
+        }
     }
 }
 
@@ -105,19 +199,19 @@ mod tests {
         });
     }
 
-    #[test]
-    fn a_resumed_crawl_appends_and_cuts_a_torn_line() {
+    #[tokio::test]
+    async fn a_resumed_crawl_appends_and_cuts_a_torn_line() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("failures.jsonl");
         let mut log = FailureLog::open(&path, false).unwrap();
         record(&mut log, "http://a.test/1");
-        log.finish().unwrap();
+        log.finish().await.unwrap();
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(b"{\"url\":\"http://a.te").unwrap();
         drop(f);
         let mut log = FailureLog::open(&path, true).unwrap();
         record(&mut log, "http://a.test/2");
-        log.finish().unwrap();
+        log.finish().await.unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         let urls: Vec<String> = text
             .lines()
@@ -125,7 +219,11 @@ mod tests {
             .collect();
         assert_eq!(urls, ["\"http://a.test/1\"", "\"http://a.test/2\""]);
         // A fresh crawl starts the file again.
-        FailureLog::open(&path, false).unwrap().finish().unwrap();
+        FailureLog::open(&path, false)
+            .unwrap()
+            .finish()
+            .await
+            .unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "");
     }
 }

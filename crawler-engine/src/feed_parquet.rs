@@ -14,8 +14,9 @@
 //! abandoned, never completed with rows that do not match. An integer in a `DOUBLE`
 //! column is taken as a float.
 //!
-//! Rows are buffered and written a row group at a time ([`ROW_GROUP_ITEMS`]), so memory
-//! holds one row group's items, not the file's. Files are compressed with Snappy.
+//! Rows are buffered and written a row group at a time (`feed_parquet_row_group_items`
+//! items, 10,000 by default), so memory holds one row group's items, not the file's. Files
+//! are compressed with Snappy.
 
 use std::sync::Arc;
 
@@ -27,10 +28,6 @@ use parquet::schema::types::Type;
 use serde::Deserialize;
 use serde::de::{MapAccess, Visitor};
 use serde_json::Value;
-
-/// Items per row group: a row group is the unit a reader skips or reads in parallel, and
-/// the writer holds one in memory (10,000 items of a few kilobytes: tens of megabytes).
-pub(crate) const ROW_GROUP_ITEMS: usize = 10_000;
 
 /// A column's type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +109,8 @@ pub(crate) struct ParquetFeed {
     rows: Vec<Vec<Cell>>,
     /// The open file (batch), once its first row group is written.
     file: Option<SerializedFileWriter<Vec<u8>>>,
+    /// Rows per row group (`feed_parquet_row_group_items`, at least 1).
+    group_items: usize,
 }
 
 fn pq_error(e: parquet::errors::ParquetError) -> String {
@@ -119,12 +118,14 @@ fn pq_error(e: parquet::errors::ParquetError) -> String {
 }
 
 impl ParquetFeed {
-    pub(crate) fn new() -> Self {
+    /// A feed writing row groups of `group_items` rows (at least 1).
+    pub(crate) fn new(group_items: u64) -> Self {
         Self {
             columns: Vec::new(),
             items: 0,
             rows: Vec::new(),
             file: None,
+            group_items: usize::try_from(group_items).unwrap_or(usize::MAX).max(1),
         }
     }
 
@@ -199,7 +200,7 @@ impl ParquetFeed {
 
     /// Whether a row group is full and should be written.
     pub(crate) fn group_full(&self) -> bool {
-        self.rows.len() >= ROW_GROUP_ITEMS
+        self.rows.len() >= self.group_items
     }
 
     /// Write the buffered rows as a row group of the open file (opening it first) and

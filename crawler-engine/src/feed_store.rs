@@ -1,4 +1,5 @@
-//! Feeds to object storage (`s3://`, `gs://`, `az://`) through the `object_store` crate.
+//! Feeds, the failures file and the files store to object storage (`s3://`, `gs://`,
+//! `az://`) through the `object_store` crate: the one uploader of the crawl.
 //!
 //! An object is immutable and appears whole or not at all: a batch's bytes are buffered up
 //! to one part (`feed_upload_part_size`, 8 MiB by default); a batch that stays smaller is
@@ -10,8 +11,10 @@
 //! them).
 //!
 //! Every call blocks the calling thread on the runtime: it runs on the feed writer's
-//! blocking thread, never on an async worker.
+//! thread or a blocking task (`spawn_blocking`), never on an async worker.
 
+use std::io::Read;
+use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -24,7 +27,10 @@ use tokio::runtime::Handle;
 /// writer busy without holding more than two parts in memory.
 const PARTS_IN_FLIGHT: usize = 2;
 
-/// Where a feed's objects go: one bucket (or container) and the client for it.
+/// The size of the reads a local file is uploaded from: the upload gathers them into parts.
+const FILE_READ: usize = 64 * 1024;
+
+/// Where objects go: one bucket (or container) and the client for it.
 pub(crate) struct ObjectTarget {
     store: Arc<dyn ObjectStore>,
     part_size: usize,
@@ -36,7 +42,7 @@ fn object_error(url: &str, what: &str, e: impl std::error::Error + Send + Sync +
     let message = crawler_core::redact::scrub(&e.to_string()).into_owned();
     Error::new(
         ErrorKind::Io,
-        format!("cannot {what} feed object '{url}': {message}"),
+        format!("cannot {what} object '{url}': {message}"),
     )
 }
 
@@ -47,7 +53,7 @@ fn key_of(url: &str) -> Result<ObjectPath> {
     ObjectPath::parse(key).map_err(|e| {
         Error::new(
             ErrorKind::Settings,
-            format!("feed object '{url}' has an invalid key '{key}': {e}"),
+            format!("object '{url}' has an invalid key '{key}': {e}"),
         )
     })
 }
@@ -72,7 +78,7 @@ impl ObjectTarget {
             Error::new(
                 ErrorKind::Settings,
                 format!(
-                    "cannot use feed object '{url}': {}",
+                    "cannot use object '{url}': {}",
                     crawler_core::redact::scrub(&e.to_string())
                 ),
             )
@@ -123,6 +129,59 @@ impl ObjectTarget {
             part_size: usize::try_from(settings.feed_upload_part_size).unwrap_or(usize::MAX),
             runtime: Handle::current(),
         })
+    }
+
+    /// Check that `url` names a valid object key, before any request.
+    pub(crate) fn check_key(url: &str) -> Result<()> {
+        key_of(url).map(|_| ())
+    }
+
+    /// The bytes of the object at `url`, or `None` when there is none.
+    pub(crate) fn read(&self, url: &str) -> Result<Option<Bytes>> {
+        let key = key_of(url)?;
+        let got = self.runtime.block_on(async {
+            match self.store.get(&key).await {
+                Ok(found) => found.bytes().await.map(Some),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        });
+        got.map_err(|e| object_error(url, "read", e))
+    }
+
+    /// Write `bytes` as the object at `url`, whole or not at all (one request under a
+    /// part, else a multipart upload).
+    pub(crate) fn put(&self, url: &str, bytes: &[u8]) -> Result<()> {
+        let mut upload = self.create(url)?;
+        upload.write(bytes)?;
+        upload.finish()
+    }
+
+    /// Upload the local file at `path` as the object at `url`, as a feed batch is: in parts
+    /// (at most [`PARTS_IN_FLIGHT`] in memory whatever the file's size), the object visible
+    /// only once the last one is in. Returns the bytes sent.
+    pub(crate) fn upload_file(&self, path: &Path, url: &str) -> Result<u64> {
+        let cannot = |e: std::io::Error| {
+            Error::new(
+                ErrorKind::Io,
+                format!("cannot read '{}' to upload it to '{url}'", path.display()),
+            )
+            .with_source(e)
+        };
+        let mut file = std::fs::File::open(path).map_err(cannot)?;
+        let mut upload = self.create(url)?;
+        let mut buf = vec![0u8; FILE_READ];
+        let mut sent = 0u64;
+        loop {
+            let n = file.read(&mut buf).map_err(cannot)?;
+            if n == 0 {
+                break;
+            }
+            upload.write(&buf[..n])?;
+            sent += n as u64;
+        }
+        upload.finish()?;
+        Ok(sent)
     }
 
     /// Whether the object at `url` exists (complete: objects never show partly written).

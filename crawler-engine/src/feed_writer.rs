@@ -184,7 +184,8 @@ impl FeedWriter {
                 },
                 first: true,
                 scratch: Vec::with_capacity(1024),
-                parquet: (spec.format == FeedFormat::Parquet).then(ParquetFeed::new),
+                parquet: (spec.format == FeedFormat::Parquet)
+                    .then(|| ParquetFeed::new(settings.feed_parquet_row_group_items)),
             });
         }
         if spec.append && spec.format.is_closed_document() {

@@ -207,7 +207,12 @@ pub struct Settings {
     /// development cache, like Scrapy's HTTPCACHE). Default false.
     pub http_cache: bool,
     /// Write every request that failed (after retries) to this JSON Lines file: URL, reason,
-    /// attempts, last status. Unset: no file.
+    /// attempts, last status. A path, a `file:///` URL, or an object URL (`s3://bucket/key`,
+    /// `gs://`, `az://`, with the `feed_s3_*` settings and the usual environment variables,
+    /// as feeds): the file is then written locally as the crawl runs (in the job directory
+    /// as `failures.jsonl` if there is one, so a resumed job adds to it; else a temporary
+    /// file) and uploaded when the crawl ends, in parts as a feed batch is, so the object
+    /// appears whole or not at all. Unset: no file.
     pub failures_file: Option<String>,
     /// How often progress is logged when no terminal shows it live. Default 5s.
     #[serde(with = "humantime_serde")]
@@ -398,8 +403,12 @@ pub struct Settings {
     /// The directory the files pipeline (`crawler::files::FilesPipeline::files()`) stores
     /// files in, relative to the working directory: `full/<SHA-256 of the
     /// content>.<extension>`, so the same bytes are stored once whatever URL served them,
-    /// with `index.jsonl` beside them (what was fetched when, for expiry). Required when
-    /// the pipeline is added. Scrapy's `FILES_STORE`.
+    /// with `index.jsonl` beside them (what was fetched when, for expiry). Or an object URL
+    /// (`s3://bucket/prefix`, `gs://`, `az://`, with the `feed_s3_*` settings and the usual
+    /// environment variables, as feeds): the same names under the prefix, each object
+    /// uploaded once (looked up with a HEAD first; an object appears whole or not at all),
+    /// and `index.jsonl` read when the crawl starts and written whole when it ends. Required
+    /// when the pipeline is added. Scrapy's `FILES_STORE`.
     pub files_store: Option<String>,
     /// The item field that lists the URLs to download. Default `file_urls`.
     pub files_urls_field: String,
@@ -411,8 +420,9 @@ pub struct Settings {
     /// again with its validators (ETag, Last-Modified), and a 304 keeps it. 0: asked again
     /// every crawl. Default 90, as Scrapy's `FILES_EXPIRES`.
     pub files_expires: u32,
-    /// The directory the images pipeline stores images in, as `files_store` (the original
-    /// bytes in `full/`, thumbnails in `thumbs/<name>/`, JPEG). Scrapy's `IMAGES_STORE`.
+    /// The directory (or object URL) the images pipeline stores images in, as `files_store`
+    /// (the original bytes in `full/`, thumbnails in `thumbs/<name>/`, JPEG). Scrapy's
+    /// `IMAGES_STORE`.
     pub images_store: Option<String>,
     /// The item field that lists the image URLs. Default `image_urls`.
     pub images_urls_field: String,
@@ -441,9 +451,10 @@ pub struct Settings {
     /// acknowledged only then, so a resumed job writes again exactly the batches not yet
     /// complete. 0: one batch for the whole crawl. Default 0.
     pub feed_batch_items: u64,
-    /// The endpoint of an S3-compatible server for `s3://` feeds (MinIO, Ceph, R2...), such
-    /// as `http://127.0.0.1:9000`; plain `http://` is allowed when set here. Unset: the
-    /// `AWS_ENDPOINT_URL` environment variable, else AWS itself.
+    /// The endpoint of an S3-compatible server for `s3://` feeds, failures file and files
+    /// stores (MinIO, Ceph, R2...), such as `http://127.0.0.1:9000`; plain `http://` is
+    /// allowed when set here. Unset: the `AWS_ENDPOINT_URL` environment variable, else AWS
+    /// itself.
     pub feed_s3_endpoint: Option<String>,
     /// The region of `s3://` feeds' buckets. Unset: `AWS_REGION` or `AWS_DEFAULT_REGION`,
     /// else `us-east-1`.
@@ -461,6 +472,11 @@ pub struct Settings {
     /// Default 8MiB.
     #[serde(deserialize_with = "byte_size")]
     pub feed_upload_part_size: u64,
+    /// Items per row group of a Parquet feed: a row group is the unit a reader skips or
+    /// reads in parallel, and the writer holds one in memory before writing it (10,000
+    /// items of a few kilobytes: tens of megabytes). Smaller groups bound memory for large
+    /// items; larger ones compress better and are fewer to read. At least 1. Default 10000.
+    pub feed_parquet_row_group_items: u64,
     /// Host names answered without DNS, as curl's `--resolve`: entries
     /// `NAME:ADDRESS[,ADDRESS...]` (`shop.test:127.0.0.1`, `api.test:[::1],127.0.0.2`), for
     /// the downloader and the slot keys alike (tests and labs use it instead of editing
@@ -698,6 +714,7 @@ impl Default for Settings {
             feed_s3_access_key_id: None,
             feed_s3_secret_access_key: None,
             feed_upload_part_size: 8 * 1024 * 1024,
+            feed_parquet_row_group_items: 10_000,
             resolve: Vec::new(),
             dns_servers: Vec::new(),
             dns_timeout: Duration::from_secs(5),
@@ -876,6 +893,18 @@ impl Settings {
         if let Some(why) = self.feeds_problem() {
             return Some(why);
         }
+        if let Some(file) = self.failures_file.as_deref() {
+            if let Some(why) = crate::feed::location_problem(file, true) {
+                return bad(&["failures_file"], &why);
+            }
+            if self.redis_url.is_some() && crate::feed::object_scheme(file).is_some() {
+                return bad(
+                    &["failures_file", "redis_url"],
+                    "is an object, which the workers of a fleet would each write under the \
+                     same name: fleets write their failures files locally",
+                );
+            }
+        }
         if let Some(why) = self.warc_problem() {
             return Some(why);
         }
@@ -954,6 +983,12 @@ impl Settings {
             return Some((
                 vec!["feed_upload_part_size"],
                 "must be at least 64KiB (S3 itself needs 5MiB)".to_owned(),
+            ));
+        }
+        if self.feed_parquet_row_group_items == 0 {
+            return Some((
+                vec!["feed_parquet_row_group_items"],
+                "must be at least 1 (items per row group of a Parquet feed)".to_owned(),
             ));
         }
         if let Some(endpoint) = self.feed_s3_endpoint.as_deref()
@@ -1271,6 +1306,12 @@ impl Settings {
         ] {
             if store.as_deref().is_some_and(|s| s.trim().is_empty()) {
                 return bad(key, "must name a directory (or be unset)".to_owned());
+            }
+            if let Some(why) = store
+                .as_deref()
+                .and_then(|s| crate::feed::location_problem(s, false))
+            {
+                return bad(key, why);
             }
         }
         if self.images_max_pixels == 0 {

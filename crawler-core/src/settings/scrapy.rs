@@ -242,8 +242,10 @@ pub(super) const SCRAPY_NAMES: &[ScrapyName] = &[
     key(
         "FILES_STORE",
         "files_store",
-        "a local directory; files are named by the SHA-256 of their content (Scrapy: the \
-         SHA-1 of the URL), so the same bytes are stored once",
+        "a local directory or an object prefix (`s3://bucket/files`, `gs://`, `az://`, with the \
+         `feed_s3_*` settings); files are named by the SHA-256 of their content (Scrapy: the \
+         SHA-1 of the URL), so the same bytes are stored once (an object is looked up with a \
+         HEAD before it is uploaded)",
     ),
     key("FILES_EXPIRES", "files_expires", ""),
     key("FILES_URLS_FIELD", "files_urls_field", ""),
@@ -255,7 +257,8 @@ pub(super) const SCRAPY_NAMES: &[ScrapyName] = &[
     key(
         "IMAGES_STORE",
         "images_store",
-        "images are stored as fetched (Scrapy converts them to JPEG); thumbnails are JPEG",
+        "a local directory or an object prefix, as `files_store`; images are stored as \
+         fetched (Scrapy converts them to JPEG); thumbnails are JPEG",
     ),
     key("IMAGES_EXPIRES", "images_expires", ""),
     key("IMAGES_URLS_FIELD", "images_urls_field", ""),
@@ -372,6 +375,11 @@ pub(super) const SCRAPY_NAMES: &[ScrapyName] = &[
         "AWS_SECRET_ACCESS_KEY",
         "feed_s3_secret_access_key",
         "or the environment variable of the same name; shown as `***`, scrubbed from logs",
+    ),
+    instead(
+        "FEED_STORAGES",
+        "the storages are built in: `s3://`, `gs://`, `az://` and `file://` URIs in `feeds`, \
+         `failures_file`, `files_store` and `images_store`",
     ),
     instead(
         "FEED_STORAGE_S3_ACL",

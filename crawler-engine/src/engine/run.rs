@@ -188,8 +188,9 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
         let failures = match &settings.failures_file {
             // A resumed job keeps the failures of the runs before it, and so does a fleet
             // worker started again: the fleet already acknowledged those requests.
-            Some(path) => Some(FailureLog::open(
-                std::path::Path::new(path),
+            Some(path) => Some(FailureLog::from_settings(
+                path,
+                &settings,
                 restored.is_some() || scheduler.is_shared(),
             )?),
             None => None,
@@ -656,12 +657,19 @@ impl<S: Spider, D: Downloader, Q: Scheduler> Crawl<S, D, Q> {
             s.abort();
         }
         if let Some(log) = failures {
-            let n = log.finish()?;
-            tracing::info!(
-                failed = n,
-                "failed requests listed in {}",
-                settings.failures_file.as_deref().unwrap_or("")
-            );
+            // An upload that fails keeps the local copy (named in the error) and fails the
+            // crawl's result, as the WARC below, without cutting the rest of the closing short.
+            match log.finish().await {
+                Ok(n) => tracing::info!(
+                    failed = n,
+                    "failed requests listed in {}",
+                    settings.failures_file.as_deref().unwrap_or("")
+                ),
+                Err(e) => {
+                    tracing::error!("{e}");
+                    fatal.get_or_insert(e);
+                }
+            }
         }
         if let Some(warc) = warc {
             // Every download is over: what the tap was handed is all there is.

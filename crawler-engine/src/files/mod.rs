@@ -2,7 +2,8 @@
 //! name URLs in a field (`file_urls`, `image_urls`); each URL is fetched as a sub-request of
 //! the crawl, so it waits for its host's slot (paced and held with the pages, whatever
 //! host it is on), is gated by robots.txt and the address policy, retried, and counted in
-//! `Stats::subrequests`; the body is stored once by its content's SHA-256, and the results
+//! `Stats::subrequests`; the body is stored once by its content's SHA-256 (in a directory,
+//! or under an object storage prefix: `files_store = "s3://bucket/files"`), and the results
 //! (`{url, path, checksum, status}`) are written into the item before the next stage sees
 //! it.
 //!
@@ -44,7 +45,9 @@ fn days(n: u32) -> Duration {
 pub struct FileRecord {
     /// The URL the item named.
     pub url: String,
-    /// Where the file is, relative to the store directory (`full/<checksum>.<ext>`).
+    /// Where the file is, relative to the store directory or object prefix
+    /// (`full/<checksum>.<ext>`: with `files_store = "s3://bucket/files"`, the object
+    /// `s3://bucket/files/full/<checksum>.<ext>`), as Scrapy's.
     pub path: String,
     /// The SHA-256 of the content, lowercase hexadecimal.
     pub checksum: String,
@@ -94,6 +97,8 @@ struct Run {
     result_field: String,
     expires: Duration,
     store_dir: String,
+    /// The crawl's settings, for an object store's client (`feed_s3_*`).
+    settings: Settings,
     image: Option<ImageOptions>,
     subrequests: SubRequests,
     store: OnceLock<Arc<Store>>,
@@ -165,6 +170,7 @@ impl Run {
             result_field,
             expires,
             store_dir: store_dir.unwrap_or_default(),
+            settings: s.clone(),
             image,
             subrequests,
             store: OnceLock::new(),
@@ -209,16 +215,20 @@ impl Run {
         let store = Arc::clone(self.store().map_err(|e| e.to_string())?);
         let known = store.lookup(url);
         let now = SystemTime::now();
+        let stored = match &known {
+            Some(e) => store.has(&e.path).await,
+            None => false,
+        };
         if let Some(e) = &known
             && e.fresh(now, self.expires)
-            && store.has(&e.path)
+            && stored
         {
             self.counts.uptodate.fetch_add(1, Ordering::Relaxed);
             return Ok(e.record("uptodate"));
         }
         let mut request = Request::get(url).map_err(|e| e.to_string())?;
         // An expired copy is asked for again with its validators: a 304 keeps it.
-        let revalidate = known.filter(|e| store.has(&e.path));
+        let revalidate = known.filter(|_| stored);
         if let Some(e) = &revalidate {
             if let Some(etag) = &e.etag {
                 request = request.header("If-None-Match", etag.clone());
@@ -328,7 +338,8 @@ where
             ));
         }
         let dir = run.store_dir.clone();
-        let store = tokio::task::spawn_blocking(move || Store::open(&dir))
+        let settings = run.settings.clone();
+        let store = tokio::task::spawn_blocking(move || Store::open(&dir, &settings))
             .await
             .map_err(|e| Error::new(ErrorKind::Other, e.to_string()))??;
         let _ = run.store.set(Arc::new(store));
@@ -397,19 +408,32 @@ where
     }
 
     async fn close(&self) -> Result<()> {
-        if let Ok(run) = self.run() {
-            let c = &run.counts;
+        let Ok(run) = self.run() else {
+            return Ok(());
+        };
+        let c = &run.counts;
+        tracing::info!(
+            pipeline = run.kind.name(),
+            downloaded = c.downloaded.load(Ordering::Relaxed),
+            uptodate = c.uptodate.load(Ordering::Relaxed),
+            failed = c.failed.load(Ordering::Relaxed),
+            refused_images = c.refused_images.load(Ordering::Relaxed),
+            "{} pipeline done",
+            run.kind.name()
+        );
+        let Ok(store) = run.store() else {
+            return Ok(());
+        };
+        if store.is_objects() {
             tracing::info!(
                 pipeline = run.kind.name(),
-                downloaded = c.downloaded.load(Ordering::Relaxed),
-                uptodate = c.uptodate.load(Ordering::Relaxed),
-                failed = c.failed.load(Ordering::Relaxed),
-                refused_images = c.refused_images.load(Ordering::Relaxed),
-                "{} pipeline done",
+                uploaded = store.uploads.load(Ordering::Relaxed),
+                already_stored = store.found.load(Ordering::Relaxed),
+                "{} store objects",
                 run.kind.name()
             );
         }
-        Ok(())
+        store.close().await
     }
 
     fn close_crawl(&self) -> Option<String> {
