@@ -94,7 +94,7 @@ fn step(con: &mut redis::Connection, s: Section) -> (f64, Vec<Value>) {
     match s.lease {
         Some(l) => args.extend(l),
         None => args.extend(
-            ["", "0", "0", "0", "0", "1", "", "0", "", ""]
+            ["", "0", "0", "0", "0", "1", "", "0", "", "", ""]
                 .iter()
                 .map(|a| (*a).to_owned()),
         ),
@@ -237,6 +237,7 @@ impl Case {
             format!("{iv:.3},{sl:.3},{cd:.3}"),
             self.concurrency.to_string(),
             lease_id(n),
+            String::new(),
             String::new(),
         ];
         let (now, sec) = step(
