@@ -26,7 +26,8 @@
 //!   n_cas,   (host, expected_version, state_json, skip_reason | "", merge) * n_cas
 //!   n_op,    (host, kind, at, factor) * n_op
 //!   lease_host | "", drain, budget, expected_version, "horizon_ms,look_ahead_ms", factor,
-//!     "interval,slack,crawl_delay", concurrency, lease_id, extra_lease_id | ""
+//!     "interval,slack,crawl_delay", concurrency, lease_id, extra_lease_id | "",
+//!     "site,own_gap_ms,own_max_rate,known_pacer,known_pacer_version" | ""
 //!   sync
 //!   peek_host | "", peek_expected_version
 //! ```
@@ -35,7 +36,7 @@
 //! `{dups, reclaimed, lease, cas, sync, steps_before, steps, peek, ops}`, or
 //! `{"lost", section_number, epoch}` when a section's copy of the job's epoch is not the one
 //! the worker joined (nothing at all was applied), where `lease` is
-//! `{code, id, member, left, version, state, in_flight, at, pacing[, extra_member]}` (code 1 granted, 0
+//! `{code, id, member, left, version, state, in_flight, at, pacing[, extra_member | "", pool]}` (code 1 granted, 0
 //! queue empty, 2 not yet (the host's next slot is more than `ahead_ms` away on the server's
 //! clock, or the host has its fleet-wide concurrency in flight), 3 host skipped by the
 //! fleet, -1 not asked; `state` is the learning state only when its version is not the one
@@ -43,7 +44,10 @@
 //! request under `extra_lease_id`, granted with the first when the host is open (no
 //! interval, hold or spent quota) and its fleet-wide concurrency has room), `cas` is
 //! `{host, committed, version, state, pacing}*` (`state` only when the commit lost), `ops`
-//! is `{host, slot, pacing}*`, `sync` is `{leased, gen, host, len, skipped, ...}` or empty,
+//! is `{host, slot, pacing, pool}*` (`pool` empty but for a pooling operation), `pool` is
+//! `{pacer, pacer_version, pacer_state, pacer_pacing, pool_concurrency, pool_max_rate,
+//! own_booked | names}` (the pacer's state only when the worker's is not the current one;
+//! a pooling operation answers the group's names when it formed the pool), `sync` is `{leased, gen, host, len, skipped, ...}` or empty,
 //! and `peek` is `{version, state, skipped, pacing}` (`state` as in a lease) or empty.
 //!
 //! **Two records per host** (in the hash `b:HOST`). The *learning state* (`s`, the
@@ -64,6 +68,21 @@
 //! worker read a new one, less the bookings since), in the same script. The one move back,
 //! a slot given back by a request that was not sent, is a pacing operation of its own
 //! (step 4b), applied only while that request's booking is still the last.
+//!
+//! **Pooled groups.** The names of one site (registrable domain, see `layout`) share a
+//! shard. A lease with a `site` adds its host to the site's members (`gm:SITE`, a set), its
+//! own in-flight cap and `max_rate` kept in its hash (`oc`, `or`, and `gs` the site). A
+//! pooling operation (step 4b, `p`, asked when a refusal reached the group) makes the
+//! asking host the group's pacer (`gp:SITE`) unless it has one, with the pool's caps in
+//! its hash (`pc` the sum of the members' caps, `pr` of their `max_rate`s, `pf` the pool's
+//! requests in flight; a member joining later adds its own). From then on a lease of any
+//! member books the pacer's pacing record by the same rule (the pacer's next slot, hold and
+//! spent quota), after the member's own hold and one gap of its own `max_rate` after its
+//! own last booking (`ob`), under the pool's in-flight cap and its own; `lp` (lease id ->
+//! pacer) releases the pool's count with the lease. A pacer skipped by the fleet refuses
+//! every member's lease (code 3) and reads as skipped in the fleet's state. The worker runs
+//! the pacer's machine under the pool's caps and commits what any member's answer taught to
+//! the pacer's learning state, as a local crawl's pacer learns for its group.
 //!
 //! The politeness decisions are not here: each worker runs the per-host machine of
 //! crawler-sched on the state it last read (the learning state with the pacing record laid
