@@ -428,6 +428,82 @@ fn warcio(args: &[&str]) -> std::result::Result<String, Box<dyn std::error::Erro
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// What the WARC writer cannot avoid spending on `files`' records, in CPU seconds: each
+/// record deflated at level 1 as a gzip member of its own (one state, reset between
+/// members, records under 1 KiB stored, as the writer does), the CRC-32 of each record, and
+/// the SHA-1s of the block and payload digests. The best of `rounds` passes over records
+/// already in memory: compression and hashing at their full speed, nothing else.
+fn warc_floor(
+    files: &[std::path::PathBuf],
+    rounds: usize,
+) -> std::result::Result<(f64, f64, f64), Box<dyn std::error::Error>> {
+    use sha1::Digest;
+    use std::io::Read;
+    /// As the writer's `STORED_BELOW`: shorter records are stored, not deflated.
+    const STORED_BELOW: usize = 1024;
+    let mut records: Vec<Vec<u8>> = Vec::new();
+    for file in files {
+        let data = std::fs::read(file)?;
+        let mut rest = &data[..];
+        while !rest.is_empty() {
+            let mut member = flate2::bufread::GzDecoder::new(rest);
+            let mut record = Vec::new();
+            member.read_to_end(&mut record)?;
+            rest = member.into_inner();
+            records.push(record);
+        }
+    }
+    let find = |hay: &[u8]| hay.windows(4).position(|w| w == b"\r\n\r\n");
+    // (block, payload) of each record: the block after the WARC header, the payload after
+    // an HTTP block's head.
+    let parts: Vec<(&[u8], &[u8])> = records
+        .iter()
+        .map(|r| {
+            let start = find(r).map_or(0, |at| at + 4);
+            let block = &r[start..r.len().saturating_sub(4).max(start)];
+            let payload = if block.starts_with(b"HTTP/") || block.starts_with(b"GET ") {
+                find(block).map_or(&block[block.len()..], |at| &block[at + 4..])
+            } else {
+                &block[block.len()..]
+            };
+            (block, payload)
+        })
+        .collect();
+    let mut deflate = flate2::Compress::new(flate2::Compression::new(1), false);
+    let mut out = Vec::with_capacity(1 << 20);
+    let best = |f: &mut dyn FnMut()| {
+        (0..rounds.max(1))
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed().as_secs_f64()
+            })
+            .fold(f64::INFINITY, f64::min)
+    };
+    let deflate_s = best(&mut || {
+        for r in records.iter().filter(|r| r.len() >= STORED_BELOW) {
+            deflate.reset();
+            out.clear();
+            out.reserve(r.len() + r.len() / 8 + 64);
+            let _ = deflate.compress_vec(r, &mut out, flate2::FlushCompress::Finish);
+        }
+    });
+    let crc_s = best(&mut || {
+        for r in &records {
+            let mut crc = flate2::Crc::new();
+            crc.update(r);
+            std::hint::black_box(crc.sum());
+        }
+    });
+    let sha1_s = best(&mut || {
+        for (block, payload) in &parts {
+            std::hint::black_box(sha1::Sha1::digest(block));
+            std::hint::black_box(sha1::Sha1::digest(payload));
+        }
+    });
+    Ok((deflate_s, sha1_s, crc_s))
+}
+
 /// The WARC goals on one lab: `rounds` crawls without and with `warc`, alternating, each in
 /// a process of its own, CPU per page compared (medians); then the last WARC checked with
 /// warcio (0 errors, a response record for every page), and the crawl replayed from it
@@ -476,7 +552,7 @@ fn warc_suite(
     clear()?;
     let warc_feed = dir.path().join("warc.jsonl");
     let set = format!("warc={}", warc.display());
-    run_child_with(&lab.url, books, concurrency, &set, Some(&warc_feed))?;
+    let pages_checked = run_child_with(&lab.url, books, concurrency, &set, Some(&warc_feed))?.pages;
 
     let files: Vec<std::path::PathBuf> = {
         let mut f: Vec<_> = std::fs::read_dir(dir.path())?
@@ -516,6 +592,20 @@ fn warc_suite(
         bytes as f64 / 1e6,
         responses.len(),
         items.len()
+    );
+    // The least the archive costs a page: compression and hashing at full speed, against
+    // the crawl's own CPU a page.
+    let (deflate_s, sha1_s, crc_s) = warc_floor(&files, 3)?;
+    let per_page = |s: f64| s * 1e6 / pages_checked as f64;
+    let floor = per_page(deflate_s + sha1_s + crc_s);
+    println!(
+        "writer floor per page: deflate {:.1} us, SHA-1 {:.1} us, CRC-32 {:.1} us = {floor:.1} us; \
+         without warc {:.1} us a page: the least ratio {:.2}",
+        per_page(deflate_s),
+        per_page(sha1_s),
+        per_page(crc_s),
+        a * 1000.0,
+        (a * 1000.0 + floor) / (a * 1000.0)
     );
 
     // The site gone, the crawl replayed from the archive.

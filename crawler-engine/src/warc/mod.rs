@@ -6,11 +6,13 @@
 //! Records are written on a thread of their own, fed through a channel whose contents are
 //! bounded in bytes ([`BUDGET`]): a download waits when the writer is that far behind, so
 //! neither compression nor the disk runs on the async runtime and memory stays bounded.
+//! The writer works in batches: it takes what is queued, writes it, and sleeps for up to
+//! [`NAP`] (a download wakes it sooner once [`WAKE_AT`] bytes wait), so a crawl costs a
+//! wake-up and a write every few milliseconds rather than one per exchange.
 //! Each record is compressed as a gzip member of its own (`record.rs`: one deflate state
-//! reset between members, short records stored) and an exchange's records are handed to
-//! the operating system whole in one write, so a crash leaves every complete record
-//! readable; a file reaching `warc_max_size`
-//! is closed (synced) and the next one opened with the next serial number.
+//! reset between members, short records stored) and whole records only are handed to the
+//! operating system, so a crash leaves every complete record readable; a file reaching
+//! `warc_max_size` is closed (synced) and the next one opened with the next serial number.
 //!
 //! [`WarcArchive`] reads such files back: a crawl replayed from them (`replay_warc`) is
 //! answered from their records, with no network (`replay.rs`).
@@ -38,7 +40,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use crawler_core::{BoxFuture, Error, ErrorKind, Exchange, ExchangeTap, Result, Settings};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
@@ -48,6 +50,19 @@ pub use replay::WarcArchive;
 
 /// Bytes of exchanges that may wait for the writer before downloads wait for it.
 pub const BUDGET: usize = 64 * 1024 * 1024;
+
+/// How long the writer sleeps once the queue is empty. Waking it for each exchange cost a
+/// futex call and two context switches a page on the runtime's cores (BENCHMARKS.md, "WARC
+/// archives"); an exchange now waits at most this long before it is written.
+pub const NAP: Duration = Duration::from_millis(10);
+
+/// Queued bytes at which a download wakes the writer before its nap ends: a burst of large
+/// bodies is written at once, long before downloads would wait for [`BUDGET`].
+pub const WAKE_AT: usize = 4 * 1024 * 1024;
+
+/// Encoded bytes gathered before they are written (always whole records): fewer, larger
+/// writes, and at most this much written late by a batch.
+const WRITE_AT: usize = 1024 * 1024;
 
 /// Where and how a crawl's WARC files are written.
 #[derive(Debug, Clone)]
@@ -124,9 +139,9 @@ impl WarcConfig {
     }
 }
 
-/// The largest encoding buffer kept between exchanges: pages fit, a large file's body is
-/// not held for the rest of the crawl.
-const KEPT_BUFFER: usize = 1024 * 1024;
+/// The largest encoding buffer kept between batches: a batch of pages fits, a large file's
+/// body is not held for the rest of the crawl.
+const KEPT_BUFFER: usize = 2 * WRITE_AT;
 
 /// What the writer thread is sent.
 enum Msg {
@@ -161,7 +176,7 @@ impl WarcWriter {
         let mut files = Files::new(config, Arc::clone(&records));
         files.open_next()?;
         let (tx, rx) = mpsc::channel();
-        let thread = std::thread::Builder::new()
+        let writer = std::thread::Builder::new()
             .name("warc-writer".to_owned())
             .spawn(move || files.run(rx))
             .map_err(|e| {
@@ -171,7 +186,7 @@ impl WarcWriter {
             tx,
             budget: Arc::new(Semaphore::new(BUDGET)),
             records,
-            thread: Some(thread),
+            thread: Some(writer),
         })
     }
 
@@ -180,6 +195,7 @@ impl WarcWriter {
         Arc::new(Tap {
             tx: self.tx.clone(),
             budget: Arc::clone(&self.budget),
+            writer: self.thread.as_ref().map(|t| t.thread().clone()),
         })
     }
 
@@ -196,6 +212,9 @@ impl WarcWriter {
         if self.tx.send(Msg::Close(reply)).is_err() {
             return Err(Error::msg("the WARC writer stopped early"));
         }
+        if let Some(thread) = &self.thread {
+            thread.thread().unpark();
+        }
         let summary = answer
             .await
             .map_err(|_| Error::msg("the WARC writer stopped before closing its file"))?;
@@ -211,6 +230,8 @@ impl WarcWriter {
 struct Tap {
     tx: mpsc::Sender<Msg>,
     budget: Arc<Semaphore>,
+    /// The writer thread, woken when [`WAKE_AT`] bytes wait.
+    writer: Option<std::thread::Thread>,
 }
 
 impl ExchangeTap for Tap {
@@ -224,6 +245,11 @@ impl ExchangeTap for Tap {
                 return;
             };
             let _ = self.tx.send(Msg::Exchange(Box::new(exchange), permit));
+            if BUDGET - self.budget.available_permits() >= WAKE_AT
+                && let Some(writer) = &self.writer
+            {
+                writer.unpark();
+            }
         })
     }
 }
@@ -233,8 +259,12 @@ struct Files {
     config: WarcConfig,
     /// The records' encoding (one deflate state for the whole file set).
     encoder: record::Encoder,
-    /// An exchange's encoded records, reused between exchanges.
+    /// Encoded records not written yet (whole records only), reused between batches.
     buffer: Vec<u8>,
+    /// How many records `buffer` holds.
+    buffered: u64,
+    /// An exchange's two records, their buffers reused from one exchange to the next.
+    records_scratch: [record::Record; 2],
     serial: u32,
     current: Option<Current>,
     records: Arc<AtomicU64>,
@@ -245,8 +275,9 @@ struct Files {
 
 struct Current {
     file: File,
+    /// Bytes written and encoded for this file.
     size: u64,
-    warcinfo_id: String,
+    warcinfo_id: record::RecordId,
 }
 
 impl Files {
@@ -259,6 +290,8 @@ impl Files {
             config,
             encoder: record::Encoder::new(gzip),
             buffer: Vec::new(),
+            buffered: 0,
+            records_scratch: [record::Record::reusable(), record::Record::reusable()],
             serial: 0,
             current: None,
             records,
@@ -267,19 +300,42 @@ impl Files {
         }
     }
 
+    /// Two empty records, holding no buffer.
+    fn no_records() -> [record::Record; 2] {
+        let empty = || record::Record {
+            fields: Vec::new(),
+            head: Vec::new(),
+            payload: bytes::Bytes::new(),
+            payload_digest: false,
+        };
+        [empty(), empty()]
+    }
+
+    /// Take what is queued, write it, sleep; until closed or every sender is gone.
     fn run(mut self, rx: mpsc::Receiver<Msg>) {
-        while let Ok(msg) = rx.recv() {
-            match msg {
-                Msg::Exchange(exchange, permit) => {
+        // The budget held by what is encoded but not written yet, as one permit.
+        let mut held: Option<OwnedSemaphorePermit> = None;
+        loop {
+            match rx.try_recv() {
+                Ok(Msg::Exchange(exchange, permit)) => {
                     if self.failed.is_none()
                         && let Err(e) = self.write(*exchange)
                     {
                         tracing::error!("WARC writing stopped: {e}");
                         self.failed = Some(e);
                     }
-                    drop(permit);
+                    match held.as_mut() {
+                        Some(h) => h.merge(permit),
+                        None => held = Some(permit),
+                    }
+                    if self.buffer.len() >= WRITE_AT {
+                        self.flush_or_stop();
+                        held = None;
+                    }
                 }
-                Msg::Close(reply) => {
+                Ok(Msg::Close(reply)) => {
+                    self.flush_or_stop();
+                    drop(held.take());
                     let closed = self.close_current();
                     let result = match self.failed.take() {
                         Some(e) => Err(e),
@@ -291,10 +347,50 @@ impl Files {
                     let _ = reply.send(result);
                     return;
                 }
+                Err(mpsc::TryRecvError::Empty) => {
+                    self.flush_or_stop();
+                    drop(held.take());
+                    std::thread::park_timeout(NAP);
+                }
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    // Every sender gone without a close (the crawl was dropped): still write
+                    // what is encoded and sync the file.
+                    self.flush_or_stop();
+                    let _ = self.close_current();
+                    return;
+                }
             }
         }
-        // Every sender gone without a close (the crawl was dropped): still sync the file.
-        let _ = self.close_current();
+    }
+
+    /// [`flush`](Self::flush), a failure kept as the writer's first error.
+    fn flush_or_stop(&mut self) {
+        if let Err(e) = self.flush() {
+            tracing::error!("WARC writing stopped: {e}");
+            self.failed.get_or_insert(e);
+        }
+    }
+
+    /// Write the encoded records to the current file, in one write.
+    fn flush(&mut self) -> Result<()> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let written = match self.current.as_mut() {
+            Some(current) => current.file.write_all(&self.buffer),
+            None => Err(std::io::Error::other("no WARC file open")),
+        };
+        self.buffer.clear();
+        if self.buffer.capacity() > KEPT_BUFFER {
+            // One large body does not keep its buffer for the rest of the crawl.
+            self.buffer = Vec::new();
+        }
+        let records = std::mem::take(&mut self.buffered);
+        written.map_err(|e| {
+            Error::new(ErrorKind::Io, "cannot write to the WARC file").with_source(e)
+        })?;
+        self.records.fetch_add(records, Ordering::Relaxed);
+        Ok(())
     }
 
     /// The path of serial `n`: the serial goes before `.warc.gz` / `.warc` (or before the
@@ -344,48 +440,48 @@ impl Files {
             self.current = Some(Current {
                 file,
                 size: 0,
-                warcinfo_id: id.clone(),
+                warcinfo_id: id,
             });
             self.written.push(path.clone());
             let info = record::warcinfo(&id, &filename, &self.config.info);
-            return self.append(&[info]).map_err(|e| io(&path, e));
+            self.append(&[info]).map_err(|e| io(&path, e))?;
+            // The warcinfo is on disk as soon as its file exists.
+            return self.flush();
         }
     }
 
-    /// Write records to the current file, all whole in one write (an exchange's request
-    /// and response go together).
+    /// Encode records for the current file (written by the next [`flush`](Self::flush)).
     fn append(&mut self, records: &[record::Record]) -> std::io::Result<()> {
         let Some(current) = self.current.as_mut() else {
             return Err(std::io::Error::other("no WARC file open"));
         };
-        self.buffer.clear();
+        let before = self.buffer.len();
         for r in records {
             self.encoder.append(r, &mut self.buffer)?;
         }
-        current.file.write_all(&self.buffer)?;
-        current.size += self.buffer.len() as u64;
-        self.records
-            .fetch_add(records.len() as u64, Ordering::Relaxed);
-        if self.buffer.capacity() > KEPT_BUFFER {
-            // One large body does not keep its buffer for the rest of the crawl.
-            self.buffer = Vec::new();
-        }
+        current.size += (self.buffer.len() - before) as u64;
+        self.buffered += records.len() as u64;
         Ok(())
     }
 
-    /// One exchange's records, in the current file; the file is closed once it reaches the
+    /// One exchange's records, for the current file; the file is closed once it reaches the
     /// size limit, and the next one opened for the next exchange.
     fn write(&mut self, exchange: Exchange) -> Result<()> {
         if self.current.is_none() {
             self.open_next()?;
         }
-        let id = self
-            .current
-            .as_ref()
-            .map(|c| c.warcinfo_id.clone())
-            .unwrap_or_default();
-        let records = record::exchange_records(exchange, &id);
-        self.append(&records).map_err(|e| {
+        let Some(id) = self.current.as_ref().map(|c| c.warcinfo_id) else {
+            return Err(Error::msg("no WARC file open"));
+        };
+        let mut records = std::mem::replace(&mut self.records_scratch, Self::no_records());
+        record::exchange_records(exchange, &id, &mut records);
+        let appended = self.append(&records);
+        // The bodies go now, the buffers stay for the next exchange.
+        for r in &mut records {
+            r.payload = bytes::Bytes::new();
+        }
+        self.records_scratch = records;
+        appended.map_err(|e| {
             Error::new(ErrorKind::Io, "cannot write to the WARC file").with_source(e)
         })?;
         if self
@@ -393,6 +489,7 @@ impl Files {
             .as_ref()
             .is_some_and(|c| c.size >= self.config.max_size)
         {
+            self.flush()?;
             self.close_current()?;
         }
         Ok(())
