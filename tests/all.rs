@@ -35,6 +35,8 @@ mod proxy;
 mod recrawl;
 #[cfg(feature = "redis")]
 mod redis_fleet;
+#[cfg(feature = "redis")]
+mod redis_fleet_pool;
 mod request_path;
 mod resume;
 mod retries;

@@ -44,8 +44,8 @@ pub use frontier::{Frontier, FrontierConfig, ThrottleFactory, host_key, is_allow
 pub use record::Recorder;
 pub use resolve::IpKeys;
 pub use shared::{
-    CONFIRM_LEAD_MS, Fleet, FleetFrontier, FleetStatus, Missed, SharedBudget, SharedThrottle,
-    Versioned, apply_feedback, lease_ahead,
+    CONFIRM_LEAD_MS, Fleet, FleetFrontier, FleetStatus, Missed, Pooled, SharedBudget,
+    SharedThrottle, Versioned, apply_feedback, lease_ahead,
 };
 pub use store::{Entry, MemoryStore, QueueStore};
 pub use throttle::{

@@ -342,8 +342,9 @@ pub struct Settings {
     /// the other is held, or both announce the same RateLimit quota. A hold on one name of a
     /// group holds them all; once a refusal reaches a group, one machine paces its names,
     /// with the sums of their in-flight caps and `max_rate`s; a RateLimit quota is shared by
-    /// the names that sent within its window. A fleet shares the holds (each worker paces
-    /// its names itself). With a `proxy` the crawler does not resolve names, so only the
+    /// the names that sent within its window. A fleet shares the holds, and paces a refused
+    /// group of one registrable domain as one slot (names of other domains joined by
+    /// evidence are paced apart there). With a `proxy` the crawler does not resolve names, so only the
     /// registrable-domain groups apply. Default true.
     pub limiter_groups: bool,
     /// Which HTTP version requests speak: `auto` (HTTP/2 where the server offers it in the

@@ -52,6 +52,34 @@ pub struct Versioned {
     pub version: u64,
 }
 
+/// A limiter group a fleet paces as one slot, as one of its names last heard (see
+/// [`SharedBudget::pool`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pooled {
+    /// The name whose shared state paces the group (maybe the name itself).
+    pub pacer: String,
+    /// The pool's in-flight cap: the sum over its names.
+    pub concurrency: u32,
+    /// The pool's `max_rate`: the sum over its names.
+    pub max_rate: f64,
+    /// The name's own last booking (fleet ms): its next send keeps one gap of its own
+    /// `max_rate` after it.
+    pub own_booked: Option<f64>,
+}
+
+impl Pooled {
+    /// The pacer's parameters for the pool: `own` (the pacer's), with the pool's in-flight
+    /// cap and `max_rate`, and its quota the pool's alone (as
+    /// [`HostMachine::set_pool`](crate::politeness::HostMachine::set_pool)).
+    pub fn params(&self, own: &Params) -> Params {
+        let mut p = own.clone();
+        p.concurrency = self.concurrency.max(1);
+        p.max_rate = self.max_rate.max(p.min_rate);
+        p.sharers = 1;
+        p
+    }
+}
+
 /// A per-host politeness state shared by every worker of a crawl.
 ///
 /// Implementations keep each host's [`HostState`] where all workers see it, with a
@@ -85,6 +113,20 @@ pub trait SharedBudget: Send + Sync + 'static {
     /// fleet time `at`: the backend folds it into the host's state with its next commit
     /// (the next lease of the host, typically), saving a round trip per request.
     fn defer(&self, host: &str, feedback: &Feedback, at: f64);
+    /// The host's pooled limiter group, as last heard (no round trip); `None` while the
+    /// host is paced alone (the default: a backend without pools).
+    fn pooled(&self, _host: &str) -> Option<Pooled> {
+        None
+    }
+    /// A refusal reached the host's limiter group: pace the group as one slot from now on,
+    /// on this host's shared state unless the group is pooled already (one round trip,
+    /// atomic, so every worker agrees on the pacer). Returns the pool, with the group's
+    /// names when this call formed it (empty when it was pooled already), or `None` when
+    /// the host has no group of two names or more in the fleet (or the backend pools
+    /// nothing, the default).
+    fn pool(&self, _host: &str) -> Result<Option<(Pooled, Vec<String>)>, Error> {
+        Ok(None)
+    }
     /// Replace version `expected` of the host's state with `state` (and mark the host
     /// skipped for the whole fleet with `skip`), atomically. `Ok(false)` when another
     /// worker committed first; the cache then holds the fresher state.

@@ -75,9 +75,9 @@ pub trait Throttle: Send {
         false
     }
     /// The machine that paces this host, for a limiter group paced as one
-    /// ([`LimiterGroups::pool`](crate::politeness::LimiterGroups::pool)). `None`: this
-    /// throttle paces its host alone whatever its group (a fleet's, whose pacing lives in
-    /// Redis).
+    /// ([`LimiterGroups::pool`](crate::politeness::LimiterGroups::pool)). `None`: the
+    /// frontier does not pool this throttle's host (a fleet's, whose pacing lives in Redis,
+    /// where [`SharedThrottle`](crate::SharedThrottle) pools its group itself).
     fn pacing_machine(&self) -> Option<&HostMachine> {
         None
     }

@@ -3,7 +3,7 @@
 
 use crawler_core::Feedback;
 use crawler_sched::politeness::{HostState, Params};
-use crawler_sched::{Fleet, FleetStatus, Missed, SharedBudget, Versioned};
+use crawler_sched::{Fleet, FleetStatus, Missed, Pooled, SharedBudget, Versioned};
 
 use super::{Ask, Commit, PacingOp, RedisBudget, RedisFleet, lock};
 
@@ -49,6 +49,29 @@ impl SharedBudget for RedisBudget {
         }
         let since = p.bookings.saturating_sub(booked) as f64;
         (turn - since * p.interval.unwrap_or(0.0)).max(0.0)
+    }
+
+    fn pooled(&self, host: &str) -> Option<Pooled> {
+        lock(&self.inner).pools.get(host).cloned()
+    }
+
+    /// The pooling operation (`lua`, step 4b `p`) in a step of its own: the first name of
+    /// a group to ask becomes its pacer, and every later ask answers with that one.
+    fn pool(&self, host: &str) -> Result<Option<(Pooled, Vec<String>)>, crawler_sched::Error> {
+        let mut inner = lock(&self.inner);
+        if inner.params_for(host).is_none() || inner.layout.group_of(host).is_none() {
+            return Ok(None);
+        }
+        inner.pool_members.clear();
+        inner.ops.push(PacingOp {
+            host: host.to_owned(),
+            kind: "p",
+            at: 0.0,
+            factor: 1.0,
+        });
+        inner.step(Ask::default())?;
+        let members = std::mem::take(&mut inner.pool_members);
+        Ok(inner.pools.get(host).cloned().map(|p| (p, members)))
     }
 
     fn defer(&self, host: &str, feedback: &Feedback, at: f64) {
@@ -195,6 +218,12 @@ impl Fleet for RedisFleet {
         let Some(params) = inner.params_for(host).cloned() else {
             return Missed::OnTime;
         };
+        // A pooled name's slots are its pool's: booked again on the pacer's record.
+        let host = &inner
+            .pools
+            .get(host)
+            .map_or_else(|| host.to_owned(), |p| p.pacer.clone());
+        let params = inner.pacing_params(host).cloned().unwrap_or(params);
         // Within the ordinary dispatch delay (the least any pace allows): on time, without
         // building the host's machine.
         if inner.now_ms() - at <= params.tuning.late_send_ms {

@@ -126,7 +126,10 @@ impl Job {
             .ok_or_else(|| {
                 Error::redis_reply(&link.shown, "the job's shard count is unreadable")
             })?;
-        let layout = Layout::new(name, shards);
+        let layout = Layout {
+            by_site: int_at(&parts, 5) == 1,
+            ..Layout::new(name, shards)
+        };
         if created {
             for prefix in &layout.shards {
                 let mut set = redis::cmd("SET");

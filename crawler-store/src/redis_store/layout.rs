@@ -20,9 +20,12 @@
 //! |                        | `lease`    | HASH: lease id -> `HOST \n member`                 |
 //! |                        | `meta`     | HASH: `reclaimed` (expired leases returned to their queues) |
 //!
-//! A host belongs to one shard (a stable hash of its name), and everything a step does for
-//! a host (pop its queue, book its send, record the lease, release it, reclaim it) is in
-//! that shard. The seen set is sharded the same way, by the host of the fingerprinted
+//! A host belongs to one shard (a stable hash of its registrable domain, or of its name
+//! when it has none: [`group_site`]), and everything a step does for a host (pop its queue,
+//! book its send, record the lease, release it, reclaim it) is in that shard. The names of
+//! one site share a shard, so a step can pace them as one limiter group (`lua`, "pooled
+//! groups") without touching two slots. (Jobs created before sites shared a shard keep
+//! hashing names: their `meta` has no `sites`, and their groups are not pooled.) The seen set is sharded the same way, by the host of the fingerprinted
 //! request: a request's fingerprint is recorded in the same script, atomically, as the
 //! request enters its host's queue, so a crash between the two can never leave a URL seen
 //! but never queued. (Sharding the seen set by fingerprint alone would spread one huge
@@ -52,6 +55,9 @@ pub(crate) struct Layout {
     pub(crate) global: String,
     /// `crawler:{JOB/N}:` per shard.
     pub(crate) shards: Vec<String>,
+    /// Whether a host's shard is its site's ([`group_site`]), so that a site's names can be
+    /// pooled; false for a job created before that.
+    pub(crate) by_site: bool,
 }
 
 impl Layout {
@@ -61,13 +67,39 @@ impl Layout {
         Self {
             global: format!("crawler:{{{job}}}:"),
             shards: (0..shards).map(|n| shard_prefix(job, n, shards)).collect(),
+            by_site: true,
         }
     }
 
-    /// The shard that holds `host`'s queue, politeness state, leases and seen URLs.
+    /// The shard that holds `host`'s queue, politeness state, leases and seen URLs: its
+    /// site's.
     pub(crate) fn shard_of(&self, host: &str) -> usize {
-        (fnv1a(host.as_bytes()) % self.shards.len() as u64) as usize
+        let site = if self.by_site { group_site(host) } else { None };
+        let key = site.as_deref().unwrap_or(host);
+        (fnv1a(key.as_bytes()) % self.shards.len() as u64) as usize
     }
+
+    /// The limiter group `host` is pooled with in this job: its site, when the job puts
+    /// sites in one shard.
+    pub(crate) fn group_of(&self, host: &str) -> Option<String> {
+        if self.by_site { group_site(host) } else { None }
+    }
+}
+
+/// The site of a slot key (`name` or `name:port`) for limiter groups in a fleet: its
+/// registrable domain, as the frontier groups names. A name without one (an IP literal,
+/// `localhost`, an intranet name) has none here: locally such a name is the site of its
+/// address, which only a resolver knows, so a fleet paces it alone (its holds are still
+/// shared by each worker's own groups).
+pub(crate) fn group_site(host: &str) -> Option<String> {
+    if host.starts_with('[') || host.contains("://") {
+        return None;
+    }
+    let name = host.split(':').next().unwrap_or(host);
+    if name.parse::<std::net::IpAddr>().is_ok() {
+        return None;
+    }
+    psl::domain_str(name).map(str::to_owned)
 }
 
 /// Shard `n`'s prefix: its tag moved (by a numeric suffix) into the `n`th slice of slots.
@@ -168,5 +200,37 @@ mod tests {
             .collect();
         assert_eq!(used.len(), SHARDS, "500 hosts use every shard");
         assert_eq!(Layout::new("j", 1).shard_of("x"), 0);
+    }
+
+    #[test]
+    fn the_names_of_one_site_share_a_shard_and_names_without_a_site_are_their_own() {
+        let l = Layout::new("j", SHARDS);
+        assert_eq!(
+            group_site("img.shop.example.com:8080").as_deref(),
+            Some("example.com")
+        );
+        assert_eq!(group_site("a.shop.test").as_deref(), Some("shop.test"));
+        for none in [
+            "localhost:80",
+            "127.0.0.1:8080",
+            "[::1]:443",
+            "http://a.test",
+        ] {
+            assert_eq!(group_site(none), None, "{none}");
+        }
+        let shard = l.shard_of("www.example.com");
+        for name in ["api.example.com", "example.com:8443", "a.b.example.com"] {
+            assert_eq!(l.shard_of(name), shard, "{name}");
+        }
+        // A job from before: names hash alone, and nothing is pooled.
+        let old = Layout {
+            by_site: false,
+            ..Layout::new("j", SHARDS)
+        };
+        assert_eq!(old.group_of("www.example.com"), None);
+        let spread: std::collections::HashSet<usize> = (0..100)
+            .map(|i| old.shard_of(&format!("h{i}.example.com")))
+            .collect();
+        assert!(spread.len() > 1);
     }
 }

@@ -26,7 +26,8 @@
 //!   n_cas,   (host, expected_version, state_json, skip_reason | "", merge) * n_cas
 //!   n_op,    (host, kind, at, factor) * n_op
 //!   lease_host | "", drain, budget, expected_version, "horizon_ms,look_ahead_ms", factor,
-//!     "interval,slack,crawl_delay", concurrency, lease_id, extra_lease_id | ""
+//!     "interval,slack,crawl_delay", concurrency, lease_id, extra_lease_id | "",
+//!     "site,own_gap_ms,own_max_rate,known_pacer,known_pacer_version" | ""
 //!   sync
 //!   peek_host | "", peek_expected_version
 //! ```
@@ -35,7 +36,7 @@
 //! `{dups, reclaimed, lease, cas, sync, steps_before, steps, peek, ops}`, or
 //! `{"lost", section_number, epoch}` when a section's copy of the job's epoch is not the one
 //! the worker joined (nothing at all was applied), where `lease` is
-//! `{code, id, member, left, version, state, in_flight, at, pacing[, extra_member]}` (code 1 granted, 0
+//! `{code, id, member, left, version, state, in_flight, at, pacing[, extra_member | "", pool]}` (code 1 granted, 0
 //! queue empty, 2 not yet (the host's next slot is more than `ahead_ms` away on the server's
 //! clock, or the host has its fleet-wide concurrency in flight), 3 host skipped by the
 //! fleet, -1 not asked; `state` is the learning state only when its version is not the one
@@ -43,7 +44,10 @@
 //! request under `extra_lease_id`, granted with the first when the host is open (no
 //! interval, hold or spent quota) and its fleet-wide concurrency has room), `cas` is
 //! `{host, committed, version, state, pacing}*` (`state` only when the commit lost), `ops`
-//! is `{host, slot, pacing}*`, `sync` is `{leased, gen, host, len, skipped, ...}` or empty,
+//! is `{host, slot, pacing, pool}*` (`pool` empty but for a pooling operation), `pool` is
+//! `{pacer, pacer_version, pacer_state, pacer_pacing, pool_concurrency, pool_max_rate,
+//! own_booked | names}` (the pacer's state only when the worker's is not the current one;
+//! a pooling operation answers the group's names when it formed the pool), `sync` is `{leased, gen, host, len, skipped, ...}` or empty,
 //! and `peek` is `{version, state, skipped, pacing}` (`state` as in a lease) or empty.
 //!
 //! **Two records per host** (in the hash `b:HOST`). The *learning state* (`s`, the
@@ -64,6 +68,21 @@
 //! worker read a new one, less the bookings since), in the same script. The one move back,
 //! a slot given back by a request that was not sent, is a pacing operation of its own
 //! (step 4b), applied only while that request's booking is still the last.
+//!
+//! **Pooled groups.** The names of one site (registrable domain, see `layout`) share a
+//! shard. A lease with a `site` adds its host to the site's members (`gm:SITE`, a set), its
+//! own in-flight cap and `max_rate` kept in its hash (`oc`, `or`, and `gs` the site). A
+//! pooling operation (step 4b, `p`, asked when a refusal reached the group) makes the
+//! asking host the group's pacer (`gp:SITE`) unless it has one, with the pool's caps in
+//! its hash (`pc` the sum of the members' caps, `pr` of their `max_rate`s, `pf` the pool's
+//! requests in flight; a member joining later adds its own). From then on a lease of any
+//! member books the pacer's pacing record by the same rule (the pacer's next slot, hold and
+//! spent quota), after the member's own hold and one gap of its own `max_rate` after its
+//! own last booking (`ob`), under the pool's in-flight cap and its own; `lp` (lease id ->
+//! pacer) releases the pool's count with the lease. A pacer skipped by the fleet refuses
+//! every member's lease (code 3) and reads as skipped in the fleet's state. The worker runs
+//! the pacer's machine under the pool's caps and commits what any member's answer taught to
+//! the pacer's learning state, as a local crawl's pacer learns for its group.
 //!
 //! The politeness decisions are not here: each worker runs the per-host machine of
 //! crawler-sched on the state it last read (the learning state with the pacing record laid
@@ -160,6 +179,26 @@ local function gap_of(p, factor)
   if factor ~= 1 and g < (p.cd or 0) then g = p.cd or 0 end
   return g
 end
+-- `HostMachine::on_send(at)` on a pacing record: the pace actually kept, the quota spent,
+-- the slot. From the latest booking, or the latest departure when a send left after its
+-- booking (late): the gap the server saw.
+local function book(p, at, factor)
+  local last = p.ba
+  if last and p.dp and p.dp > last then last = p.dp end
+  if last and last >= (p.hu or 0) then
+    local g = math.max(at - last, 0)
+    if (p.sg or 0) > 0 then p.sg = (1 - SGW) * p.sg + SGW * g else p.sg = g end
+  end
+  p.ba = at
+  if p.ql then
+    p.ql = p.ql - 1
+    if p.ql <= 0 and p.su == nil then p.su = p.qt end
+  end
+  local g = gap_of(p, factor)
+  p.lg = g
+  p.t = math.max(p.t or at, at) + g
+  p.n = (p.n or 0) + 1
+end
 local function csv(text)
   local o = {}
   for x in string.gmatch(text .. ',', '([^,]*),') do o[#o + 1] = x end
@@ -176,12 +215,19 @@ for s = 1, nsec do
   local steps = math.max(had, confirmed) + 1
   redis.call('HSET', P .. 'steps', token, steps)
   -- A lease ends (acknowledged or reclaimed): one fewer in flight for its host.
-  local function release(rec)
+  local function release(rec, id)
     local cut_at = string.find(rec, '\n', 1, true)
     local host = string.sub(rec, 1, cut_at - 1)
     local bkey = P .. 'b:' .. host
     if tonumber(redis.call('HGET', bkey, 'fl') or '0') > 0 then
       redis.call('HINCRBY', bkey, 'fl', -1)
+    end
+    -- Booked on a pooled group's pacer: one fewer in flight for the pool too.
+    local pl = redis.call('HGET', P .. 'lp', id)
+    if pl then
+      local pk = P .. 'b:' .. pl
+      if tonumber(redis.call('HGET', pk, 'pf') or '0') > 0 then redis.call('HINCRBY', pk, 'pf', -1) end
+      redis.call('HDEL', P .. 'lp', id)
     end
     return host, string.sub(rec, cut_at + 1)
   end
@@ -205,7 +251,7 @@ for s = 1, nsec do
   for _ = 1, num() do
     local id = nxt()
     local rec = redis.call('HGET', P .. 'lease', id)
-    if rec then release(rec); changed = true end
+    if rec then release(rec, id); changed = true end
     redis.call('ZREM', P .. 'leases', id)
     redis.call('HDEL', P .. 'lease', id)
   end
@@ -263,7 +309,38 @@ for s = 1, nsec do
     local bkey = P .. 'b:' .. host
     local p = pread(bkey)
     local slot = 0
-    if kind == 'g' then
+    local info = {}
+    if kind == 'p' then
+      -- A refusal reached the host's limiter group: from now on its pacing record paces
+      -- the group's live names (those that leased, see step 6) as one, with the sums of
+      -- their caps, unless the group is pooled already (then it stays on its pacer).
+      local site = redis.call('HGET', bkey, 'gs')
+      if site then
+        local gp = P .. 'gp:' .. site
+        local pacer = redis.call('GET', gp)
+        local members = redis.call('SMEMBERS', P .. 'gm:' .. site)
+        local formed = false
+        if not pacer and #members >= 2 then
+          pacer = host
+          formed = true
+          redis.call('SET', gp, host)
+          local c, r = 0, 0
+          for _, m in ipairs(members) do
+            local x = redis.call('HMGET', P .. 'b:' .. m, 'oc', 'or')
+            c = c + (tonumber(x[1]) or 1)
+            r = r + (tonumber(x[2]) or 0)
+          end
+          redis.call('HSET', bkey, 'pc', c, 'pr', fmt(r), 'pf', 0)
+          touch(gp)
+        end
+        if pacer then
+          local pk = P .. 'b:' .. pacer
+          local x = redis.call('HMGET', pk, 'pc', 'pr', 'v')
+          info = { pacer, tonumber(x[3] or '0'), redis.call('HGET', pk, 's') or '', penc(pread(pk)),
+            x[1] or '', x[2] or '', formed and table.concat(members, ',') or '' }
+        end
+      end
+    elseif kind == 'g' then
       -- A slot given back (`HostMachine::give_back`): the request booked last was not sent.
       -- Only while its booking is still the last thing that moved the next slot (`at`, the
       -- slot its lease left next, to the record's precision): a slot booked or moved since
@@ -281,7 +358,7 @@ for s = 1, nsec do
     end
     pwrite(bkey, p)
     touch(bkey)
-    ops[#ops + 1] = { host, fmt(slot), penc(p) }
+    ops[#ops + 1] = { host, fmt(slot), penc(p), info }
   end
 
   -- 5. Leases of dead workers: back to their queues (after this worker's own renewals).
@@ -290,7 +367,7 @@ for s = 1, nsec do
   for _, id in ipairs(expired) do
     local rec = redis.call('HGET', P .. 'lease', id)
     if rec then
-      local host, member = release(rec)
+      local host, member = release(rec, id)
       redis.call('ZADD', P .. 'q:' .. host, 0, member)
       redis.call('SADD', P .. 'hosts', host)
       reclaimed = reclaimed + 1
@@ -305,6 +382,9 @@ for s = 1, nsec do
   local lease = { -1 }
   local lhost, drain, budget = nxt(), num(), num()
   local expected, reach, factor, init, conc, lid, xid = num(), csv(nxt()), num(), csv(nxt()), num(), nxt(), nxt()
+  -- The host's limiter group, when it has one (`site,own_gap,own_max_rate,known_pacer,
+  -- known_version`): see "Pooled groups" in the module docs.
+  local pool = csv(nxt())
   -- How far off the next slot may be for a lease, and the least time ahead a send is
   -- booked (the look-ahead: the worker holds the request and sends it on its own timer).
   local ahead, look = tonumber(reach[1]) or 0, tonumber(reach[2]) or 0
@@ -319,12 +399,39 @@ for s = 1, nsec do
     local function learned() if v ~= expected then return redis.call('HGET', bkey, 's') or '' end return '' end
     local granted = true
     local at = now
+    -- The host's limiter group (its registrable domain): a name joins the group's members
+    -- at its first lease, with its own caps (a pooled group's caps grow by them); once a
+    -- refusal pooled the group (step 4b, `p`), its pacer's record books the group's sends.
+    local site = pool[1] or ''
+    local pacer, pkey, pr, pv, pc, pf, pskip, ob = nil, nil, nil, 0, 0, 0, nil, nil
+    if site ~= '' and budget == 1 and drain == 0 then
+      local own_rate = tonumber(pool[3]) or 0
+      local gm, gp = P .. 'gm:' .. site, P .. 'gp:' .. site
+      if redis.call('SADD', gm, lhost) == 1 then
+        redis.call('HSET', bkey, 'gs', site, 'oc', conc, 'or', fmt(own_rate))
+        local was = redis.call('GET', gp)
+        if was then
+          redis.call('HINCRBY', P .. 'b:' .. was, 'pc', conc)
+          redis.call('HINCRBYFLOAT', P .. 'b:' .. was, 'pr', fmt(own_rate))
+        end
+      end
+      touch(gm)
+      pacer = redis.call('GET', gp) or nil
+      if pacer then
+        pkey = P .. 'b:' .. pacer
+        if pacer == lhost then pr = p else pr = pread(pkey) end
+        local x = redis.call('HMGET', pkey, 'pc', 'pf', 'skip', 'v')
+        pc, pf, pskip, pv = tonumber(x[1]) or conc, tonumber(x[2]) or 0, x[3], tonumber(x[4] or '0')
+        ob = tonumber(redis.call('HGET', bkey, 'ob') or '')
+        touch(gp)
+      end
+    end
     -- A retried step whose first run granted this very lease: the same request again (a
     -- second one under the same id would overwrite the first, losing it).
     local prior = redis.call('HGET', P .. 'lease', lid)
     if prior then
       local cut_at = string.find(prior, '\n', 1, true)
-      lease = { 1, lid, string.sub(prior, cut_at + 1), redis.call('ZCARD', qkey), v, learned(), fl, fmt(p.ba or now), penc(p) }
+      lease = { 1, lid, string.sub(prior, cut_at + 1), redis.call('ZCARD', qkey), v, learned(), fl, fmt((pacer and ob) or p.ba or now), penc(p) }
       local xprior = xid ~= '' and redis.call('HGET', P .. 'lease', xid)
       if xprior then
         local x_at = string.find(xprior, '\n', 1, true)
@@ -337,12 +444,22 @@ for s = 1, nsec do
         p.iv, p.sl, p.cd = tonumber(init[1]) or 0, tonumber(init[2]) or 0, tonumber(init[3]) or 0
       end
       local ready = math.max((p.t or now) - (p.sl or 0), p.hu or now, p.su or now)
-      if cur[2] then
+      local cap_full = fl >= conc
+      if pacer then
+        -- A pooled name: the pool's slot (its pacer's next slot, hold and spent quota),
+        -- the name's own hold, and one gap of its own `max_rate` after its own last
+        -- booking; the pool's in-flight cap and the name's own.
+        local own_gap = tonumber(pool[2]) or 0
+        ready = math.max((pr.t or now) - (pr.sl or 0), pr.hu or now, pr.su or now, p.hu or now,
+          ob and (ob + own_gap) or now)
+        cap_full = cap_full or pf >= pc
+      end
+      if cur[2] or pskip then
         lease = { 3, 0, '', redis.call('ZCARD', qkey), v, learned(), fl, '', penc(p) }
         granted = false
       -- A lease may come up to `ahead` ms before its slot: the worker holds the request
       -- and sends it at the slot it booked.
-      elseif ready > now + ahead + 2 or fl >= conc then
+      elseif ready > now + ahead + 2 or cap_full then
         lease = { 2, 0, '', redis.call('ZCARD', qkey), v, learned(), fl, '', penc(p) }
         granted = false
       else
@@ -363,32 +480,25 @@ for s = 1, nsec do
         p.fl = fl + 1
         local left = redis.call('ZCARD', qkey)
         if left == 0 then redis.call('SREM', P .. 'hosts', lhost) end
-        if budget == 1 and drain == 0 then
-          -- `HostMachine::on_send(at)`: the pace actually kept, the quota spent, the slot.
-          -- From the latest booking, or the latest departure when a send left after its
-          -- booking (late): the gap the server saw.
-          local last = p.ba
-          if last and p.dp and p.dp > last then last = p.dp end
-          if last and last >= (p.hu or 0) then
-            local g = math.max(at - last, 0)
-            if (p.sg or 0) > 0 then p.sg = (1 - SGW) * p.sg + SGW * g else p.sg = g end
-          end
-          p.ba = at
-          if p.ql then
-            p.ql = p.ql - 1
-            if p.ql <= 0 and p.su == nil then p.su = p.qt end
-          end
-          local g = gap_of(p, factor)
-          p.lg = g
-          p.t = math.max(p.t or at, at) + g
-          p.n = (p.n or 0) + 1
+        if pacer then
+          -- A pooled group's slot, booked on its pacer's record; the name keeps its own
+          -- `max_rate` gap from its own last booking (`ob`).
+          book(pr, at, factor)
+          pwrite(pkey, pr)
+          redis.call('HSET', bkey, 'ob', fmt(at))
+          redis.call('HINCRBY', pkey, 'pf', 1)
+          redis.call('HSET', P .. 'lp', id, pacer)
+          ob = at
+          touch(pkey)
+        elseif budget == 1 and drain == 0 then
+          book(p, at, factor)
           pwrite(bkey, p)
         end
         -- A second request of an open host (no pace to keep: no interval, no hold, no
         -- spent quota) under `xid`, while its fleet-wide concurrency has room: the worker
         -- keeps it for its next lease of the host, a round trip saved.
         local xmember = nil
-        if xid ~= '' and left > 0 and p.fl < conc and drain == 0
+        if xid ~= '' and not pacer and left > 0 and p.fl < conc and drain == 0
           and (budget == 0 or ((p.iv or 0) == 0 and (p.hu or 0) <= now and p.su == nil)) then
           local xpopped = redis.call('ZPOPMIN', qkey)
           if #xpopped > 0 then
@@ -416,6 +526,16 @@ for s = 1, nsec do
         if xmember then lease[10] = xmember end
       end
     end
+    -- A pooled name's answer carries its pool: the pacer, its learning state's version
+    -- (and the state when the worker's is not the current one), its pacing record, the
+    -- pool's caps, and the name's own last booking.
+    if pacer and lease[1] ~= -1 then
+      local ps = ''
+      if pool[4] ~= pacer or tonumber(pool[5]) ~= pv then ps = redis.call('HGET', pkey, 's') or '' end
+      local x = redis.call('HMGET', pkey, 'pc', 'pr')
+      lease[10] = lease[10] or ''
+      lease[11] = { pacer, pv, ps, penc(pread(pkey)), x[1] or '', x[2] or '', fmt(ob) }
+    end
   end
 
   -- The shard's change counter: two reads of every shard that see the same counters saw
@@ -435,7 +555,14 @@ for s = 1, nsec do
       else
         sync[#sync + 1] = h
         sync[#sync + 1] = n
-        sync[#sync + 1] = redis.call('HEXISTS', P .. 'b:' .. h, 'skip')
+        -- Skipped, or in a pooled group whose pacer the fleet gave up: a group-wide skip.
+        local sk = redis.call('HEXISTS', P .. 'b:' .. h, 'skip')
+        if sk == 0 then
+          local gs = redis.call('HGET', P .. 'b:' .. h, 'gs')
+          local gp = gs and redis.call('GET', P .. 'gp:' .. gs)
+          if gp then sk = redis.call('HEXISTS', P .. 'b:' .. gp, 'skip') end
+        end
+        sync[#sync + 1] = sk
       end
     end
   end
@@ -453,7 +580,7 @@ for s = 1, nsec do
     peek = { v, s, cur[2] and 1 or 0, penc(pread(bkey)) }
   end
 
-  for _, k in ipairs({ 'seen', 'hosts', 'leases', 'lease', 'meta', 'epoch', 'steps', 'gen' }) do
+  for _, k in ipairs({ 'seen', 'hosts', 'leases', 'lease', 'lp', 'meta', 'epoch', 'steps', 'gen' }) do
     touch(P .. k)
   end
   out[#out + 1] = { dups, reclaimed, lease, cas, sync, had, steps, peek, ops }
@@ -466,7 +593,8 @@ return out
 /// job, and take a worker number.
 ///
 /// Arguments: global prefix, a fresh random epoch, idle_ttl_ms, shards of a new job.
-/// Reply: `{epoch, worker, created, shards, ready}`. The worker that created the job then
+/// Reply: `{epoch, worker, created, shards, ready, sites}` (`sites` 1: a host's shard is its
+/// site's, see `layout`; 0 for a job created before). The worker that created the job then
 /// writes the epoch into every shard and sets `ready`; the others wait for `ready`.
 pub(crate) const JOIN: &str = r#"
 local P = ARGV[1]
@@ -475,14 +603,15 @@ local created = redis.call('SET', P .. 'epoch', ARGV[2], 'NX')
 local epoch = redis.call('GET', P .. 'epoch')
 if created then
   redis.call('DEL', P .. 'ready')
-  redis.call('HSET', P .. 'meta', 'shards', ARGV[4])
+  redis.call('HSET', P .. 'meta', 'shards', ARGV[4], 'sites', 1)
 end
 local shards = redis.call('HGET', P .. 'meta', 'shards') or ARGV[4]
+local sites = redis.call('HGET', P .. 'meta', 'sites') or '0'
 local worker = redis.call('HINCRBY', P .. 'meta', 'workers', 1)
 if ttl > 0 then
   for _, k in ipairs({ 'epoch', 'meta' }) do redis.call('PEXPIRE', P .. k, ttl) end
 end
-return { epoch, worker, created and 1 or 0, tonumber(shards), redis.call('EXISTS', P .. 'ready') }
+return { epoch, worker, created and 1 or 0, tonumber(shards), redis.call('EXISTS', P .. 'ready'), tonumber(sites) }
 "#;
 
 #[cfg(test)]

@@ -132,7 +132,8 @@ struct Commit {
 #[derive(Debug, Clone)]
 struct PacingOp {
     host: String,
-    /// `b`: book a new slot at
+    /// `p`: pool the host's limiter group (a refusal reached it), the host pacing it unless
+    /// it is pooled already; `b`: book a new slot at
     /// `at` or the next free one after it (a held request that missed its own); `g`: give
     /// back the slot of a request that was not sent, if the next slot is still `at`, the
     /// one its lease left (nothing booked or moved it since).
@@ -211,6 +212,13 @@ struct Inner {
     learned: HashMap<String, (HostState, u64)>,
     /// Each host's pacing record as last heard, and when its reply came (fleet ms).
     pacing: HashMap<String, state::Pacing>,
+    /// Each host of a pooled limiter group, its pool as last heard (see `lua`, "pooled
+    /// groups").
+    pools: HashMap<String, crawler_sched::Pooled>,
+    /// Each pool pacer's parameters: its own, with the pool's in-flight cap and `max_rate`.
+    pool_params: HashMap<String, Params>,
+    /// The names of the group the last pooling operation answered for.
+    pool_members: Vec<String>,
     heard_at: HashMap<String, f64>,
     /// Pacing operations waiting for the next step.
     ops: Vec<PacingOp>,
@@ -270,6 +278,9 @@ struct LeaseAsk<'a> {
     number: u64,
     /// The number of a second lease of the host, asked when it is open (see `queue`).
     extra: Option<u64>,
+    /// The host's limiter group, for pooling (see `lua`): `site,own_gap,own_max_rate,
+    /// known_pacer,known_version`, empty when it has none.
+    pool: String,
 }
 
 /// What one step asks for besides flushing.
@@ -377,6 +388,9 @@ impl RedisStore {
             states: HashMap::new(),
             learned: HashMap::new(),
             pacing: HashMap::new(),
+            pools: HashMap::new(),
+            pool_params: HashMap::new(),
+            pool_members: Vec::new(),
             heard_at: HashMap::new(),
             ops: Vec::new(),
             op_slots: HashMap::new(),

@@ -189,13 +189,33 @@ impl QueueStore for RedisStore {
             return Ok(None);
         }
         let number = inner.next_lease + 1;
+        let pooled = inner.pools.get(host).cloned();
         let ask = match &params {
             Some(params) if !inner.skipped_here.contains(host) => {
                 let (m, expected) = inner.machine(host, params);
                 let now = inner.now_ms();
-                let claim = m.ready_at();
-                let look = crawler_sched::lease_ahead(&m, inner.lease_ahead_ms);
-                let ahead = lease_horizon(&m, inner.lease_ahead_ms);
+                // A pooled name's sends are its pool's: paced by the pacer's state, after
+                // the name's own hold and one gap of its own `max_rate` after its own last
+                // booking (the script checks the same, see `lua`).
+                let own_gap = if params.max_rate.is_finite() && params.max_rate > 0.0 {
+                    1_000.0 / params.max_rate
+                } else {
+                    0.0
+                };
+                let pace = match &pooled {
+                    Some(_) => inner
+                        .pacing_machine(host)
+                        .map_or_else(|| m.clone(), |t| t.1),
+                    None => m.clone(),
+                };
+                let mut claim = pace.ready_at();
+                if let Some(p) = &pooled {
+                    claim = claim
+                        .max(m.state().hold_until)
+                        .max(p.own_booked.map_or(f64::NEG_INFINITY, |b| b + own_gap));
+                }
+                let look = crawler_sched::lease_ahead(&pace, inner.lease_ahead_ms);
+                let ahead = lease_horizon(&pace, inner.lease_ahead_ms);
                 if claim > now + ahead + 1.0 {
                     // Not due (less the look-ahead) by what this worker last heard; the
                     // throttle's ready time says when to come back.
@@ -206,21 +226,37 @@ impl QueueStore for RedisStore {
                 // of this worker's requests: its next request comes in the same answer.
                 let cap = f64::from(params.concurrency.max(1));
                 let room = own + 2.0 <= inner.shares.get(host).map_or(cap, |s| s.floor());
-                let open = m.interval_ms() <= 0.0 && claim <= now;
+                let open = pooled.is_none() && m.interval_ms() <= 0.0 && claim <= now;
                 let more = inner.lens.get(host).is_some_and(|&n| n >= 2);
+                let pool = match inner.layout.group_of(host) {
+                    Some(site) => {
+                        let (known, version) = pooled.as_ref().map_or((String::new(), 0), |p| {
+                            let v = inner.learned.get(&p.pacer).map_or(0, |(_, v)| *v);
+                            (p.pacer.clone(), v)
+                        });
+                        let rate = if params.max_rate.is_finite() {
+                            params.max_rate
+                        } else {
+                            0.0
+                        };
+                        format!("{site},{own_gap:.3},{rate:.3},{known},{version}")
+                    }
+                    None => String::new(),
+                };
                 LeaseAsk {
                     host,
                     budget: true,
                     expected,
                     ahead,
                     look,
-                    factor: super::state::gap_factor(&m, number),
+                    factor: super::state::gap_factor(&pace, number),
                     init: format!("{iv:.3},{sl:.3},{cd:.3}"),
                     // The configured cap, fleet-wide: pacing keeps the rate, and every
                     // worker gets a share of the host's requests to parse.
                     concurrency: params.concurrency.max(1),
                     number,
                     extra: (open && room && more).then_some(number + 1),
+                    pool,
                 }
             }
             _ => LeaseAsk {
@@ -234,6 +270,7 @@ impl QueueStore for RedisStore {
                 concurrency: u32::MAX,
                 number,
                 extra: None,
+                pool: String::new(),
             },
         };
         let budget = ask.budget;
@@ -246,16 +283,27 @@ impl QueueStore for RedisStore {
             peek: None,
         })?;
         // A send booked for later than now is held by the frontier until its time; a host
-        // without a pace has no time to keep (its request goes at once).
+        // without a pace has no time to keep (its request goes at once). A pooled name's
+        // pace is its pool's, booked on the pacer.
+        let pacer = inner.pools.get(host).map(|p| p.pacer.clone());
+        let booked_on = pacer.clone().unwrap_or_else(|| host.to_owned());
         let paced = inner
             .pacing
-            .get(host)
+            .get(&booked_on)
             .is_some_and(|p| p.interval.unwrap_or(0.0) > 0.0);
         inner.booked = match &answer {
             Some(l) if l.code == 1 && budget && paced => Some((l.id, l.at)),
             _ => None,
         };
-        if let Some((id, at)) = inner.booked {
+        if let Some((id, _)) = inner.booked
+            && pacer.is_some()
+        {
+            // Turns are counted on a name's own bookings; a pool's are its pacer's, shared
+            // by every name of it: no turn.
+            if let Some(next) = inner.pacing.get(&booked_on).and_then(|p| p.tat) {
+                inner.last_booked.insert(booked_on.clone(), (id, next));
+            }
+        } else if let Some((id, at)) = inner.booked {
             let interval = inner
                 .pacing
                 .get(host)

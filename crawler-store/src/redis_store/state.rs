@@ -175,6 +175,64 @@ impl Inner {
         self.params.get(host).or(self.default_params.as_ref())
     }
 
+    /// The parameters the host's shared state is paced by: a pool pacer's pool parameters
+    /// (see [`crawler_sched::Pooled::params`]), else the host's own.
+    pub(super) fn pacing_params(&self, host: &str) -> Option<&Params> {
+        self.pool_params.get(host).or_else(|| self.params_for(host))
+    }
+
+    /// The state that paces `host` as last heard: its pooled group's pacer and that state
+    /// under the pool's parameters, or its own; with the learning state's version.
+    pub(super) fn pacing_machine(&self, host: &str) -> Option<(String, HostMachine, u64)> {
+        let target = self
+            .pools
+            .get(host)
+            .map_or(host, |p| p.pacer.as_str())
+            .to_owned();
+        let params = self.pacing_params(&target)?.clone();
+        let (m, v) = self.machine(&target, &params);
+        Some((target, m, v))
+    }
+
+    /// Keep what a reply says of `host`'s pooled limiter group (see `lua`): `info` is
+    /// `{pacer, version, state, pacing, concurrency, max_rate, own_booked | members}`, the
+    /// pacer's learning state only when it is not the one the worker holds.
+    pub(super) fn learn_pool(&mut self, host: &str, info: &[redis::Value]) {
+        use super::reply::{float_at, int_at, text};
+        let pacer = text(info.first());
+        if pacer.is_empty() {
+            return;
+        }
+        let version = int_at(info, 1).unsigned_abs();
+        // A state for another pacer than the one known is read whole (the script sends it).
+        self.remember(&pacer, version, &text(info.get(2)), &text(info.get(3)));
+        let concurrency = u32::try_from(int_at(info, 4)).unwrap_or(1).max(1);
+        let max_rate = float_at(info, 5);
+        let own_booked = text(info.get(6)).parse::<f64>().ok();
+        let own_booked = own_booked.or_else(|| self.pools.get(host).and_then(|p| p.own_booked));
+        let pool = crawler_sched::Pooled {
+            pacer: pacer.clone(),
+            concurrency,
+            max_rate: if max_rate > 0.0 {
+                max_rate
+            } else {
+                f64::INFINITY
+            },
+            own_booked,
+        };
+        if let Some(own) = self.params_for(&pacer) {
+            let params = pool.params(own);
+            self.pool_params.insert(pacer.clone(), params);
+        }
+        if self.pools.get(host).is_none_or(|p| p.pacer != pacer) {
+            tracing::info!(
+                host, pacer = %pacer,
+                "limiter group pooled in the fleet: its names are paced as one (in flight up                  to {concurrency}, max_rate {max_rate:.3})"
+            );
+        }
+        self.pools.insert(host.to_owned(), pool);
+    }
+
     /// The Redis server's clock now, as estimated from the round trips so far (ms).
     pub(super) fn now_ms(&self) -> f64 {
         self.origin.elapsed().as_secs_f64() * 1_000.0 + self.clock.offset_ms()
@@ -251,7 +309,7 @@ impl Inner {
         let now = self.now_ms();
         let hosts: Vec<String> = self.deferred.keys().cloned().collect();
         for host in hosts {
-            let Some(params) = self.params_for(&host).cloned() else {
+            let Some(params) = self.pacing_params(&host).cloned() else {
                 self.deferred.remove(&host);
                 continue;
             };

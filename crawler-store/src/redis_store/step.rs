@@ -15,7 +15,7 @@ use crawler_sched::FleetStatus;
 use crawler_sched::politeness::HostMachine;
 
 /// Arguments of a section that asks for no lease (the lease block's placeholders).
-const NO_LEASE: [&str; 10] = ["", "0", "0", "0", "0", "1", "", "0", "", ""];
+const NO_LEASE: [&str; 11] = ["", "0", "0", "0", "0", "1", "", "0", "", "", ""];
 
 /// A learning commit as sent: host, expected version, state JSON, pacing merge (see
 /// `state::merge_arg`).
@@ -109,7 +109,7 @@ impl Inner {
         for c in &self.commits {
             let json = serde_json::to_string(&c.state)
                 .map_err(|e| self.bad(&format!("cannot encode a politeness state: {e}")))?;
-            let merge = match self.params_for(&c.host) {
+            let merge = match self.pacing_params(&c.host) {
                 Some(params) => {
                     let m = HostMachine::with_state(params.clone(), c.state.clone());
                     super::state::merge_arg(&m, self.heard(&c.host).as_ref())
@@ -314,6 +314,7 @@ impl Inner {
             l.extra
                 .map(|n| self.job.lease_id(n).into_bytes())
                 .unwrap_or_default(),
+            l.pool.clone().into_bytes(),
         ]
     }
 
@@ -491,6 +492,16 @@ return 1";
             let slot = float_at(&f, 1);
             let version = self.learned.get(&host).map_or(0, |(_, v)| *v);
             self.remember(&host, version, "", &text(f.get(2)));
+            if let Some(Value::Array(info)) = f.get(3)
+                && !info.is_empty()
+            {
+                self.learn_pool(&host, info);
+                self.pool_members = text(info.get(6))
+                    .split(',')
+                    .filter(|m| !m.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+            }
             self.op_slots.insert(host, slot);
         }
     }
@@ -609,6 +620,9 @@ return 1";
         self.lens.insert(host.to_owned(), left);
         if ask.budget {
             self.remember(host, version, &text(l.get(5)), &text(l.get(8)));
+            if let Some(Value::Array(info)) = l.get(10) {
+                self.learn_pool(host, info);
+            }
         }
         let at = float_at(&l, 7);
         let member = match l.get(2) {
@@ -616,7 +630,9 @@ return 1";
             _ => Vec::new(),
         };
         let extra = match (ask.extra, l.get(9)) {
-            (Some(n), Some(Value::BulkString(b))) if code == 1 => Some((n, b.clone())),
+            (Some(n), Some(Value::BulkString(b))) if code == 1 && !b.is_empty() => {
+                Some((n, b.clone()))
+            }
             _ => None,
         };
         Ok(Some(Leased {

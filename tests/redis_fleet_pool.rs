@@ -1,0 +1,109 @@
+//! A limiter group paced as one slot across a fleet: the names of one site behind one
+//! server-side limiter, crawled by several worker processes through Redis, share one pace
+//! once the limiter has refused (docs/politeness.md, "Limiter groups").
+//!
+//! The lab serves every name from this process and sees every worker as one client (all
+//! connect from 127.0.0.1), so its per-client limit is the one limiter behind all the
+//! names; the names reach it through the `resolve` setting. Each test starts its own
+//! `redis-server` on a free loopback port and runs the workers as child processes (this
+//! test binary re-run on its ignored `child_worker` test).
+
+#![allow(clippy::unwrap_used)]
+
+#[allow(dead_code)]
+#[path = "../examples/books/spider.rs"]
+mod books;
+
+#[path = "support/fleet.rs"]
+mod fleet;
+
+use std::process::Child;
+
+use crawler_lab::{Lab, RetryAfter, Scenario};
+use fleet::{Redis, feeds, finish_all, union};
+
+/// The tests share two cores; running them one at a time keeps their timing honest.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// One worker of the fleet: crawls the lab's books into its own feed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "helper: run as a child process by the Redis fleet tests"]
+async fn child_worker() {
+    fleet::child_worker_main().await;
+}
+
+/// The limiter's rate (requests/s, per client: the whole fleet) and its burst: one, so two
+/// names paced apart send closer than the interval and are refused.
+const RATE: f64 = 10.0;
+const BURST: u32 = 1;
+/// Books per name: three names, about 30 s of crawling at the limiter's rate.
+const BOOKS: usize = 100;
+/// The site's names, all reaching the lab.
+const NAMES: [&str; 3] = ["a.shop.test", "b.shop.test", "c.shop.test"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_of_one_site_behind_one_limiter_are_paced_as_one_slot_across_the_fleet() {
+    let _serial = SERIAL.lock().await;
+    let scenario = Scenario::rate_limited(RATE, BURST).retry_after(RetryAfter::Seconds(1));
+    let lab = Lab::builder()
+        .books(BOOKS)
+        .scenario(scenario)
+        .start()
+        .await
+        .unwrap();
+    let port = lab.addr().port();
+    let redis = Redis::start();
+    let dir = tempfile::tempdir().unwrap();
+    let feeds = feeds(dir.path(), 3);
+    let resolve: Vec<String> = NAMES.iter().map(|n| format!("{n}:127.0.0.1")).collect();
+    let starts: Vec<String> = NAMES
+        .iter()
+        .map(|n| format!("http://{n}:{port}/"))
+        .collect();
+    // Each name alone may go at the limiter's whole rate: only pacing the names as one
+    // keeps their sum under it.
+    let settings = format!(
+        "resolve={};start_rate=4;max_rate={RATE};concurrency_per_host=2",
+        resolve.join(",")
+    );
+    let workers: Vec<Child> = feeds
+        .iter()
+        .map(|f| {
+            fleet::worker_command(&lab, &redis, "pool", f, &settings)
+                .env("CHILD_STARTS", starts.join(","))
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let lines = finish_all(workers).await;
+    let report = lab.recorder().report();
+    assert_eq!(report.clients.len(), 1, "one client to the limiter");
+    let fleet = report.clients.values().next().unwrap();
+    let items = union(&feeds);
+    assert_eq!(
+        items.len(),
+        NAMES.len() * BOOKS,
+        "every book under every name: {lines:?}"
+    );
+    assert!(items.values().all(|&n| n == 1), "no item twice");
+    eprintln!(
+        "pooled fleet: {} requests, {:.2} r/s of {RATE} allowed, {} refused, {} inside holds",
+        fleet.requests, fleet.mean_rate, fleet.status_429, fleet.violations
+    );
+    assert!(
+        fleet.status_429 >= 1,
+        "the shared limiter never refused: nothing was tested"
+    );
+    assert_eq!(
+        fleet.violations, 0,
+        "requests inside holds across the names and the workers: {:?}",
+        fleet.violation_samples
+    );
+    assert!(
+        fleet.mean_rate >= 0.6 * RATE,
+        "{:.2} r/s for a limit of {RATE} ({} refused)",
+        fleet.mean_rate,
+        fleet.status_429
+    );
+    lab.shutdown().await;
+}
