@@ -338,6 +338,79 @@ fn a_hold_placed_after_the_lease_keeps_the_held_request_back() {
     assert_eq!(f.queued(), 2, "the held request is queued again");
 }
 
+/// A name's held request waits out a hold placed on its pool after the lease, even a pool
+/// formed since: a refusal of any name of the pool holds the pacer's state first (the
+/// other names' own states one commit each, later), so the confirming read before the send
+/// reads the pacer's too.
+#[test]
+fn a_hold_placed_on_a_pool_after_the_lease_keeps_a_pooled_names_held_request_back() {
+    let redis = Redis::start();
+    let job = "booked-pool-hold";
+    let ahead = Duration::from_millis(150);
+    let mut f = rebooking_worker_of(
+        open(&redis, job, ahead),
+        0,
+        Booked::default(),
+        Rebooked::default(),
+    );
+    let other = open(&redis, job, ahead);
+    let budget = other.budget();
+    let now = Instant::now();
+    for url in [
+        "http://a.site.test/0",
+        "http://b.site.test/0",
+        "http://b.site.test/1",
+    ] {
+        f.enqueue(Request::get(url).unwrap(), now);
+    }
+    // One request of each name sent and answered (both are the site's members), and `b.`'s
+    // second one leased ahead of its slot.
+    let mut sent = Vec::new();
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        match f.next(Instant::now()) {
+            Next::Ready(lease, request) => {
+                sent.push(request.url.host_str().unwrap_or_default().to_owned());
+                f.complete(lease, &answered(), Instant::now());
+                f.acknowledge(lease);
+            }
+            Next::NotBefore(_) if sent.len() == 2 && f.held() == 1 => break,
+            Next::NotBefore(at) => {
+                std::thread::sleep(at.min(until).saturating_duration_since(Instant::now()));
+            }
+            Next::Empty => panic!("requests are queued"),
+        }
+    }
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert_eq!(f.held(), 1, "b.'s second request is held for its slot");
+    // Then a refusal of `a.` reaches another worker: it pools the group on `a.` and holds
+    // the pool for a minute, committed to the pacer's state alone (this worker has not
+    // heard of the pool: the confirming read finds it).
+    let (pool, _) = budget.pool("a.site.test").unwrap().unwrap();
+    assert_eq!(pool.pacer, "a.site.test");
+    assert!(other.fleet().still_clear("a.site.test", f64::INFINITY));
+    let v = budget.cached("a.site.test").unwrap();
+    let mut held = v.state.clone();
+    held.hold_until = budget.now_ms() + 60_000.0;
+    assert!(
+        budget
+            .commit("a.site.test", v.version, &held, None)
+            .unwrap()
+    );
+    let until = Instant::now() + Duration::from_millis(600);
+    while Instant::now() < until {
+        match f.next(Instant::now()) {
+            Next::Ready(_, request) => panic!("{} handed out inside its pool's hold", request.url),
+            Next::NotBefore(at) => {
+                std::thread::sleep(at.min(until).saturating_duration_since(Instant::now()));
+            }
+            Next::Empty => break,
+        }
+    }
+    assert_eq!(f.held(), 0);
+    assert_eq!(f.queued(), 1, "the held request is queued again");
+}
+
 /// Call the worker, sleeping as it asks, until it hands a request out (within 5 s).
 fn first_hand_out(f: &mut FleetFrontier<SlowReplies>) -> Option<crawler_core::Lease> {
     let until = Instant::now() + Duration::from_secs(5);

@@ -75,24 +75,27 @@ impl SharedThrottle {
         }
     }
 
-    /// A refusal reached this host's limiter group: pool it, unless it is pooled already.
-    /// When this name becomes the pacer, its state takes over the pace of the names that
-    /// were sending (as [`HostMachine::absorb`] does locally: the limiter saw them all).
-    fn pool_group(&mut self) {
+    /// A refusal reached this host's limiter group: pool it, unless it is pooled already
+    /// (one round trip). Returns the names whose pace the pacer takes over when this name
+    /// formed the pool and paces it (see [`Self::absorb`]), else nothing.
+    fn pool_group(&mut self) -> Vec<String> {
         if self.budget.pooled(&self.host).is_some() {
-            return;
+            return Vec::new();
         }
-        let (pool, formed) = match self.budget.pool(&self.host) {
-            Ok(Some(p)) => p,
-            Ok(None) => return,
+        match self.budget.pool(&self.host) {
+            Ok(Some((pool, formed))) if pool.pacer == self.host => formed,
+            Ok(_) => Vec::new(),
             Err(e) => {
                 tracing::warn!(host = %self.host, "cannot pool the limiter group: {e}");
-                return;
+                Vec::new()
             }
-        };
-        if pool.pacer != self.host || formed.is_empty() {
-            return;
         }
+    }
+
+    /// This name formed its group's pool and paces it: its state takes over the pace of
+    /// the names of `formed` that were sending (as [`HostMachine::absorb`] does locally:
+    /// the limiter saw them all).
+    fn absorb(&mut self, formed: &[String]) {
         let now = self.budget.now_ms();
         let others: Vec<HostMachine> = formed
             .iter()
@@ -124,8 +127,10 @@ impl SharedThrottle {
     }
 
     /// Teach the outcome to the state that paces the host (its pool's, when pooled) and
-    /// commit it.
-    fn learn(&mut self, feedback: &Feedback, _now: Instant) -> Verdict {
+    /// commit it. `refusal`: a refusal or an answer asking for a hold, which reaches the
+    /// limiter group (pooled right after the hold goes out, so every name's lease meets
+    /// the hold on the pacer from then on, before the slower learning commit).
+    fn learn(&mut self, feedback: &Feedback, refusal: bool) -> Verdict {
         if routine(feedback) {
             let (target, mut m, _, _) = self.pacing();
             let booked = m.state().tat;
@@ -152,6 +157,20 @@ impl SharedThrottle {
                 Ok(true) | Err(_) => break,
             }
         }
+        let formed = if refusal {
+            self.pool_group()
+        } else {
+            Vec::new()
+        };
+        let verdict = self.commit_learning(feedback);
+        if !formed.is_empty() {
+            self.absorb(&formed);
+        }
+        verdict
+    }
+
+    /// Teach the outcome to the state that paces the host and commit it.
+    fn commit_learning(&mut self, feedback: &Feedback) -> Verdict {
         let mut verdict = Verdict::Continue;
         for _ in 0..COMMIT_TRIES {
             let (target, mut m, version, _) = self.pacing();
@@ -250,13 +269,10 @@ impl Throttle for SharedThrottle {
         // The send was booked by the store in the step that leased the request.
     }
 
-    fn on_feedback(&mut self, feedback: &Feedback, now: Instant) -> Verdict {
-        let verdict = self.learn(feedback, now);
-        // A refusal, or an answer asking for a hold, reached the limiter group.
-        if matches!(feedback.status, Some(429 | 503)) || asks_hold(feedback) {
-            self.pool_group();
-        }
-        verdict
+    fn on_feedback(&mut self, feedback: &Feedback, _now: Instant) -> Verdict {
+        // A refusal, or an answer asking for a hold, reaches the limiter group.
+        let refusal = matches!(feedback.status, Some(429 | 503)) || asks_hold(feedback);
+        self.learn(feedback, refusal)
     }
 
     fn rate(&self) -> f64 {

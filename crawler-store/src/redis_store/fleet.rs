@@ -167,48 +167,56 @@ impl Fleet for RedisFleet {
         lock(&self.inner).now_ms()
     }
 
-    /// One round trip that reads the host's state (and sends whatever is buffered).
+    /// One round trip that reads the host's state (and sends whatever is buffered). A
+    /// pooled name is clear when its own hold and its pacer's both end by the slot: a
+    /// refusal of any name of the pool holds the pacer first, the names one commit each
+    /// after it.
     fn still_clear(&self, host: &str, at: f64) -> bool {
         let mut inner = lock(&self.inner);
         if inner.params_for(host).is_none() {
             return true;
         }
-        // The host's record came back within the confirming lead of the slot already (this
-        // worker's own lease of it, say): as fresh as the read would be.
-        let fresh = inner
-            .heard_at
+        let pacer = inner
+            .pools
             .get(host)
-            .is_some_and(|&t| t >= at - crawler_sched::CONFIRM_LEAD_MS);
-        if fresh {
-            return !inner.skipped_here.contains(host)
-                && inner
-                    .states
-                    .get(host)
-                    .is_none_or(|v| v.state.hold_until <= at);
-        }
-        // The fleet's state rides along when it is due (an idle worker holding a request
-        // reads both anyway).
-        let sync = inner.sync_due();
-        let read = inner.step(Ask {
-            lease: None,
-            sync,
-            peek: Some(host),
+            .map(|p| p.pacer.clone())
+            .filter(|p| p != host);
+        let mut names: Vec<String> = std::iter::once(host.to_owned()).chain(pacer).collect();
+        // Every record came back within the confirming lead of the slot already (this
+        // worker's own lease of it, say): as fresh as the read would be.
+        let fresh = names.iter().all(|n| {
+            inner
+                .heard_at
+                .get(n)
+                .is_some_and(|&t| t >= at - crawler_sched::CONFIRM_LEAD_MS)
         });
-        if let Err(e) = read {
-            // Unknown is not clear: the request goes back to its queue, its lease open
-            // until it is queued again, and the engine stops on the error.
-            inner.keep_error("cannot read a host's politeness state", e);
-            return false;
-        }
-        if inner.skipped_here.contains(host) {
-            return false;
+        if !fresh {
+            // The fleet's state rides along when it is due (an idle worker holding a request
+            // reads both anyway).
+            let sync = inner.sync_due();
+            inner.peek_pacer = None;
+            let read = inner.step(Ask {
+                lease: None,
+                sync,
+                peek: Some(host),
+            });
+            if let Err(e) = read {
+                // Unknown is not clear: the request goes back to its queue, its lease open
+                // until it is queued again, and the engine stops on the error.
+                inner.keep_error("cannot read a host's politeness state", e);
+                return false;
+            }
+            // The read finds the host's pool even before this worker heard of it (a group
+            // pooled since the lease).
+            names.truncate(1);
+            names.extend(inner.peek_pacer.take().filter(|p| p != host));
         }
         // A hold placed since the lease ends after the booked send; one placed before it
         // ended at or before it (the slot was booked after it).
-        inner
-            .states
-            .get(host)
-            .is_none_or(|v| v.state.hold_until <= at)
+        names.iter().all(|n| {
+            !inner.skipped_here.contains(n)
+                && inner.states.get(n).is_none_or(|v| v.state.hold_until <= at)
+        })
     }
 
     /// Judged on the host's state as last heard (the confirming read moments ago); a new

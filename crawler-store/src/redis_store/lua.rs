@@ -29,7 +29,7 @@
 //!     "interval,slack,crawl_delay", concurrency, lease_id, extra_lease_id | "",
 //!     "site,own_gap_ms,own_max_rate,known_pacer,known_pacer_version" | ""
 //!   sync
-//!   peek_host | "", peek_expected_version
+//!   peek_host | "", peek_expected_version, peek_pacer_expected_version
 //! ```
 //!
 //! Reply: `{now_ms, section*}` with each section
@@ -48,7 +48,9 @@
 //! `{pacer, pacer_version, pacer_state, pacer_pacing, pool_concurrency, pool_max_rate,
 //! own_booked | names}` (the pacer's state only when the worker's is not the current one;
 //! a pooling operation answers the group's names when it formed the pool), `sync` is `{leased, gen, host, len, skipped, ...}` or empty,
-//! and `peek` is `{version, state, skipped, pacing}` (`state` as in a lease) or empty.
+//! and `peek` is `{version, state, skipped, pacing[, pacer, pacer_version, pacer_state,
+//! pacer_skipped, pacer_pacing]}` (`state` as in a lease; the pacer's part when the host is
+//! a pooled name paced by another) or empty.
 //!
 //! **Two records per host** (in the hash `b:HOST`). The *learning state* (`s`, the
 //! machine's [`HostState`](crawler_sched::politeness::HostState) as JSON, about 1 KB, with
@@ -569,15 +571,27 @@ for s = 1, nsec do
 
   -- 8. One host's state, when asked (a worker holding a request leased ahead of its slot
   --    checks that no hold was placed since): the learning state only if it changed.
+  --    A pooled name's slots are its pacer's: a hold a refusal placed on the pool since the
+  --    lease is on the pacer's records (the names' own come later, one commit each), so the
+  --    pacer's are read too.
   local peek = {}
-  local phost, pexpected = nxt(), num()
+  local phost, pexpected, ppexpected = nxt(), num(), num()
   if phost ~= '' then
     local bkey = P .. 'b:' .. phost
-    local cur = redis.call('HMGET', bkey, 'v', 'skip')
+    local cur = redis.call('HMGET', bkey, 'v', 'skip', 'gs')
     local v = tonumber(cur[1] or '0')
     local s = ''
     if v ~= pexpected then s = redis.call('HGET', bkey, 's') or '' end
     peek = { v, s, cur[2] and 1 or 0, penc(pread(bkey)) }
+    local pacer = cur[3] and redis.call('GET', P .. 'gp:' .. cur[3])
+    if pacer and pacer ~= phost then
+      local pk = P .. 'b:' .. pacer
+      local pcur = redis.call('HMGET', pk, 'v', 'skip')
+      local pv = tonumber(pcur[1] or '0')
+      local ps = ''
+      if pv ~= ppexpected then ps = redis.call('HGET', pk, 's') or '' end
+      peek[5], peek[6], peek[7], peek[8], peek[9] = pacer, pv, ps, pcur[2] and 1 or 0, penc(pread(pk))
+    end
   end
 
   for _, k in ipairs({ 'seen', 'hosts', 'leases', 'lease', 'lp', 'meta', 'epoch', 'steps', 'gen' }) do

@@ -219,6 +219,8 @@ struct Inner {
     pool_params: HashMap<String, Params>,
     /// The names of the group the last pooling operation answered for.
     pool_members: Vec<String>,
+    /// The pacer of the host the last read of one host's state found pooled (`lua`, step 8).
+    peek_pacer: Option<String>,
     heard_at: HashMap<String, f64>,
     /// Pacing operations waiting for the next step.
     ops: Vec<PacingOp>,
@@ -391,6 +393,7 @@ impl RedisStore {
             pools: HashMap::new(),
             pool_params: HashMap::new(),
             pool_members: Vec::new(),
+            peek_pacer: None,
             heard_at: HashMap::new(),
             ops: Vec::new(),
             op_slots: HashMap::new(),

@@ -386,6 +386,12 @@ impl Inner {
             .and_then(|h| self.learned.get(h))
             .map_or(0, |(_, v)| *v);
         args.push(known.to_string().into_bytes());
+        // A pooled name's pacer is read with it (see `lua`, step 8).
+        let pacer_known = peek
+            .and_then(|h| self.pools.get(h))
+            .and_then(|p| self.learned.get(&p.pacer))
+            .map_or(0, |(_, v)| *v);
+        args.push(pacer_known.to_string().into_bytes());
         args
     }
 
@@ -584,6 +590,15 @@ return 1";
             self.remember(host, version, &state, &text(p.get(3)));
             if int_at(p, 2) == 1 {
                 self.skipped_here.insert(host.to_owned());
+            }
+            let pacer = text(p.get(4));
+            if !pacer.is_empty() {
+                let version = int_at(p, 5).unsigned_abs();
+                self.remember(&pacer, version, &text(p.get(6)), &text(p.get(8)));
+                if int_at(p, 7) == 1 {
+                    self.skipped_here.insert(pacer.clone());
+                }
+                self.peek_pacer = Some(pacer);
             }
         }
         let Some(ask) = ask.lease else {
