@@ -41,7 +41,7 @@ fn lease_ids(redis: &Redis, job: &str) -> HashSet<String> {
 }
 
 /// The tests share two cores; running them one at a time keeps their timing honest.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// One worker of the fleet: crawls the lab's books into its own feed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,8 +22,9 @@ use std::process::Child;
 use crawler_lab::{Lab, RetryAfter, Scenario};
 use fleet::{Redis, feeds, finish_all, union};
 
-/// The tests share two cores; running them one at a time keeps their timing honest.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+// The fleet tests share two cores; running them one at a time (with the other fleet
+// tests too: each runs three or four worker processes) keeps their timing honest.
+use crate::redis_fleet::SERIAL;
 
 /// One worker of the fleet: crawls the lab's books into its own feed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
