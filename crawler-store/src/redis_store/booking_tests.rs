@@ -106,7 +106,13 @@ fn step(con: &mut redis::Connection, s: Section) -> (f64, Vec<Value>) {
                 .map(|a| (*a).to_owned()),
         ),
     }
-    args.extend(["0".to_owned(), String::new(), "0".to_owned()]);
+    // sync, peek host (none), its expected version and its pacer's.
+    args.extend([
+        "0".to_owned(),
+        String::new(),
+        "0".to_owned(),
+        "0".to_owned(),
+    ]);
     let reply: Value = redis::cmd("EVAL")
         .arg(STEP.as_str())
         .arg(1)
