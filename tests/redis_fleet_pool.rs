@@ -48,6 +48,18 @@ const BOOKS: usize = 100;
 /// The site's names, all reaching the lab.
 const NAMES: [&str; 3] = ["a.shop.test", "b.shop.test", "c.shop.test"];
 
+/// The workers' feeds together hold every book under every name, each once (`lines`: the
+/// workers' last lines, for the message).
+fn assert_every_book_once(feeds: &[PathBuf], lines: &[String]) {
+    let items = union(feeds);
+    assert_eq!(
+        items.len(),
+        NAMES.len() * BOOKS,
+        "every book under every name: {lines:?}"
+    );
+    assert!(items.values().all(|&n| n == 1), "no item twice");
+}
+
 /// One worker per feed, each starting on every name of the site at `port` (all resolved
 /// to 127.0.0.1). Each name alone may go at the limiter's whole rate: only pacing the
 /// names as one keeps their sum under it.
@@ -90,13 +102,7 @@ async fn names_of_one_site_behind_one_limiter_are_paced_as_one_slot_across_the_f
     let report = lab.recorder().report();
     assert_eq!(report.clients.len(), 1, "one client to the limiter");
     let fleet = report.clients.values().next().unwrap();
-    let items = union(&feeds);
-    assert_eq!(
-        items.len(),
-        NAMES.len() * BOOKS,
-        "every book under every name: {lines:?}"
-    );
-    assert!(items.values().all(|&n| n == 1), "no item twice");
+    assert_every_book_once(&feeds, &lines);
     eprintln!(
         "pooled fleet: {} requests, {:.2} r/s of {RATE} allowed, {} refused, {} inside holds",
         fleet.requests, fleet.mean_rate, fleet.status_429, fleet.violations
@@ -149,13 +155,7 @@ async fn names_of_one_site_behind_a_real_nginx_limit_are_paced_as_one_slot_acros
     // Let the last log lines reach the file.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let log = nginx.log();
-    let items = union(&feeds);
-    assert_eq!(
-        items.len(),
-        NAMES.len() * BOOKS,
-        "every book under every name: {lines:?}"
-    );
-    assert!(items.values().all(|&n| n == 1), "no item twice");
+    assert_every_book_once(&feeds, &lines);
     let wait_ms = NGINX_LIMIT.retry_after.unwrap_or(0) * 1_000;
     let waits: Vec<(u64, u64)> = log
         .iter()
